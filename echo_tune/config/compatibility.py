@@ -1,0 +1,198 @@
+"""Every rule that ties model, cluster, GPU count and layout together lives in ``check_compatible``.
+
+It returns a ``Layout``: the derived values (data-parallel size, micro-batches, layers per stage and
+chunk, which groups cross nodes) that the rest of echo-tune reads instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from echo_tune.config._checks import require
+from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
+
+# Megatron-LM's rank order, innermost first (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp").
+RANK_ORDER = ("tp", "cp", "dp", "pp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupPlacement:
+    """Where one process group's ranks sit: ``ranks_per_node`` members share a node, over ``num_nodes`` nodes."""
+
+    size: int
+    ranks_per_node: int
+    num_nodes: int
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.num_nodes > 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Derived values of a valid (model, cluster, num_gpus, parallel) combination."""
+
+    num_gpus: int
+    data_parallel_size: int
+    num_micro_batches: int
+    virtual_pipeline_size: int
+    stage_chunk_layers: tuple[tuple[int, ...], ...]
+    """Layers of each model chunk on each pipeline stage: ``stage_chunk_layers[stage][chunk]``."""
+    schedule: str
+    """"none" (no pipelining), "1f1b" or "interleaved"."""
+    sequence_parallel: bool
+    recompute_granularity: str | None
+    recompute_method: str | None
+    recompute_num_layers: int | None
+    groups: dict[str, GroupPlacement]
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        return tuple(sum(chunks) for chunks in self.stage_chunk_layers)
+
+
+def _group_placements(parallel: ParallelConfig, cluster: ClusterSpec, dp: int) -> dict[str, GroupPlacement]:
+    sizes = {"tp": parallel.tensor_model_parallel_size, "cp": parallel.context_parallel_size,
+             "dp": dp, "pp": parallel.pipeline_model_parallel_size}
+    placements, stride = {}, 1
+    for kind in RANK_ORDER:
+        size = sizes[kind]
+        per_node = max(1, min(size, cluster.gpus_per_node // stride)) if stride < cluster.gpus_per_node else 1
+        placements[kind] = GroupPlacement(size=size, ranks_per_node=per_node, num_nodes=-(-size // per_node))
+        stride *= size
+    return placements
+
+
+def _split_layers(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:
+    """Layers per pipeline stage, honouring uneven first/last stages."""
+    pp, total = parallel.pipeline_model_parallel_size, model.num_layers
+    first, last = parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers
+    if first is None and last is None:
+        require(total % pp == 0,
+                f"`num_layers % pipeline_model_parallel_size == 0` must hold, but got (num_layers={total}, "
+                f"pipeline_model_parallel_size={pp}); pick a divisor of num_layers or set "
+                f"decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers")
+        return (total // pp,) * pp
+    require(pp > 1, f"uneven pipeline stages need `pipeline_model_parallel_size > 1`, but got "
+                    f"(pipeline_model_parallel_size={pp}, decoder_first_pipeline_num_layers={first}, "
+                    f"decoder_last_pipeline_num_layers={last})")
+    fixed = (first or 0) + (last or 0)
+    middle = pp - (first is not None) - (last is not None)
+    rest = total - fixed
+    ok = rest > 0 and middle > 0 and rest % middle == 0 if middle else rest == 0
+    require(ok, f"`(num_layers - first - last) % remaining stages == 0` must hold (and be positive), but got "
+                f"(num_layers={total}, decoder_first_pipeline_num_layers={first}, "
+                f"decoder_last_pipeline_num_layers={last}, remaining stages={middle}); adjust the first/last counts")
+    inner = rest // middle if middle else 0
+    stages = [inner] * pp
+    if first is not None:
+        stages[0] = first
+    if last is not None:
+        stages[-1] = last
+    return tuple(stages)
+
+
+def _virtual_size(parallel: ParallelConfig, stage_layers: tuple[int, ...]) -> int:
+    vpp, per_chunk = parallel.virtual_pipeline_model_parallel_size, parallel.num_layers_per_virtual_pipeline_stage
+    require(vpp is None or per_chunk is None,
+            f"set only one of virtual_pipeline_model_parallel_size and num_layers_per_virtual_pipeline_stage, "
+            f"but got (virtual_pipeline_model_parallel_size={vpp}, num_layers_per_virtual_pipeline_stage={per_chunk})")
+    if per_chunk is not None:
+        require(stage_layers[0] % per_chunk == 0,
+                f"`layers per stage % num_layers_per_virtual_pipeline_stage == 0` must hold, but got "
+                f"(layers per stage={stage_layers[0]}, num_layers_per_virtual_pipeline_stage={per_chunk})")
+        vpp = stage_layers[0] // per_chunk
+    return vpp or 1
+
+
+def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
+                     parallel: ParallelConfig) -> Layout:
+    """Check every cross-object rule; return the derived ``Layout`` or raise ``ConfigError``."""
+    tp, pp, cp = (parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size,
+                  parallel.context_parallel_size)
+    require(isinstance(num_gpus, int) and num_gpus > 0, f"`num_gpus > 0` must hold, but got (num_gpus={num_gpus!r})")
+    require(num_gpus <= cluster.gpus_per_node or num_gpus % cluster.gpus_per_node == 0,
+            f"`num_gpus % gpus_per_node == 0` must hold for multi-node runs, but got (num_gpus={num_gpus}, "
+            f"gpus_per_node={cluster.gpus_per_node}); use whole nodes")
+    model_parallel = tp * pp * cp
+    require(num_gpus % model_parallel == 0,
+            f"`num_gpus % (tensor_model_parallel_size * pipeline_model_parallel_size * context_parallel_size) == 0` "
+            f"must hold (world size = TP*PP*CP*DP), but got (num_gpus={num_gpus}, tensor_model_parallel_size={tp}, "
+            f"pipeline_model_parallel_size={pp}, context_parallel_size={cp})")
+    dp = num_gpus // model_parallel
+    require(model.num_attention_heads % tp == 0,
+            f"`num_attention_heads % tensor_model_parallel_size == 0` must hold, but got "
+            f"(num_attention_heads={model.num_attention_heads}, tensor_model_parallel_size={tp}); use a TP size "
+            f"that divides {model.num_attention_heads}")
+    require(model.query_groups % tp == 0,
+            f"`num_query_groups % tensor_model_parallel_size == 0` must hold, but got "
+            f"(num_query_groups={model.query_groups}, tensor_model_parallel_size={tp}); use a TP size that "
+            f"divides {model.query_groups}")
+    require(model.ffn_size % tp == 0,
+            f"`ffn_hidden_size % tensor_model_parallel_size == 0` must hold, but got "
+            f"(ffn_hidden_size={model.ffn_size}, tensor_model_parallel_size={tp})")
+    sequence_parallel = parallel.sequence_parallel and tp > 1  # Megatron turns SP off at TP=1
+    if sequence_parallel:
+        require(model.seq_length % (tp * cp) == 0,
+                f"`seq_length % (tensor_model_parallel_size * context_parallel_size) == 0` must hold with "
+                f"sequence_parallel, but got (seq_length={model.seq_length}, tensor_model_parallel_size={tp}, "
+                f"context_parallel_size={cp})")
+    if cp > 1:
+        require(model.seq_length % (2 * cp) == 0,
+                f"`seq_length % (2 * context_parallel_size) == 0` must hold (Megatron splits the sequence into "
+                f"2*CP chunks), but got (seq_length={model.seq_length}, context_parallel_size={cp})")
+    per_step = parallel.micro_batch_size * dp
+    require(parallel.global_batch_size % per_step == 0,
+            f"`global_batch_size % (micro_batch_size * data_parallel_size) == 0` must hold, but got "
+            f"(global_batch_size={parallel.global_batch_size}, micro_batch_size={parallel.micro_batch_size}, "
+            f"data_parallel_size={dp}); change the batch sizes or the GPU split")
+    num_micro_batches = parallel.global_batch_size // per_step
+
+    stage_layers = _split_layers(model, parallel)
+    vpp = _virtual_size(parallel, stage_layers)
+    if vpp > 1:
+        uneven = parallel.decoder_first_pipeline_num_layers or parallel.decoder_last_pipeline_num_layers
+        require(not uneven, "interleaving with uneven first/last stages is not modelled; drop "
+                            "virtual_pipeline_model_parallel_size or the decoder_first/last_pipeline_num_layers")
+        require(pp > 1, f"the interleaved schedule needs `pipeline_model_parallel_size > 1`, but got "
+                        f"(pipeline_model_parallel_size={pp}, virtual_pipeline_model_parallel_size={vpp})")
+        require(stage_layers[0] % vpp == 0,
+                f"`layers per stage % virtual_pipeline_model_parallel_size == 0` must hold, but got "
+                f"(layers per stage={stage_layers[0]}, virtual_pipeline_model_parallel_size={vpp})")
+        require(num_micro_batches % pp == 0,
+                f"the interleaved schedule needs `num_micro_batches % pipeline_model_parallel_size == 0`, but got "
+                f"(num_micro_batches={num_micro_batches}, pipeline_model_parallel_size={pp}); change "
+                f"global_batch_size or micro_batch_size")
+    chunks = tuple(tuple([layers // vpp] * vpp) for layers in stage_layers)
+    require(min(stage_layers) > 0, f"every pipeline stage needs at least one layer, but got "
+                                   f"(stage layers={list(stage_layers)})")
+
+    granularity, method, recompute_layers = (parallel.recompute_granularity, parallel.recompute_method,
+                                             parallel.recompute_num_layers)
+    if granularity != "full":
+        require(method is None and recompute_layers is None,
+                f"recompute_method and recompute_num_layers apply only to `recompute_granularity == 'full'`, but "
+                f"got (recompute_granularity={granularity!r}, recompute_method={method!r}, "
+                f"recompute_num_layers={recompute_layers})")
+    else:
+        # Megatron 2021's --checkpoint-activations behaviour: uniform, one layer per checkpoint.
+        method = method or "uniform"
+        recompute_layers = recompute_layers or 1
+        if method == "block":
+            require(recompute_layers <= stage_layers[0] // vpp,
+                    f"`recompute_num_layers <= layers per model chunk` must hold for block recompute, but got "
+                    f"(recompute_num_layers={recompute_layers}, layers per model chunk={stage_layers[0] // vpp})")
+    require(not parallel.overlap_param_gather or parallel.use_distributed_optimizer,
+            "`overlap_param_gather` needs `use_distributed_optimizer`, but got (overlap_param_gather=True, "
+            "use_distributed_optimizer=False); add --use-distributed-optimizer")
+    require(not parallel.tp_comm_overlap or sequence_parallel,
+            f"`tp_comm_overlap` needs sequence_parallel with tensor_model_parallel_size > 1, but got "
+            f"(tp_comm_overlap=True, sequence_parallel={parallel.sequence_parallel}, tensor_model_parallel_size={tp})")
+    schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
+    return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
+                  virtual_pipeline_size=vpp, stage_chunk_layers=chunks, schedule=schedule,
+                  sequence_parallel=sequence_parallel, recompute_granularity=granularity,
+                  recompute_method=method, recompute_num_layers=recompute_layers,
+                  groups=_group_placements(parallel, cluster, dp))

@@ -1,0 +1,139 @@
+"""The model spec: one field per Megatron-LM model argument."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from echo_tune.config._checks import require, require_choice, require_positive
+
+NORMALIZATIONS = ("LayerNorm", "RMSNorm")
+POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer, described with Megatron-LM's argument names.
+
+    Optional fields left as ``None`` take Megatron's defaults (see the properties below).
+    """
+
+    name: str = "custom"
+    """Preset or file name, for reports only."""
+
+    num_layers: int
+    """``--num-layers``: number of transformer layers."""
+
+    hidden_size: int
+    """``--hidden-size``: transformer hidden size h."""
+
+    num_attention_heads: int
+    """``--num-attention-heads``: number of query heads a."""
+
+    num_query_groups: int | None = None
+    """``--num-query-groups``: key/value heads for grouped-query attention; None means a (MHA)."""
+
+    ffn_hidden_size: int | None = None
+    """``--ffn-hidden-size``: MLP inner size; None means 4h (Megatron's default)."""
+
+    kv_channels: int | None = None
+    """``--kv-channels``: size of one attention head; None means h / a."""
+
+    seq_length: int
+    """``--seq-length``: tokens per sample s."""
+
+    vocab_size: int
+    """Tokenizer vocabulary size before padding (Megatron pads it, see ``padded_vocab_size``)."""
+
+    make_vocab_size_divisible_by: int = 128
+    """``--make-vocab-size-divisible-by``: the padded vocabulary is a multiple of this times TP."""
+
+    swiglu: bool = False
+    """``--swiglu``: gated SiLU MLP (two input projections) instead of GeLU."""
+
+    normalization: str = "LayerNorm"
+    """``--normalization``: LayerNorm or RMSNorm."""
+
+    untie_embeddings_and_output_weights: bool = False
+    """``--untie-embeddings-and-output-weights``: separate input embedding and output layer weights."""
+
+    use_flash_attn: bool = False
+    """``--use-flash-attn``: fused flash attention (no s x s score matrix kept for backward)."""
+
+    position_embedding_type: str = "learned_absolute"
+    """``--position-embedding-type``: learned_absolute, rope or none."""
+
+    add_bias_linear: bool = True
+    """False is ``--disable-bias-linear``: no biases in the linear layers."""
+
+    hidden_dropout: float = 0.1
+    """``--hidden-dropout``: dropout after attention and MLP (0 removes the dropout kernels)."""
+
+    attention_dropout: float = 0.1
+    """``--attention-dropout``: dropout on the attention probabilities."""
+
+    def __post_init__(self) -> None:
+        for field in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
+                      "make_vocab_size_divisible_by"):
+            require_positive(field, getattr(self, field))
+        for field in ("num_query_groups", "ffn_hidden_size", "kv_channels"):
+            if getattr(self, field) is not None:
+                require_positive(field, getattr(self, field))
+        require_choice("normalization", self.normalization, NORMALIZATIONS)
+        require_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
+        for field in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, field)
+            require(0.0 <= value < 1.0, f"`0 <= {field} < 1` must hold, but got ({field}={value})")
+        if self.kv_channels is None:
+            require(self.hidden_size % self.num_attention_heads == 0,
+                    f"`hidden_size % num_attention_heads == 0` must hold when kv_channels is unset, but got "
+                    f"(hidden_size={self.hidden_size}, num_attention_heads={self.num_attention_heads}); "
+                    f"set kv_channels or change the head count")
+        groups = self.query_groups
+        require(self.num_attention_heads % groups == 0,
+                f"`num_attention_heads % num_query_groups == 0` must hold, but got "
+                f"(num_attention_heads={self.num_attention_heads}, num_query_groups={groups})")
+
+    # --- derived values (never inputs) ---
+    @property
+    def query_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    def padded_vocab_size(self, tensor_model_parallel_size: int = 1) -> int:
+        """Vocabulary padded as Megatron pads it: to a multiple of make_vocab_size_divisible_by x TP."""
+        multiple = self.make_vocab_size_divisible_by * tensor_model_parallel_size
+        return -(-self.vocab_size // multiple) * multiple
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer (unsharded)."""
+        h, d, a, g, f = self.hidden_size, self.head_dim, self.num_attention_heads, self.query_groups, self.ffn_size
+        bias = self.add_bias_linear
+        qkv = h * (a + 2 * g) * d + (bias and (a + 2 * g) * d)
+        proj = a * d * h + (bias and h)
+        fc1_out = 2 * f if self.swiglu else f
+        mlp = h * fc1_out + (bias and fc1_out) + f * h + (bias and h)
+        norms = 2 * h * (2 if self.normalization == "LayerNorm" else 1)
+        return qkv + proj + mlp + norms
+
+    def embedding_params(self, tensor_model_parallel_size: int = 1) -> int:
+        v = self.padded_vocab_size(tensor_model_parallel_size) * self.hidden_size
+        pos = self.seq_length * self.hidden_size if self.position_embedding_type == "learned_absolute" else 0
+        return v + pos
+
+    def num_params(self, tensor_model_parallel_size: int = 1) -> int:
+        """All parameters, counting a tied output layer once."""
+        h = self.hidden_size
+        final_norm = h * (2 if self.normalization == "LayerNorm" else 1)
+        out = self.padded_vocab_size(tensor_model_parallel_size) * h if self.untie_embeddings_and_output_weights else 0
+        return self.num_layers * self.layer_params() + self.embedding_params(tensor_model_parallel_size) + final_norm + out
+
+    def replace(self, **changes) -> "ModelSpec":
+        return dataclasses.replace(self, **changes)

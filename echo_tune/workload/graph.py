@@ -1,0 +1,71 @@
+"""The traced workload: what one rank executes for one micro-batch, op by op.
+
+A ``Trace`` is produced by ``echo_tune.workload.tracer`` (ex-situ, on the ``meta`` device) and
+consumed by the cost models and the schedule simulator. It holds no timing: only what ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Op kinds the cost model knows how to time.
+OP_KINDS = ("gemm", "attention", "memory", "collective")
+# Collective names follow nccl-tests; size_bytes follows nccl-tests' "size" column convention:
+# all_reduce: the buffer; all_gather: the gathered output; reduce_scatter: the full input;
+# send_recv / broadcast: the message; all_to_all: the whole send buffer of one rank.
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
+GROUPS = ("tp", "cp", "dp", "pp")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Op:
+    """One recorded operation."""
+
+    name: str
+    """The aten op (``aten.mm``) or, for collectives, ``all_gather`` etc."""
+    kind: str
+    """One of OP_KINDS: gemm (matmul-like, tensor cores), attention (fused flash kernel), memory
+    (memory-bound: norms, activations, dropout, softmax, adds, copies), collective."""
+    phase: str
+    """"fwd" or "bwd"."""
+    region: str
+    """Which part of the model recorded it, e.g. "core_attention" (what selective recompute replays)."""
+    flops: float = 0.0
+    """Floating-point operations (a multiply-add counts 2)."""
+    bytes: float = 0.0
+    """Bytes read plus written in HBM (memory-bound cost)."""
+    gemm_mnk: tuple[int, int, int] | None = None
+    """For gemm: (m, n, k) with any batch folded into m, for the efficiency surface."""
+    collective: str | None = None
+    """For collective: one of COLLECTIVES."""
+    group: str | None = None
+    """For collective: one of GROUPS."""
+    size_bytes: int = 0
+    """For collective: message size in nccl-tests' convention (see COLLECTIVES above)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trace:
+    """One micro-batch of one model piece (a transformer layer, the embedding, or the output layer)."""
+
+    piece: str
+    """"layer", "embedding" or "output"."""
+    forward: tuple[Op, ...]
+    backward: tuple[Op, ...]
+    activation_bytes: int
+    """Bytes kept from forward to backward (saved-tensor hooks, parameters excluded)."""
+    activation_bytes_by_region: dict[str, int] = field(default_factory=dict)
+    input_bytes: int = 0
+    """Bytes of the piece's input tensor (what full recompute keeps per checkpointed layer)."""
+    output_bytes: int = 0
+    """Bytes of the piece's output (the pipeline p2p message when it ends a stage)."""
+    param_count: int = 0
+    """Parameters held by this rank for this piece (already sharded by TP)."""
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(op.flops for op in self.forward)
+
+    @property
+    def backward_flops(self) -> float:
+        return sum(op.flops for op in self.backward)
