@@ -1,0 +1,119 @@
+"""Load models, GPUs and clusters from presets or YAML files, with one-line errors for bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from echo_tune.config.cluster import ClusterSpec, GPUSpec
+from echo_tune.config.model import ModelSpec
+from echo_tune.errors import ConfigError
+
+CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node",
+                "nic_bandwidth_gbit_s", "profile", "source")
+
+
+@functools.cache
+def _preset_table(kind: str) -> dict[str, dict]:
+    text = resources.files("echo_tune.config").joinpath("presets", f"{kind}.yaml").read_text()
+    return {k: v for k, v in yaml.safe_load(text).items() if not k.startswith("_")}
+
+
+def preset_names(kind: str) -> list[str]:
+    """Names of the shipped presets of ``kind`` ("models", "gpus" or "clusters")."""
+    return sorted(_preset_table(kind))
+
+
+def read_yaml(path: Path, what: str) -> dict:
+    """Read a YAML mapping, or raise a one-line ConfigError that says what is wrong with the file."""
+    if not path.is_file():
+        raise ConfigError(f"{what} file {str(path)!r} does not exist; give a preset name or an existing YAML path")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{what} file {str(path)!r} is not valid YAML{where}: "
+                          f"{getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} file {str(path)!r} must hold a YAML mapping of keys to values, "
+                          f"but got {type(data).__name__}")
+    return data
+
+
+def check_keys(data: dict, allowed: tuple[str, ...] | list[str], what: str) -> None:
+    unknown = sorted(set(map(str, data)) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown {what} key(s) {unknown}; allowed keys are {sorted(allowed)}")
+
+
+def build(cls: type, data: dict[str, Any], what: str):
+    """Construct a frozen spec from a mapping, turning type errors into one-line ConfigErrors."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    check_keys(data, list(fields), what)
+    missing = sorted(n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
+                     and f.default_factory is dataclasses.MISSING)
+    if missing:
+        raise ConfigError(f"{what} is missing required key(s) {missing}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise ConfigError(f"bad {what}: {exc}") from None
+
+
+def _is_path(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml")) or "/" in ref
+
+
+def load_model(ref: str | Path) -> ModelSpec:
+    """A model preset name (``gpt3-175b``) or a YAML file of ModelSpec fields."""
+    ref = str(ref)
+    if _is_path(ref):
+        data = read_yaml(Path(ref), "model")
+        data.setdefault("name", Path(ref).stem)
+        return build(ModelSpec, data, "model")
+    table = _preset_table("models")
+    if ref not in table:
+        raise ConfigError(f"unknown model preset {ref!r}; choose one of {preset_names('models')} or give a YAML file")
+    return build(ModelSpec, {"name": ref, **table[ref]}, "model")
+
+
+def load_gpu(ref: str | dict) -> GPUSpec:
+    if isinstance(ref, dict):
+        return build(GPUSpec, ref, "gpu")
+    table = _preset_table("gpus")
+    if ref not in table:
+        raise ConfigError(f"unknown GPU preset {ref!r}; choose one of {preset_names('gpus')}")
+    return build(GPUSpec, {"name": ref, **table[ref]}, "gpu")
+
+
+def cluster_from_dict(data: dict, *, name: str, base_dir: Path | None = None) -> ClusterSpec:
+    """Build a ClusterSpec from the keys of a cluster file; ``profile`` is resolved against ``base_dir``."""
+    check_keys(data, CLUSTER_KEYS, "cluster")
+    data = dict(data)
+    data.setdefault("name", name)
+    if "gpu" not in data:
+        raise ConfigError(f"cluster {name!r} is missing required key 'gpu' (a GPU preset: {preset_names('gpus')})")
+    data["gpu"] = load_gpu(data["gpu"])
+    if data.get("profile") is not None:
+        profile = Path(data["profile"])
+        data["profile"] = profile if profile.is_absolute() or base_dir is None else base_dir / profile
+    return build(ClusterSpec, data, "cluster")
+
+
+def load_cluster(ref: str | Path) -> ClusterSpec:
+    """A cluster preset name (``a100-80gb``) or a YAML file with the cluster keys."""
+    ref = str(ref)
+    if _is_path(ref):
+        path = Path(ref)
+        return cluster_from_dict(read_yaml(path, "cluster"), name=path.stem, base_dir=path.parent)
+    table = _preset_table("clusters")
+    if ref not in table:
+        raise ConfigError(f"unknown cluster preset {ref!r}; choose one of {preset_names('clusters')} "
+                          f"or give a YAML file")
+    return cluster_from_dict(table[ref], name=ref)
