@@ -1,0 +1,62 @@
+"""The ``echo-tune`` command: a thin dispatcher over the library.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args) -> int``.
+Errors raised on purpose (``EchoTuneError``) print one line on stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from echo_tune.errors import EchoTuneError
+
+# subcommand -> module under echo_tune.cli
+SUBCOMMANDS = {
+    "simulate": "simulate",
+    "search": "search",
+    "rank": "rank",
+    "bench": "bench",
+    "calibrate": "calibrate",
+    "validate": "validate",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors in one line with exit code 2."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        sys.stderr.write(f"echo-tune: error: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="echo-tune", description="Find the fastest Megatron-LM layout before booking GPUs.")
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, module_name in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(f"echo_tune.cli.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"echo_tune.cli.{module_name}":
+                raise
+            continue  # subcommand not built yet
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except EchoTuneError as exc:
+        sys.stderr.write(f"echo-tune {args.command}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"echo-tune {args.command}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""Compute-op time: a GEMM efficiency surface, fused attention, memory-bound ops, launch overhead.
+
+    gemm:      time = max(flops / (peak * e_max * g(m) g(n) g(k)), bytes / hbm) + launch
+    attention: time = max(flops / (peak * attention_efficiency), bytes / hbm) + launch
+    memory:    time = bytes / hbm + launch
+
+with the saturation g(x) = x / (x + x_half): small dimensions leave tensor cores idle (tile
+quantisation and wave tails). e_max, x_half, the HBM bandwidth and the launch cost come from the
+cluster's calibration profile.
+"""
+
+from __future__ import annotations
+
+from echo_tune.config.cluster import GPUSpec
+from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.workload.graph import Op
+
+
+def gemm_efficiency(m: float, n: float, k: float, profile: CalibrationProfile) -> float:
+    """Fraction of dense peak a GEMM of shape (m, n, k) reaches."""
+    half = profile.gemm_half_saturation_dim
+    return profile.gemm_max_efficiency * (m / (m + half)) * (n / (n + half)) * (k / (k + half))
+
+
+def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str) -> float:
+    """Time of one compute op on an otherwise idle GPU (collectives are timed in comm.py)."""
+    memory_s = op.bytes / (profile.memory_bandwidth_gbyte_s * 1e9)
+    peak_flops = gpu.peak_tflops(precision) * 1e12
+    if op.kind == "gemm":
+        m, n, k = op.gemm_mnk or (4096, 4096, 4096)
+        compute_s = op.flops / (peak_flops * gemm_efficiency(m, n, k, profile))
+    elif op.kind == "attention":
+        compute_s = op.flops / (peak_flops * profile.attention_efficiency)
+    else:
+        compute_s = 0.0
+    return max(compute_s, memory_s) + profile.kernel_launch_overhead_s

@@ -1,0 +1,186 @@
+"""Calibration profiles: every coefficient the cost models use, as data.
+
+A profile is either *measured* (fitted by ``echo-tune calibrate fit``) or *datasheet-derived*
+(``default_profile``: datasheet peaks times stated efficiency assumptions). Reports say which.
+
+YAML layout (version 1)::
+
+    version: 1
+    name: my-cluster
+    measured: true                    # false = derived from datasheets, not measured
+    gpu: h800-sxm
+    provenance: {files: [...], created: ..., hardware: ..., notes: ...}
+    compute:
+      gemm_max_efficiency: 0.8        # fraction of dense peak reached by large GEMMs
+      gemm_half_saturation_dim: 128   # a GEMM dimension this size halves that dimension's efficiency
+      memory_bandwidth_gbyte_s: 1800  # achieved HBM bandwidth of memory-bound kernels
+      kernel_launch_overhead_s: 4.0e-6
+      attention_efficiency: 0.6       # fused (flash) attention: fraction of dense peak
+    comm:
+      intra_node:                     # collective -> coefficients; "default" is the fallback
+        default: {latency_s: 6.0e-6, bus_bandwidth_gbyte_s: 230}
+      inter_node:                     # bus bandwidth is one GPU's share of its node's NICs
+        default: {latency_s: 12.0e-6, bus_bandwidth_gbyte_s: 18}
+    interference:
+      compute_slowdown: 1.08          # compute kernels run this much slower while a collective runs
+      comm_slowdown: 1.05             # collectives run this much slower beside compute
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from echo_tune.config._checks import require, require_positive
+from echo_tune.config.cluster import ClusterSpec, GPUSpec
+from echo_tune.errors import ConfigError
+
+PROFILE_VERSION = 1
+SCOPES = ("intra_node", "inter_node")
+
+# Efficiency assumptions of datasheet-derived profiles. Each is a physical fraction of a datasheet
+# number, stated here so a reader can replace it with a measurement (``echo-tune calibrate``).
+# - Large cuBLAS fp16/bf16 GEMMs reach ~80% of dense tensor-core peak on A100 and H100 (NVIDIA's
+#   "Matrix Multiplication Background" guide and public cuBLAS benchmarks show 75-90%).
+DATASHEET_GEMM_EFFICIENCY = 0.80
+# - A GEMM dimension of 128 (one CTA tile) is half-efficient: saturation g(x) = x / (x + 128).
+DATASHEET_GEMM_HALF_SATURATION_DIM = 128.0
+# - Streaming kernels reach ~85% of HBM datasheet bandwidth (STREAM-like copy on A100/H100).
+DATASHEET_MEMORY_EFFICIENCY = 0.85
+# - CUDA kernel launch + tail cost ~4 us per kernel in an eager PyTorch step.
+DATASHEET_KERNEL_LAUNCH_S = 4.0e-6
+# - FlashAttention-2 forward+backward reaches ~50-70% of peak on A100/H100 (Dao 2023, arXiv 2307.08691).
+DATASHEET_ATTENTION_EFFICIENCY = 0.55
+# - NCCL's bus bandwidth reaches ~80% of NVLink one-direction line rate, and of NIC line rate.
+DATASHEET_LINK_EFFICIENCY = 0.80
+# - Per-step latency of a ring step: ~5 us inside a node (NVLink), ~10 us across nodes (IB).
+DATASHEET_INTRA_LATENCY_S = 5.0e-6
+DATASHEET_INTER_LATENCY_S = 10.0e-6
+# - Echo (arXiv 2412.12487) measures compute kernels slowed by communication overlap; absent a
+#   measurement we assume a 10% slowdown of compute and 5% of communication.
+DATASHEET_COMPUTE_SLOWDOWN = 1.10
+DATASHEET_COMM_SLOWDOWN = 1.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkCoefficients:
+    """Latency-bandwidth coefficients of one collective in one scope."""
+
+    latency_s: float
+    """Fixed cost of one algorithm step (alpha)."""
+    bus_bandwidth_gbyte_s: float
+    """Large-message bus bandwidth in nccl-tests' busbw convention (inter_node: per GPU's NIC share)."""
+
+    def __post_init__(self) -> None:
+        require(self.latency_s >= 0, f"`latency_s >= 0` must hold, but got (latency_s={self.latency_s})")
+        require_positive("bus_bandwidth_gbyte_s", self.bus_bandwidth_gbyte_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationProfile:
+    """All cost-model coefficients of one cluster."""
+
+    name: str
+    gpu: str
+    measured: bool
+    gemm_max_efficiency: float
+    gemm_half_saturation_dim: float
+    memory_bandwidth_gbyte_s: float
+    kernel_launch_overhead_s: float
+    attention_efficiency: float
+    comm: dict[str, dict[str, LinkCoefficients]]
+    compute_slowdown: float = 1.0
+    comm_slowdown: float = 1.0
+    provenance: dict = field(default_factory=dict)
+    version: int = PROFILE_VERSION
+
+    def __post_init__(self) -> None:
+        for name in ("gemm_max_efficiency", "attention_efficiency"):
+            value = getattr(self, name)
+            require(0 < value <= 1, f"`0 < {name} <= 1` must hold, but got ({name}={value})")
+        for name in ("gemm_half_saturation_dim", "memory_bandwidth_gbyte_s"):
+            require_positive(name, getattr(self, name))
+        for name in ("compute_slowdown", "comm_slowdown"):
+            value = getattr(self, name)
+            require(value >= 1, f"`{name} >= 1` must hold, but got ({name}={value})")
+        for scope in SCOPES:
+            require(scope in self.comm and "default" in self.comm[scope],
+                    f"profile {self.name!r} needs comm.{scope}.default coefficients")
+
+    def link(self, scope: str, collective: str) -> LinkCoefficients:
+        table = self.comm[scope]
+        return table.get(collective, table["default"])
+
+    @property
+    def label(self) -> str:
+        return "measured" if self.measured else "datasheet-derived (not measured)"
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["comm"] = {s: {c: dataclasses.asdict(v) for c, v in t.items()} for s, t in self.comm.items()}
+        compute = {k: data.pop(k) for k in ("gemm_max_efficiency", "gemm_half_saturation_dim",
+                                            "memory_bandwidth_gbyte_s", "kernel_launch_overhead_s",
+                                            "attention_efficiency")}
+        interference = {k: data.pop(k) for k in ("compute_slowdown", "comm_slowdown")}
+        head = {k: data.pop(k) for k in ("version", "name", "measured", "gpu", "provenance")}
+        return {**head, "compute": compute, "comm": data.pop("comm"), "interference": interference}
+
+
+def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
+    """Datasheet-derived profile for a cluster (labelled as not measured)."""
+    gpu: GPUSpec = cluster.gpu
+    intra = LinkCoefficients(latency_s=DATASHEET_INTRA_LATENCY_S,
+                             bus_bandwidth_gbyte_s=cluster.intra_node_bandwidth_gbyte_s * DATASHEET_LINK_EFFICIENCY)
+    inter = LinkCoefficients(latency_s=DATASHEET_INTER_LATENCY_S,
+                             bus_bandwidth_gbyte_s=cluster.inter_node_bandwidth_per_gpu_gbyte_s
+                             * DATASHEET_LINK_EFFICIENCY)
+    return CalibrationProfile(
+        name=f"{cluster.name}-datasheet", gpu=gpu.name, measured=False,
+        gemm_max_efficiency=DATASHEET_GEMM_EFFICIENCY,
+        gemm_half_saturation_dim=DATASHEET_GEMM_HALF_SATURATION_DIM,
+        memory_bandwidth_gbyte_s=gpu.memory_bandwidth_gbyte_s * DATASHEET_MEMORY_EFFICIENCY,
+        kernel_launch_overhead_s=DATASHEET_KERNEL_LAUNCH_S,
+        attention_efficiency=DATASHEET_ATTENTION_EFFICIENCY,
+        comm={"intra_node": {"default": intra}, "inter_node": {"default": inter}},
+        compute_slowdown=DATASHEET_COMPUTE_SLOWDOWN, comm_slowdown=DATASHEET_COMM_SLOWDOWN,
+        provenance={"source": f"datasheet numbers of {gpu.name} ({gpu.source}) and {cluster.name} "
+                              f"({cluster.source}) times the DATASHEET_* efficiencies in cost/profile.py"})
+
+
+def profile_from_dict(data: dict, *, where: str = "profile") -> CalibrationProfile:
+    """Parse the YAML layout above; unknown or missing keys give one-line ConfigErrors."""
+    from echo_tune.config.loading import check_keys
+
+    check_keys(data, ("version", "name", "measured", "gpu", "provenance", "compute", "comm", "interference"), where)
+    version = data.get("version", PROFILE_VERSION)
+    require(version == PROFILE_VERSION, f"{where}: `version == {PROFILE_VERSION}` must hold, but got (version={version})")
+    try:
+        comm = {scope: {name: LinkCoefficients(**coeffs) for name, coeffs in table.items()}
+                for scope, table in (data.get("comm") or {}).items()}
+        return CalibrationProfile(name=data.get("name", where), gpu=data.get("gpu", ""),
+                                  measured=bool(data.get("measured", False)), comm=comm,
+                                  provenance=data.get("provenance") or {}, version=version,
+                                  **(data.get("compute") or {}), **(data.get("interference") or {}))
+    except (TypeError, AttributeError) as exc:
+        raise ConfigError(f"{where}: bad profile contents: {exc}") from None
+
+
+def load_profile(path: str | Path) -> CalibrationProfile:
+    from echo_tune.config.loading import read_yaml
+
+    path = Path(path)
+    return profile_from_dict(read_yaml(path, "profile"), where=f"profile {str(path)!r}")
+
+
+def save_profile(profile: CalibrationProfile, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
+
+
+def profile_for(cluster: ClusterSpec) -> CalibrationProfile:
+    """The cluster's own profile file if it names one, else the datasheet-derived default."""
+    return load_profile(cluster.profile) if cluster.profile is not None else default_profile(cluster)
