@@ -1,0 +1,92 @@
+"""Pieces the subcommands share: Megatron layout flags, spec building, JSON and table output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from echo_tune.config.loading import build, load_model
+from echo_tune.config.megatron_args import MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
+
+PRECISION_FLAGS = {"bf16": "--bf16", "fp16": "--fp16", "fp32": "--fp32"}
+
+
+def _add_flag(parser: argparse.ArgumentParser, field: str, flag: str, kind: str, extra: tuple[str, ...] = ()) -> None:
+    if kind == "flag":
+        parser.add_argument(flag, *extra, dest=field, action="store_const", const=True, default=None)
+    elif kind == "not_flag":
+        parser.add_argument(flag, dest=field, action="store_const", const=False, default=None)
+    else:
+        parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str}[kind],
+                            default=None, metavar=field.upper())
+
+
+def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every model and layout setting as its Megatron-LM flag, plus --megatron-args."""
+    layout = parser.add_argument_group("parallel layout (Megatron-LM flags)")
+    for field, (flag, kind) in PARALLEL_FLAGS.items():
+        extra = ("--virtual-pipeline-model-parallel-size",) if field == "virtual_pipeline_model_parallel_size" else ()
+        _add_flag(layout, field, flag, kind, extra)
+    precision = layout.add_mutually_exclusive_group()
+    for name, flag in PRECISION_FLAGS.items():
+        precision.add_argument(flag, dest="precision", action="store_const", const=name, default=None,
+                               help=f"train in {name}" + (" (default)" if name == "bf16" else ""))
+    overrides = parser.add_argument_group("model overrides (Megatron-LM flags; change the --model preset)")
+    for field, (flag, kind) in MODEL_FLAGS.items():
+        _add_flag(overrides, field, flag, kind)
+    parser.add_argument("--megatron-args", metavar="LINE",
+                        help="a pasted Megatron-LM launch line; its model and layout flags are read, others ignored")
+
+
+def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gpt3-175b",
+                    default_global_batch_size: int | None = None) -> tuple[ModelSpec, ParallelConfig, list[str]]:
+    """Model and layout from --model, --megatron-args and explicit flags (explicit flags win)."""
+    notes: list[str] = []
+    model_fields, parallel_fields, precision = {}, {}, None
+    if args.megatron_args:
+        model_fields, parallel_fields, precision, ignored = parse_megatron_line(args.megatron_args)
+        if ignored:
+            notes.append(f"ignored {len(ignored)} Megatron flag(s) that do not shape the step: {' '.join(ignored)}")
+        if precision is None:
+            precision = "fp32"
+            notes.append("the Megatron line has neither --bf16 nor --fp16: fp32, as Megatron-LM would train")
+    for field in MODEL_FLAGS:
+        if getattr(args, field, None) is not None:
+            model_fields[field] = getattr(args, field)
+    for field in PARALLEL_FLAGS:
+        if getattr(args, field, None) is not None:
+            parallel_fields[field] = getattr(args, field)
+    precision = args.precision or precision or "bf16"
+    # A pasted Megatron line describes its own model (Megatron's defaults fill the rest), unless
+    # --model names a preset or file to start from.
+    model_ref = getattr(args, "model", None) or (None if args.megatron_args else default_model)
+    if model_ref is not None:
+        base = load_model(model_ref)
+        model = base.replace(**model_fields) if model_fields else base
+    else:
+        model = build(ModelSpec, {"name": "megatron-args", **model_fields},
+                      "model from --megatron-args (add the missing flags to the line, or --model PRESET)")
+    if "global_batch_size" not in parallel_fields and default_global_batch_size is not None:
+        parallel_fields["global_batch_size"] = default_global_batch_size
+    parallel = build(ParallelConfig, {**parallel_fields, "precision": precision}, "parallel layout")
+    return model, parallel, notes
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def human_bytes(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def human_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"

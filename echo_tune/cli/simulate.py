@@ -1,0 +1,93 @@
+"""``echo-tune simulate``: one layout, one step, where the time goes and whether it fits."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from echo_tune.cli.common import add_layout_arguments, human_bytes, human_time, print_json, specs_from_args
+from echo_tune.config.loading import load_cluster
+from echo_tune.cost.profile import load_profile
+from echo_tune.sim.report import StepReport
+from echo_tune.sim.simulate import simulate
+from echo_tune.sim.trace_export import write_chrome_trace
+
+DEFAULT_MODEL, DEFAULT_CLUSTER, DEFAULT_NUM_GPUS = "gpt3-175b", "a100-80gb", 1024
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "simulate", help="simulate one training step of a Megatron-LM layout",
+        description="Simulate one training step. Without arguments: GPT-3 175B on 1024 A100-80GB, "
+                    "TP8 PP16, micro-batch 1, global batch 1536, full recompute.")
+    parser.add_argument("--model", help="model preset or YAML file (default gpt3-175b)")
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset or YAML file (default a100-80gb)")
+    parser.add_argument("--num-gpus", type=int, default=None, help=f"GPUs in the run (default {DEFAULT_NUM_GPUS})")
+    parser.add_argument("--profile", help="calibration profile YAML (overrides the cluster's)")
+    parser.add_argument("--trace", metavar="FILE", help="write the simulated timeline as Chrome-trace JSON (Perfetto)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_layout_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def _defaults(args: argparse.Namespace) -> None:
+    """The built-in default run: GPT-3 175B on 1024 A100-80GB (Narayanan et al. 2021 style layout)."""
+    if args.model or args.megatron_args or args.num_gpus is not None:
+        return
+    for field, value in (("tensor_model_parallel_size", 8), ("pipeline_model_parallel_size", 16),
+                         ("micro_batch_size", 1), ("global_batch_size", 1536), ("recompute_granularity", "full")):
+        if getattr(args, field) is None:
+            setattr(args, field, value)
+
+
+def run(args: argparse.Namespace) -> int:
+    _defaults(args)
+    model, parallel, notes = specs_from_args(args, default_model=DEFAULT_MODEL)
+    cluster = load_cluster(args.cluster)
+    profile = load_profile(args.profile) if args.profile else None
+    num_gpus = args.num_gpus if args.num_gpus is not None else DEFAULT_NUM_GPUS
+    report = simulate(model, cluster, num_gpus, parallel, profile=profile, timeline=bool(args.trace))
+    if args.trace:
+        write_chrome_trace(report, args.trace)
+        notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
+    if args.json:
+        data = report.to_dict()
+        data["notes"] = list(report.notes) + notes
+        print_json(data)
+    else:
+        print_report(report, notes)
+    return 0
+
+
+def print_report(report: StepReport, notes: list[str], console: Console | None = None) -> None:
+    console = console or Console()
+    cfg = report.config
+    title = (f"{cfg['model']} on {cfg['num_gpus']} x {cfg['cluster']}: TP{cfg['tensor_model_parallel_size']} "
+             f"PP{cfg['pipeline_model_parallel_size']} CP{cfg['context_parallel_size']} DP{cfg['data_parallel_size']}, "
+             f"micro-batch {cfg['micro_batch_size']} x {cfg['num_micro_batches']}, global batch {cfg['global_batch_size']}")
+    table = Table(title=title, show_header=True)
+    table.add_column("step part")
+    table.add_column("time", justify="right")
+    table.add_column("share", justify="right")
+    for name, seconds in report.breakdown_s.items():
+        table.add_row(name, human_time(seconds), f"{100 * seconds / report.step_time_s:.1f}%")
+    table.add_row("[bold]step time[/bold]", f"[bold]{human_time(report.step_time_s)}[/bold]", "100%")
+    console.print(table)
+    console.print(f"throughput {report.tokens_per_s:,.0f} tokens/s, {report.model_tflops_per_gpu:.1f} model "
+                  f"TFLOP/s per GPU, MFU {100 * report.mfu:.1f}%  (critical stage {report.critical_stage})")
+    mem = Table(title="memory per GPU, by pipeline stage", show_header=True)
+    for col in ("stage", "weights", "grads", "optimizer", "activations", "total"):
+        mem.add_column(col, justify="right")
+    stages = report.stage_memory
+    shown = stages if len(stages) <= 6 else stages[:3] + stages[-2:]
+    for m in shown:
+        mem.add_row(str(m.stage), human_bytes(m.weights_bytes), human_bytes(m.gradients_bytes),
+                    human_bytes(m.optimizer_bytes), human_bytes(m.activations_bytes), human_bytes(m.total_bytes))
+    console.print(mem)
+    style = "green" if report.fits_memory else "bold red"
+    console.print(f"[{style}]{report.memory_verdict()}[/{style}]")
+    console.print(f"[dim]profile: {report.profile}[/dim]")
+    for note in notes:
+        console.print(f"[dim]note: {note}[/dim]")

@@ -1,0 +1,130 @@
+"""Megatron-LM command-line flags: one table that maps them to echo-tune's spec fields.
+
+It serves three uses: the CLI's layout flags, reading a pasted Megatron launch line
+(``--megatron-args``), and writing the best layout back as flags (``megatron_args.txt``).
+
+Every flag in MEGATRON_FLAGS exists in Megatron-LM's ``megatron/training/arguments.py``
+(checked against NVIDIA/Megatron-LM main, 2024-2025; ``--num-virtual-stages-per-pipeline-rank`` is
+the flag behind ``args.virtual_pipeline_model_parallel_size``).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from echo_tune.errors import ConfigError
+
+# field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false).
+MODEL_FLAGS: dict[str, tuple[str, str]] = {
+    "num_layers": ("--num-layers", "int"),
+    "hidden_size": ("--hidden-size", "int"),
+    "num_attention_heads": ("--num-attention-heads", "int"),
+    "num_query_groups": ("--num-query-groups", "int"),
+    "ffn_hidden_size": ("--ffn-hidden-size", "int"),
+    "kv_channels": ("--kv-channels", "int"),
+    "seq_length": ("--seq-length", "int"),
+    "vocab_size": ("--vocab-size", "int"),
+    "make_vocab_size_divisible_by": ("--make-vocab-size-divisible-by", "int"),
+    "swiglu": ("--swiglu", "flag"),
+    "normalization": ("--normalization", "str"),
+    "untie_embeddings_and_output_weights": ("--untie-embeddings-and-output-weights", "flag"),
+    "use_flash_attn": ("--use-flash-attn", "flag"),
+    "position_embedding_type": ("--position-embedding-type", "str"),
+    "add_bias_linear": ("--disable-bias-linear", "not_flag"),
+    "hidden_dropout": ("--hidden-dropout", "float"),
+    "attention_dropout": ("--attention-dropout", "float"),
+}
+PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
+    "tensor_model_parallel_size": ("--tensor-model-parallel-size", "int"),
+    "pipeline_model_parallel_size": ("--pipeline-model-parallel-size", "int"),
+    "context_parallel_size": ("--context-parallel-size", "int"),
+    "virtual_pipeline_model_parallel_size": ("--num-virtual-stages-per-pipeline-rank", "int"),
+    "num_layers_per_virtual_pipeline_stage": ("--num-layers-per-virtual-pipeline-stage", "int"),
+    "decoder_first_pipeline_num_layers": ("--decoder-first-pipeline-num-layers", "int"),
+    "decoder_last_pipeline_num_layers": ("--decoder-last-pipeline-num-layers", "int"),
+    "micro_batch_size": ("--micro-batch-size", "int"),
+    "global_batch_size": ("--global-batch-size", "int"),
+    "recompute_granularity": ("--recompute-granularity", "str"),
+    "recompute_method": ("--recompute-method", "str"),
+    "recompute_num_layers": ("--recompute-num-layers", "int"),
+    "sequence_parallel": ("--sequence-parallel", "flag"),
+    "use_distributed_optimizer": ("--use-distributed-optimizer", "flag"),
+    "overlap_grad_reduce": ("--overlap-grad-reduce", "flag"),
+    "overlap_param_gather": ("--overlap-param-gather", "flag"),
+    "tp_comm_overlap": ("--tp-comm-overlap", "flag"),
+}
+# Other real Megatron-LM flags echo-tune writes or reads.
+EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
+               "--virtual-pipeline-model-parallel-size")
+# Accepted spellings that older Megatron versions or users write for the same field.
+ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size",
+           "--checkpoint-activations": "recompute_granularity"}
+
+MEGATRON_FLAGS = frozenset([f for f, _ in MODEL_FLAGS.values()] + [f for f, _ in PARALLEL_FLAGS.values()]
+                           + list(EXTRA_FLAGS))
+
+
+def _convert(flag: str, kind: str, raw: str):
+    try:
+        return {"int": int, "float": float, "str": str}[kind](raw)
+    except ValueError:
+        raise ConfigError(f"{flag} takes a{'n integer' if kind == 'int' else ' number'}, but got ({flag}={raw!r})") from None
+
+
+def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
+    """Read a Megatron launch line: (model fields, parallel fields, precision or None, ignored flags)."""
+    by_flag = {flag: (field, kind, "model") for field, (flag, kind) in MODEL_FLAGS.items()}
+    by_flag |= {flag: (field, kind, "parallel") for field, (flag, kind) in PARALLEL_FLAGS.items()}
+    by_flag["--virtual-pipeline-model-parallel-size"] = ("virtual_pipeline_model_parallel_size", "int", "parallel")
+    try:
+        tokens = shlex.split(line.replace("\\\n", " "))
+    except ValueError as exc:
+        raise ConfigError(f"--megatron-args is not a valid shell line: {exc}") from None
+    model, parallel, precision, ignored = {}, {}, None, []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        flag, _, inline = token.partition("=")
+        flag = flag.replace("_", "-") if flag.startswith("--") else flag
+        i += 1
+        if flag in ("--bf16", "--fp16"):
+            precision = flag[2:]
+            continue
+        if flag == "--checkpoint-activations":  # Megatron 2021 spelling of full, uniform recompute
+            parallel["recompute_granularity"] = "full"
+            continue
+        if flag not in by_flag:
+            if flag.startswith("--"):
+                ignored.append(flag)
+            continue
+        field, kind, target = by_flag[flag]
+        if kind in ("flag", "not_flag"):
+            value = kind == "flag"
+        else:
+            if not inline:
+                if i >= len(tokens):
+                    raise ConfigError(f"{flag} needs a value, but the line ends after it")
+                inline, i = tokens[i], i + 1
+            value = _convert(flag, kind, inline)
+        (model if target == "model" else parallel)[field] = value
+    return model, parallel, precision, ignored
+
+
+def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:
+    """Megatron-LM flags for a model and layout (defaults that Megatron shares are left out)."""
+    out: list[str] = []
+    for table, values in ((MODEL_FLAGS, model_fields), (PARALLEL_FLAGS, parallel_fields)):
+        for field, (flag, kind) in table.items():
+            value = values.get(field)
+            if value is None or (kind == "flag" and not value) or (kind == "not_flag" and value):
+                continue
+            if field == "virtual_pipeline_model_parallel_size" and value == 1:
+                continue
+            out += [flag] if kind in ("flag", "not_flag") else [flag, str(value)]
+            if field == "num_query_groups" and value != model_fields.get("num_attention_heads"):
+                out.insert(len(out) - 2, "--group-query-attention")
+            if field == "seq_length":
+                out += ["--max-position-embeddings", str(value)]
+    if precision in ("bf16", "fp16"):
+        out.append(f"--{precision}")
+    return out

@@ -1,0 +1,78 @@
+"""The step report: step time as a sum of named parts, throughput, MFU and memory per stage."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from echo_tune.sim.memory import StageMemory
+
+# The named parts of a step, in the order reports print them. Their sum is the step time.
+BREAKDOWN_PARTS = (
+    "compute",        # forward + backward kernels (incl. embedding, loss, launch overhead)
+    "recompute",      # forward passes replayed in backward (full or selective recompute)
+    "tp_cp_comm",     # TP/SP and CP collectives left exposed on the critical path
+    "interference",   # compute slowed down where it overlaps communication
+    "pp_bubble",      # pipeline fill and drain: the critical stage idle, waiting for others
+    "pp_p2p",         # pipeline send/recv on the critical path
+    "dp_comm",        # gradient reduction (and embedding sync) not hidden behind backward
+    "optimizer",      # optimizer step and the distributed optimizer's parameter all-gather
+    "other",          # the rest of the critical stage's step (zero unless a part is unattributed)
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepReport:
+    """The simulated step of one layout. ``step_time_s == sum(breakdown_s.values())``."""
+
+    step_time_s: float
+    breakdown_s: dict[str, float]
+    tokens_per_s: float
+    model_flops_per_step: float
+    model_tflops_per_gpu: float
+    mfu: float
+    peak_memory_bytes: int
+    memory_capacity_bytes: int
+    fits_memory: bool
+    stage_memory: tuple[StageMemory, ...]
+    critical_stage: int
+    config: dict
+    profile: str
+    notes: tuple[str, ...] = ()
+    timeline: list = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def worst_stage(self) -> StageMemory:
+        return max(self.stage_memory, key=lambda m: m.total_bytes)
+
+    @property
+    def memory_overshoot_bytes(self) -> int:
+        return max(0, self.peak_memory_bytes - self.memory_capacity_bytes)
+
+    def memory_verdict(self) -> str:
+        worst = self.worst_stage
+        if self.fits_memory:
+            return f"fits: peak {worst.total_bytes / 2**30:.1f} GiB on stage {worst.stage} of " \
+                   f"{self.memory_capacity_bytes / 2**30:.1f} GiB"
+        return (f"does not fit: stage {worst.stage} needs {worst.total_bytes / 2**30:.1f} GiB, "
+                f"{self.memory_overshoot_bytes / 2**30:.1f} GiB over the {self.memory_capacity_bytes / 2**30:.1f} "
+                f"GiB of HBM")
+
+    def to_dict(self) -> dict:
+        """The JSON contract of ``echo-tune simulate --json``."""
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits_memory": self.fits_memory,
+            "memory_verdict": self.memory_verdict(),
+            "critical_stage": self.critical_stage,
+            "breakdown_s": dict(self.breakdown_s),
+            "stage_memory_bytes": [dict(dataclasses.asdict(m), total_bytes=m.total_bytes) for m in self.stage_memory],
+            "config": dict(self.config),
+            "profile": self.profile,
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,151 @@
+"""``simulate``: one training step of a layout, from specs to a StepReport.
+
+specs -> check_compatible -> traced pieces (cached) -> costed passes -> pipeline simulation ->
+DP reduction and optimizer per stage -> the critical stage's step as a sum of named parts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.profile import CalibrationProfile, profile_for
+from echo_tune.errors import ConfigError
+from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
+from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
+from echo_tune.sim.engine import run_pipeline, simulate_pipeline
+from echo_tune.sim.flops import model_flops_per_step
+from echo_tune.sim.memory import stage_memory
+from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
+from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
+
+
+def _p2p_time_s(pieces, layout: Layout, parallel: ParallelConfig, profile: CalibrationProfile) -> float:
+    """Activation (or its gradient) sent between neighbouring stages for one micro-batch.
+
+    Without sequence parallelism Megatron scatters the tensor over the TP ranks, sends 1/TP each, and
+    all-gathers it over NVLink on the receiver (Narayanan et al. 2021, sec. 4.1).
+    """
+    if len(layout.stage_chunk_layers) == 1:
+        return 0.0
+    tp = layout.groups["tp"]
+    size = pieces["layer"].output_bytes
+    pp_pair = GroupPlacement(size=2, ranks_per_node=1 if layout.groups["pp"].crosses_nodes else 2,
+                             num_nodes=2 if layout.groups["pp"].crosses_nodes else 1)
+    if layout.sequence_parallel or tp.size == 1:
+        return collective_time_s("send_recv", size, pp_pair, profile)
+    return (collective_time_s("send_recv", size / tp.size, pp_pair, profile)
+            + collective_time_s("all_gather", size, tp, profile))
+
+
+def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
+    """(forward, backward without recompute, recompute) of one micro-batch of one chunk."""
+    p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
+    layers = layout.stage_chunk_layers[stage][chunk]
+    fwd, bwd = costs.layer_forward.scaled(layers), costs.layer_backward.scaled(layers)
+    rec = ZERO
+    if layout.recompute_granularity == "selective":
+        rec = costs.selective_recompute.scaled(layers)
+    elif layout.recompute_granularity == "full":
+        recomputed = min(layers, layout.recompute_num_layers) if layout.recompute_method == "block" else layers
+        rec = costs.layer_forward.scaled(recomputed)
+    if stage == 0 and chunk == 0:
+        fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
+    if stage == p - 1 and chunk == v - 1:
+        fwd, bwd = fwd + costs.output_forward, bwd + costs.output_backward
+    return fwd, bwd, rec
+
+
+def _embedding_sync_s(model: ModelSpec, layout: Layout, parallel: ParallelConfig, profile) -> float:
+    """Tied embeddings: first and last stage all-reduce the word-embedding gradient."""
+    if model.untie_embeddings_and_output_weights or len(layout.stage_chunk_layers) == 1:
+        return 0.0
+    tp = parallel.tensor_model_parallel_size
+    size = model.padded_vocab_size(tp) // tp * model.hidden_size * grad_bytes_per_param(parallel)
+    crosses = layout.groups["pp"].crosses_nodes
+    pair = GroupPlacement(size=2, ranks_per_node=1 if crosses else 2, num_nodes=2 if crosses else 1)
+    return collective_time_s("all_reduce", size, pair, profile)
+
+
+def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
+             profile: CalibrationProfile | None = None, schedule: str | None = None,
+             timeline: bool = False) -> StepReport:
+    """Simulate one training step. Raises ConfigError for a layout that breaks a rule."""
+    layout = check_compatible(model, cluster, num_gpus, parallel)
+    profile = profile or profile_for(cluster)
+    schedule = schedule or layout.schedule
+    if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
+        raise ConfigError("the gpipe schedule has no interleaving; drop virtual_pipeline_model_parallel_size")
+    p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
+    pieces = trace_pieces(model, parallel, layout)
+    ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
+                      tp_comm_overlap=parallel.tp_comm_overlap)
+    costs = pass_costs(pieces, ctx)
+    passes = [[_chunk_passes(layout, costs, s, c) for c in range(v)] for s in range(p)]
+    fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
+    bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
+    p2p_s = _p2p_time_s(pieces, layout, parallel, profile)
+    run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True) if timeline else \
+        simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
+
+    layer_params = pieces["layer"].param_count
+    emb_sync = _embedding_sync_s(model, layout, parallel, profile)
+    stage_params, tails, finals = [], [], []
+    for s in range(p):
+        chunk_params = [layers * layer_params for layers in layout.stage_chunk_layers[s]]
+        if s == 0:
+            chunk_params[0] += pieces["embedding"].param_count
+        if s == p - 1:
+            chunk_params[-1] += pieces["output"].param_count
+        stage_params.append(sum(chunk_params))
+        last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
+        tail = stage_tail(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,
+                          chunk_backward=last_bwd, compute_end_s=run.end_s[s],
+                          embedding_sync_s=emb_sync if s in (0, p - 1) else 0.0)
+        tails.append(tail)
+        finals.append(run.end_s[s] + tail.dp_exposed_s + tail.interference_s + tail.optimizer_s)
+    crit = max(range(p), key=lambda s: finals[s])
+    step_time = finals[crit]
+
+    fwd_sum = sum((f for f, _, _ in passes[crit]), ZERO).scaled(m)
+    bwd_sum = sum((b for _, b, _ in passes[crit]), ZERO).scaled(m)
+    rec_sum = sum((r for _, _, r in passes[crit]), ZERO).scaled(m)
+    busy = fwd_sum.total_s + bwd_sum.total_s + rec_sum.total_s
+    idle = max(0.0, run.end_s[crit] - busy)
+    p2p_exposed = min(run.critical_p2p_s[crit], idle)
+    tail = tails[crit]
+    parts = {
+        "compute": fwd_sum.compute_s + bwd_sum.compute_s,
+        "recompute": rec_sum.total_s,
+        "tp_cp_comm": fwd_sum.comm_exposed_s + bwd_sum.comm_exposed_s,
+        "interference": fwd_sum.interference_s + bwd_sum.interference_s + tail.interference_s,
+        "pp_bubble": idle - p2p_exposed,
+        "pp_p2p": p2p_exposed,
+        "dp_comm": tail.dp_exposed_s,
+        "optimizer": tail.optimizer_s,
+    }
+    parts["other"] = step_time - sum(parts.values())
+    assert tuple(parts) == BREAKDOWN_PARTS
+
+    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule) for s in range(p))
+    peak = max(mem.total_bytes for mem in memory)
+    flops = model_flops_per_step(model, parallel.global_batch_size)
+    peak_flops = cluster.gpu.peak_tflops(parallel.precision) * 1e12
+    config = {"model": model.name, "cluster": cluster.name, "num_gpus": num_gpus, **parallel.to_dict(),
+              "data_parallel_size": layout.data_parallel_size, "num_micro_batches": m,
+              "pipeline_schedule": schedule, "effective_sequence_parallel": layout.sequence_parallel,
+              "effective_recompute_method": layout.recompute_method,
+              "effective_recompute_num_layers": layout.recompute_num_layers,
+              "model_spec": dataclasses.asdict(model)}
+    return StepReport(
+        step_time_s=step_time, breakdown_s=parts,
+        tokens_per_s=parallel.global_batch_size * model.seq_length / step_time,
+        model_flops_per_step=flops, model_tflops_per_gpu=flops / step_time / num_gpus / 1e12,
+        mfu=flops / (step_time * num_gpus * peak_flops), peak_memory_bytes=peak,
+        memory_capacity_bytes=cluster.gpu.memory_bytes, fits_memory=peak <= cluster.gpu.memory_bytes,
+        stage_memory=memory, critical_stage=crit, config=config,
+        profile=f"{profile.name} ({profile.label})", timeline=run.events if timeline else [])

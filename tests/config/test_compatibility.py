@@ -1,0 +1,97 @@
+"""Every cross-object rule of check_compatible, and the derived Layout."""
+
+import pytest
+
+from echo_tune.config import ParallelConfig, check_compatible, load_cluster, load_model
+from echo_tune.errors import ConfigError
+
+GPT3 = load_model("gpt3-175b")
+LLAMA = load_model("llama3-70b")
+A100 = load_cluster("a100-80gb")
+
+
+def layout(model=GPT3, num_gpus=1024, **kw):
+    kw.setdefault("global_batch_size", 1536)
+    return check_compatible(model, A100, num_gpus, ParallelConfig(**kw))
+
+
+def test_derived_values():
+    lay = layout(tensor_model_parallel_size=8, pipeline_model_parallel_size=16)
+    assert lay.data_parallel_size == 8
+    assert lay.num_micro_batches == 1536 // 8
+    assert lay.stage_layers == (6,) * 16
+    assert lay.schedule == "1f1b"
+    assert lay.groups["tp"].ranks_per_node == 8 and not lay.groups["tp"].crosses_nodes
+    assert lay.groups["dp"].num_nodes == 8 and lay.groups["pp"].num_nodes == 16
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    (dict(tensor_model_parallel_size=7, num_gpus=7), "num_attention_heads % tensor_model_parallel_size"),
+    (dict(model=LLAMA, tensor_model_parallel_size=16, num_gpus=1024), "num_query_groups % tensor_model_parallel_size"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=5, num_gpus=1004),
+     "num_gpus % gpus_per_node"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=3, num_gpus=1024),
+     "world size = TP*PP*CP*DP"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=64, num_gpus=1024), "num_layers % pipeline"),
+    (dict(tensor_model_parallel_size=8, global_batch_size=1000), "global_batch_size % (micro_batch_size"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, virtual_pipeline_model_parallel_size=4),
+     "layers per stage % virtual_pipeline_model_parallel_size"),
+    (dict(tensor_model_parallel_size=8, virtual_pipeline_model_parallel_size=2),
+     "interleaved schedule needs `pipeline_model_parallel_size > 1`"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, virtual_pipeline_model_parallel_size=2,
+          global_batch_size=8 * 24), "num_micro_batches % pipeline_model_parallel_size"),
+    (dict(tensor_model_parallel_size=8, recompute_method="uniform"), "apply only to `recompute_granularity == 'full'`"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, recompute_granularity="full",
+          recompute_method="block", recompute_num_layers=7), "recompute_num_layers <= layers per model chunk"),
+    (dict(tensor_model_parallel_size=8, overlap_param_gather=True), "needs `use_distributed_optimizer`"),
+    (dict(tensor_model_parallel_size=8, tp_comm_overlap=True), "`tp_comm_overlap` needs sequence_parallel"),
+    (dict(tensor_model_parallel_size=8, context_parallel_size=3, num_gpus=1536), "seq_length % (2 * context"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, decoder_first_pipeline_num_layers=5),
+     "(num_layers - first - last) % remaining stages"),
+    (dict(pipeline_model_parallel_size=1, decoder_first_pipeline_num_layers=4, tensor_model_parallel_size=8),
+     "uneven pipeline stages need"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, num_layers_per_virtual_pipeline_stage=4),
+     "num_layers_per_virtual_pipeline_stage == 0"),
+])
+def test_rules(kw, fragment):
+    with pytest.raises(ConfigError) as err:
+        layout(**kw)
+    message = str(err.value)
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_uneven_stages_and_interleaving():
+    lay = layout(tensor_model_parallel_size=8, pipeline_model_parallel_size=8,
+                 decoder_first_pipeline_num_layers=6, decoder_last_pipeline_num_layers=6)
+    assert lay.stage_layers == (6,) + (14,) * 6 + (6,)
+    lay = layout(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, num_layers_per_virtual_pipeline_stage=2)
+    assert lay.virtual_pipeline_size == 3 and lay.schedule == "interleaved"
+    assert lay.stage_chunk_layers[0] == (2, 2, 2)
+
+
+def test_recompute_defaults_follow_megatron_2021():
+    lay = layout(tensor_model_parallel_size=8, recompute_granularity="full")
+    assert (lay.recompute_method, lay.recompute_num_layers) == ("uniform", 1)
+
+
+def test_sequence_parallel_is_off_at_tp1():
+    assert not layout(num_gpus=512, global_batch_size=512, sequence_parallel=True).sequence_parallel
+
+
+def test_group_placement_follows_megatron_rank_order():
+    lay = layout(tensor_model_parallel_size=2, context_parallel_size=2, pipeline_model_parallel_size=8, num_gpus=1024)
+    # TP innermost (2 per node), CP next (stride 2: 2 per node), DP stride 4: 2 per node, PP across nodes
+    assert lay.groups["tp"].ranks_per_node == 2
+    assert lay.groups["cp"].ranks_per_node == 2
+    assert lay.groups["dp"].ranks_per_node == 2 and lay.groups["dp"].num_nodes == 16
+    assert lay.groups["pp"].ranks_per_node == 1
+
+
+def test_spec_validation_messages():
+    with pytest.raises(ConfigError, match=r"`tensor_model_parallel_size > 0` must hold, but got"):
+        ParallelConfig(global_batch_size=8, tensor_model_parallel_size=0)
+    with pytest.raises(ConfigError, match="recompute_granularity"):
+        ParallelConfig(global_batch_size=8, recompute_granularity="partial")
+    with pytest.raises(ConfigError, match="num_attention_heads % num_query_groups"):
+        GPT3.replace(num_query_groups=5)
