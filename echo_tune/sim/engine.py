@@ -43,18 +43,19 @@ def run_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[float]]
     events: list = []
     stack = list(range(p - 1, -1, -1))
 
-    def tid(backward: bool, mb: int, chunk: int, stage: int) -> int:
-        return (((backward * v + chunk) * m + mb) * p) + stage
-
+    # task id = ((is_backward * v + chunk) * m + micro_batch) * p + stage
+    bwd_base = v * m * p
     while stack:
         s = stack.pop()
         order = orders[s]
         while ptr[s] < len(order):
             backward, mb, c = order[ptr[s]]
+            here = (c * m + mb) * p + s
             if not backward:
-                dep = tid(False, mb, c, s - 1) if s > 0 else (tid(False, mb, c - 1, p - 1) if c > 0 else -1)
+                dep = here - 1 if s > 0 else (here - m * p + p - 1 if c > 0 else -1)
             else:
-                dep = tid(True, mb, c, s + 1) if s < p - 1 else (tid(True, mb, c + 1, 0) if c < v - 1 else -1)
+                here += bwd_base
+                dep = here + 1 if s < p - 1 else (here + m * p - p + 1 if c < v - 1 else -1)
             if dep >= 0 and finish[dep] < 0:
                 waiting[dep] = s
                 break
@@ -63,7 +64,7 @@ def run_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[float]]
             if dep >= 0 and finish[dep] + p2p_s > start:
                 start, path = finish[dep] + p2p_s, path_p2p[dep] + p2p_s
             end = start + (bwd_s[s][c] if backward else fwd_s[s][c])
-            me = tid(backward, mb, c, s)
+            me = here
             finish[me], path_p2p[me] = end, path
             free[s], last[s] = end, me
             ptr[s] += 1

@@ -82,6 +82,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         chunk_bytes.append(kept)
         transient = max(transient, extra)
     order = stage_order(schedule, stage, p, layout.num_micro_batches, v)
+    if schedule in ("1f1b", "interleaved"):
+        # warm-up holds at most 2pv forwards; after it the live set cycles with period pv tasks
+        order = order[:4 * p * v + 2]
     activations = peak_in_flight_total(order, chunk_bytes) + transient
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size)
     return StageMemory(stage=stage, weights_bytes=int(w * params_on_rank), gradients_bytes=int(g * params_on_rank),
