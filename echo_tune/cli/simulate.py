@@ -67,7 +67,8 @@ def print_report(report: StepReport, notes: list[str], console: Console | None =
     title = (f"{cfg['model']} on {cfg['num_gpus']} x {cfg['cluster']}: TP{cfg['tensor_model_parallel_size']} "
              f"PP{cfg['pipeline_model_parallel_size']} CP{cfg['context_parallel_size']} DP{cfg['data_parallel_size']}, "
              f"micro-batch {cfg['micro_batch_size']} x {cfg['num_micro_batches']}, global batch {cfg['global_batch_size']}")
-    table = Table(title=title, show_header=True)
+    console.print(f"[bold]{title}[/bold]")
+    table = Table(show_header=True)
     table.add_column("step part")
     table.add_column("time", justify="right")
     table.add_column("share", justify="right")

@@ -1,0 +1,106 @@
+"""`echo-tune simulate`: the JSON contract and one-line errors for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from echo_tune.cli.main import main
+
+ISSUE_LINE = ["simulate", "--model", "gpt3-175b", "--cluster", "a100-80gb", "--num-gpus", "1024",
+              "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "16", "--micro-batch-size", "1",
+              "--global-batch-size", "1536", "--recompute-granularity", "full"]
+JSON_KEYS = {"step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "peak_memory_bytes", "fits_memory",
+             "breakdown_s", "config"}
+
+
+def run_json(capsys, argv):
+    assert main(argv + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_contract(capsys):
+    data = run_json(capsys, ISSUE_LINE)
+    assert JSON_KEYS <= set(data)
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"], rel=1e-9)
+    cfg = data["config"]
+    assert cfg["tensor_model_parallel_size"] == 8 and cfg["pipeline_model_parallel_size"] == 16
+    assert cfg["data_parallel_size"] == 8 and cfg["recompute_granularity"] == "full"
+    assert cfg["precision"] == "bf16" and cfg["num_gpus"] == 1024
+
+
+def test_default_run_is_the_issue_line(capsys):
+    assert run_json(capsys, ["simulate"])["step_time_s"] == run_json(capsys, ISSUE_LINE)["step_time_s"]
+
+
+def test_megatron_args_line(capsys):
+    line = ("torchrun pretrain_gpt.py --num-layers 96 --hidden-size 12288 --num-attention-heads 96 "
+            "--seq-length 2048 --max-position-embeddings 2048 --vocab-size 51200 --micro-batch-size 1 "
+            "--global-batch-size 1536 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
+            "--recompute-granularity full --recompute-method uniform --bf16 --lr 6e-5 --data-path /data/x")
+    data = run_json(capsys, ["simulate", "--num-gpus", "1024", "--megatron-args", line])
+    assert data["step_time_s"] == pytest.approx(run_json(capsys, ISSUE_LINE)["step_time_s"], rel=1e-9)
+    assert any("--lr" in note for note in data["notes"])
+
+
+def test_out_of_memory_exits_zero_and_says_where(capsys):
+    data = run_json(capsys, ["simulate", "--num-gpus", "64", "--tensor-model-parallel-size", "8",
+                             "--pipeline-model-parallel-size", "8", "--global-batch-size", "64"])
+    assert data["fits_memory"] is False
+    assert "does not fit: stage" in data["memory_verdict"]
+
+
+def test_rich_table(capsys):
+    assert main(ISSUE_LINE) == 0
+    out = capsys.readouterr().out
+    assert "step time" in out and "pp_bubble" in out and "fits" in out
+
+
+def test_trace_file(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    assert main(["simulate", "--num-gpus", "64", "--model", "gpt-1.7b", "--tensor-model-parallel-size", "2",
+                 "--pipeline-model-parallel-size", "4", "--global-batch-size", "64", "--trace", str(path)]) == 0
+    events = json.loads(path.read_text())["traceEvents"]
+    assert {e["tid"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--model", "gpt-9"], "unknown model preset 'gpt-9'"),
+    (["--cluster", "tpu-v5"], "unknown cluster preset 'tpu-v5'"),
+    (["--model", "missing.yaml"], "does not exist"),
+    (["--tensor-model-parallel-size", "7", "--num-gpus", "7", "--pipeline-model-parallel-size", "1",
+      "--global-batch-size", "7"], "num_attention_heads % tensor_model_parallel_size == 0` must hold"),
+    (["--recompute-granularity", "partial"], "recompute_granularity"),
+    (["--tensor-model-parallel-size", "abc"], "invalid int value"),
+])
+def test_bad_input_one_line_exit_2(argv, fragment, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(main(["simulate"] + argv))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err and "Traceback" not in err
+
+
+def test_bad_yaml_files(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("num_layers: [1, 2\n")
+    assert main(["simulate", "--model", str(bad)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nseq_length: 128\n"
+                       "vocab_size: 1000\nnum_heads: 4\n")
+    assert main(["simulate", "--model", str(unknown)]) == 2
+    assert "unknown model key(s) ['num_heads']" in capsys.readouterr().err
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("gpu: h100-sxm\ngpus_per_node: 8\nintra_node_bandwidth_gbyte_s: 450\nnics_per_node: 8\n"
+                       "nic_bandwidth_gbit_s: 400\nnvlink: 900\n")
+    assert main(["simulate", "--cluster", str(cluster)]) == 2
+    assert "unknown cluster key(s) ['nvlink']" in capsys.readouterr().err
+
+
+def test_real_process_prints_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "echo_tune.cli.main", "simulate", "--tensor-model-parallel-size",
+                           "7", "--num-gpus", "1024"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
