@@ -93,6 +93,10 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
 
     layer_params = pieces["layer"].param_count
+    # tied weights on a single stage: the output layer reuses the word embedding (counted once)
+    tp = parallel.tensor_model_parallel_size
+    shared_output_params = 0 if model.untie_embeddings_and_output_weights or p > 1 else \
+        model.padded_vocab_size(tp) // tp * model.hidden_size
     emb_sync = _embedding_sync_s(model, layout, parallel, profile)
     stage_params, tails, finals = [], [], []
     for s in range(p):
@@ -100,7 +104,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         if s == 0:
             chunk_params[0] += pieces["embedding"].param_count
         if s == p - 1:
-            chunk_params[-1] += pieces["output"].param_count
+            chunk_params[-1] += pieces["output"].param_count - shared_output_params
         stage_params.append(sum(chunk_params))
         last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
         tail = stage_tail(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,

@@ -135,3 +135,10 @@ def test_out_of_memory_is_reported_not_raised():
 
 def test_deterministic():
     assert sim().to_dict() == sim().to_dict()
+
+
+@pytest.mark.parametrize("name", ["gpt-1.7b", "llama3-8b"])
+def test_single_stage_holds_every_parameter_once(name):
+    model = et.load_model(name)
+    report = et.simulate(model, A100, 8, et.ParallelConfig(global_batch_size=8))
+    assert report.stage_memory[0].weights_bytes == 2 * model.num_params()
