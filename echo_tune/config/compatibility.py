@@ -187,9 +187,11 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     require(not parallel.overlap_param_gather or parallel.use_distributed_optimizer,
             "`overlap_param_gather` needs `use_distributed_optimizer`, but got (overlap_param_gather=True, "
             "use_distributed_optimizer=False); add --use-distributed-optimizer")
-    require(not parallel.tp_comm_overlap or sequence_parallel,
-            f"`tp_comm_overlap` needs sequence_parallel with tensor_model_parallel_size > 1, but got "
-            f"(tp_comm_overlap=True, sequence_parallel={parallel.sequence_parallel}, tensor_model_parallel_size={tp})")
+    # at TP=1 there is no TP communication to overlap: like sequence_parallel, the flag is a no-op
+    require(not parallel.tp_comm_overlap or tp == 1 or sequence_parallel,
+            f"`tp_comm_overlap` needs sequence_parallel when tensor_model_parallel_size > 1, but got "
+            f"(tp_comm_overlap=True, sequence_parallel={parallel.sequence_parallel}, tensor_model_parallel_size={tp}); "
+            f"add --sequence-parallel")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
     return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
                   virtual_pipeline_size=vpp, stage_chunk_layers=chunks, schedule=schedule,

@@ -55,7 +55,8 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
     """(bytes kept per micro-batch, transient recompute bytes) for ``layers`` layers of one chunk."""
     full = float(layer.activation_bytes)
     if layout.recompute_granularity == "selective":
-        return layers * (full - layer.activation_bytes_by_region.get("core_attention", 0)), 0.0
+        # what recomputing core attention alone frees: the tensors created and saved inside it
+        return layers * (full - layer.region_internal_bytes.get("core_attention", 0)), 0.0
     if layout.recompute_granularity != "full":
         return layers * full, 0.0
     k = layout.recompute_num_layers or 1

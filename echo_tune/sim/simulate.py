@@ -94,9 +94,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
 
     layer_params = pieces["layer"].param_count
     # tied weights on a single stage: the output layer reuses the word embedding (counted once)
-    tp = parallel.tensor_model_parallel_size
-    shared_output_params = 0 if model.untie_embeddings_and_output_weights or p > 1 else \
-        model.padded_vocab_size(tp) // tp * model.hidden_size
+    shared_output_params = pieces["output"].tied_param_count if p == 1 else 0
     emb_sync = _embedding_sync_s(model, layout, parallel, profile)
     stage_params, tails, finals = [], [], []
     for s in range(p):

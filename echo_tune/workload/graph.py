@@ -55,12 +55,20 @@ class Trace:
     activation_bytes: int
     """Bytes kept from forward to backward (saved-tensor hooks, parameters excluded)."""
     activation_bytes_by_region: dict[str, int] = field(default_factory=dict)
+    """``activation_bytes`` split by the region whose op first saved each tensor (sums to the total)."""
+    region_internal_bytes: dict[str, int] = field(default_factory=dict)
+    """Bytes created and saved only inside each region: what recomputing that region alone frees
+    (selective recompute: ``region_internal_bytes["core_attention"]``, Korthikanti's 5as^2b/t). A
+    region's inputs and outputs are not counted: the checkpoint or the next region keeps them."""
     input_bytes: int = 0
     """Bytes of the piece's input tensor (what full recompute keeps per checkpointed layer)."""
     output_bytes: int = 0
     """Bytes of the piece's output (the pipeline p2p message when it ends a stage)."""
     param_count: int = 0
     """Parameters held by this rank for this piece (already sharded by TP)."""
+    tied_param_count: int = 0
+    """Of ``param_count``, those tied to another piece's (the output layer's copy of the word
+    embeddings when they are tied): a pipeline stage that holds both pieces holds them once."""
 
     @property
     def forward_flops(self) -> float:

@@ -44,7 +44,7 @@ def test_derived_values():
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, recompute_granularity="full",
           recompute_method="block", recompute_num_layers=7), "recompute_num_layers <= layers per model chunk"),
     (dict(tensor_model_parallel_size=8, overlap_param_gather=True), "needs `use_distributed_optimizer`"),
-    (dict(tensor_model_parallel_size=8, tp_comm_overlap=True), "`tp_comm_overlap` needs sequence_parallel"),
+    (dict(tensor_model_parallel_size=8, tp_comm_overlap=True), "`tp_comm_overlap` needs sequence_parallel when"),
     (dict(tensor_model_parallel_size=8, context_parallel_size=3, num_gpus=1536), "seq_length % (2 * context"),
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, decoder_first_pipeline_num_layers=5),
      "(num_layers - first - last) % remaining stages"),

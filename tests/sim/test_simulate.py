@@ -142,3 +142,12 @@ def test_single_stage_holds_every_parameter_once(name):
     model = et.load_model(name)
     report = et.simulate(model, A100, 8, et.ParallelConfig(global_batch_size=8))
     assert report.stage_memory[0].weights_bytes == 2 * model.num_params()
+
+
+def test_selective_recompute_drops_korthikanti_attention_term():
+    """Selective recompute keeps 34 sbh/t per layer instead of sbh/t (34 + 5as/h) (TP + SP)."""
+    parallel = BASE.replace(recompute_granularity="selective", sequence_parallel=True)
+    full = BASE.replace(recompute_granularity=None, sequence_parallel=True)
+    saved = sim(full).stage_memory[0].activations_bytes - sim(parallel).stage_memory[0].activations_bytes
+    s, h, a, t, L = GPT3.seq_length, GPT3.hidden_size, GPT3.num_attention_heads, 8, GPT3.num_layers
+    assert saved == pytest.approx(L * 5 * a * s * s / t, rel=1e-9)

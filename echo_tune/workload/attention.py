@@ -1,0 +1,117 @@
+"""Core attention (the "core_attention" region): unfused, flash, and ring attention for context parallel.
+
+Inputs are one rank's heads in Megatron's layout: q [s, b, heads, d], k and v [s, b, groups, d].
+The output is the context [s, b, heads * d] that feeds the row-parallel output projection.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.autograd import Function
+
+import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
+from echo_tune.workload.context import record_collective
+
+_ops = torch.ops.echo_tune
+
+
+def unfused_attention(q, k, v, dropout_p: float) -> torch.Tensor:
+    """Megatron's local attention: bmm QK^T, fused causal scale-mask-softmax, dropout, bmm with V.
+
+    Keeps for backward the s x s softmax output, the dropout mask and the dropout output (the
+    5as/h term of Korthikanti et al.), besides q, k and v.
+    """
+    s, b, heads, d = q.shape
+    if k.shape[2] != heads:  # grouped-query attention: repeat each K/V head for its query heads
+        k = k.repeat_interleave(heads // k.shape[2], dim=2)
+        v = v.repeat_interleave(heads // v.shape[2], dim=2)
+    q_b = q.reshape(s, b * heads, d).transpose(0, 1)
+    k_b = k.reshape(s, b * heads, d).transpose(0, 1)
+    v_b = v.reshape(s, b * heads, d).transpose(0, 1)
+    scores = torch.bmm(q_b, k_b.transpose(1, 2))  # [b*heads, s, s]
+    probs = _ops.scaled_upper_triang_masked_softmax(scores, 1.0 / math.sqrt(d))
+    if dropout_p > 0:
+        probs, _mask = torch.native_dropout(probs, dropout_p, True)
+    context = torch.bmm(probs, v_b)  # [b*heads, s, d]
+    return context.view(b, heads, s, d).permute(2, 0, 1, 3).contiguous().view(s, b, heads * d)
+
+
+def flash_attention(q, k, v) -> torch.Tensor:
+    """One fused causal flash-attention kernel; keeps q, k, v, the output and the logsumexp."""
+    s, b, heads, d = q.shape
+    out, _lse = _ops.flash_attn(q, k, v, True, 1.0 / math.sqrt(d))
+    return out.reshape(s, b, heads * d)
+
+
+def _kv_bytes(k, v) -> int:
+    return k.numel() * k.element_size() + v.numel() * v.element_size()
+
+
+def _merge(out, lse, step_out, step_lse):
+    """Combine two partial attention results by their logsumexp (TE's out/lse correction kernels)."""
+    new_lse = torch.logaddexp(lse, step_lse)
+    old_w = torch.exp(lse - new_lse).to(out.dtype).permute(2, 0, 1).unsqueeze(-1)  # [s, b, heads, 1]
+    new_w = torch.exp(step_lse - new_lse).to(out.dtype).permute(2, 0, 1).unsqueeze(-1)
+    return out * old_w + step_out * new_w, new_lse
+
+
+class _RingAttention(Function):
+    """Transformer Engine's P2P ring attention, load-balanced over 2*cp sequence chunks.
+
+    Step 0 is the causal diagonal block; each of the cp-1 later steps attends to half of a remote
+    K/V block (the load-balanced causal pattern), so a rank does 1/cp of the full causal work. Each
+    step but the last prefetches the next K/V block with a send_recv over "cp"; backward also passes
+    the partial dK/dV blocks around the ring.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, cp):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        half = k.shape[0] // 2
+        out = lse = None
+        for step in range(cp):
+            if step < cp - 1:
+                record_collective("send_recv", "cp", _kv_bytes(k, v), cp)
+            if step == 0:
+                out, lse = _ops.flash_attn(q, k, v, True, scale)
+            else:
+                step_out, step_lse = _ops.flash_attn(q, k[:half], v[:half], False, scale)
+                out, lse = _merge(out, lse, step_out, step_lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.cp, ctx.scale = cp, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        half = k.shape[0] // 2
+        dq = dk = dv = None
+        for step in range(ctx.cp):
+            if step < ctx.cp - 1:
+                record_collective("send_recv", "cp", _kv_bytes(k, v), ctx.cp)
+            if step == 0:
+                dq, dk, dv = _ops.flash_attn_backward(dout, q, k, v, out, lse, True, ctx.scale)
+                continue
+            dq_i, dk_i, dv_i = _ops.flash_attn_backward(dout, q, k[:half], v[:half], out, lse, False, ctx.scale)
+            dq.add_(dq_i)
+            dk[:half].add_(dk_i)
+            dv[:half].add_(dv_i)
+            record_collective("send_recv", "cp", _kv_bytes(k, v), ctx.cp)  # pass dK/dV on
+        return dq, dk, dv, None
+
+
+def ring_attention(q, k, v, cp: int) -> torch.Tensor:
+    """Context-parallel attention over ``cp`` ranks (always the fused kernel, as Megatron requires)."""
+    s, b, heads, d = q.shape
+    return _RingAttention.apply(q, k, v, cp).reshape(s, b, heads * d)
+
+
+def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_p: float) -> torch.Tensor:
+    """Pick the core-attention implementation Megatron would run for these settings."""
+    if context_parallel_size > 1:
+        return ring_attention(q, k, v, context_parallel_size)
+    if flash:
+        return flash_attention(q, k, v)
+    return unfused_attention(q, k, v, dropout_p)

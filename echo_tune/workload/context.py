@@ -1,0 +1,84 @@
+"""The active trace recorder, region tags and explicit collective records.
+
+The layer code (``layers.py``, ``comm.py``) calls ``in_region`` and ``record_collective``; both are
+no-ops when nothing is being traced. The recorder lives in a module-level variable, not a
+thread-local, because autograd may run backward on a worker thread.
+
+How backward ops get their forward region: ``in_region(name, fn, *args)`` runs ``fn`` with the
+recorder's region set to ``name``, then walks the autograd graph back from ``fn``'s outputs and
+puts a pre-hook on every node not tagged yet (nodes of earlier regions are tagged already, so the
+walk stops there). In backward, each node's pre-hook sets the recorder's region before the node runs,
+so every aten op and collective that node dispatches is tagged with the region that created it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+
+_ACTIVE: Any = None
+"""The recorder in use (a ``tracer.TraceRecorder``), or None."""
+
+
+@contextmanager
+def activate(recorder: Any) -> Iterator[Any]:
+    """Make ``recorder`` the target of ``record_collective`` and region tags."""
+    global _ACTIVE
+    previous, _ACTIVE = _ACTIVE, recorder
+    try:
+        yield recorder
+    finally:
+        _ACTIVE = previous
+
+
+def record_collective(name: str, group: str, size_bytes: int, group_size: int) -> None:
+    """Record one collective of ``size_bytes`` (nccl-tests convention) over ``group``.
+
+    Nothing is recorded for a group of one rank (Megatron skips those calls).
+    """
+    if _ACTIVE is not None and group_size > 1:
+        _ACTIVE.add_collective(name, group, int(size_bytes))
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _set_region_hook(name: str) -> Callable:
+    def hook(_grad_outputs):
+        if _ACTIVE is not None:
+            _ACTIVE.region = name
+    return hook
+
+
+def tag_backward(outputs: Any, name: str) -> None:
+    """Pre-hook every untagged autograd node reachable from ``outputs`` with region ``name``."""
+    if _ACTIVE is None:
+        return
+    stack = [t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or node in _ACTIVE.tagged_nodes:
+            continue
+        _ACTIVE.tagged_nodes.add(node)  # node wrappers are stable objects, hashable by identity
+        node.register_prehook(_set_region_hook(name))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+
+
+def in_region(name: str, fn: Callable, *args: Any) -> Any:
+    """Run ``fn(*args)`` with forward region ``name`` and tag its backward nodes with it."""
+    if _ACTIVE is None:
+        return fn(*args)
+    previous, _ACTIVE.region = _ACTIVE.region, name
+    try:
+        out = fn(*args)
+    finally:
+        _ACTIVE.region = previous
+    tag_backward(out, name)
+    return out

@@ -1,0 +1,164 @@
+"""Megatron's fused kernels as ``torch.library`` custom ops that run on the ``meta`` device.
+
+Each fused kernel is one op forward and one op backward (as on the GPU), with the tensors it really
+saves for backward. Only fake (meta) implementations exist: these ops are for tracing, not compute.
+
+- ``echo_tune::flash_attn``: flash attention, layout [s, b, heads, head_dim]; saves q, k, v, out and
+  the fp32 logsumexp [b, heads, s_q], never the s x s score matrix.
+- ``echo_tune::scaled_upper_triang_masked_softmax``: Megatron's fused causal scale-mask-softmax over
+  [b*heads, s_q, s_kv]; saves its output.
+- ``echo_tune::swiglu``: Megatron's fused SwiGLU over the fc1 output [..., 2f]; saves its input.
+- ``echo_tune::rms_norm``: Transformer Engine's fused RMSNorm; saves input and the fp32 rstd.
+- ``echo_tune::rope``: fused rotary embedding; saves only the (constant) frequency table.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_NS = "echo_tune"
+FLASH_BACKWARD_FACTOR = 2.5
+"""Flash backward FLOPs over forward FLOPs (recomputes QK^T, plus dQ, dK, dV, dP: 5 GEMMs vs 2)."""
+
+
+def _meta_only(*_args, **_kwargs):
+    raise NotImplementedError("echo_tune kernels only run on the meta device (tracing)")
+
+
+def _define(name: str, signature: str, fake):
+    """Define ``echo_tune::name`` with a fake (meta) implementation; return its default overload."""
+    lib_op = torch.library.custom_op(f"{_NS}::{name}", _meta_only, mutates_args=(), schema=signature)
+    lib_op.register_fake(fake)
+    return lib_op
+
+
+# --- flash attention ---
+flash_attn = _define(
+    "flash_attn", "(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)",
+    lambda q, k, v, causal, scale: (torch.empty_like(q),
+                                    q.new_empty((q.shape[1], q.shape[2], q.shape[0]), dtype=torch.float32)))
+flash_attn_backward = _define(
+    "flash_attn_backward",
+    "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool causal, float scale)"
+    " -> (Tensor, Tensor, Tensor)",
+    lambda dout, q, k, v, out, lse, causal, scale: (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)))
+
+
+def _flash_setup(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    out, lse = output
+    ctx.set_materialize_grads(False)  # the logsumexp gets no gradient: no zero-fill kernel
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _flash_backward(ctx, dout, _dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.echo_tune.flash_attn_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+flash_attn.register_autograd(_flash_backward, setup_context=_flash_setup)
+
+
+def flash_forward_flops(q_shape, k_shape, causal: bool) -> float:
+    """4 * b * heads * s_q * s_kv * d (QK^T and PV), halved when causal (masked blocks are skipped)."""
+    s_q, b, heads, d = q_shape
+    s_kv = k_shape[0]
+    return 4.0 * b * heads * s_q * s_kv * d * (0.5 if causal else 1.0)
+
+
+# --- fused causal softmax ---
+masked_softmax = _define("scaled_upper_triang_masked_softmax", "(Tensor x, float scale) -> Tensor",
+                         lambda x, scale: torch.empty_like(x))
+masked_softmax_backward = _define("scaled_upper_triang_masked_softmax_backward",
+                                  "(Tensor dy, Tensor y, float scale) -> Tensor",
+                                  lambda dy, y, scale: torch.empty_like(dy))
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.scale = inputs[1]
+
+
+def _softmax_backward(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return torch.ops.echo_tune.scaled_upper_triang_masked_softmax_backward(dy, y, ctx.scale), None
+
+
+masked_softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+# --- fused SwiGLU ---
+swiglu = _define("swiglu", "(Tensor x) -> Tensor",
+                 lambda x: x.new_empty((*x.shape[:-1], x.shape[-1] // 2)))
+swiglu_backward = _define("swiglu_backward", "(Tensor dy, Tensor x) -> Tensor",
+                          lambda dy, x: torch.empty_like(x))
+
+
+def _swiglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _swiglu_backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return torch.ops.echo_tune.swiglu_backward(dy, x)
+
+
+swiglu.register_autograd(_swiglu_backward, setup_context=_swiglu_setup)
+
+# --- fused RMSNorm ---
+rms_norm = _define("rms_norm", "(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)",
+                   lambda x, weight, eps: (torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)))
+rms_norm_backward = _define("rms_norm_backward", "(Tensor dy, Tensor x, Tensor weight, Tensor rstd) -> (Tensor, Tensor)",
+                            lambda dy, x, weight, rstd: (torch.empty_like(x), torch.empty_like(weight)))
+
+
+def _rms_setup(ctx, inputs, output):
+    ctx.set_materialize_grads(False)
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])
+
+
+def _rms_backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dweight = torch.ops.echo_tune.rms_norm_backward(dy, x, weight, rstd)
+    return dx, dweight, None
+
+
+rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
+
+# --- fused rotary embedding ---
+rope = _define("rope", "(Tensor t, Tensor freqs) -> Tensor", lambda t, freqs: torch.empty_like(t))
+rope_backward = _define("rope_backward", "(Tensor dy, Tensor freqs) -> Tensor",
+                        lambda dy, freqs: torch.empty_like(dy))
+
+
+def _rope_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _rope_backward(ctx, dy):
+    (freqs,) = ctx.saved_tensors
+    return torch.ops.echo_tune.rope_backward(dy, freqs), None
+
+
+rope.register_autograd(_rope_backward, setup_context=_rope_setup)
+
+
+def _flash_fwd_flops(args) -> float:
+    q, k, _v, causal = args[:4]
+    return flash_forward_flops(q.shape, k.shape, causal)
+
+
+def _flash_bwd_flops(args) -> float:
+    _dout, q, k, _v, _out, _lse, causal = args[:7]
+    return FLASH_BACKWARD_FACTOR * flash_forward_flops(q.shape, k.shape, causal)
+
+
+ATTENTION_FLOPS = {
+    torch.ops.echo_tune.flash_attn: _flash_fwd_flops,
+    torch.ops.echo_tune.flash_attn_backward: _flash_bwd_flops,
+}
+"""FLOP formulas of the ops the tracer classifies as kind "attention", by overload packet."""

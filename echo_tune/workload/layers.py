@@ -1,0 +1,192 @@
+"""A Megatron-style transformer layer, sharded as one tensor-parallel rank holds it, on ``meta``.
+
+Shapes follow Megatron's [s, b, h] layout. A layer's input is [s / cp / (tp if SP), b, h]; its
+forward is: input norm -> QKV column-parallel linear -> core attention -> output row-parallel linear
+(+ all-reduce, or reduce-scatter with SP) -> bias + dropout + residual -> post-attention norm ->
+fc1 column-parallel -> GeLU / SwiGLU -> fc2 row-parallel (+ reduction) -> bias + dropout + residual.
+Each step runs inside ``in_region`` so that its forward and backward ops carry its region name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
+from echo_tune.config.model import ModelSpec
+from echo_tune.errors import ConfigError
+from echo_tune.workload.attention import core_attention
+from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
+from echo_tune.workload.context import in_region
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+NORM_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One rank's view of the model under tensor (tp) and context (cp) parallelism."""
+
+    model: ModelSpec
+    tp: int
+    cp: int
+    sequence_parallel: bool
+    micro_batch_size: int
+    precision: str
+
+    def __post_init__(self) -> None:
+        m, tp, cp = self.model, self.tp, self.cp
+        for what, value in (("num_attention_heads", m.num_attention_heads), ("num_query_groups", m.query_groups),
+                            ("ffn_hidden_size", m.ffn_size)):
+            if value % tp:
+                raise ConfigError(f"`{what} % tensor_model_parallel_size == 0` must hold, but got "
+                                  f"({what}={value}, tensor_model_parallel_size={tp})")
+        chunks = cp * (tp if self.sequence_parallel else 1) * (2 if cp > 1 else 1)
+        if m.seq_length % chunks:
+            raise ConfigError(f"`seq_length % {chunks} == 0` must hold (context parallel x sequence-parallel "
+                              f"chunks), but got (seq_length={m.seq_length}, tensor_model_parallel_size={tp}, "
+                              f"context_parallel_size={cp}, sequence_parallel={self.sequence_parallel})")
+        if self.precision not in DTYPES:
+            raise ConfigError(f"precision must be one of {sorted(DTYPES)}, but got (precision={self.precision!r})")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.precision]
+
+    @property
+    def seq(self) -> int:
+        """Tokens of one sample on this CP rank (what attention and the TP regions see)."""
+        return self.model.seq_length // self.cp
+
+    @property
+    def seq_in(self) -> int:
+        """Tokens of the layer input on this rank (sequence-parallel shard under SP)."""
+        return self.seq // self.tp if self.sequence_parallel else self.seq
+
+    @property
+    def heads(self) -> int:
+        return self.model.num_attention_heads // self.tp
+
+    @property
+    def groups(self) -> int:
+        return self.model.query_groups // self.tp
+
+    @property
+    def ffn(self) -> int:
+        return self.model.ffn_size // self.tp
+
+    @property
+    def vocab(self) -> int:
+        """Rows of the vocabulary-parallel embedding / output layer held by this rank."""
+        return self.model.padded_vocab_size(self.tp) // self.tp
+
+    def hidden_shape(self) -> tuple[int, int, int]:
+        return (self.seq_in, self.micro_batch_size, self.model.hidden_size)
+
+    def tensor(self, *shape: int, dtype: torch.dtype | None = None, grad: bool = False) -> torch.Tensor:
+        """A ``meta`` tensor (a leaf parameter or input when ``grad``)."""
+        return torch.empty(shape, device="meta", dtype=dtype or self.dtype, requires_grad=grad)
+
+
+def norm_params(shard: Shard) -> dict[str, torch.Tensor]:
+    h = shard.model.hidden_size
+    params = {"weight": shard.tensor(h, grad=True)}
+    if shard.model.normalization == "LayerNorm":
+        params["bias"] = shard.tensor(h, grad=True)
+    return params
+
+
+def norm(x: torch.Tensor, params: dict[str, torch.Tensor], shard: Shard) -> torch.Tensor:
+    """LayerNorm (aten's fused kernel, keeps x, mean, rstd) or TE's fused RMSNorm (keeps x, rstd)."""
+    if shard.model.normalization == "LayerNorm":
+        return F.layer_norm(x, (x.shape[-1],), params["weight"], params["bias"], NORM_EPS)
+    return torch.ops.echo_tune.rms_norm(x, params["weight"], NORM_EPS)[0]
+
+
+def _linear_params(shard: Shard, out_features: int, in_features: int, bias: bool) -> dict[str, torch.Tensor]:
+    params = {"weight": shard.tensor(out_features, in_features, grad=True)}
+    if bias and shard.model.add_bias_linear:
+        params["bias"] = shard.tensor(out_features, grad=True)
+    return params
+
+
+def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
+    """This rank's parameters of one layer (column-parallel outputs and row-parallel inputs sharded)."""
+    m, d = shard.model, shard.model.head_dim
+    fc1_out = 2 * shard.ffn if m.swiglu else shard.ffn
+    params = {
+        "input_norm": norm_params(shard),
+        "qkv": _linear_params(shard, (shard.heads + 2 * shard.groups) * d, m.hidden_size, bias=True),
+        "proj": _linear_params(shard, m.hidden_size, shard.heads * d, bias=True),
+        "mlp_norm": norm_params(shard),
+        "fc1": _linear_params(shard, fc1_out, m.hidden_size, bias=True),
+        "fc2": _linear_params(shard, m.hidden_size, shard.ffn, bias=True),
+    }
+    if m.position_embedding_type == "rope":  # a constant buffer, not a parameter (no gradient)
+        params["buffers"] = {"rope_freqs": shard.tensor(shard.seq, 1, 1, d, dtype=torch.float32)}
+    return params
+
+
+def _qkv(x, params, shard: Shard):
+    """QKV projection, split into q [s, b, heads, d] and k, v [s, b, groups, d] (+ fused RoPE)."""
+    p, d = params["qkv"], shard.model.head_dim
+    mixed = column_parallel_linear(x, p["weight"], p.get("bias"), shard.tp, shard.sequence_parallel)
+    s, b = mixed.shape[:2]
+    per_group = shard.heads // shard.groups
+    mixed = mixed.view(s, b, shard.groups, (per_group + 2) * d)
+    q, k, v = torch.split(mixed, [per_group * d, d, d], dim=3)
+    q = q.reshape(s, b, shard.heads, d)
+    if "buffers" in params:
+        freqs = params["buffers"]["rope_freqs"]
+        q, k = torch.ops.echo_tune.rope(q, freqs), torch.ops.echo_tune.rope(k, freqs)
+    return q, k, v
+
+
+def _attention_proj(context, params, shard: Shard):
+    return row_parallel_linear(context, params["proj"]["weight"], shard.tp, shard.sequence_parallel)
+
+
+def _mlp(x, params, shard: Shard):
+    """fc1 (column-parallel) -> GeLU or fused SwiGLU -> fc2 (row-parallel, then the reduction)."""
+    fc1, fc2, tp, sp = params["fc1"], params["fc2"], shard.tp, shard.sequence_parallel
+    hidden = column_parallel_linear(x, fc1["weight"], fc1.get("bias"), tp, sp)
+    if shard.model.swiglu:
+        hidden = torch.ops.echo_tune.swiglu(hidden)
+    else:
+        hidden = F.gelu(hidden, approximate="tanh")
+    return row_parallel_linear(hidden, fc2["weight"], tp, sp)
+
+
+def bias_dropout_add(x, bias, residual, dropout_p: float):
+    """residual + dropout(x + bias): Megatron's bias-dropout-add (keeps the 1-byte dropout mask)."""
+    if bias is not None:
+        x = x + bias
+    if dropout_p > 0:
+        x, _mask = torch.native_dropout(x, dropout_p, True)
+    return residual + x
+
+
+def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
+    """One transformer layer on this rank; ``x`` is [seq_in, b, h]."""
+    m = shard.model
+    hidden = in_region("input_norm", norm, x, params["input_norm"], shard)
+    q, k, v = in_region("qkv", _qkv, hidden, params, shard)
+    context = in_region("core_attention", lambda: core_attention(
+        q, k, v, flash=m.use_flash_attn, context_parallel_size=shard.cp, dropout_p=m.attention_dropout))
+    attn = in_region("attention_proj", _attention_proj, context, params, shard)
+    x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout)
+    hidden = in_region("mlp_norm", norm, x, params["mlp_norm"], shard)
+    mlp = in_region("mlp", _mlp, hidden, params, shard)
+    return in_region("mlp_residual", bias_dropout_add, mlp, params["fc2"].get("bias"), x, m.hidden_dropout)
+
+
+def parameters(params: dict) -> list[torch.Tensor]:
+    """The trainable tensors of a nested parameter dict (buffers excluded)."""
+    return [t for name, group in params.items() if name != "buffers" for t in group.values()]
+
+
+def constants(params: dict) -> list[torch.Tensor]:
+    """Parameters and buffers: tensors that live across steps, so they are not activations."""
+    return [t for group in params.values() for t in group.values()]

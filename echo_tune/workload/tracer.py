@@ -1,0 +1,246 @@
+"""Ex-situ tracing (as in Echo): run one rank's piece forward and backward on ``meta`` and record ops.
+
+``TraceRecorder`` is a ``TorchDispatchMode``: every aten (or ``echo_tune::``) op that touches data
+becomes an ``Op`` with its kind, phase, region, FLOPs, bytes and GEMM shape. Views and other
+metadata-only ops (any op whose output aliases an input without writing it), allocations and
+zero-byte ops are skipped. Collectives are recorded explicitly by ``comm.py`` / ``attention.py``
+through ``context.record_collective``. Regions: see ``context.py`` (forward: ``in_region``; backward:
+autograd-node pre-hooks re-enter the forward region of the node that runs).
+
+Activation memory: a ``saved_tensors_hooks`` pack hook counts each saved tensor's storage once
+(views share a storage), skipping parameters and buffers. ``activation_bytes_by_region`` charges a
+storage to the region that first saves it; ``region_internal_bytes`` counts only storages created and
+saved inside one region (what recomputing that region frees; see ``SavedTensorMeter``).
+
+Kinds: "gemm" (mm / addmm / bmm / baddbmm, FLOPs from ``torch.utils.flop_counter``), "attention"
+(``echo_tune::flash_attn`` and its backward, FLOPs from ``kernels.ATTENTION_FLOPS``), "memory"
+(everything else that moves data: 1 FLOP per output element, bytes = inputs + outputs), and the
+explicitly recorded "collective"s.
+
+The public ``trace_*`` functions are cached on a canonical key (the model fields that change shapes
+plus tp / cp / sp / micro-batch / precision), so a search traces each distinct shape once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
+
+from echo_tune.config.model import ModelSpec
+from echo_tune.workload import context, heads, layers
+from echo_tune.workload.graph import Op, Trace
+from echo_tune.workload.kernels import ATTENTION_FLOPS
+
+aten = torch.ops.aten
+GEMMS = (aten.mm, aten.addmm, aten.bmm, aten.baddbmm)
+ALLOCATIONS = (aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided)
+GATHERS = (aten.embedding, aten.gather, aten.index_select)
+"""Ops that read only the gathered rows of their first input, not all of it."""
+METADATA = (aten.detach, aten.alias, aten.lift_fresh, aten._unsafe_view, aten.view, aten.t, aten.transpose,
+            aten.expand, aten.as_strided)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _aliases_input(func, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
+    """True for views: an output shares an input's storage and the op writes nothing."""
+    if func._schema.is_mutable:
+        return False
+    storages = {t.untyped_storage()._cdata for t in inputs}
+    return any(t.untyped_storage()._cdata in storages for t in outputs)
+
+
+def _gemm_mnk(packet, args) -> tuple[int, int, int]:
+    """(m, n, k) of a matmul-like op, with any batch dimension folded into m."""
+    a, b = (args[0], args[1]) if packet in (aten.mm, aten.bmm) else (args[1], args[2])
+    if a.dim() == 3:
+        return a.shape[0] * a.shape[1], b.shape[2], a.shape[2]
+    return a.shape[0], b.shape[1], a.shape[1]
+
+
+def describe(func, args, kwargs, out, *, phase: str, region: str) -> Op | None:
+    """The ``Op`` for one dispatched call, or None when it moves no data."""
+    packet = func.overloadpacket
+    if packet in ALLOCATIONS or packet in METADATA:
+        return None
+    inputs, outputs = _tensors((args, kwargs)), _tensors(out)
+    if _aliases_input(func, inputs, outputs):
+        return None
+    nbytes = sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs))
+    if packet in GATHERS:  # the table is read only where indexed: as many bytes as the output
+        nbytes += sum(map(_nbytes, outputs)) - _nbytes(args[0])
+    if nbytes == 0:
+        return None
+    common = dict(name=str(packet), phase=phase, region=region, bytes=float(nbytes))
+    if packet in GEMMS:
+        flops = flop_registry[packet](*args, **kwargs, out_val=out)
+        return Op(kind="gemm", flops=float(flops), gemm_mnk=_gemm_mnk(packet, args), **common)
+    if packet in ATTENTION_FLOPS:
+        return Op(kind="attention", flops=float(ATTENTION_FLOPS[packet](args)), **common)
+    return Op(kind="memory", flops=float(sum(t.numel() for t in outputs)), **common)
+
+
+class TraceRecorder(TorchDispatchMode):
+    """Records dispatched ops (and, via ``add_collective``, collectives) per phase and region."""
+
+    def __init__(self, region: str) -> None:
+        super().__init__()
+        self.phase = "fwd"
+        self.region = region
+        self.ops: dict[str, list[Op]] = {"fwd": [], "bwd": []}
+        self.tagged_nodes: set = set()
+        self.created_in: dict[int, str] = {}
+        """Storage id -> the forward region whose op first wrote it."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.phase == "fwd":
+            self._note_new_storages(args, kwargs, out)
+        op = describe(func, args, kwargs, out, phase=self.phase, region=self.region)
+        if op is not None:
+            self.ops[self.phase].append(op)
+        return out
+
+    def _note_new_storages(self, args, kwargs, out) -> None:
+        """Remember the region of each freshly allocated output storage (ids of freed ones get reused)."""
+        inputs = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}
+        for t in _tensors(out):
+            key = t.untyped_storage()._cdata
+            if key not in inputs:
+                self.created_in[key] = self.region
+
+    def add_collective(self, name: str, group: str, size_bytes: int) -> None:
+        self.ops[self.phase].append(Op(name=name, kind="collective", phase=self.phase, region=self.region,
+                                       collective=name, group=group, size_bytes=size_bytes))
+
+
+class SavedTensorMeter:
+    """Pack hook that sums the storages saved for backward, once each, excluding ``constants``.
+
+    ``by_region``: each storage is charged to the region that first saves it. ``internal_by_region``:
+    only storages created in a region and saved by that region alone, i.e. what recomputing the
+    region frees (a region's inputs and outputs are kept by the recompute checkpoint or by the
+    neighbour that saves them).
+    """
+
+    def __init__(self, recorder: TraceRecorder, constants: list[torch.Tensor]) -> None:
+        self.recorder = recorder
+        self.skip = {t.untyped_storage()._cdata for t in constants}
+        self.nbytes: dict[int, int] = {}
+        self.savers: dict[int, list[str]] = defaultdict(list)
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage._cdata not in self.skip:
+            self.nbytes.setdefault(storage._cdata, storage.nbytes())
+            self.savers[storage._cdata].append(self.recorder.region)
+        return t
+
+    @staticmethod
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def by_region(self) -> dict[str, int]:
+        totals: dict[str, int] = defaultdict(int)
+        for key, nbytes in self.nbytes.items():
+            totals[self.savers[key][0]] += nbytes
+        return dict(totals)
+
+    def internal_by_region(self) -> dict[str, int]:
+        totals: dict[str, int] = defaultdict(int)
+        for key, nbytes in self.nbytes.items():
+            creator = self.recorder.created_in.get(key)
+            if set(self.savers[key]) == {creator}:
+                totals[creator] += nbytes
+        return dict(totals)
+
+
+def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_param_count: int = 0) -> Trace:
+    """Trace ``forward(*inputs)`` and backward from its output (a tensor, or (output, loss))."""
+    recorder = TraceRecorder(region)
+    meter = SavedTensorMeter(recorder, layers.constants(params))
+    with context.activate(recorder), recorder:
+        with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+            result = forward(*inputs)
+        output, root = result if isinstance(result, tuple) else (result, result)
+        grad = None if root.dim() == 0 else torch.empty_like(root)
+        recorder.phase = "bwd"
+        torch.autograd.backward(root, grad)
+    return Trace(piece=piece, forward=tuple(recorder.ops["fwd"]), backward=tuple(recorder.ops["bwd"]),
+                 activation_bytes=sum(meter.nbytes.values()), activation_bytes_by_region=meter.by_region(),
+                 region_internal_bytes=meter.internal_by_region(),
+                 input_bytes=_nbytes(inputs[0]), output_bytes=_nbytes(output),
+                 param_count=sum(t.numel() for t in layers.parameters(params)), tied_param_count=tied_param_count)
+
+
+def _trace_piece(piece: str, shard: layers.Shard) -> Trace:
+    s, b = shard.seq, shard.micro_batch_size
+    if piece == "layer":
+        params = layers.layer_params(shard)
+        x = shard.tensor(*shard.hidden_shape(), grad=True)
+        return _run("layer", lambda x: layers.layer_forward(x, params, shard), (x,), params, region="input_norm")
+    if piece == "embedding":
+        params = heads.embedding_params(shard)
+        ids = shard.tensor(b, s, dtype=torch.int64)
+        positions = shard.tensor(shard.seq_in, dtype=torch.int64)
+        return _run("embedding", lambda i, p: heads.embedding_forward(i, p, params, shard), (ids, positions),
+                    params, region="embedding")
+    params = heads.output_params(shard)
+    x = shard.tensor(*shard.hidden_shape(), grad=True)
+    labels, mask = shard.tensor(s, b, dtype=torch.int64), shard.tensor(s, b, dtype=torch.float32)
+    tied = 0 if shard.model.untie_embeddings_and_output_weights else params["output"]["weight"].numel()
+    return _run("output", lambda x, y, m: heads.output_forward(x, y, m, params, shard), (x, labels, mask),
+                params, region="output", tied_param_count=tied)
+
+
+def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
+    """The model with every field that cannot change this piece's trace set to a fixed value."""
+    fixed = dict(name="", num_layers=1, num_query_groups=model.query_groups, kv_channels=model.head_dim,
+                 ffn_hidden_size=model.ffn_size, hidden_dropout=0.1 if model.hidden_dropout > 0 else 0.0,
+                 attention_dropout=0.1 if model.attention_dropout > 0 else 0.0)
+    if piece == "layer":
+        fixed.update(vocab_size=1, make_vocab_size_divisible_by=1, untie_embeddings_and_output_weights=False)
+    return model.replace(**fixed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str) -> Trace:
+    return _trace_piece(piece, layers.Shard(model, tp, cp, sp, mbs, precision))
+
+
+def _trace(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str) -> Trace:
+    return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision)
+
+
+def trace_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
+                sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16") -> Trace:
+    """One transformer layer of one micro-batch on one rank (cached by shape)."""
+    return _trace("layer", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
+                  micro_batch_size, precision)
+
+
+def trace_embedding(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
+                    sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16") -> Trace:
+    """The input embedding (first pipeline stage) of one micro-batch on one rank (cached by shape)."""
+    return _trace("embedding", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
+                  micro_batch_size, precision)
+
+
+def trace_output(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
+                 sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16") -> Trace:
+    """Final norm, output layer and loss (last pipeline stage) of one micro-batch on one rank (cached)."""
+    return _trace("output", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
+                  micro_batch_size, precision)
