@@ -1,0 +1,60 @@
+"""``echo-tune validate RUNS.csv``: simulated vs measured step time, row by row."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from echo_tune.cli.common import print_json
+from echo_tune.validate import validate
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("validate", help="compare simulated and measured step times of past runs",
+                                   description="Simulate each row of a runs CSV (Megatron argument names as "
+                                               "columns) and compare with its measured_step_time_s.")
+    parser.add_argument("runs", help="CSV of measured runs (format of shared/data/published-runs/runs_megatron.csv)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=run)
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    rows, summary, sources = validate(args.runs)
+    if args.json:
+        print_json({"rows": [{"name": r.name, "source": r.source, "predicted_step_time_s": r.predicted_step_time_s,
+                              "measured_step_time_s": r.measured_step_time_s, "error_pct": r.error_pct,
+                              "fits_memory": r.fits_memory, "assumed_flags": list(r.assumed_flags),
+                              "error": r.error} for r in rows],
+                    "mape_pct": summary["mape_pct"], "max_abs_error_pct": summary["max_abs_error_pct"],
+                    "worst_row": summary["worst_row"], "spearman": summary["spearman"], "by_source": sources})
+        return 0
+    console = Console()
+    table = Table(title=f"simulated vs measured step time: {args.runs}")
+    for col in ("run", "measured s", "predicted s", "error", "fits"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for r in rows:
+        if r.error:
+            table.add_row(r.name, f"{r.measured_step_time_s:.3f}", "[red]invalid[/red]", "-", "-")
+            continue
+        table.add_row(r.name, f"{r.measured_step_time_s:.3f}", f"{r.predicted_step_time_s:.3f}",
+                      f"{r.error_pct:+.1f}%", "yes" if r.fits_memory else "[red]no[/red]")
+    console.print(table)
+    for r in rows:
+        if r.error:
+            console.print(f"[red]{r.name}: {r.error}[/red]")
+    console.print(f"MAPE {_fmt(summary['mape_pct'], '.1f')}%, worst {_fmt(summary['max_abs_error_pct'], '.1f')}% "
+                  f"({summary['worst_row']}), Spearman {_fmt(summary['spearman'], '.3f')} over "
+                  f"{summary['n_scored']} of {summary['n_rows']} rows")
+    for source, s in sources.items():
+        console.print(f"  {source}: MAPE {_fmt(s['mape_pct'], '.1f')}%, worst {_fmt(s['max_abs_error_pct'], '.1f')}%, "
+                      f"Spearman {_fmt(s['spearman'], '.3f')} ({s['n_scored']} rows)")
+    assumed = sorted({flag for r in rows for flag in r.assumed_flags})
+    if assumed:
+        console.print(f"[dim]flags applied from the assumptions column: {' '.join(assumed)}[/dim]")
+    return 0

@@ -1,0 +1,85 @@
+"""Simulate measured runs and score the predictions: signed error, MAPE, worst row, Spearman."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from echo_tune.errors import EchoTuneError
+from echo_tune.validate.runs import RunCase
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowResult:
+    name: str
+    source: str
+    measured_step_time_s: float
+    predicted_step_time_s: float | None = None
+    fits_memory: bool | None = None
+    assumed_flags: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.predicted_step_time_s is None:
+            return None
+        return 100.0 * (self.predicted_step_time_s - self.measured_step_time_s) / self.measured_step_time_s
+
+
+def simulate_case(case: RunCase) -> RowResult:
+    from echo_tune.sim.simulate import simulate
+
+    common = dict(name=case.name, source=case.source, measured_step_time_s=case.measured_step_time_s,
+                  assumed_flags=case.assumed_flags)
+    if case.error:
+        return RowResult(**common, error=case.error)
+    try:
+        report = simulate(case.model, case.cluster, case.num_gpus, case.parallel)
+    except EchoTuneError as exc:
+        return RowResult(**common, error=str(exc))
+    return RowResult(**common, predicted_step_time_s=report.step_time_s, fits_memory=report.fits_memory)
+
+
+def _ranks(values: list[float]) -> list[float]:
+    """Ranks starting at 1, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman rank correlation (Pearson correlation of the ranks); None for fewer than 2 points."""
+    if len(xs) < 2:
+        return None
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    var = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+    return cov / var if var else None
+
+
+def summarize(rows: list[RowResult]) -> dict:
+    """MAPE, worst row and Spearman over the rows that simulated."""
+    scored = [r for r in rows if r.error_pct is not None]
+    if not scored:
+        return {"n_rows": len(rows), "n_scored": 0, "mape_pct": None, "max_abs_error_pct": None,
+                "worst_row": None, "spearman": None}
+    worst = max(scored, key=lambda r: abs(r.error_pct))
+    return {"n_rows": len(rows), "n_scored": len(scored),
+            "mape_pct": sum(abs(r.error_pct) for r in scored) / len(scored),
+            "max_abs_error_pct": abs(worst.error_pct), "worst_row": worst.name,
+            "spearman": spearman([r.predicted_step_time_s for r in scored], [r.measured_step_time_s for r in scored])}
+
+
+def by_source(rows: list[RowResult]) -> dict[str, dict]:
+    groups: dict[str, list[RowResult]] = {}
+    for row in rows:
+        groups.setdefault(row.source, []).append(row)
+    return {source: summarize(group) for source, group in groups.items()}

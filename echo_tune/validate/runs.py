@@ -1,0 +1,125 @@
+"""Measured runs: read a runs CSV (Megatron argument names as columns) into simulator inputs.
+
+Columns: every ModelSpec / ParallelConfig field by its Megatron name, plus ``name``, ``cluster`` (a
+preset, or a cluster YAML path relative to the CSV), ``num_gpus``, ``precision``,
+``measured_step_time_s`` and optionally ``source`` and ``assumptions``. Unknown columns are ignored.
+Megatron-LM flags written in ``assumptions`` (e.g. ``--overlap-grad-reduce``) are applied as assumed
+settings where no column sets them, and reported.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.loading import build, load_cluster
+from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.errors import ConfigError, EchoTuneError
+
+REQUIRED_COLUMNS = ("name", "cluster", "num_gpus", "measured_step_time_s", "num_layers", "hidden_size",
+                    "num_attention_heads", "seq_length", "vocab_size", "global_batch_size")
+MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
+PARALLEL_FIELDS = {f.name: f for f in dataclasses.fields(ParallelConfig)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCase:
+    """One measured run, ready to simulate, or the reason it cannot be."""
+
+    name: str
+    source: str
+    measured_step_time_s: float
+    model: ModelSpec | None = None
+    cluster: ClusterSpec | None = None
+    num_gpus: int = 0
+    parallel: ParallelConfig | None = None
+    assumed_flags: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def _value(column: str, raw: str, annotation: str):
+    """Parse one cell by its field's type; empty cells mean "not set"."""
+    text = raw.strip()
+    if text == "":
+        return None
+    if "bool" in annotation:
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+    elif "int" in annotation:
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    elif "float" in annotation:
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    elif "str" in annotation:
+        return None if column == "recompute_granularity" and text.lower() == "none" else text
+    kind = next(k for k in ("bool", "int", "float", "str") if k in annotation)
+    wanted = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "text"}[kind]
+    raise ConfigError(f"column {column!r} must hold {wanted}, but got {text!r}")
+
+
+def _fields(row: dict, table: dict) -> dict:
+    return {name: value for name in table if name in row
+            and (value := _value(name, row[name], str(table[name].type))) is not None}
+
+
+def _assumed(row: dict, model_fields: dict, parallel_fields: dict) -> tuple[dict, dict, list[str]]:
+    """Megatron flags in the assumptions text, for fields no column sets."""
+    text = row.get("assumptions") or ""
+    tokens = (t.strip(";,.()") for t in text.replace(",", " ").split())
+    model_extra, parallel_extra, _, _ = parse_megatron_line(" ".join(t for t in tokens if t.startswith("--")))
+    model_extra = {k: v for k, v in model_extra.items() if k not in model_fields}
+    parallel_extra = {k: v for k, v in parallel_extra.items() if k not in parallel_fields}
+    flags = sorted(f"--{k.replace('_', '-')}" for k in {**model_extra, **parallel_extra})
+    return model_extra, parallel_extra, flags
+
+
+def _case(row: dict, base_dir: Path) -> RunCase:
+    name = row["name"].strip()
+    measured = _value("measured_step_time_s", row["measured_step_time_s"], "float")
+    if measured is None or measured <= 0:
+        raise ConfigError(f"row {name!r}: `measured_step_time_s > 0` must hold, but got {row['measured_step_time_s']!r}")
+    common = dict(name=name, source=(row.get("source") or "").strip() or "unknown", measured_step_time_s=measured)
+    try:
+        model_fields, parallel_fields = _fields(row, MODEL_FIELDS), _fields(row, PARALLEL_FIELDS)
+        model_extra, parallel_extra, flags = _assumed(row, model_fields, parallel_fields)
+        model = build(ModelSpec, {**model_fields, **model_extra, "name": name}, f"row {name!r} model")
+        parallel = build(ParallelConfig, {**parallel_fields, **parallel_extra}, f"row {name!r} layout")
+        ref = row["cluster"].strip()
+        cluster = load_cluster(base_dir / ref if ref.endswith((".yaml", ".yml")) else ref)
+        num_gpus = _value("num_gpus", row["num_gpus"], "int")
+        return RunCase(**common, model=model, cluster=cluster, num_gpus=num_gpus, parallel=parallel,
+                       assumed_flags=tuple(flags))
+    except EchoTuneError as exc:
+        return RunCase(**common, error=str(exc))
+
+
+def read_runs(path: str | Path) -> list[RunCase]:
+    """Read a runs CSV. A missing file or column is an error; a row that breaks a rule is kept with it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"runs file {str(path)!r} does not exist; give a CSV like "
+                          f"shared/data/published-runs/runs_megatron.csv")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        columns = reader.fieldnames or []
+        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+        if missing:
+            raise ConfigError(f"runs file {str(path)!r} is missing required column(s) {missing}; "
+                              f"columns are Megatron argument names plus name, cluster, num_gpus, "
+                              f"measured_step_time_s")
+        rows = list(reader)
+    if not rows:
+        raise ConfigError(f"runs file {str(path)!r} has a header but no rows")
+    return [_case(row, path.parent) for row in rows]
