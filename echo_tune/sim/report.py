@@ -40,6 +40,7 @@ class StepReport:
     profile: str
     notes: tuple[str, ...] = ()
     timeline: list = field(default_factory=list, repr=False, compare=False)
+    """With ``simulate(..., timeline=True)``: spans (stage, name, category, start_s, end_s)."""
 
     @property
     def worst_stage(self) -> StageMemory:

@@ -150,4 +150,18 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         mfu=flops / (step_time * num_gpus * peak_flops), peak_memory_bytes=peak,
         memory_capacity_bytes=cluster.gpu.memory_bytes, fits_memory=peak <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
-        profile=f"{profile.name} ({profile.label})", timeline=run.events if timeline else [])
+        profile=f"{profile.name} ({profile.label})",
+        timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
+
+
+def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, float]]:
+    """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail."""
+    spans = [(stage, f"{'B' if backward else 'F'}{mb}" + (f".{chunk}" if chunk else ""),
+              "backward" if backward else "forward", start, end)
+             for stage, backward, mb, chunk, start, end in events]
+    for stage, (end, tail) in enumerate(zip(compute_end_s, tails)):
+        dp_end = end + tail.dp_exposed_s + tail.interference_s
+        if dp_end > end:
+            spans.append((stage, "gradient reduction (exposed)", "dp_comm", end, dp_end))
+        spans.append((stage, "optimizer step", "optimizer", dp_end, dp_end + tail.optimizer_s))
+    return spans

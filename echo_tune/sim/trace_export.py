@@ -13,12 +13,10 @@ def chrome_trace_events(report: StepReport) -> list[dict]:
     stages = {e[0] for e in report.timeline}
     for stage in sorted(stages):
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": stage,
-                       "args": {"name": f"stage {stage} compute"}})
-    for stage, backward, micro_batch, chunk, start_s, end_s in report.timeline:
-        events.append({"name": f"{'B' if backward else 'F'}{micro_batch}" + (f".{chunk}" if chunk else ""),
-                       "cat": "backward" if backward else "forward", "ph": "X", "pid": 0, "tid": stage,
-                       "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6,
-                       "args": {"micro_batch": micro_batch, "chunk": chunk}})
+                       "args": {"name": f"pipeline stage {stage}"}})
+    for stage, name, category, start_s, end_s in report.timeline:
+        events.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": stage,
+                       "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6})
     return events
 
 

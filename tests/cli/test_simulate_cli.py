@@ -61,8 +61,13 @@ def test_trace_file(tmp_path, capsys):
     path = tmp_path / "t.json"
     assert main(["simulate", "--num-gpus", "64", "--model", "gpt-1.7b", "--tensor-model-parallel-size", "2",
                  "--pipeline-model-parallel-size", "4", "--global-batch-size", "64", "--trace", str(path)]) == 0
-    events = json.loads(path.read_text())["traceEvents"]
-    assert {e["tid"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
+    trace = json.loads(path.read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {0, 1, 2, 3}
+    assert {e["cat"] for e in spans} >= {"forward", "backward", "optimizer"}
+    assert sum(e["cat"] == "forward" for e in spans) == 4 * (64 // 8)  # 4 stages x 8 micro-batches (DP 8)
+    # the last span ends at the step time (critical stage's optimizer step)
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(trace["otherData"]["step_time_s"] * 1e6)
 
 
 @pytest.mark.parametrize("argv, fragment", [
