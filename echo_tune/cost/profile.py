@@ -19,11 +19,18 @@ YAML layout (version 1)::
     comm:
       intra_node:                     # collective -> coefficients; "default" is the fallback
         default: {latency_s: 6.0e-6, bus_bandwidth_gbyte_s: 230}
+        all_reduce:                   # optional keys (defaults 0 / none), written by `calibrate fit`:
+          latency_s: 1.0e-7           #   per ring step, large-message (NCCL "Simple") protocol
+          bus_bandwidth_gbyte_s: 215
+          base_latency_s: 6.0e-5      #   fixed cost of one call, whatever the group size
+          protocols:                  #   extra protocol tiers; a collective takes the fastest tier
+            ll: {base_latency_s: 5.0e-6, latency_s: 1.8e-6, bus_bandwidth_gbyte_s: 6}
       inter_node:                     # bus bandwidth is one GPU's share of its node's NICs
         default: {latency_s: 12.0e-6, bus_bandwidth_gbyte_s: 18}
     interference:
       compute_slowdown: 1.08          # compute kernels run this much slower while a collective runs
       comm_slowdown: 1.05             # collectives run this much slower beside compute
+      slowdown_curves: {}             # optional: measured slowdown vs message size (calibrate fit)
 """
 
 from __future__ import annotations
@@ -73,10 +80,36 @@ class LinkCoefficients:
     """Fixed cost of one algorithm step (alpha)."""
     bus_bandwidth_gbyte_s: float
     """Large-message bus bandwidth in nccl-tests' busbw convention (inter_node: per GPU's NIC share)."""
+    base_latency_s: float = 0.0
+    """Fixed cost of one call (launch, protocol setup), paid once whatever the group size."""
+    protocols: dict[str, "LinkCoefficients"] = field(default_factory=dict, hash=False)
+    """Extra protocol tiers (NCCL's LL, LL128) with their own coefficients; the fields above are the
+    large-message (Simple) tier. A collective takes its fastest tier, as NCCL's tuner picks the
+    fastest protocol (src/graph/tuning.cc)."""
 
     def __post_init__(self) -> None:
-        require(self.latency_s >= 0, f"`latency_s >= 0` must hold, but got (latency_s={self.latency_s})")
+        for name in ("latency_s", "base_latency_s"):
+            value = getattr(self, name)
+            require(value >= 0, f"`{name} >= 0` must hold, but got ({name}={value})")
         require_positive("bus_bandwidth_gbyte_s", self.bus_bandwidth_gbyte_s)
+        tiers = {str(k): v if isinstance(v, LinkCoefficients) else LinkCoefficients(**v)
+                 for k, v in (self.protocols or {}).items()}
+        require(all(not t.protocols for t in tiers.values()),
+                "protocol tiers must not nest: a tier under `protocols` has no `protocols` of its own")
+        object.__setattr__(self, "protocols", tiers)
+
+    def tiers(self) -> dict[str, "LinkCoefficients"]:
+        """All protocol tiers by name, the large-message tier as "simple"."""
+        return {"simple": self, **self.protocols}
+
+    def to_dict(self) -> dict:
+        """YAML mapping; the optional keys only when they differ from their defaults."""
+        data = {"latency_s": self.latency_s, "bus_bandwidth_gbyte_s": self.bus_bandwidth_gbyte_s}
+        if self.base_latency_s:
+            data["base_latency_s"] = self.base_latency_s
+        if self.protocols:
+            data["protocols"] = {name: tier.to_dict() for name, tier in self.protocols.items()}
+        return data
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +127,8 @@ class CalibrationProfile:
     comm: dict[str, dict[str, LinkCoefficients]]
     compute_slowdown: float = 1.0
     comm_slowdown: float = 1.0
+    slowdown_curves: dict = field(default_factory=dict)
+    """Measured slowdown curves behind the two scalars above (written by ``calibrate fit``)."""
     provenance: dict = field(default_factory=dict)
     version: int = PROFILE_VERSION
 
@@ -120,11 +155,14 @@ class CalibrationProfile:
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
-        data["comm"] = {s: {c: dataclasses.asdict(v) for c, v in t.items()} for s, t in self.comm.items()}
+        data["comm"] = {s: {c: v.to_dict() for c, v in t.items()} for s, t in self.comm.items()}
         compute = {k: data.pop(k) for k in ("gemm_max_efficiency", "gemm_half_saturation_dim",
                                             "memory_bandwidth_gbyte_s", "kernel_launch_overhead_s",
                                             "attention_efficiency")}
         interference = {k: data.pop(k) for k in ("compute_slowdown", "comm_slowdown")}
+        curves = data.pop("slowdown_curves")
+        if curves:
+            interference["slowdown_curves"] = curves
         head = {k: data.pop(k) for k in ("version", "name", "measured", "gpu", "provenance")}
         return {**head, "compute": compute, "comm": data.pop("comm"), "interference": interference}
 

@@ -1,0 +1,58 @@
+"""``echo-tune bench``: run the calibration microbenchmarks.
+
+Under torchrun (RANK set) every process runs its share; with ``--nproc-per-node N`` this command
+launches torchrun itself on this node (``--standalone``); otherwise it runs as one process
+(compute benchmarks only: a group of one has no collectives to time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from echo_tune.calibrate.microbench import add_bench_arguments, run_bench
+from echo_tune.errors import CalibrationError
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="run calibration microbenchmarks (GEMM, attention, memory, collectives, interference)",
+        description="Short microbenchmarks whose raw results `echo-tune calibrate fit --bench` turns into a "
+                    "profile. Launch with torchrun on each node, e.g. `torchrun --standalone "
+                    "--nproc-per-node 8 --no-python echo-tune bench --name my-cluster`, or pass "
+                    "--nproc-per-node to have this command start torchrun on this node.")
+    add_bench_arguments(parser)
+    parser.add_argument("--nproc-per-node", type=int, default=None,
+                        help="launch torchrun --standalone with this many processes on this node")
+    parser.set_defaults(run=run)
+
+
+def _torchrun_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            str(args.nproc_per_node), "-m", "echo_tune.calibrate.microbench", *argv]
+
+
+def _forwarded_argv(args: argparse.Namespace) -> list[str]:
+    argv = ["--name", args.name, "--output-root", args.output_root, "--device", args.device]
+    if args.quick:
+        argv.append("--quick")
+    if args.dtypes:
+        argv += ["--dtypes", args.dtypes]
+    if args.skip:
+        argv += ["--skip", args.skip]
+    if args.ranks_per_node:
+        argv += ["--ranks-per-node", str(args.ranks_per_node)]
+    return argv
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.nproc_per_node is not None and "RANK" not in os.environ:
+        if args.nproc_per_node < 1:
+            raise CalibrationError(f"`--nproc-per-node >= 1` must hold, but got (nproc_per_node={args.nproc_per_node})")
+        return subprocess.call(_torchrun_command(args, _forwarded_argv(args)))
+    out = run_bench(args)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"echo-tune bench: wrote {out}")
+    return 0

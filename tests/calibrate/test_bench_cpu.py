@@ -1,0 +1,89 @@
+"""The CPU (gloo) bench path end to end: torchrun with 2 (and 4) processes -> raw files -> fit -> profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from echo_tune.calibrate import raw
+from echo_tune.calibrate.fit import fit_profile
+from echo_tune.cli.main import main
+from echo_tune.config.loading import load_cluster
+from echo_tune.cost.profile import load_profile, profile_for
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def _run(cmd: list[str], timeout: int = 120) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done
+
+
+def _check_columns(directory, kinds):
+    for kind in kinds:
+        rows = raw.read_csv(directory, kind)
+        assert rows, kind
+        header = (directory / f"{kind}.csv").read_text().splitlines()[0].split(",")
+        assert tuple(header) == raw.COLUMNS[kind]
+    return {kind: raw.read_csv(directory, kind) for kind in kinds}
+
+
+def test_two_process_bench_then_fit_then_profile(tmp_path):
+    out_root = tmp_path / "calibration"
+    _run([sys.executable, "-m", "echo_tune.cli.main", "bench", "--nproc-per-node", "2", "--quick",
+          "--name", "cpu-pair", "--output-root", str(out_root)])
+    directory = out_root / "cpu-pair" / "raw"
+    env = json.loads((directory / "env.json").read_text())
+    assert env["backend"] == "gloo" and env["world_size"] == 2 and env["num_nodes"] == 1
+    assert env["torch"] and env["python"] and env["quick"] is True
+    tables = _check_columns(directory, ("gemm", "attention", "memory", "collectives", "interference"))
+    assert {r["rank"] for r in tables["gemm"]} == {0, 1}
+    assert {r["collective"] for r in tables["collectives"]} == {"all_reduce", "all_gather", "reduce_scatter",
+                                                                "send_recv"}
+    sizes = sorted({r["size_bytes"] for r in tables["collectives"] if r["collective"] == "all_reduce"})
+    assert sizes[0] == 1024 and sizes[-1] == 4 << 20
+    assert all(r["gemm_alone_us"] > 0 and r["compute_slowdown"] > 0 for r in tables["interference"])
+
+    profile_path = tmp_path / "cpu-pair.yaml"
+    assert main(["calibrate", "fit", "--cluster", "a100-40gb", "--bench", str(out_root / "cpu-pair"),
+                 "--out", str(profile_path)]) == 0
+    profile = load_profile(profile_path)
+    assert profile.measured and profile.provenance["sources"][0]["kind"] == "echo-tune bench"
+    assert set(profile.comm["intra_node"]) >= {"default", "all_reduce", "all_gather", "reduce_scatter", "send_recv"}
+    assert profile.slowdown_curves["compute"]["points"] and profile.compute_slowdown >= 1
+    assert (tmp_path / "cpu-pair.residuals.csv").is_file()
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text("gpu: a100-40gb\ngpus_per_node: 8\nintra_node_bandwidth_gbyte_s: 300\n"
+                            "nics_per_node: 8\nnic_bandwidth_gbit_s: 200\nprofile: cpu-pair.yaml\n")
+    assert profile_for(load_cluster(cluster_file)).name == profile.name
+
+
+def test_four_processes_as_two_nodes_fit_the_inter_node_scope(tmp_path):
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+          "-m", "echo_tune.calibrate.microbench", "--quick", "--name", "fake-2node", "--output-root", str(tmp_path),
+          "--ranks-per-node", "2", "--skip", "gemm,attention,memory,interference"])
+    directory = tmp_path / "fake-2node" / "raw"
+    rows = _check_columns(directory, ("collectives",))["collectives"]
+    layouts = {(r["scope"], r["group_size"], r["num_nodes"], r["ranks_per_node"]) for r in rows}
+    assert layouts == {("inter_node", 4, 2, 2), ("intra_node", 2, 1, 2), ("inter_node", 2, 2, 1)}
+    outcome = fit_profile(load_cluster("a100-40gb"), bench_dir=directory)
+    methods = {r.quantity: r.method for r in outcome.results}
+    assert methods["all_reduce inter_node"] == "least squares"
+    assert methods["all_reduce intra_node"] == "least squares"
+    assert outcome.profile.provenance["coverage"]["num_nodes"] == [1, 2]
+
+
+def test_single_process_bench_measures_compute_only(tmp_path):
+    assert main(["bench", "--quick", "--name", "solo", "--output-root", str(tmp_path), "--skip", "attention"]) == 0
+    directory = tmp_path / "solo" / "raw"
+    env = json.loads((directory / "env.json").read_text())
+    assert env["world_size"] == 1 and set(env["skipped"]) == {"attention", "collectives", "interference"}
+    assert (directory / "gemm.csv").is_file() and not (directory / "collectives.csv").exists()
+
+
+def test_bench_rejects_unknown_part(tmp_path, capsys):
+    assert main(["bench", "--quick", "--output-root", str(tmp_path), "--skip", "gpus"]) == 2
+    assert "unknown --skip part(s) ['gpus']" in capsys.readouterr().err
