@@ -15,6 +15,7 @@ saves for backward. Only fake (meta) implementations exist: these ops are for tr
 from __future__ import annotations
 
 import torch
+import torch._dynamo  # noqa: F401  custom ops pull it in on their first call (~1 s); pay it at import
 from torch import Tensor
 
 _NS = "echo_tune"
