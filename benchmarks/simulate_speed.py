@@ -16,6 +16,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args()
+    start = time.perf_counter()
+    et.simulate  # noqa: B018  the simulator's import: torch and the tracer
+    print(f"import of the simulator (torch included): {time.perf_counter() - start:.2f} s")
     model, cluster = et.load_model("gpt3-175b"), et.load_cluster("a100-80gb")
     layouts = {
         "TP8 PP16 full recompute (1F1B, m=192)": et.ParallelConfig(
