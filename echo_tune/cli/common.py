@@ -9,6 +9,7 @@ import sys
 from echo_tune.config.loading import build, load_model
 from echo_tune.config.megatron_args import MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
 from echo_tune.config.model import ModelSpec
+from echo_tune.errors import ConfigError
 from echo_tune.config.parallel import ParallelConfig
 
 PRECISION_FLAGS = {"bf16": "--bf16", "fp16": "--fp16", "fp32": "--fp32"}
@@ -71,6 +72,9 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
                       "model from --megatron-args (add the missing flags to the line, or --model PRESET)")
     if "global_batch_size" not in parallel_fields and default_global_batch_size is not None:
         parallel_fields["global_batch_size"] = default_global_batch_size
+    if "global_batch_size" not in parallel_fields:
+        raise ConfigError("--global-batch-size is required once any run setting is given (the default run "
+                          "needs no flags); add --global-batch-size N")
     parallel = build(ParallelConfig, {**parallel_fields, "precision": precision}, "parallel layout")
     return model, parallel, notes
 

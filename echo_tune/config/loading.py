@@ -52,10 +52,30 @@ def check_keys(data: dict, allowed: tuple[str, ...] | list[str], what: str) -> N
         raise ConfigError(f"unknown {what} key(s) {unknown}; allowed keys are {sorted(allowed)}")
 
 
+_SCALARS = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def check_type(name: str, value: Any, annotation: str, what: str) -> None:
+    """Reject a value whose type the field's annotation does not allow (e.g. ``swiglu: "yes"``)."""
+    options = [part.strip() for part in str(annotation).split("|")]
+    if value is None and "None" in options:
+        return
+    kinds = [k for k in options if k in _SCALARS]
+    if not kinds:
+        return  # nested specs, paths and mappings are checked where they are built
+    ok = any(isinstance(value, _SCALARS[k]) and not (k != "bool" and isinstance(value, bool)) for k in kinds)
+    if not ok:
+        wanted = " or ".join({"int": "an integer", "float": "a number", "bool": "true or false",
+                              "str": "text"}[k] for k in kinds)
+        raise ConfigError(f"{what} key {name!r} must be {wanted}, but got ({name}={value!r})")
+
+
 def build(cls: type, data: dict[str, Any], what: str):
     """Construct a frozen spec from a mapping, turning type errors into one-line ConfigErrors."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     check_keys(data, list(fields), what)
+    for name, value in data.items():
+        check_type(name, value, fields[name].type, what)
     missing = sorted(n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
                      and f.default_factory is dataclasses.MISSING)
     if missing:

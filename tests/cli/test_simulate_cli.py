@@ -109,3 +109,23 @@ def test_real_process_prints_no_traceback():
                            "7", "--num-gpus", "1024"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("hidden_size: 1000.5", "model key 'hidden_size' must be an integer, but got (hidden_size=1000.5)"),
+    ("swiglu: 'yes'", "model key 'swiglu' must be true or false, but got (swiglu='yes')"),
+])
+def test_wrong_types_in_model_files(tmp_path, capsys, text, fragment):
+    path = tmp_path / "m.yaml"
+    base = {"num_layers": "4", "hidden_size": "1024", "num_attention_heads": "8", "seq_length": "128",
+            "vocab_size": "1000"}
+    key = text.split(":")[0]
+    base.pop(key, None)
+    path.write_text("".join(f"{k}: {v}\n" for k, v in base.items()) + text + "\n")
+    assert main(["simulate", "--model", str(path), "--num-gpus", "8", "--global-batch-size", "8"]) == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_flags_without_global_batch_size(capsys):
+    assert main(["simulate", "--num-gpus", "64"]) == 2
+    assert "--global-batch-size is required" in capsys.readouterr().err
