@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from echo_tune.calibrate import raw
 from echo_tune.calibrate.fit import fit_profile
 from echo_tune.cli.main import main
@@ -59,6 +61,13 @@ def test_two_process_bench_then_fit_then_profile(tmp_path):
     cluster_file.write_text("gpu: a100-40gb\ngpus_per_node: 8\nintra_node_bandwidth_gbyte_s: 300\n"
                             "nics_per_node: 8\nnic_bandwidth_gbit_s: 200\nprofile: cpu-pair.yaml\n")
     assert profile_for(load_cluster(cluster_file)).name == profile.name
+    # ... and the simulator runs on that cluster with the measured profile
+    from echo_tune import ParallelConfig, load_model, simulate
+
+    report = simulate(load_model("gpt-1.7b"), load_cluster(cluster_file), 16,
+                      ParallelConfig(tensor_model_parallel_size=2, global_batch_size=16))
+    assert report.profile.startswith(profile.name) and "(measured)" in report.profile
+    assert report.step_time_s > 0 and sum(report.breakdown_s.values()) == pytest.approx(report.step_time_s)
 
 
 def test_four_processes_as_two_nodes_fit_the_inter_node_scope(tmp_path):
