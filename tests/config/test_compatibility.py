@@ -52,6 +52,16 @@ def test_derived_values():
      "uneven pipeline stages need"),
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, num_layers_per_virtual_pipeline_stage=4),
      "num_layers_per_virtual_pipeline_stage == 0"),
+    (dict(model=GPT3.replace(ffn_hidden_size=49150), tensor_model_parallel_size=8),
+     "ffn_hidden_size % tensor_model_parallel_size == 0"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, virtual_pipeline_model_parallel_size=3,
+          num_layers_per_virtual_pipeline_stage=2), "set only one of virtual_pipeline_model_parallel_size"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=2,
+          decoder_first_pipeline_num_layers=6, decoder_last_pipeline_num_layers=6), "interleaving with uneven"),
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=2, decoder_first_pipeline_num_layers=96),
+     "(num_layers - first - last) % remaining stages"),
+    (dict(tensor_model_parallel_size=8, sequence_parallel=True, context_parallel_size=2, num_gpus=2048,
+          model=GPT3.replace(seq_length=2056)), "seq_length % (tensor_model_parallel_size * context_parallel_size)"),
 ])
 def test_rules(kw, fragment):
     with pytest.raises(ConfigError) as err:
@@ -95,3 +105,8 @@ def test_spec_validation_messages():
         ParallelConfig(global_batch_size=8, recompute_granularity="partial")
     with pytest.raises(ConfigError, match="num_attention_heads % num_query_groups"):
         GPT3.replace(num_query_groups=5)
+
+
+def test_tp_comm_overlap_is_a_no_op_at_tp1():
+    lay = layout(num_gpus=512, global_batch_size=512, tp_comm_overlap=True)
+    assert lay.groups["tp"].size == 1
