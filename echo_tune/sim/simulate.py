@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config._checks import require_choice
 from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
@@ -22,6 +23,7 @@ from echo_tune.sim.flops import model_flops_per_step
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
+from echo_tune.sim.schedules import SCHEDULES
 
 
 def _p2p_time_s(pieces, layout: Layout, parallel: ParallelConfig, profile: CalibrationProfile) -> float:
@@ -78,6 +80,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     layout = check_compatible(model, cluster, num_gpus, parallel)
     profile = profile or profile_for(cluster)
     schedule = schedule or layout.schedule
+    require_choice("schedule", schedule, SCHEDULES)
     if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
         raise ConfigError("the gpipe schedule has no interleaving; drop virtual_pipeline_model_parallel_size")
     p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
@@ -92,46 +95,10 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True) if timeline else \
         simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
 
-    layer_params = pieces["layer"].param_count
-    # tied weights on a single stage: the output layer reuses the word embedding (counted once)
-    shared_output_params = pieces["output"].tied_param_count if p == 1 else 0
-    emb_sync = _embedding_sync_s(model, layout, parallel, profile)
-    stage_params, tails, finals = [], [], []
-    for s in range(p):
-        chunk_params = [layers * layer_params for layers in layout.stage_chunk_layers[s]]
-        if s == 0:
-            chunk_params[0] += pieces["embedding"].param_count
-        if s == p - 1:
-            chunk_params[-1] += pieces["output"].param_count - shared_output_params
-        stage_params.append(sum(chunk_params))
-        last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
-        tail = stage_tail(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,
-                          chunk_backward=last_bwd, compute_end_s=run.end_s[s],
-                          embedding_sync_s=emb_sync if s in (0, p - 1) else 0.0)
-        tails.append(tail)
-        finals.append(run.end_s[s] + tail.dp_exposed_s + tail.interference_s + tail.optimizer_s)
+    stage_params, tails, finals = _stage_tails(model, layout, parallel, profile, pieces, run, bwd_s)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
-
-    fwd_sum = sum((f for f, _, _ in passes[crit]), ZERO).scaled(m)
-    bwd_sum = sum((b for _, b, _ in passes[crit]), ZERO).scaled(m)
-    rec_sum = sum((r for _, _, r in passes[crit]), ZERO).scaled(m)
-    busy = fwd_sum.total_s + bwd_sum.total_s + rec_sum.total_s
-    idle = max(0.0, run.end_s[crit] - busy)
-    p2p_exposed = min(run.critical_p2p_s[crit], idle)
-    tail = tails[crit]
-    parts = {
-        "compute": fwd_sum.compute_s + bwd_sum.compute_s,
-        "recompute": rec_sum.total_s,
-        "tp_cp_comm": fwd_sum.comm_exposed_s + bwd_sum.comm_exposed_s,
-        "interference": fwd_sum.interference_s + bwd_sum.interference_s + tail.interference_s,
-        "pp_bubble": idle - p2p_exposed,
-        "pp_p2p": p2p_exposed,
-        "dp_comm": tail.dp_exposed_s,
-        "optimizer": tail.optimizer_s,
-    }
-    parts["other"] = step_time - sum(parts.values())
-    assert tuple(parts) == BREAKDOWN_PARTS
+    parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time)
 
     memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule) for s in range(p))
     peak = max(mem.total_bytes for mem in memory)
@@ -165,3 +132,49 @@ def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, 
             spans.append((stage, "gradient reduction (exposed)", "dp_comm", end, dp_end))
         spans.append((stage, "optimizer step", "optimizer", dp_end, dp_end + tail.optimizer_s))
     return spans
+
+
+def _stage_tails(model, layout, parallel, profile, pieces, run, bwd_s):
+    """Per stage: parameters held, the step tail after its last backward, and when its step ends."""
+    p = len(layout.stage_chunk_layers)
+    layer_params = pieces["layer"].param_count
+    # tied weights on a single stage: the output layer reuses the word embedding (counted once)
+    shared_output_params = pieces["output"].tied_param_count if p == 1 else 0
+    emb_sync = _embedding_sync_s(model, layout, parallel, profile)
+    stage_params, tails, finals = [], [], []
+    for s in range(p):
+        chunk_params = [layers * layer_params for layers in layout.stage_chunk_layers[s]]
+        if s == 0:
+            chunk_params[0] += pieces["embedding"].param_count
+        if s == p - 1:
+            chunk_params[-1] += pieces["output"].param_count - shared_output_params
+        stage_params.append(sum(chunk_params))
+        last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
+        tail = stage_tail(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,
+                          chunk_backward=last_bwd, compute_end_s=run.end_s[s],
+                          embedding_sync_s=emb_sync if s in (0, p - 1) else 0.0)
+        tails.append(tail)
+        finals.append(run.end_s[s] + tail.dp_exposed_s + tail.interference_s + tail.optimizer_s)
+    return stage_params, tails, finals
+
+
+def _breakdown(passes, m: int, compute_end_s: float, critical_p2p_s: float, tail, step_time: float) -> dict:
+    """The critical stage's step as named parts; "other" takes whatever is left (zero by construction)."""
+    fwd_sum = sum((f for f, _, _ in passes), ZERO).scaled(m)
+    bwd_sum = sum((b for _, b, _ in passes), ZERO).scaled(m)
+    rec_sum = sum((r for _, _, r in passes), ZERO).scaled(m)
+    idle = max(0.0, compute_end_s - (fwd_sum.total_s + bwd_sum.total_s + rec_sum.total_s))
+    p2p_exposed = min(critical_p2p_s, idle)
+    parts = {
+        "compute": fwd_sum.compute_s + bwd_sum.compute_s,
+        "recompute": rec_sum.total_s,
+        "tp_cp_comm": fwd_sum.comm_exposed_s + bwd_sum.comm_exposed_s,
+        "interference": fwd_sum.interference_s + bwd_sum.interference_s + tail.interference_s,
+        "pp_bubble": idle - p2p_exposed,
+        "pp_p2p": p2p_exposed,
+        "dp_comm": tail.dp_exposed_s,
+        "optimizer": tail.optimizer_s,
+    }
+    parts["other"] = step_time - sum(parts.values())
+    assert tuple(parts) == BREAKDOWN_PARTS
+    return parts
