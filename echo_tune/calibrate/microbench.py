@@ -24,24 +24,10 @@ import torch
 import torch.distributed as dist
 
 from echo_tune.calibrate import bench_comm, bench_compute, raw
+from echo_tune.calibrate.bench_args import PARTS, add_bench_arguments  # noqa: F401  (re-exported)
 from echo_tune.calibrate.plans import comm_plan, compute_plan
 from echo_tune.errors import CalibrationError
 
-PARTS = ("gemm", "attention", "memory", "collectives", "interference")
-
-
-def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``echo-tune bench`` and ``python -m echo_tune.calibrate.microbench``."""
-    parser.add_argument("--name", default="local", help="cluster name: results go to <output-root>/<name>/raw/")
-    parser.add_argument("--output-root", default="calibration", help="root folder of calibration data")
-    parser.add_argument("--quick", action="store_true", help="a smaller sweep (under 1 minute per node)")
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                        help="auto: CUDA with nccl when available, else CPU with gloo")
-    parser.add_argument("--dtypes", default=None,
-                        help="comma-separated GEMM dtypes (default: bf16,fp16 on CUDA; fp32 on CPU)")
-    parser.add_argument("--skip", default="", help=f"comma-separated parts to skip, of {','.join(PARTS)}")
-    parser.add_argument("--ranks-per-node", type=int, default=None,
-                        help="for testing: treat every K consecutive ranks as one node (default: by hostname)")
 
 
 def _pick_device(choice: str, local_rank: int) -> torch.device:

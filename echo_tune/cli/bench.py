@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from echo_tune.calibrate.microbench import add_bench_arguments, run_bench
+from echo_tune.calibrate.bench_args import add_bench_arguments
 from echo_tune.errors import CalibrationError
 
 
@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         if args.nproc_per_node < 1:
             raise CalibrationError(f"`--nproc-per-node >= 1` must hold, but got (nproc_per_node={args.nproc_per_node})")
         return subprocess.call(_torchrun_command(args, _forwarded_argv(args)))
+    from echo_tune.calibrate.microbench import run_bench  # imports torch
+
     out = run_bench(args)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"echo-tune bench: wrote {out}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -10,9 +11,9 @@ from rich.table import Table
 from echo_tune.cli.common import add_layout_arguments, human_bytes, human_time, print_json, specs_from_args
 from echo_tune.config.loading import load_cluster
 from echo_tune.cost.profile import load_profile
-from echo_tune.sim.report import StepReport
-from echo_tune.sim.simulate import simulate
-from echo_tune.sim.trace_export import write_chrome_trace
+
+if TYPE_CHECKING:
+    from echo_tune.sim.report import StepReport
 
 DEFAULT_MODEL, DEFAULT_CLUSTER, DEFAULT_NUM_GPUS = "gpt3-175b", "a100-80gb", 1024
 
@@ -43,6 +44,9 @@ def _defaults(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from echo_tune.sim.simulate import simulate  # imports torch: only when a simulation runs
+    from echo_tune.sim.trace_export import write_chrome_trace
+
     _defaults(args)
     model, parallel, notes = specs_from_args(args, default_model=DEFAULT_MODEL)
     cluster = load_cluster(args.cluster)
@@ -61,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_report(report: StepReport, notes: list[str], console: Console | None = None) -> None:
+def print_report(report: "StepReport", notes: list[str], console: Console | None = None) -> None:
     console = console or Console()
     cfg = report.config
     title = (f"{cfg['model']} on {cfg['num_gpus']} x {cfg['cluster']}: TP{cfg['tensor_model_parallel_size']} "
