@@ -1,0 +1,150 @@
+"""``echo-tune search SPACE.yaml``: find the fastest Megatron-LM layout in a search space."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from echo_tune.cli.common import human_bytes, human_time, print_json
+from echo_tune.search.space import OBJECTIVES, load_space, with_overrides
+from echo_tune.search.sampler import SAMPLERS
+from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, SearchResult, run_search
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "search", help="search Megatron-LM layouts for the fastest step (Optuna + the simulator)",
+        description="Search the layouts of a search-space file for the fastest simulated step. Results go to "
+                    "RESULTS_DIR/STUDY_NAME/: trials.csv, best.json, megatron_args.txt, best_trace.json (and "
+                    "pareto.csv/.svg for several objectives); the study itself is stored there as journal.log "
+                    "(optuna-dashboard opens it). Exit code 1 when no layout fits in memory.")
+    parser.add_argument("space", help="search-space YAML file (see search_spaces/)")
+    parser.add_argument("--sampler", default="tpe", choices=sorted(SAMPLERS),
+                        help="tpe (default), random, nsga2 (multi-objective) or exhaustive (every valid layout)")
+    parser.add_argument("--n-trials", type=int, default=None,
+                        help=f"trials the study should hold in total (default {DEFAULT_N_TRIALS}; exhaustive: "
+                             f"every valid layout); a resumed study runs only the missing ones")
+    parser.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
+    parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0; same seed, same study)")
+    parser.add_argument("--n-jobs", type=int, default=1,
+                        help="processes (default 1); exhaustive spreads layouts with joblib, the other samplers "
+                             "run one sampling process each on the shared study (not reproducible then)")
+    parser.add_argument("--objectives", default=None,
+                        help=f"comma-separated, overrides the file: {', '.join(OBJECTIVES)} "
+                             f"(e.g. step_time,peak_memory)")
+    parser.add_argument("--gpu-hour-cost", type=float, default=None, help="price of one GPU-hour (cost objective)")
+    parser.add_argument("--study-name", default=None, help="study name (default: the space's name)")
+    parser.add_argument("--results-dir", default="results", help="where study folders go (default results/)")
+    parser.add_argument("--storage", default=None,
+                        help="Optuna storage URL (sqlite:///x.db, postgresql://..., redis://...) or a journal file "
+                             "path; default RESULTS_DIR/STUDY_NAME/journal.log")
+    parser.add_argument("--resume", action="store_true", help="continue the study if it exists")
+    parser.add_argument("--overwrite", action="store_true", help="delete the study if it exists and start over")
+    parser.add_argument("--no-baselines", dest="baselines", action="store_false",
+                        help="do not seed the study with the obvious baseline layouts")
+    parser.add_argument("--top", type=int, default=10, help="rows in the table of best layouts (default 10)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.set_defaults(run=run)
+
+
+def _progress_bar(console: Console, label: str):
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), console=console,
+                    transient=False, disable=not console.is_terminal)
+
+
+def run(args: argparse.Namespace) -> int:
+    space = load_space(args.space)
+    objectives = tuple(o.strip() for o in args.objectives.split(",")) if args.objectives else None
+    space = with_overrides(space, objectives=objectives, gpu_hour_cost=args.gpu_hour_cost)
+    opts = SearchOptions(sampler=args.sampler, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
+                         n_jobs=args.n_jobs, study_name=args.study_name, results_dir=args.results_dir,
+                         storage=args.storage, resume=args.resume, overwrite=args.overwrite,
+                         baselines=args.baselines)
+    err = Console(stderr=True)
+    best_seen = [None]
+    with _progress_bar(err, args.sampler) as bar:
+        task = bar.add_task(f"{args.sampler} {space.name}", total=None, best="-")
+
+        def progress(done: int, total: int | None, record: dict | None) -> None:
+            if record is not None and record["fits_memory"] and (best_seen[0] is None
+                                                                  or record["step_time_s"] < best_seen[0]):
+                best_seen[0] = record["step_time_s"]
+            bar.update(task, completed=done, total=total,
+                       best=human_time(best_seen[0]) if best_seen[0] is not None else "-")
+        result = run_search(space, opts, progress=progress)
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print_result(space, result, top=args.top)
+    if result.interrupted:
+        sys.stderr.write(f"echo-tune search: interrupted; {result.n_trials} finished trial(s) kept in "
+                         f"{result.storage}; continue with --resume\n")
+        return 130
+    return 0 if result.best is not None else 1
+
+
+def layout_label(cfg: dict, dp: int | None = None) -> str:
+    """A compact layout string: TP4 PP8 DP32 VPP6 mbs2 selective SP DistOpt."""
+    parts = [f"TP{cfg['tensor_model_parallel_size']}", f"PP{cfg['pipeline_model_parallel_size']}"]
+    if cfg.get("context_parallel_size", 1) > 1:
+        parts.append(f"CP{cfg['context_parallel_size']}")
+    if dp is not None:
+        parts.append(f"DP{dp}")
+    if cfg.get("virtual_pipeline_model_parallel_size"):
+        parts.append(f"VPP{cfg['virtual_pipeline_model_parallel_size']}")
+    parts.append(f"mbs{cfg['micro_batch_size']}")
+    recompute = cfg.get("recompute_granularity")
+    if recompute == "full":
+        method = cfg.get("recompute_method") or "uniform"
+        parts.append(f"full-{method}{cfg.get('recompute_num_layers') or 1}")
+    elif recompute:
+        parts.append(recompute)
+    parts += [flag for key, flag in (("sequence_parallel", "SP"), ("use_distributed_optimizer", "DistOpt"),
+                                     ("tp_comm_overlap", "TPoverlap")) if cfg.get(key)]
+    return " ".join(parts)
+
+
+def print_result(space, result: SearchResult, *, top: int = 10, console: Console | None = None) -> None:
+    console = console or Console()
+    several_gpus = len(space.choices["num_gpus"]) > 1
+    cost = "cost" in space.objectives or space.gpu_hour_cost is not None
+    table = Table(title=f"{space.name}: best {min(top, len(result.top))} of {result.n_feasible} feasible layouts")
+    cols = ["#", "trial", "step time", "MFU", "peak mem"] + (["GPUs"] if several_gpus else []) + \
+        (["cost/step"] if cost else []) + ["layout"]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "layout" else "right")
+    for i, rec in enumerate(result.top[:top], 1):
+        cfg = rec["config"]
+        row = [str(i), str(rec["trial"]), human_time(rec["step_time_s"]), f"{100 * rec['mfu']:.1f}%",
+               human_bytes(rec["peak_memory_bytes"])]
+        row += [str(cfg["num_gpus"])] if several_gpus else []
+        row += [f"{rec['cost_per_step']:.4g}"] if cost else []
+        row.append(layout_label(cfg, rec["derived"].get("data_parallel_size")))
+        table.add_row(*row)
+    console.print(table)
+    if result.pareto:
+        front = Table(title=f"Pareto front ({' vs '.join(space.objectives)})")
+        for col in ["trial"] + list(space.objectives) + ["layout"]:
+            front.add_column(col, justify="left" if col == "layout" else "right")
+        for e in result.pareto:
+            front.add_row(str(e["trial"]), *[f"{e['objectives'][o]:.4g}" for o in space.objectives],
+                          layout_label(e["config"], e["derived"].get("data_parallel_size")))
+        console.print(front)
+    console.print(f"{result.sampler}: {result.n_trials} trials ({result.new_trials} new), {result.n_feasible} "
+                  f"feasible, {result.n_infeasible} over memory, {result.n_rejected} rejected; "
+                  f"{result.space_size} valid layouts in the space; {result.wall_time_s:.1f} s")
+    if result.best is not None:
+        best = result.best
+        console.print(f"[bold green]best: {human_time(best['step_time_s'])} per step[/bold green] "
+                      f"(trial {best['trial']}, MFU {100 * best['mfu']:.1f}%, {best['memory_verdict']})")
+        console.print(f"Megatron-LM flags: {best['megatron_args']}", highlight=False, markup=False)
+    else:
+        console.print("[bold red]no feasible layout: every simulated layout exceeds GPU memory[/bold red]")
+    console.print(f"[dim]results in {result.results_dir}/ (study storage: {result.storage})[/dim]")
+    for note in result.notes:
+        console.print(f"[dim]note: {note}[/dim]")

@@ -1,0 +1,240 @@
+"""The one place that draws layouts from a space: the Optuna sampler and the enumerator share it.
+
+Settings are chosen in ``FIELD_ORDER``. A setting that has no effect given the earlier choices (sequence
+parallelism at TP=1, interleaving without a pipeline, the recompute method without full recompute, the
+distributed optimizer's parameter all-gather without it, gradient-reduce overlap at DP=1) takes its
+"off" value whatever was drawn for it. That removes duplicate layouts and spurious rejections.
+
+Validity is ``check_compatible``, the simulator's own rule book, applied twice:
+
+1. after the "shape" settings (GPU count, TP, PP, CP, uneven stages, micro-batch size), with every later
+   setting off. Off values never add a rule, so a failure here holds for every completion: the
+   enumerator skips the whole subtree, and ``draw`` stops there with that rule;
+2. on the complete layout.
+
+A layout is valid when both pass. ``enumerate_layouts`` walks every choice; ``draw`` follows one
+``choose`` callback (an Optuna trial's suggestions in ``params.suggest_layout``, a stored trial's params
+in ``params.layout_of``). Both go through the same ``options`` and ``_check``, so they agree on the
+space. How the samplers avoid proposing invalid layouts in the first place is in ``sampler.py``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from echo_tune.config.compatibility import Layout, check_compatible
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.errors import ConfigError
+from echo_tune.search.space import FIELD_ORDER, SearchSpace
+
+# Settings chosen before the first check: they fix the traced shapes and the rank layout.
+SHAPE_FIELDS = FIELD_ORDER[:FIELD_ORDER.index("micro_batch_size") + 1]
+OFF = {"decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
+       "virtual_pipeline_model_parallel_size": None, "num_layers_per_virtual_pipeline_stage": None,
+       "sequence_parallel": False, "tp_comm_overlap": False, "recompute_granularity": None,
+       "recompute_method": None, "recompute_num_layers": None, "use_distributed_optimizer": False,
+       "overlap_param_gather": False, "overlap_grad_reduce": False}
+
+
+class RejectedLayout(Exception):
+    """A drawn combination that breaks a rule; ``rule`` is check_compatible's one-line message."""
+
+    def __init__(self, rule: str, config: dict):
+        super().__init__(rule)
+        self.rule = rule
+        self.config = config
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid layout of a space: the world size and the Megatron settings."""
+
+    num_gpus: int
+    parallel: ParallelConfig
+    layout: Layout
+    """check_compatible's derived values (DP size, micro-batches, stage layers, schedule)."""
+
+    @property
+    def config(self) -> dict:
+        """Every setting by Megatron name, plus the world size."""
+        return {"num_gpus": self.num_gpus, **self.parallel.to_dict()}
+
+    @property
+    def key(self) -> tuple:
+        return tuple(sorted(self.config.items()))
+
+    @property
+    def shape(self) -> tuple:
+        """What the tracer caches on: runs of one shape share a trace."""
+        p = self.parallel
+        return (p.tensor_model_parallel_size, p.context_parallel_size, self.layout.sequence_parallel,
+                p.micro_batch_size, p.precision)
+
+
+def applicable(field_name: str, chosen: dict) -> bool:
+    """Whether ``field_name`` changes the step, given the settings chosen before it."""
+    tp = chosen.get("tensor_model_parallel_size", 1)
+    pp = chosen.get("pipeline_model_parallel_size", 1)
+    if field_name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                      "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage"):
+        return pp > 1
+    if field_name == "sequence_parallel":
+        return tp > 1
+    if field_name == "tp_comm_overlap":
+        return tp > 1 and bool(chosen.get("sequence_parallel"))
+    if field_name in ("recompute_method", "recompute_num_layers"):
+        return chosen.get("recompute_granularity") == "full"
+    if field_name == "overlap_param_gather":
+        return bool(chosen.get("use_distributed_optimizer"))
+    if field_name == "overlap_grad_reduce":
+        model_parallel = tp * pp * chosen.get("context_parallel_size", 1)
+        return chosen["num_gpus"] // model_parallel > 1
+    return True
+
+
+def options(space: SearchSpace, field_name: str, chosen: dict) -> tuple:
+    """The values ``field_name`` may take after ``chosen``: its list, or its off value if it has no effect."""
+    if not applicable(field_name, chosen):
+        return (OFF[field_name],)
+    return space.choices[field_name]
+
+
+def _parallel(space: SearchSpace, chosen: dict) -> ParallelConfig:
+    fields = {f: chosen.get(f, OFF.get(f)) for f in FIELD_ORDER[1:]}
+    return ParallelConfig(global_batch_size=space.global_batch_size, precision=space.precision, **fields)
+
+
+def _check(space: SearchSpace, chosen: dict) -> Layout:
+    """check_compatible on ``chosen`` (fields not chosen yet are off); raises RejectedLayout."""
+    try:
+        parallel = _parallel(space, chosen)
+        return check_compatible(space.model, space.cluster, chosen["num_gpus"], parallel)
+    except ConfigError as exc:
+        raise RejectedLayout(str(exc), dict(chosen)) from None
+
+
+def _candidate(space: SearchSpace, chosen: dict, layout: Layout) -> Candidate:
+    return Candidate(num_gpus=chosen["num_gpus"], parallel=_parallel(space, chosen), layout=layout)
+
+
+def draw(space: SearchSpace, choose: Callable[[str, tuple], object]) -> Candidate:
+    """Draw one layout: ``choose(field, values)`` picks each setting that has several possible values.
+
+    Raises RejectedLayout (with the broken rule) as soon as the drawn settings cannot be valid.
+    """
+    chosen: dict = {}
+    for field_name in FIELD_ORDER:
+        values = options(space, field_name, chosen)
+        chosen[field_name] = values[0] if len(values) == 1 else choose(field_name, values)
+        if field_name == SHAPE_FIELDS[-1]:
+            _check(space, chosen)
+    return _candidate(space, chosen, _check(space, chosen))
+
+
+def _walk(space: SearchSpace, chosen: dict, index: int, stats: Counter | None) -> Iterator[Candidate]:
+    if index == len(FIELD_ORDER):
+        try:
+            yield _candidate(space, chosen, _check(space, chosen))
+        except RejectedLayout as exc:
+            if stats is not None:
+                stats[exc.rule] += 1
+        return
+    field_name = FIELD_ORDER[index]
+    for value in options(space, field_name, chosen):
+        nxt = {**chosen, field_name: value}
+        if field_name == SHAPE_FIELDS[-1]:
+            try:
+                _check(space, nxt)
+            except RejectedLayout as exc:
+                if stats is not None:  # one count for the whole subtree
+                    stats[exc.rule] += 1
+                continue
+        yield from _walk(space, nxt, index + 1, stats)
+
+
+def enumerate_layouts(space: SearchSpace, stats: Counter | None = None) -> Iterator[Candidate]:
+    """Every valid layout of the space, in drawing order.
+
+    ``stats`` counts rejections by rule: a rejected shape counts once for all its completions.
+    """
+    yield from _walk(space, {}, 0, stats)
+
+
+def rule_name(rule: str) -> str:
+    """The rule part of a check_compatible message (before the offending values)."""
+    return rule.split(", but got")[0].split(" (")[0]
+
+
+def check_space(space: SearchSpace) -> tuple[list[Candidate], list[str]]:
+    """All valid layouts and notes on the space; ConfigError if it holds no valid layout."""
+    stats: Counter = Counter()
+    valid = list(enumerate_layouts(space, stats))
+    if not valid:
+        by_rule = Counter()
+        for rule, n in stats.items():
+            by_rule[rule_name(rule)] += n
+        top, n = by_rule.most_common(1)[0] if by_rule else ("(none)", 0)
+        example = next(r for r in stats if rule_name(r) == top) if by_rule else ""
+        raise ConfigError(f"search space {space.source or space.name!r} holds no valid layout; the rule broken "
+                          f"most often ({n} of {sum(stats.values())} rejections) is: {example}")
+    notes = []
+    for field_name in space.searched:
+        used = {c.config.get(field_name) if field_name != "num_gpus" else c.num_gpus for c in valid}
+        unused = [v for v in space.choices[field_name] if v not in used]
+        if unused:
+            notes.append(f"{field_name} value(s) {unused} appear in no valid layout")
+    return valid, notes
+
+
+# Baselines: the layouts a practitioner would try first, so TPE starts from good points.
+_PREFERENCE = {
+    "num_gpus": lambda v: -v,
+    "context_parallel_size": lambda v: v,
+    "decoder_first_pipeline_num_layers": lambda v: v is not None,
+    "decoder_last_pipeline_num_layers": lambda v: v is not None,
+    "micro_batch_size": lambda v: v,
+    "virtual_pipeline_model_parallel_size": lambda v: 0 if v is None else v,
+    "num_layers_per_virtual_pipeline_stage": lambda v: v is not None,
+    "sequence_parallel": lambda v: not v,
+    "tp_comm_overlap": lambda v: bool(v),
+    "recompute_granularity": lambda v: {"selective": 0, None: 1, "full": 2}[v],
+    "recompute_method": lambda v: {"uniform": 0, "block": 1, None: 2}[v],
+    "recompute_num_layers": lambda v: 0 if v is None else v,
+    "use_distributed_optimizer": lambda v: not v,
+    "overlap_param_gather": lambda v: not v,
+    "overlap_grad_reduce": lambda v: not v,
+}
+
+
+def _preference_key(c: Candidate) -> tuple:
+    cfg = c.config
+    return tuple(rank(cfg[f]) for f, rank in _PREFERENCE.items())
+
+
+def baselines(space: SearchSpace, valid: list[Candidate], limit: int = 6) -> list[Candidate]:
+    """The obvious first tries: the largest TP inside a node with each pipeline depth, common settings.
+
+    Spread over the pipeline depths when there are more than ``limit``.
+    """
+    node = space.cluster.gpus_per_node
+    in_node = [c for c in valid if c.parallel.tensor_model_parallel_size <= node] or valid
+    tp = max(c.parallel.tensor_model_parallel_size for c in in_node)
+    best_per_pp: dict[int, Candidate] = {}
+    for c in sorted((c for c in in_node if c.parallel.tensor_model_parallel_size == tp), key=_preference_key):
+        best_per_pp.setdefault(c.parallel.pipeline_model_parallel_size, c)
+    picks = [best_per_pp[p] for p in sorted(best_per_pp)]
+    if len(picks) > limit:
+        step = (len(picks) - 1) / (limit - 1)
+        picks = [picks[round(i * step)] for i in range(limit)]
+    return picks
+
+
+def group_by_shape(candidates: list[Candidate]) -> list[list[Candidate]]:
+    """Candidates grouped by traced shape (one trace per group), largest groups first."""
+    groups: dict[tuple, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(c.shape, []).append(c)
+    return sorted(groups.values(), key=len, reverse=True)
+

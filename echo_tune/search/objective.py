@@ -1,0 +1,110 @@
+"""The objective: simulate a layout, keep what trials.csv and best.json need, score it.
+
+A trial's *record* (stored as the trial's ``record`` user attribute) holds the layout by Megatron name,
+the derived sizes, the step report's numbers and feasibility. Objectives are read from the record:
+
+=============  ==========================================================================
+step_time      simulated step time, seconds (the default)
+peak_memory    peak memory of the worst pipeline stage, GiB
+num_gpus       GPUs in the run (needs several ``num_gpus`` in the space)
+cost           price of one step: step time x GPUs x ``gpu_hour_cost`` / 3600 (GPU-hours if unpriced)
+=============  ==========================================================================
+
+Every objective is minimised. A layout that does not fit in memory is *infeasible*: it keeps its
+numbers, and carries the constraint ``memory_overshoot_gib > 0`` that Optuna's samplers rank after every
+feasible trial; the search never reports it as best.
+"""
+
+from __future__ import annotations
+
+from echo_tune.errors import ConfigError
+from echo_tune.search.layouts import Candidate, RejectedLayout
+from echo_tune.search.space import SearchSpace
+
+OBJECTIVE_KEYS = {"step_time": "step_time_s", "peak_memory": "peak_memory_gib", "num_gpus": "num_gpus",
+                  "cost": "cost_per_step"}
+OBJECTIVE_UNITS = {"step_time": "s", "peak_memory": "GiB", "num_gpus": "GPUs", "cost": "per step"}
+
+
+def objective_label(objective: str, gpu_hour_cost: float | None = None) -> str:
+    """Axis and column label of an objective, with its unit."""
+    if objective == "cost":
+        return "cost per step" + (" (price)" if gpu_hour_cost is not None else " (GPU-hours)")
+    return f"{objective.replace('_', ' ')} ({OBJECTIVE_UNITS[objective]})"
+# Constraint names (Optuna: > 0 means violated).
+MEMORY_CONSTRAINT = "memory_overshoot_gib"
+RULE_CONSTRAINT = "breaks_rule"
+DERIVED_KEYS = ("data_parallel_size", "num_micro_batches", "pipeline_schedule", "effective_sequence_parallel",
+                "effective_recompute_method", "effective_recompute_num_layers")
+GIB = 2**30
+
+
+def cost_per_step(step_time_s: float, num_gpus: int, gpu_hour_cost: float | None) -> float:
+    """Price of one step; GPU-hours when no price is given."""
+    return step_time_s * num_gpus / 3600.0 * (gpu_hour_cost if gpu_hour_cost is not None else 1.0)
+
+
+def make_record(space: SearchSpace, candidate: Candidate, report) -> dict:
+    """The numbers a trial keeps, from a StepReport."""
+    cfg = report.config
+    return {
+        "config": candidate.config,
+        "derived": {k: cfg[k] for k in DERIVED_KEYS if k in cfg},
+        "step_time_s": report.step_time_s,
+        "tokens_per_s": report.tokens_per_s,
+        "model_tflops_per_gpu": report.model_tflops_per_gpu,
+        "mfu": report.mfu,
+        "peak_memory_bytes": int(report.peak_memory_bytes),
+        "peak_memory_gib": report.peak_memory_bytes / GIB,
+        "memory_capacity_bytes": int(report.memory_capacity_bytes),
+        "fits_memory": bool(report.fits_memory),
+        "memory_overshoot_bytes": int(report.memory_overshoot_bytes),
+        "worst_stage": report.worst_stage.stage,
+        "critical_stage": report.critical_stage,
+        "breakdown_s": dict(report.breakdown_s),
+        "num_gpus": candidate.num_gpus,
+        "cost_per_step": cost_per_step(report.step_time_s, candidate.num_gpus, space.gpu_hour_cost),
+    }
+
+
+def evaluate(space: SearchSpace, candidate: Candidate, *, profile=None, timeline: bool = False):
+    """Simulate ``candidate``: ``(record, report)``. A rule the simulator adds raises RejectedLayout."""
+    from echo_tune.sim.simulate import simulate
+
+    try:
+        report = simulate(space.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
+                          timeline=timeline)
+    except ConfigError as exc:
+        raise RejectedLayout(str(exc), candidate.config) from None
+    return make_record(space, candidate, report), report
+
+
+def objective_values(space: SearchSpace, record: dict) -> list[float]:
+    return [float(record[OBJECTIVE_KEYS[o]]) for o in space.objectives]
+
+
+def constraints(record: dict) -> dict[str, float]:
+    """Optuna constraints of a simulated layout: the memory overshoot in GiB (> 0 when it does not fit)."""
+    if record["fits_memory"]:
+        return {MEMORY_CONSTRAINT: 0.0}
+    return {MEMORY_CONSTRAINT: max(record["memory_overshoot_bytes"] / GIB, 1e-9)}
+
+
+# A layout that breaks a rule ranks after every simulated one, however far over memory.
+REJECTED_CONSTRAINTS = {RULE_CONSTRAINT: 1e6}
+
+
+class Evaluator:
+    """``evaluate`` with an in-process cache: a sampler proposing a layout again costs no simulation."""
+
+    def __init__(self, space: SearchSpace, profile=None):
+        self.space, self.profile = space, profile
+        self._cache: dict[tuple, dict] = {}
+        self.simulated = 0
+
+    def __call__(self, candidate: Candidate) -> dict:
+        key = candidate.key
+        if key not in self._cache:
+            self._cache[key] = evaluate(self.space, candidate, profile=self.profile)[0]
+            self.simulated += 1
+        return self._cache[key]

@@ -1,0 +1,99 @@
+"""Files a search leaves in ``results/<study-name>/``.
+
+``trials.csv``        every trial: settings by Megatron name, the report's parts, feasibility, broken rule
+``best.json``         the best feasible layout (the simulator's keys, its Megatron flags)
+``megatron_args.txt`` the best layout as Megatron-LM flags, one per line, ready for a launch script
+``best_trace.json``   the best layout's simulated step as a Chrome trace (open in https://ui.perfetto.dev)
+``pareto.csv``        multi-objective runs: the feasible Pareto front
+``pareto.svg``        multi-objective runs: every feasible trial and the front, first two objectives
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_label
+from echo_tune.search.plot import pareto_svg
+from echo_tune.search.results import candidate_of, megatron_flags, trial_row
+from echo_tune.search.space import SearchSpace
+
+
+def write_trials_csv(space: SearchSpace, trials, path: Path) -> None:
+    rows = [trial_row(space, t) for t in sorted(trials, key=lambda t: t.number)]
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def write_megatron_args(space: SearchSpace, best: dict, path: Path, *, study_name: str) -> None:
+    record = {"config": best["config"]}
+    flags = megatron_flags(space, record)
+    num_gpus, node = best["config"]["num_gpus"], space.cluster.gpus_per_node
+    nodes, per_node = (num_gpus // node, node) if num_gpus >= node else (1, num_gpus)
+    lines = [f"# echo-tune search, study {study_name}: best layout for {space.model.name} on {num_gpus} x "
+             f"{space.cluster.name}",
+             f"# simulated step time {best['step_time_s']:.3f} s, MFU {100 * best['mfu']:.1f}%, "
+             f"{best['memory_verdict']}",
+             f"# world size {num_gpus} = {nodes} node(s) x {per_node} GPU(s) (set by the launcher, e.g. torchrun); "
+             f"data-parallel size {best['derived'].get('data_parallel_size')}"]
+    pairs: list[str] = []
+    for flag in flags:  # "--flag value" on one line, switches alone
+        if flag.startswith("--") or not pairs:
+            pairs.append(flag)
+        else:
+            pairs[-1] += f" {flag}"
+    path.write_text("\n".join(lines + pairs) + "\n")
+
+
+def write_trace(space: SearchSpace, best: dict, path: Path, *, profile=None) -> None:
+    from echo_tune.sim.trace_export import write_chrome_trace
+
+    _, report = evaluate(space, candidate_of(space, {"config": best["config"]}), profile=profile, timeline=True)
+    write_chrome_trace(report, path)
+
+
+def write_pareto(space: SearchSpace, pareto: list[dict], all_points: list[tuple[float, ...]], csv_path: Path,
+                 svg_path: Path) -> None:
+    rows = []
+    for e in pareto:
+        row = {"trial": e["trial"], **{OBJECTIVE_KEYS[o]: e["objectives"][o] for o in space.objectives}}
+        row.update(e["config"])
+        row.update({k: e[k] for k in ("tokens_per_s", "mfu", "peak_memory_bytes")})
+        row["megatron_args"] = e["megatron_args"]
+        rows.append(row)
+    pd.DataFrame(rows).to_csv(csv_path, index=False)
+    objs = space.objectives[:2]
+    front = [tuple(e["objectives"][o] for o in objs) for e in pareto]
+    labels = [objective_label(o, space.gpu_hour_cost) for o in objs]
+    svg_path.write_text(pareto_svg([p[:2] for p in all_points], front, labels,
+                                   title=f"{space.name}: feasible layouts and Pareto front"))
+
+
+def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None, pareto: list[dict],
+                  profile=None) -> list[str]:
+    """Write every output file; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trials = study.get_trials(deepcopy=False)
+    files = []
+    path = out_dir / "trials.csv"
+    write_trials_csv(space, trials, path)
+    files.append(path)
+    if best is not None:
+        path = out_dir / "best.json"
+        path.write_text(json.dumps(best, indent=2, default=str) + "\n")
+        files.append(path)
+        path = out_dir / "megatron_args.txt"
+        write_megatron_args(space, best, path, study_name=study.study_name)
+        files.append(path)
+        path = out_dir / "best_trace.json"
+        write_trace(space, best, path, profile=profile)
+        files.append(path)
+    if len(space.objectives) > 1 and pareto:
+        keys = [OBJECTIVE_KEYS[o] for o in space.objectives]
+        points = [tuple(float(t.user_attrs["record"][k]) for k in keys) for t in trials
+                  if t.state.name == "COMPLETE" and t.user_attrs.get("record", {}).get("fits_memory")]
+        csv_path, svg_path = out_dir / "pareto.csv", out_dir / "pareto.svg"
+        write_pareto(space, pareto, points, csv_path, svg_path)
+        files += [csv_path, svg_path]
+    return [str(f) for f in files]

@@ -1,0 +1,173 @@
+"""Rank candidate runs before booking GPUs: which option trains the model fastest and cheapest?
+
+A rank file lists candidates; each is a model, a cluster, a GPU count and a full layout, or a pointer to
+a search result (its ``best.json`` or results folder)::
+
+    tokens: 1e12                    # token budget for "time and cost to train" (--tokens overrides)
+    defaults:                       # optional keys every candidate starts from (layouts merge)
+      model: gpt3-175b
+    candidates:
+      - name: 64 x H800, TP8 PP8
+        cluster: h800-sxm
+        num_gpus: 64
+        gpu_hour_cost: 2.0          # optional, price of one GPU-hour
+        layout: {tensor_model_parallel_size: 8, pipeline_model_parallel_size: 8, global_batch_size: 1536,
+                 micro_batch_size: 1, recompute_granularity: selective, sequence_parallel: true}
+      - name: 128 x A100 from a Megatron launch line
+        cluster: a100-80gb
+        num_gpus: 128
+        megatron_args: "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 --global-batch-size 1536"
+      - name: searched layout
+        from_search: results/gpt3-175b-96xh800      # or .../best.json
+
+Candidates print fastest first; the ones that do not fit in memory come after all that fit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.loading import build, check_keys, cluster_from_dict, read_yaml
+from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.errors import ConfigError
+from echo_tune.search.space import load_cluster_ref, load_model_ref, resolve_ref
+
+FILE_KEYS = ("tokens", "defaults", "candidates", "description")
+CANDIDATE_KEYS = ("name", "model", "cluster", "num_gpus", "layout", "megatron_args", "from_search", "gpu_hour_cost",
+                  "precision", "profile", "notes")
+
+
+@dataclass(frozen=True)
+class RankCandidate:
+    name: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    num_gpus: int
+    parallel: ParallelConfig
+    gpu_hour_cost: float | None = None
+    profile_path: Path | None = None
+
+
+def _from_search(ref: str, where: str, base_dir: Path | None) -> dict:
+    path = Path(resolve_ref(ref if ref.endswith(".json") else ref.rstrip("/") + "/best.json", base_dir))
+    if not path.is_file():
+        raise ConfigError(f"{where}: `from_search` must point to a search result (a results folder or its "
+                          f"best.json), but {str(path)!r} does not exist; run echo-tune search first")
+    try:
+        best = json.loads(path.read_text())
+        config, specs = dict(best["config"]), best["specs"]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"{where}: {str(path)!r} is not a best.json written by echo-tune search") from None
+    model = build(ModelSpec, specs["model_spec"], f"{where}: model of {path}")
+    cluster = cluster_from_dict(dict(specs["cluster_spec"]), name=specs["cluster_spec"].get("name", "cluster"))
+    num_gpus = config.pop("num_gpus")
+    return {"model": model, "cluster": cluster, "num_gpus": num_gpus, "layout": config}
+
+
+def _candidate(data: dict, index: int, defaults: dict, base_dir: Path | None) -> RankCandidate:
+    if not isinstance(data, dict):
+        raise ConfigError(f"candidate #{index + 1} must be a mapping of keys, but got {type(data).__name__}")
+    merged = {**defaults, **data}
+    if isinstance(defaults.get("layout"), dict) and isinstance(data.get("layout"), dict):
+        merged["layout"] = {**defaults["layout"], **data["layout"]}  # a candidate's settings override
+    elif "layout" in data and data["layout"] is None:  # `layout: null`: none, not even the defaults'
+        merged.pop("layout")
+    name = str(merged.get("name") or f"candidate {index + 1}")
+    where = f"candidate {name!r}"
+    check_keys(merged, CANDIDATE_KEYS, where)
+    if not any(k in merged for k in ("layout", "megatron_args", "from_search")):
+        raise ConfigError(f"{where}: give a `layout`, `megatron_args` or `from_search`")
+    layout: dict = {}
+    if "from_search" in merged:  # the searched layout; the candidate's own layout keys override it
+        found = _from_search(str(merged["from_search"]), where, base_dir)
+        merged = {**found, **{k: v for k, v in merged.items() if k not in ("from_search", "layout")},
+                  "layout": {**found["layout"], **(data.get("layout") or {})}}
+    if "megatron_args" in merged:
+        _, fields, precision, _ = parse_megatron_line(str(merged["megatron_args"]))
+        layout.update(fields)
+        if precision is not None:
+            layout["precision"] = precision
+    if isinstance(merged.get("layout"), dict):
+        layout.update(merged["layout"])
+    elif "layout" in merged:
+        raise ConfigError(f"{where}: `layout` must be a mapping of Megatron settings, but got {merged['layout']!r}")
+    for key in ("model", "cluster", "num_gpus"):
+        if key not in merged:
+            raise ConfigError(f"{where}: missing required key {key!r}")
+    if "precision" in merged:
+        layout["precision"] = merged["precision"]
+    model = merged["model"] if isinstance(merged["model"], ModelSpec) else load_model_ref(merged["model"], where,
+                                                                                         base_dir)
+    cluster = merged["cluster"] if isinstance(merged["cluster"], ClusterSpec) else load_cluster_ref(
+        merged["cluster"], where, base_dir)
+    num_gpus = merged["num_gpus"]
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus <= 0:
+        raise ConfigError(f"{where}: `num_gpus > 0` must hold for an integer, but got (num_gpus={num_gpus!r})")
+    if "global_batch_size" not in layout:
+        raise ConfigError(f"{where}: the layout needs `global_batch_size` (--global-batch-size)")
+    parallel = build(ParallelConfig, layout, f"{where} layout")
+    cost = merged.get("gpu_hour_cost")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost <= 0):
+        raise ConfigError(f"{where}: `gpu_hour_cost > 0` must hold, but got (gpu_hour_cost={cost!r})")
+    profile = Path(resolve_ref(merged["profile"], base_dir)) if merged.get("profile") else None
+    return RankCandidate(name=name, model=model, cluster=cluster, num_gpus=num_gpus, parallel=parallel,
+                         gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile)
+
+
+def parse_tokens(value) -> float:
+    try:
+        tokens = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"`tokens` must be a number of tokens such as 1e12, but got ({value!r})") from None
+    if not tokens > 0:
+        raise ConfigError(f"`tokens > 0` must hold, but got (tokens={value!r})")
+    return tokens
+
+
+def load_rank_file(path: str | Path) -> tuple[list[RankCandidate], float | None]:
+    """The candidates of a rank file and its token budget (None if it sets none)."""
+    path = Path(path)
+    data = read_yaml(path, "rank")
+    check_keys(data, FILE_KEYS, f"rank file {str(path)!r}")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"rank file {str(path)!r}: `defaults` must be a mapping, but got {defaults!r}")
+    candidates = data.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        raise ConfigError(f"rank file {str(path)!r} must list at least one entry under `candidates`")
+    parsed = [_candidate(c, i, defaults, path.parent) for i, c in enumerate(candidates)]
+    names = [c.name for c in parsed]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"rank file {str(path)!r}: candidate names must be unique, but {dupes} repeat")
+    tokens = parse_tokens(data["tokens"]) if data.get("tokens") is not None else None
+    return parsed, tokens
+
+
+def rank(candidates: list[RankCandidate], tokens: float) -> list[dict]:
+    """Simulate every candidate; fitting ones fastest first, then the ones that do not fit."""
+    from echo_tune.cost.profile import load_profile
+    from echo_tune.sim.simulate import simulate
+
+    rows = []
+    for c in candidates:
+        profile = load_profile(c.profile_path) if c.profile_path else None
+        try:
+            report = simulate(c.model, c.cluster, c.num_gpus, c.parallel, profile=profile)
+        except ConfigError as exc:
+            raise ConfigError(f"candidate {c.name!r}: {exc}") from None
+        seconds = tokens / report.tokens_per_s
+        gpu_hours = seconds * c.num_gpus / 3600.0
+        row = {"name": c.name, **report.to_dict(), "tokens": tokens, "time_to_train_s": seconds,
+               "time_to_train_days": seconds / 86400.0, "gpu_hours": gpu_hours, "gpu_hour_cost": c.gpu_hour_cost,
+               "cost": gpu_hours * c.gpu_hour_cost if c.gpu_hour_cost is not None else None}
+        rows.append(row)
+    rows.sort(key=lambda r: (not r["fits_memory"], r["step_time_s"]))
+    for i, r in enumerate(rows, 1):
+        r["rank"] = i
+    return rows

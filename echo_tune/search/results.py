@@ -1,0 +1,185 @@
+"""Read a study back: one row per trial, the best feasible layout, the Pareto front."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+from optuna.trial import FrozenTrial, TrialState
+
+from echo_tune.config.megatron_args import MODEL_FLAGS, to_megatron_flags
+from echo_tune.search.layouts import Candidate, draw
+from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_values
+from echo_tune.search.space import FIELD_ORDER, SearchSpace
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def finished_count(study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def trial_record(trial: FrozenTrial) -> dict | None:
+    """The simulated record of a completed trial, or None (rejected, failed, running)."""
+    if trial.state != TrialState.COMPLETE:
+        return None
+    return trial.user_attrs.get("record")
+
+
+def is_feasible(trial: FrozenTrial) -> bool:
+    record = trial_record(trial)
+    return record is not None and record["fits_memory"]
+
+
+def feasible_records(trials: list[FrozenTrial]) -> list[tuple[int, dict]]:
+    return [(t.number, trial_record(t)) for t in trials if is_feasible(t)]
+
+
+def best_feasible(space: SearchSpace, trials: list[FrozenTrial]) -> tuple[int, dict] | None:
+    """The feasible trial with the lowest first objective (ties: the earlier trial)."""
+    rows = feasible_records(trials)
+    if not rows:
+        return None
+    return min(rows, key=lambda nr: (objective_values(space, nr[1])[0], nr[0]))
+
+
+def pareto_front(space: SearchSpace, trials: list[FrozenTrial]) -> list[tuple[int, dict]]:
+    """Feasible trials that no other feasible trial dominates, sorted by the first objective.
+
+    Layouts with identical objective values keep only the earliest trial.
+    """
+    rows = feasible_records(trials)
+    points = [(tuple(objective_values(space, r)), n, r) for n, r in rows]
+    points.sort(key=lambda p: (p[0], p[1]))
+    front, seen = [], set()
+    for values, number, record in points:
+        if values in seen:
+            continue
+        dominated = any(all(o <= v for o, v in zip(other, values)) and other != values for other, _, _ in points)
+        if not dominated:
+            front.append((number, record))
+            seen.add(values)
+    return front
+
+
+def candidate_of(space: SearchSpace, record: dict) -> Candidate:
+    """Rebuild the Candidate of a stored record (through the same drawing rules)."""
+    config = record["config"]
+    return draw(space, lambda name, values: config[name])
+
+
+def model_fields(space: SearchSpace) -> dict:
+    return {f: getattr(space.model, f) for f in MODEL_FLAGS}
+
+
+def megatron_flags(space: SearchSpace, record: dict) -> list[str]:
+    """The layout as Megatron-LM flags (model size, parallel layout, batch sizes, precision)."""
+    parallel = {k: v for k, v in record["config"].items() if k not in ("num_gpus", "precision")}
+    return to_megatron_flags(model_fields(space), parallel, record["config"]["precision"])
+
+
+def spec_dicts(space: SearchSpace) -> dict:
+    """Model and cluster as plain dicts (in best.json, so ``echo-tune rank`` can rebuild them)."""
+    cluster = dataclasses.asdict(space.cluster)
+    cluster.pop("extra", None)
+    cluster["profile"] = str(cluster["profile"]) if cluster["profile"] is not None else None
+    return {"model_spec": dataclasses.asdict(space.model), "cluster_spec": cluster}
+
+
+def entry(space: SearchSpace, number: int, record: dict, *, profile=None) -> dict:
+    """A best/Pareto entry: the simulator's keys (StepReport.to_dict) with ``config`` by Megatron name."""
+    _, report = evaluate(space, candidate_of(space, record), profile=profile)
+    data = report.to_dict()
+    derived = {k: v for k, v in data.pop("config").items() if k not in record["config"] and k != "model_spec"}
+    return {"step_time_s": data.pop("step_time_s"), "config": dict(record["config"]), **data,
+            "derived": derived, "trial": number,
+            "objectives": {o: record[OBJECTIVE_KEYS[o]] for o in space.objectives},
+            "cost_per_step": record["cost_per_step"],
+            "megatron_args": " ".join(megatron_flags(space, record)), "specs": spec_dicts(space)}
+
+
+def trial_row(space: SearchSpace, trial: FrozenTrial) -> dict:
+    """One trials.csv row: settings by Megatron name, the report's parts, feasibility, the broken rule."""
+    record = trial_record(trial)
+    row = {"trial": trial.number, "state": trial.state.name,
+           "feasible": bool(record and record["fits_memory"]),
+           "baseline": bool(trial.user_attrs.get("baseline", False)),
+           "rejected_rule": trial.user_attrs.get("rejected_rule", "")}
+    config = record["config"] if record else trial.user_attrs.get("config", trial.params)
+    for name in FIELD_ORDER:
+        row[name] = config.get(name, "")
+    row["global_batch_size"] = space.global_batch_size
+    row["precision"] = space.precision
+    if record:
+        row.update(record["derived"])
+        for key in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "peak_memory_bytes",
+                    "peak_memory_gib", "memory_capacity_bytes", "fits_memory", "memory_overshoot_bytes",
+                    "worst_stage", "critical_stage", "cost_per_step"):
+            row[key] = record[key]
+        for part, seconds in record["breakdown_s"].items():
+            row[f"{part}_s"] = seconds
+    return row
+
+
+@dataclass
+class SearchResult:
+    study_name: str
+    sampler: str
+    n_trials: int
+    n_feasible: int
+    n_infeasible: int
+    n_rejected: int
+    new_trials: int
+    space_size: int
+    wall_time_s: float
+    best: dict | None
+    pareto: list[dict]
+    results_dir: str
+    storage: str
+    files: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+    top: list[dict] = field(default_factory=list)
+    """The best feasible trials' records (first objective), for the terminal table."""
+
+    def to_dict(self) -> dict:
+        data = {"study_name": self.study_name, "sampler": self.sampler, "n_trials": self.n_trials,
+                "n_feasible": self.n_feasible, "n_infeasible": self.n_infeasible, "n_rejected": self.n_rejected,
+                "new_trials": self.new_trials, "space_size": self.space_size, "wall_time_s": self.wall_time_s,
+                "best": self.best, "results_dir": self.results_dir, "storage": self.storage, "files": self.files,
+                "interrupted": self.interrupted, "notes": self.notes}
+        if len(self.pareto) or (self.best and len(self.best.get("objectives", {})) > 1):
+            data["pareto"] = self.pareto
+        return data
+
+
+def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, where: str, started: float,
+              valid: list, notes: list[str], done_before: int, interrupted: bool, write_files: bool,
+              profile=None) -> SearchResult:
+    """Collect the study's results, write the output files, and return the SearchResult."""
+    from echo_tune.search.outputs import write_outputs
+
+    trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state in FINISHED]
+    feasible = feasible_records(trials)
+    best_pair = best_feasible(space, trials)
+    best = entry(space, *best_pair, profile=profile) if best_pair else None
+    pareto = []
+    if len(space.objectives) > 1:
+        pareto = [entry(space, n, r, profile=profile) for n, r in pareto_front(space, trials)]
+    if best is None and finished:
+        notes = notes + ["no feasible layout: every simulated layout exceeds GPU memory (see trials.csv)"]
+    files: list[str] = []
+    if write_files:
+        files = write_outputs(space, study, out_dir, best=best, pareto=pareto, profile=profile)
+    key = OBJECTIVE_KEYS[space.objectives[0]]
+    top = sorted(feasible, key=lambda nr: (nr[1][key], nr[0]))
+    return SearchResult(
+        study_name=name, sampler=sampler, n_trials=len(finished), n_feasible=len(feasible),
+        n_infeasible=sum(1 for t in finished if t.state == TrialState.COMPLETE) - len(feasible),
+        n_rejected=sum(1 for t in finished if t.state == TrialState.PRUNED),
+        new_trials=len(finished) - done_before, space_size=len(valid),
+        wall_time_s=time.monotonic() - started, best=best, pareto=pareto, results_dir=str(out_dir),
+        storage=where, files=files, interrupted=interrupted, notes=list(notes),
+        top=[{"trial": n, **r} for n, r in top[:20]])

@@ -1,0 +1,299 @@
+"""Search-space files: parse and check the YAML, expand ``auto`` into every value a rule allows.
+
+A space file names the model, the cluster, the GPU count(s), the global batch size and, under
+``layout:``, the values each Megatron-LM setting may take::
+
+    name: gpt3-175b-1024xa100
+    model: gpt3-175b              # preset name or YAML file (relative to this file)
+    cluster: a100-80gb            # preset name or YAML file
+    num_gpus: 1024                # or a list: the GPU count becomes a searched setting
+    global_batch_size: 1536
+    precision: bf16
+    objectives: [step_time]       # or [step_time, peak_memory] / [step_time, num_gpus] / [step_time, cost]
+    gpu_hour_cost: 2.0            # optional, price of one GPU-hour (for the cost objective)
+    layout:
+      tensor_model_parallel_size: auto       # auto: every value a rule allows
+      pipeline_model_parallel_size: [8, 16]  # a list: these values
+      recompute_granularity: [none, selective, full]
+      use_distributed_optimizer: true        # one value: fixed
+
+Which combinations are valid is decided in ``layouts.py`` by ``check_compatible``, the simulator's
+own rules; this module only checks each value on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from echo_tune.config.cluster import PRECISIONS, ClusterSpec
+from echo_tune.config.loading import build, check_keys, cluster_from_dict, load_cluster, load_model, read_yaml
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.errors import ConfigError
+
+# Searched settings in the order layouts are drawn (see layouts.py): each later choice may depend on
+# the earlier ones. "num_gpus" is the world size; the rest are ParallelConfig fields (Megatron names).
+FIELD_ORDER = (
+    "num_gpus",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+    "micro_batch_size",
+    "virtual_pipeline_model_parallel_size",
+    "num_layers_per_virtual_pipeline_stage",
+    "sequence_parallel",
+    "tp_comm_overlap",
+    "recompute_granularity",
+    "recompute_method",
+    "recompute_num_layers",
+    "use_distributed_optimizer",
+    "overlap_param_gather",
+    "overlap_grad_reduce",
+)
+LAYOUT_FIELDS = FIELD_ORDER[1:]
+BOOL_FIELDS = ("sequence_parallel", "tp_comm_overlap", "use_distributed_optimizer", "overlap_param_gather",
+               "overlap_grad_reduce")
+OPTIONAL_INT_FIELDS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                       "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
+                       "recompute_num_layers")
+NONE_WORDS = ("none", "null", "off")
+
+OBJECTIVES = ("step_time", "peak_memory", "num_gpus", "cost")
+SPACE_KEYS = ("name", "description", "model", "cluster", "num_gpus", "global_batch_size", "precision",
+              "objectives", "gpu_hour_cost", "profile", "layout")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A parsed search space: fixed specs and, per searched setting, the values it may take."""
+
+    name: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch_size: int
+    precision: str
+    objectives: tuple[str, ...]
+    choices: dict[str, tuple]
+    """FIELD_ORDER field -> allowed values (one value = fixed). Always has every field."""
+    gpu_hour_cost: float | None = None
+    profile_path: Path | None = None
+    source: str = ""
+    description: str = ""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """Fields with more than one allowed value, in drawing order."""
+        return tuple(f for f in FIELD_ORDER if len(self.choices[f]) > 1)
+
+    @property
+    def product_size(self) -> int:
+        n = 1
+        for values in self.choices.values():
+            n *= len(values)
+        return n
+
+    def describe(self) -> dict:
+        """JSON-friendly summary (stored with the study)."""
+        return {"name": self.name, "model": self.model.name, "cluster": self.cluster.name,
+                "global_batch_size": self.global_batch_size, "precision": self.precision,
+                "objectives": list(self.objectives), "gpu_hour_cost": self.gpu_hour_cost, "source": self.source,
+                "choices": {f: list(v) for f, v in self.choices.items()}}
+
+
+def _err(where: str, message: str) -> ConfigError:
+    return ConfigError(f"{where}: {message}")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def resolve_ref(ref, base_dir: Path | None):
+    """A preset name stays as is; a relative file path is taken relative to the space file if it exists there."""
+    ref = str(ref)
+    if base_dir is not None and (ref.endswith((".yaml", ".yml")) or "/" in ref):
+        candidate = base_dir / ref
+        if not Path(ref).is_absolute() and not Path(ref).exists() and candidate.exists():
+            return str(candidate)
+    return ref
+
+
+def load_model_ref(value, where: str, base_dir: Path | None) -> ModelSpec:
+    if isinstance(value, dict):
+        return build(ModelSpec, {"name": "custom", **value}, f"{where}: model")
+    if not isinstance(value, str):
+        raise _err(where, f"`model` must be a preset name, a YAML file or a mapping, but got (model={value!r})")
+    return load_model(resolve_ref(value, base_dir))
+
+
+def load_cluster_ref(value, where: str, base_dir: Path | None) -> ClusterSpec:
+    if isinstance(value, dict):
+        return cluster_from_dict(value, name=str(value.get("name", "custom")), base_dir=base_dir)
+    if not isinstance(value, str):
+        raise _err(where, f"`cluster` must be a preset name, a YAML file or a mapping, but got (cluster={value!r})")
+    return load_cluster(resolve_ref(value, base_dir))
+
+
+def _positive_int(where: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _err(where, f"`{name} > 0` must hold for an integer, but got ({name}={value!r})")
+    return value
+
+
+def _normalize(field_name: str, value, where: str, gbs: int):
+    """One listed value, checked on its own (type and range), in ParallelConfig's form."""
+    if field_name == "num_gpus":
+        return _positive_int(where, "num_gpus", value)
+    if isinstance(value, str) and value.strip().lower() in NONE_WORDS:
+        value = None
+    if field_name in BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise _err(where, f"`{field_name}` takes true or false, but got ({field_name}={value!r})")
+        return value
+    if field_name == "virtual_pipeline_model_parallel_size" and value == 1:
+        return None  # one chunk per stage: no interleaving
+    if field_name in OPTIONAL_INT_FIELDS and value is None:
+        return None
+    try:
+        ParallelConfig(global_batch_size=gbs, **{field_name: value})
+    except ConfigError as exc:
+        raise _err(where, str(exc)) from None
+    if field_name not in ("recompute_granularity", "recompute_method") and (
+            isinstance(value, bool) or not isinstance(value, int)):
+        raise _err(where, f"`{field_name}` must be an integer, but got ({field_name}={value!r})")
+    return value
+
+
+def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpus: tuple[int, ...],
+                choices: dict[str, tuple], gbs: int) -> tuple:
+    """Every value of ``field_name`` that the single-setting rules allow (combinations are checked later)."""
+    node = cluster.gpus_per_node
+    if field_name == "tensor_model_parallel_size":  # inside one node, dividing heads, query groups and FFN
+        return tuple(d for d in _divisors(node) if any(n % d == 0 for n in num_gpus)
+                     and model.num_attention_heads % d == 0 and model.query_groups % d == 0
+                     and model.ffn_size % d == 0)
+    if field_name == "pipeline_model_parallel_size":  # even stages that divide the GPU count
+        return tuple(d for d in _divisors(model.num_layers) if any(n % d == 0 for n in num_gpus))
+    if field_name == "context_parallel_size":  # Megatron splits the sequence into 2*CP chunks
+        return tuple(d for d in _divisors(max(num_gpus)) if d == 1 or model.seq_length % (2 * d) == 0)
+    if field_name == "micro_batch_size":
+        return tuple(_divisors(gbs))
+    stage_layers = sorted({model.num_layers // p for p in choices.get("pipeline_model_parallel_size", (1,))
+                           if p > 1 and model.num_layers % p == 0})
+    if field_name == "virtual_pipeline_model_parallel_size":
+        return (None,) + tuple(sorted({v for s in stage_layers for v in _divisors(s) if v > 1}))
+    if field_name == "recompute_num_layers":
+        return tuple(_divisors(model.num_layers))
+    if field_name == "recompute_granularity":
+        return (None, "selective", "full")
+    if field_name == "recompute_method":
+        return ("uniform", "block")
+    if field_name in BOOL_FIELDS:
+        return (False, True)
+    raise ConfigError(f"`{field_name}: auto` is not supported (no rule derives its values); list the values")
+
+
+def _default_choice(field_name: str):
+    if field_name == "num_gpus":
+        raise AssertionError
+    return ParallelConfig.__dataclass_fields__[field_name].default
+
+
+def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = None,
+                    source: str = "") -> SearchSpace:
+    """Build a SearchSpace from the mapping of a space file; one-line ConfigError for anything wrong."""
+    where = f"search space {source or name!r}"
+    check_keys(data, SPACE_KEYS, f"{where} top-level")
+    missing = [k for k in ("model", "cluster", "num_gpus", "global_batch_size") if k not in data]
+    if missing:
+        raise _err(where, f"missing required key(s) {missing}")
+    model = load_model_ref(data["model"], where, base_dir)
+    cluster = load_cluster_ref(data["cluster"], where, base_dir)
+    gbs = _positive_int(where, "global_batch_size", data["global_batch_size"])
+    precision = data.get("precision", "bf16")
+    if precision not in PRECISIONS:
+        raise _err(where, f"`precision` must be one of {list(PRECISIONS)}, but got (precision={precision!r})")
+    objectives = data.get("objectives", ["step_time"])
+    objectives = [objectives] if isinstance(objectives, str) else objectives
+    if not isinstance(objectives, list) or not objectives or any(o not in OBJECTIVES for o in objectives) \
+            or len(set(objectives)) != len(objectives):
+        raise _err(where, f"`objectives` must be distinct names from {list(OBJECTIVES)}, but got "
+                          f"(objectives={data.get('objectives')!r})")
+    cost = data.get("gpu_hour_cost")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost <= 0):
+        raise _err(where, f"`gpu_hour_cost > 0` must hold, but got (gpu_hour_cost={cost!r})")
+    profile_path = None
+    if data.get("profile") is not None:
+        profile_path = Path(resolve_ref(data["profile"], base_dir))
+    layout = data.get("layout") or {}
+    if not isinstance(layout, dict):
+        raise _err(where, f"`layout` must be a mapping of Megatron setting -> value(s), but got "
+                          f"{type(layout).__name__}")
+    check_keys(layout, LAYOUT_FIELDS, f"{where} layout")
+
+    raw = {"num_gpus": data["num_gpus"], **layout}
+    choices: dict[str, tuple] = {}
+    num_gpus: tuple[int, ...] = ()
+    for fname in FIELD_ORDER:  # auto for later fields may read earlier choices (vpp reads pp)
+        fwhere = f"{where} {'layout.' if fname != 'num_gpus' else ''}{fname}"
+        if fname not in raw:
+            choices[fname] = (_default_choice(fname),)
+            continue
+        value = raw[fname]
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            if fname == "num_gpus":
+                raise _err(fwhere, "`num_gpus: auto` is not supported; give a GPU count or a list of them")
+            values = auto_values(fname, model, cluster, num_gpus, choices, gbs)
+        elif isinstance(value, list):
+            if not value:
+                raise _err(fwhere, "the list of values is empty; list at least one value, or use auto")
+            values = tuple(_normalize(fname, v, fwhere, gbs) for v in value)
+        else:
+            values = (_normalize(fname, value, fwhere, gbs),)
+        values = tuple(dict.fromkeys(values))  # drop repeats, keep order
+        if not values:
+            raise _err(fwhere, "auto found no value that the rules allow for this model and cluster")
+        choices[fname] = values
+        if fname == "num_gpus":
+            num_gpus = values
+    if "objectives" in data and "num_gpus" in objectives and len(choices["num_gpus"]) == 1:
+        raise _err(where, "the num_gpus objective needs `num_gpus` to list several GPU counts, but got "
+                          f"(num_gpus={choices['num_gpus'][0]})")
+    return SearchSpace(name=str(data.get("name") or name), model=model, cluster=cluster, global_batch_size=gbs,
+                       precision=precision, objectives=tuple(objectives), choices=choices,
+                       gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile_path,
+                       source=source, description=str(data.get("description", "")))
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    """Read a search-space YAML file (see the module docstring for its keys)."""
+    path = Path(path)
+    data = read_yaml(path, "search space")
+    return space_from_dict(data, name=path.stem, base_dir=path.parent, source=str(path))
+
+
+def with_overrides(space: SearchSpace, *, objectives: tuple[str, ...] | None = None,
+                   gpu_hour_cost: float | None = None, name: str | None = None) -> SearchSpace:
+    """The same space with command-line overrides applied (checked like the file's keys)."""
+    changes = {}
+    if objectives is not None:
+        bad = [o for o in objectives if o not in OBJECTIVES]
+        if bad or not objectives or len(set(objectives)) != len(objectives):
+            raise ConfigError(f"`--objectives` must be distinct names from {list(OBJECTIVES)}, but got "
+                              f"({','.join(objectives)})")
+        if "num_gpus" in objectives and len(space.choices["num_gpus"]) == 1:
+            raise ConfigError("the num_gpus objective needs the space to list several GPU counts under "
+                              f"`num_gpus`, but got (num_gpus={space.choices['num_gpus'][0]})")
+        changes["objectives"] = tuple(objectives)
+    if gpu_hour_cost is not None:
+        if gpu_hour_cost <= 0:
+            raise ConfigError(f"`--gpu-hour-cost > 0` must hold, but got ({gpu_hour_cost})")
+        changes["gpu_hour_cost"] = float(gpu_hour_cost)
+    if name is not None:
+        changes["name"] = name
+    return dataclasses.replace(space, **changes) if changes else space

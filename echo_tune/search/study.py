@@ -1,0 +1,265 @@
+"""The study driver: one Optuna study per search, stored under ``results/<name>/``, resumable.
+
+Samplers come from the registry in ``sampler.py`` (wrapped to propose valid layouts only); the exhaustive
+"sampler" is ``exhaustive.py``.
+
+``run_search(space, SearchOptions(...))`` runs (or continues) one Optuna study whose objective is the
+simulator and writes the output files. ``--n-trials`` is the study's total: a resumed study runs only
+the trials still missing. With ``n_jobs == 1`` a fixed seed gives the same study every time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from echo_tune.errors import ConfigError
+from echo_tune.search import results as res
+from echo_tune.search.results import SearchResult
+from echo_tune.search.exhaustive import run_exhaustive
+from echo_tune.search.layouts import RejectedLayout, baselines, check_space
+from echo_tune.search.params import full_params, suggest_layout
+from echo_tune.search.objective import REJECTED_CONSTRAINTS, Evaluator, constraints, objective_values
+from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
+from echo_tune.search.space import SearchSpace
+from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
+
+
+
+@dataclass
+class SearchOptions:
+    sampler: str = "tpe"
+    n_trials: int | None = None
+    """Total finished trials the study should hold (default 200; exhaustive: every valid layout)."""
+    timeout: float | None = None
+    """Stop starting trials after this many seconds (finished trials are kept)."""
+    seed: int | None = 0
+    n_jobs: int = 1
+    study_name: str | None = None
+    results_dir: str | Path = "results"
+    storage: str | None = None
+    """An Optuna storage URL or a journal file path; default ``results_dir/study_name/journal.log``."""
+    resume: bool = False
+    overwrite: bool = False
+    baselines: bool = True
+    write_files: bool = True
+
+
+def _check_options(opts: SearchOptions) -> None:
+    if opts.sampler not in SAMPLERS:
+        raise ConfigError(f"`--sampler` must be one of {sorted(SAMPLERS)}, but got ({opts.sampler!r})")
+    if opts.n_trials is not None and opts.n_trials < 1:
+        raise ConfigError(f"`--n-trials >= 1` must hold, but got (n_trials={opts.n_trials})")
+    if opts.timeout is not None and opts.timeout <= 0:
+        raise ConfigError(f"`--timeout > 0` must hold, but got (timeout={opts.timeout})")
+    if opts.n_jobs < 1:
+        raise ConfigError(f"`--n-jobs >= 1` must hold, but got (n_jobs={opts.n_jobs})")
+    if opts.resume and opts.overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other; continue the study or start it over")
+
+
+def _open_study(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path) -> tuple[StudyStorage, bool]:
+    """Open (or create) the study's storage; returns (storage, whether the study already existed)."""
+    store = open_storage(out_dir, opts.storage)
+    exists = name in optuna.get_all_study_names(store.storage)
+    if exists and opts.overwrite:
+        if opts.storage is None:  # our own results folder: start it over
+            for path in out_dir.iterdir():
+                if path.is_file() and (path.name.startswith(JOURNAL_NAME) or path.suffix in (".csv", ".json",
+                                                                                                ".txt", ".svg")):
+                    path.unlink()
+                elif path.is_dir():
+                    shutil.rmtree(path)
+            store = open_storage(out_dir, None)
+        else:
+            optuna.delete_study(study_name=name, storage=store.storage)
+        exists = False
+    elif exists and not opts.resume:
+        raise ConfigError(f"study {name!r} already exists in {store.where}; pass --resume to continue it, "
+                          f"--overwrite to start it over, or --study-name to start another")
+    return store, exists
+
+
+def _check_same_space(space: SearchSpace, study) -> None:
+    stored = study.user_attrs.get("space")
+    if stored is None:
+        return
+    now = space.describe()
+    keys = ["model", "cluster", "global_batch_size", "precision", "objectives", "choices"]
+    keys += ["gpu_hour_cost"] if "cost" in space.objectives else []
+    diff = [k for k in keys if stored.get(k) != now[k]]
+    if diff:
+        raise ConfigError(f"study {study.study_name!r} was created from a different search space (changed: "
+                          f"{', '.join(diff)}); resume it with the same space or use another --study-name")
+
+
+def _tell_rejected(study, trial, exc: RejectedLayout) -> None:
+    trial.set_user_attr("rejected_rule", exc.rule)
+    trial.set_user_attr("config", {k: v for k, v in exc.config.items()})
+    for key, value in REJECTED_CONSTRAINTS.items():
+        trial.set_constraint(key, value)
+    study.tell(trial, state=TrialState.PRUNED)
+
+
+def run_one_trial(space: SearchSpace, study, store: StudyStorage, evaluator: Evaluator) -> dict | None:
+    """Ask the sampler for a layout, simulate it, tell the result. Returns the record (None if rejected).
+
+    The ask and the tell are each written as one batch; the simulation runs outside the lock. A trial
+    cut short (Ctrl-C) is told FAIL, as Optuna's own loop does.
+    """
+    trial, told = None, False
+    try:
+        with store.batch():
+            trial = study.ask()
+            try:
+                candidate = suggest_layout(trial, space)
+            except RejectedLayout as exc:
+                _tell_rejected(study, trial, exc)
+                told = True
+                return None
+        try:
+            record = evaluator(candidate)
+        except RejectedLayout as exc:
+            with store.batch():
+                _tell_rejected(study, trial, exc)
+            told = True
+            return None
+        with store.batch():
+            trial.set_user_attr("record", record)
+            for key, value in constraints(record).items():
+                trial.set_constraint(key, value)
+            study.tell(trial, objective_values(space, record))
+        told = True
+        return record
+    finally:
+        if trial is not None and not told:
+            with store.batch():
+                study.tell(trial, state=TrialState.FAIL)
+
+
+def _started(study, stale: frozenset[int]) -> int:
+    """Trials finished or running now, not counting ones left running by a killed run."""
+    trials = study.get_trials(deepcopy=False, states=res.FINISHED + (TrialState.RUNNING,))
+    return sum(1 for t in trials if t.number not in stale)
+
+
+def _sampling_loop(space, study, store, evaluator, target: int, deadline: float | None, stale: frozenset[int],
+                   progress: Callable[[dict | None], None] | None) -> None:
+    while _started(study, stale) < target and (deadline is None or time.monotonic() < deadline):
+        record = run_one_trial(space, study, store, evaluator)
+        if progress is not None:
+            progress(record)
+
+
+def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, sampler_seed, target: int,
+            seconds_left: float | None, stale: frozenset[int], profile) -> None:
+    """One extra process of a parallel sampling run (n_jobs > 1): same study, its own sampler seed."""
+    import torch
+
+    torch.set_num_threads(1)  # concurrent processes' thread pools otherwise fight over the cores
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = open_storage(out_dir, opts.storage)
+    valid, _ = check_space(space)
+    sampler = make_sampler(opts.sampler, space, valid, sampler_seed, opts.n_trials, opts.n_jobs)
+    study = optuna.load_study(study_name=name, storage=store.storage, sampler=sampler)
+    deadline = None if seconds_left is None else time.monotonic() + seconds_left
+    _sampling_loop(space, study, store, Evaluator(space, profile), target, deadline, stale, None)
+
+
+def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress) -> None:
+    stored = {tuple(sorted(t.user_attrs.get("record", t.user_attrs).get("config", {}).items()))
+              for t in study.get_trials(deepcopy=False, states=res.FINISHED)}
+    target = min(len(valid), opts.n_trials or len(valid))
+    todo = [c for c in valid if c.key not in stored][:max(0, target - done_before)]
+    count = [0]
+
+    def on_trials(n: int) -> None:
+        count[0] += n
+        if progress is not None:
+            progress(count[0], len(todo), None)
+    run_exhaustive(space, study, store, todo, n_jobs=opts.n_jobs, profile=profile, deadline=deadline,
+                   on_trials=on_trials)
+
+
+def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
+                    profile, progress) -> None:
+    target = opts.n_trials or DEFAULT_N_TRIALS
+    total = max(0, target - done_before)
+    if not existed and opts.baselines:
+        for c in baselines(space, valid)[:total]:
+            study.enqueue_trial(full_params(space, c), user_attrs={"baseline": True})
+    stale = frozenset(t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+    evaluator = Evaluator(space, profile)
+
+    def on_trial(record: dict | None) -> None:
+        if progress is not None:
+            progress(res.finished_count(study) - done_before, total, record)
+    if opts.n_jobs == 1:
+        _sampling_loop(space, study, store, evaluator, target, deadline, stale, on_trial)
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        with ProcessPoolExecutor(opts.n_jobs - 1, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(_worker, space, opts, name, out_dir, None if seed is None else seed + 1000 * (i + 1),
+                                   target, left, stale, profile) for i in range(opts.n_jobs - 1)]
+            _sampling_loop(space, study, store, evaluator, target, deadline, stale, on_trial)
+            for f in futures:
+                f.result()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
+               progress: Callable[[int, int | None, dict | None], None] | None = None) -> SearchResult:
+    """Run or continue a study over ``space``; ``progress(done, total, record)`` after each trial."""
+    opts = opts or SearchOptions()
+    _check_options(opts)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    started = time.monotonic()
+    deadline = None if opts.timeout is None else started + opts.timeout
+    name = opts.study_name or space.name
+    if not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ConfigError(f"the study name must be a plain folder name, but got ({name!r}); use --study-name")
+    valid, notes = check_space(space)
+    out_dir = Path(opts.results_dir) / name
+    store, existed = _open_study(space, opts, name, out_dir)
+    before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
+    if before is not None:
+        _check_same_space(space, before)
+    n_before = len(before.get_trials(deepcopy=False)) if before is not None else 0
+    seed = None if opts.seed is None else opts.seed + n_before  # a resumed sampler must not replay its draws
+    sampler = make_sampler(opts.sampler, space, valid, seed, opts.n_trials, opts.n_jobs)
+    study = optuna.create_study(study_name=name, storage=store.storage, sampler=sampler,
+                                directions=["minimize"] * len(space.objectives), load_if_exists=True)
+    if not existed:
+        study.set_user_attr("space", space.describe())
+        study.set_user_attr("sampler", opts.sampler)
+    profile = None
+    if space.profile_path is not None:
+        from echo_tune.cost.profile import load_profile
+        profile = load_profile(space.profile_path)
+    done_before = res.finished_count(study)
+    interrupted = False
+    try:
+        if opts.sampler == "exhaustive":
+            _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress)
+        else:
+            _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
+                            profile, progress)
+    except KeyboardInterrupt:
+        interrupted = True
+    return res.summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
+                         started=started, valid=valid, notes=notes, done_before=done_before,
+                         interrupted=interrupted, write_files=opts.write_files, profile=profile)

@@ -1,0 +1,77 @@
+"""`echo-tune rank`: candidates ordered by step time, time and cost to train, pointers to search results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from echo_tune.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "search_spaces" / "rank" / "gpt3-175b-options.yaml"
+LAYOUT = {"global_batch_size": 256, "micro_batch_size": 1, "tensor_model_parallel_size": 2,
+          "pipeline_model_parallel_size": 2, "use_distributed_optimizer": True}
+
+
+def rank_json(capsys, *argv) -> list[dict]:
+    assert main(["rank", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def write(tmp_path, data) -> str:
+    path = tmp_path / "rank.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_example_ranks_by_step_time(capsys):
+    rows = rank_json(capsys, str(EXAMPLE), "--tokens", "1e12")
+    assert len(rows) == 5 and [r["rank"] for r in rows] == [1, 2, 3, 4, 5]
+    fits = [r for r in rows if r["fits_memory"]]
+    assert [r["step_time_s"] for r in fits] == sorted(r["step_time_s"] for r in fits)
+    assert rows[: len(fits)] == fits  # the ones that do not fit come last
+    for r in rows:
+        assert {"name", "step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes", "fits_memory", "config",
+                "time_to_train_s", "gpu_hours", "cost"} <= set(r)
+        assert r["time_to_train_s"] == pytest.approx(1e12 / r["tokens_per_s"])
+        assert r["cost"] == pytest.approx(r["gpu_hours"] * r["gpu_hour_cost"])
+    assert {r["config"]["cluster"] for r in rows} == {"h800-sxm", "a100-80gb"}
+
+
+def test_table_output(capsys):
+    assert main(["rank", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "fastest first" in out and "H800" in out and "yes" in out
+
+
+def test_pointer_to_a_search_result(capsys, tmp_path):
+    space = REPO / "search_spaces" / "small-gpt7b-16xa100.yaml"
+    assert main(["search", str(space), "--n-trials", "15", "--results-dir", str(tmp_path / "results"),
+                 "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    path = write(tmp_path, {"candidates": [
+        {"name": "searched", "from_search": "results/small-gpt7b-16xa100", "gpu_hour_cost": 1.0},
+        {"name": "by hand", "model": "gpt-7.5b", "cluster": "a100-40gb", "num_gpus": 16, "layout": LAYOUT}]})
+    rows = {r["name"]: r for r in rank_json(capsys, path, "--tokens", "1e9")}
+    assert rows["searched"]["step_time_s"] == pytest.approx(best["step_time_s"])
+    assert rows["searched"]["config"]["tensor_model_parallel_size"] == best["config"]["tensor_model_parallel_size"]
+    assert rows["by hand"]["cost"] is None and rows["by hand"]["gpu_hours"] > 0
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"candidates": []}, "at least one entry"),
+    ({"candidates": [{"name": "x", "cluster": "a100-40gb", "num_gpus": 16, "layout": LAYOUT}]},
+     "missing required key 'model'"),
+    ({"candidates": [{"name": "x", "model": "gpt-7.5b", "cluster": "a100-40gb", "num_gpus": 16,
+                      "layout": {**LAYOUT, "tensor_model_parallel_size": 32}}]}, "candidate 'x'"),
+    ({"candidates": [{"name": "x", "model": "gpt-7.5b", "cluster": "a100-40gb", "num_gpus": 16,
+                      "layout": LAYOUT, "speed": 3}]}, "unknown candidate 'x' key"),
+    ({"candidates": [{"name": "x", "from_search": "nowhere"}]}, "does not exist"),
+])
+def test_bad_rank_files_exit_2_with_one_line(capsys, tmp_path, data, expected):
+    assert main(["rank", write(tmp_path, data)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
