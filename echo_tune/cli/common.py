@@ -7,7 +7,7 @@ import json
 import sys
 
 from echo_tune.config.loading import build, load_model
-from echo_tune.config.megatron_args import MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
+from echo_tune.config.megatron_args import ALIASES, MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
 from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
 from echo_tune.config.parallel import ParallelConfig
@@ -29,7 +29,7 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     """Every model and layout setting as its Megatron-LM flag, plus --megatron-args."""
     layout = parser.add_argument_group("parallel layout (Megatron-LM flags)")
     for field, (flag, kind) in PARALLEL_FLAGS.items():
-        extra = ("--virtual-pipeline-model-parallel-size",) if field == "virtual_pipeline_model_parallel_size" else ()
+        extra = tuple(alias for alias, target in ALIASES.items() if target == field)
         _add_flag(layout, field, flag, kind, extra)
     precision = layout.add_mutually_exclusive_group()
     for name, flag in PRECISION_FLAGS.items():

@@ -57,8 +57,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")
 # Accepted spellings that older Megatron versions or users write for the same field.
-ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size",
-           "--checkpoint-activations": "recompute_granularity"}
+ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size"}
 
 MEGATRON_FLAGS = frozenset([f for f, _ in MODEL_FLAGS.values()] + [f for f, _ in PARALLEL_FLAGS.values()]
                            + list(EXTRA_FLAGS))
@@ -75,7 +74,7 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
     """Read a Megatron launch line: (model fields, parallel fields, precision or None, ignored flags)."""
     by_flag = {flag: (field, kind, "model") for field, (flag, kind) in MODEL_FLAGS.items()}
     by_flag |= {flag: (field, kind, "parallel") for field, (flag, kind) in PARALLEL_FLAGS.items()}
-    by_flag["--virtual-pipeline-model-parallel-size"] = ("virtual_pipeline_model_parallel_size", "int", "parallel")
+    by_flag |= {alias: (field, PARALLEL_FLAGS[field][1], "parallel") for alias, field in ALIASES.items()}
     try:
         tokens = shlex.split(line.replace("\\\n", " "))
     except ValueError as exc:
