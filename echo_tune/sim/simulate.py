@@ -26,7 +26,13 @@ from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
 from echo_tune.sim.schedules import SCHEDULES
 
 
-def _p2p_time_s(pieces, layout: Layout, parallel: ParallelConfig, profile: CalibrationProfile) -> float:
+def _stage_pair(layout: Layout) -> GroupPlacement:
+    """Two pipeline stages talking to each other: on one node, or one rank on each of two nodes."""
+    crosses = layout.groups["pp"].crosses_nodes
+    return GroupPlacement(size=2, ranks_per_node=1 if crosses else 2, num_nodes=2 if crosses else 1)
+
+
+def _p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
     """Activation (or its gradient) sent between neighbouring stages for one micro-batch.
 
     Without sequence parallelism Megatron scatters the tensor over the TP ranks, sends 1/TP each, and
@@ -36,11 +42,9 @@ def _p2p_time_s(pieces, layout: Layout, parallel: ParallelConfig, profile: Calib
         return 0.0
     tp = layout.groups["tp"]
     size = pieces["layer"].output_bytes
-    pp_pair = GroupPlacement(size=2, ranks_per_node=1 if layout.groups["pp"].crosses_nodes else 2,
-                             num_nodes=2 if layout.groups["pp"].crosses_nodes else 1)
     if layout.sequence_parallel or tp.size == 1:
-        return collective_time_s("send_recv", size, pp_pair, profile)
-    return (collective_time_s("send_recv", size / tp.size, pp_pair, profile)
+        return collective_time_s("send_recv", size, _stage_pair(layout), profile)
+    return (collective_time_s("send_recv", size / tp.size, _stage_pair(layout), profile)
             + collective_time_s("all_gather", size, tp, profile))
 
 
@@ -62,15 +66,13 @@ def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int) -> t
     return fwd, bwd, rec
 
 
-def _embedding_sync_s(model: ModelSpec, layout: Layout, parallel: ParallelConfig, profile) -> float:
-    """Tied embeddings: first and last stage all-reduce the word-embedding gradient."""
-    if model.untie_embeddings_and_output_weights or len(layout.stage_chunk_layers) == 1:
+def _embedding_sync_s(pieces, layout: Layout, parallel: ParallelConfig, profile) -> float:
+    """Tied embeddings: first and last stage all-reduce the word-embedding gradient (the output
+    piece's tied parameters; none when untied)."""
+    if len(layout.stage_chunk_layers) == 1:
         return 0.0
-    tp = parallel.tensor_model_parallel_size
-    size = model.padded_vocab_size(tp) // tp * model.hidden_size * grad_bytes_per_param(parallel)
-    crosses = layout.groups["pp"].crosses_nodes
-    pair = GroupPlacement(size=2, ranks_per_node=1 if crosses else 2, num_nodes=2 if crosses else 1)
-    return collective_time_s("all_reduce", size, pair, profile)
+    size = pieces["output"].tied_param_count * grad_bytes_per_param(parallel)
+    return collective_time_s("all_reduce", size, _stage_pair(layout), profile)
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
@@ -91,11 +93,11 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     passes = [[_chunk_passes(layout, costs, s, c) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
-    p2p_s = _p2p_time_s(pieces, layout, parallel, profile)
+    p2p_s = _p2p_time_s(pieces, layout, profile)
     run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True) if timeline else \
         simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
 
-    stage_params, tails, finals = _stage_tails(model, layout, parallel, profile, pieces, run, bwd_s)
+    stage_params, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time)
@@ -134,13 +136,13 @@ def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, 
     return spans
 
 
-def _stage_tails(model, layout, parallel, profile, pieces, run, bwd_s):
+def _stage_tails(layout, parallel, profile, pieces, run, bwd_s):
     """Per stage: parameters held, the step tail after its last backward, and when its step ends."""
     p = len(layout.stage_chunk_layers)
     layer_params = pieces["layer"].param_count
     # tied weights on a single stage: the output layer reuses the word embedding (counted once)
     shared_output_params = pieces["output"].tied_param_count if p == 1 else 0
-    emb_sync = _embedding_sync_s(model, layout, parallel, profile)
+    emb_sync = _embedding_sync_s(pieces, layout, parallel, profile)
     stage_params, tails, finals = [], [], []
     for s in range(p):
         chunk_params = [layers * layer_params for layers in layout.stage_chunk_layers[s]]
