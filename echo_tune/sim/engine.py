@@ -6,8 +6,9 @@ waits for the next stage's backward. Tasks are released in dependency order (a w
 blocks on at most one missing dependency), so the cost is linear in the number of tasks.
 
 Long runs are periodic: once the warm-up transient is over, adding q micro-batches adds a
-constant time (q = p for interleaving, else 1). ``simulate_pipeline`` simulates three short runs, checks that they are exactly affine
-in m, and extrapolates; if they are not, it simulates all m micro-batches.
+constant time (q = p for interleaving, else 1). ``simulate_pipeline`` simulates three short runs
+(from 2p micro-batches on), checks that they are exactly affine in m, and extrapolates; if they are
+not, it simulates all m micro-batches.
 """
 
 from __future__ import annotations
