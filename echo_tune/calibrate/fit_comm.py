@@ -28,11 +28,11 @@ from echo_tune.calibrate.results import FitResult, PointResidual
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.nccl_tuning import NCCL_SOURCE, NET_RING_HOP_LATENCY_S
 from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients
 
-# Network per-step latency of a ring by protocol: NCCL src/graph/tuning.cc, hwLat[NCCL_HW_NET][RING]
-# = {LL 2.7, LL128 4.0, Simple 9.6} us (NCCL 2.8-2.10, the versions of the A100 era).
-NCCL_NET_STEP_LATENCY_S = {"ll": 2.7e-6, "ll128": 4.0e-6, "simple": 9.6e-6}
+# Network per-hop latency of a ring by protocol, NCCL's default (cost/nccl_tuning.py).
+NCCL_NET_STEP_LATENCY_S = NET_RING_HOP_LATENCY_S
 TIER_NAMES = {1: ("simple",), 2: ("simple", "ll"), 3: ("simple", "ll128", "ll")}
 _LOG_BOUNDS = {"base": (math.log(1e-9), math.log(1e-1)), "lat": (math.log(1e-10), math.log(1e-2)),
                "bw": (math.log(1e-4), math.log(1e5))}
@@ -200,30 +200,42 @@ def derive_inter(intra: LinkCoefficients, cluster: ClusterSpec, collective: str)
 
 def fit_inter(samples: list[CommSample], intra: LinkCoefficients, cluster: ClusterSpec,
               base: CalibrationProfile) -> tuple[LinkCoefficients, FitResult]:
-    """Fit network step latency and NIC bandwidth per tier, intra-node tiers held fixed."""
+    """Fit each tier's per-call latency and NIC bandwidth across nodes, intra-node tiers held fixed.
+
+    The network hop latency is fitted too when the samples cover two or more node counts; with one
+    node count (two nodes) it cannot be told from the per-call latency (every crossing ring and tree
+    has the same number of network hops), so it is held at NCCL's default for the protocol.
+    """
     collective = samples[0].collective
     start, _ = derive_inter(intra, cluster, collective)
     names = tuple(n for n, _ in _tiers_of(start))
-    bases = [t.base_latency_s for _, t in _tiers_of(start)]
+    hops = [t.latency_s for _, t in _tiers_of(start)]
+    free_hop = len({s.place.num_nodes for s in samples}) > 1
+    width = 3 if free_hop else 2
     measured = np.array([s.time_s for s in samples])
 
     def unpack(x: np.ndarray) -> LinkCoefficients:
-        pairs = np.exp(x.reshape(len(names), 2))
-        return _link([(b, l, w) for b, (l, w) in zip(bases, pairs)], names)
+        rows = np.exp(x.reshape(len(names), width))
+        return _link([(r[0], r[2] if free_hop else h, r[1]) for r, h in zip(rows, hops)], names)
 
     def residual(x: np.ndarray) -> np.ndarray:
         return np.log(_predict_s(samples, _with_links(base, collective, intra, unpack(x))) / measured)
 
-    x0 = np.log(np.array([(t.latency_s, t.bus_bandwidth_gbyte_s) for _, t in _tiers_of(start)])).ravel()
-    lower = np.tile([_LOG_BOUNDS["lat"][0], _LOG_BOUNDS["bw"][0]], len(names))
-    upper = np.tile([_LOG_BOUNDS["lat"][1], _LOG_BOUNDS["bw"][1]], len(names))
+    x0 = np.log(np.array([(t.base_latency_s, t.bus_bandwidth_gbyte_s, t.latency_s)[:width]
+                          for _, t in _tiers_of(start)])).ravel()
+    keys = ("base", "bw", "lat")[:width]
+    lower = np.tile([_LOG_BOUNDS[k][0] for k in keys], len(names))
+    upper = np.tile([_LOG_BOUNDS[k][1] for k in keys], len(names))
     link = unpack(_solve(residual, [x0, x0 + math.log(2.0), x0 - math.log(2.0)], lower, upper).x)
     link = _keep_tiers(link, _winning_tiers(samples, base, intra, link))
     quantity = f"{collective} inter_node"
     predicted = _predict_s(samples, _with_links(base, collective, intra, link))
+    notes = ["intra-node tiers held at their own fit"]
+    if not free_hop:
+        notes.append("one node count measured: network hop latency held at NCCL's default per protocol "
+                     f"({NCCL_SOURCE}: ring hwLat NET LL 2.7, LL128 4.0, Simple 14.0 us)")
     result = FitResult(quantity=quantity, method="least squares", params=_params(link),
-                       points=_points(samples, predicted, quantity),
-                       notes=[f"intra-node tiers held at their own fit; per-call latency shared with them"])
+                       points=_points(samples, predicted, quantity), notes=notes)
     per_node = {s.place.ranks_per_node for s in samples}
     if link.bus_bandwidth_gbyte_s * min(per_node) >= intra.bus_bandwidth_gbyte_s:
         result.warnings.append(f"{quantity}: the crossing rings measured are bound by the intra-node bandwidth, "

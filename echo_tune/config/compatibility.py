@@ -24,6 +24,10 @@ class GroupPlacement:
     size: int
     ranks_per_node: int
     num_nodes: int
+    num_leaves: int = 1
+    """Leaf switches the group's nodes hang from (ClusterSpec ``nodes_per_leaf``); 1 = one leaf or a flat fabric."""
+    spine_oversubscription: float = 1.0
+    """Oversubscription of the spine level a group spanning several leaves crosses (ClusterSpec key)."""
 
     @property
     def crosses_nodes(self) -> bool:

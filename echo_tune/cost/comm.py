@@ -1,21 +1,33 @@
-"""Collective time: a latency-bandwidth model per collective and protocol, ring and tree, intra- vs inter-node.
+"""Collective time: NCCL's own cost structure, with the cluster's link terms from a profile.
 
 Sizes follow nccl-tests' "size" convention (see workload/graph.py) and bandwidths its "busbw"
-convention, so a profile fitted from nccl-tests logs plugs in directly. For each protocol tier of
-the profile (the large-message tier, plus optional tiers such as NCCL's LL and LL128):
+convention, so a profile fitted from nccl-tests logs plugs in directly. The structure is NCCL's
+tuner (``src/graph/tuning.cc``; the fixed constants and their release are in ``cost/nccl_tuning.py``):
+per collective, every enabled (algorithm, protocol) pair has
 
-    time = base_latency_s + sum of per-step latencies + bus_factor(n) * size_bytes / bus_bandwidth
+    time = latency + size_bytes / algorithm_bandwidth
 
-and the collective takes its fastest tier, the structure of NCCL's own tuner (src/graph/tuning.cc:
-latency = baseLat + steps x hwLat per algorithm and protocol, bandwidth x a protocol factor).
+and the collective takes the fastest pair, as NCCL's tuner does. The profile gives one *tier* per
+protocol measured (``simple``, ``ll128``, ``ll``) and per scope (``intra_node`` = NVLink inside a
+node, ``inter_node`` = the network), each with a per-call latency, a per-hop latency and a bus
+bandwidth (inter_node: one GPU's share of its node's NICs). From those:
 
-Inside one node the NVLink coefficients apply. A ring over N nodes with g members per node makes
-``2(N-1)`` (all-reduce) or ``N-1`` network hops and pays the inter-node step latency on those only,
-the intra-node one on the rest (NCCL's nInterSteps). Its slowest hop crosses the network: its bus
-bandwidth is min(NVLink bus bandwidth, g x one GPU's NIC share), because the group's g ring
-channels each leave through their own NIC share (this is what lets a profile measured on one or two
-nodes predict hundreds). All-reduce across nodes may also use NCCL's tree (log2 N network steps);
-like NCCL's tuner we take the faster of the two.
+* **ring** (every collective): ``nsteps`` hops (2(n-1) all-reduce, n-1 all-gather / reduce-scatter /
+  all-to-all), of which ``nInterSteps`` = 2(N-1) (all-reduce) or N-1 cross the network and pay the
+  network hop latency, the rest the NVLink one. Bus bandwidth min(NVLink, g x NIC share) for g
+  members per node: each of a node's ring channels leaves through its own NIC. Across nodes the
+  Simple all-reduce ring's latency takes NCCL's plateau factor.
+* **tree** (all-reduce across nodes): a chain inside each node and a double binary tree across
+  nodes, 2((g-1) NVLink hops + log2(N) network hops), moving the buffer twice at NCCL's tree/ring
+  bandwidth ratio per protocol times NCCL's medium-size ``treeCorrectionFactor``.
+* **broadcast**: a pipelined ring (one hop latency per call, bus factor 1).
+* **send_recv**: one hop on the scope the two peers share.
+
+A group that spans leaf switches of an oversubscribed fabric (``GroupPlacement.num_leaves > 1``)
+has its network bandwidth divided by ``spine_oversubscription``. A "node" here is whatever
+``GroupPlacement`` calls one: the NVLink domain of the intra_node coefficients.
+
+The function is pure and cheap (no allocation beyond a few floats), so callers may cache it.
 """
 
 from __future__ import annotations
@@ -23,7 +35,12 @@ from __future__ import annotations
 import math
 
 from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.cost.nccl_tuning import (RING_SIMPLE_PLATEAU, TREE_ALGBW_RATIO, TREE_VS_RING_BANDWIDTH,
+                                        TREE_VS_RING_NET_HOP, TREE_VS_RING_NVLINK_HOP, tier_protocol,
+                                        tree_correction)
 from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -36,6 +53,7 @@ def bus_factor(collective: str, n: int) -> float:
 
 
 def ring_steps(collective: str, n: int) -> int:
+    """NCCL's ``nsteps`` of a ring (tuning.cc: 2(n-1) all-reduce, n-1 all-gather / reduce-scatter)."""
     if collective == "all_reduce":
         return 2 * (n - 1)
     if collective == "send_recv":
@@ -44,48 +62,65 @@ def ring_steps(collective: str, n: int) -> int:
 
 
 def inter_node_steps(collective: str, num_nodes: int) -> int:
-    """Ring steps that cross the network when a ring spans ``num_nodes`` nodes (NCCL's nInterSteps)."""
+    """NCCL's ``nInterSteps``: ring hops that cross the network."""
     return 2 * (num_nodes - 1) if collective == "all_reduce" else num_nodes - 1
 
 
-def _crossing_bandwidth_bps(intra: LinkCoefficients, inter: LinkCoefficients, place: GroupPlacement) -> float:
-    return min(intra.bus_bandwidth_gbyte_s, place.ranks_per_node * inter.bus_bandwidth_gbyte_s) * 1e9
+def _network_bandwidth_bps(intra: LinkCoefficients, inter: LinkCoefficients, place: GroupPlacement) -> float:
+    """Bus bandwidth of a group's crossing ring: its g channels per node each leave through a NIC share."""
+    nic = place.ranks_per_node * inter.bus_bandwidth_gbyte_s
+    if place.num_leaves > 1:
+        nic /= place.spine_oversubscription
+    return min(intra.bus_bandwidth_gbyte_s, nic) * 1e9
 
 
-def _ring_time_s(collective: str, size_bytes: float, place: GroupPlacement,
+def _ring_time_s(collective: str, protocol: str, size_bytes: float, place: GroupPlacement,
                  intra: LinkCoefficients, inter: LinkCoefficients | None) -> float:
     n = place.size
     steps = ring_steps(collective, n)
-    if not place.crosses_nodes:
-        return intra.base_latency_s + steps * intra.latency_s + \
-            bus_factor(collective, n) * size_bytes / (intra.bus_bandwidth_gbyte_s * 1e9)
+    factor = bus_factor(collective, n)
+    if collective == "broadcast":  # pipelined: one hop latency per call, whatever the ring length
+        steps = 1
+    if inter is None:
+        return intra.base_latency_s + steps * intra.latency_s + factor * size_bytes / (intra.bus_bandwidth_gbyte_s * 1e9)
     network_steps = min(steps, inter_node_steps(collective, place.num_nodes))
     latency = inter.base_latency_s + (steps - network_steps) * intra.latency_s + network_steps * inter.latency_s
-    return latency + bus_factor(collective, n) * size_bytes / _crossing_bandwidth_bps(intra, inter, place)
+    if collective == "all_reduce" and protocol == "simple":
+        latency *= RING_SIMPLE_PLATEAU
+    return latency + factor * size_bytes / _network_bandwidth_bps(intra, inter, place)
 
 
-def _tree_time_s(size_bytes: float, place: GroupPlacement, intra: LinkCoefficients,
+def _tree_time_s(protocol: str, size_bytes: float, place: GroupPlacement, intra: LinkCoefficients,
                  inter: LinkCoefficients) -> float:
     """NCCL's tree all-reduce: a chain inside each node, a double binary tree across nodes."""
-    latency = inter.base_latency_s + 2 * (math.ceil(math.log2(place.num_nodes)) * inter.latency_s
-                                          + (place.ranks_per_node - 1) * intra.latency_s)
-    return latency + 2.0 * size_bytes / _crossing_bandwidth_bps(intra, inter, place)
+    latency = inter.base_latency_s + 2 * (
+        math.ceil(math.log2(place.num_nodes)) * inter.latency_s * TREE_VS_RING_NET_HOP[protocol]
+        + (place.ranks_per_node - 1) * intra.latency_s * TREE_VS_RING_NVLINK_HOP[protocol])
+    bandwidth = (_network_bandwidth_bps(intra, inter, place) * TREE_VS_RING_BANDWIDTH[protocol]
+                 * TREE_ALGBW_RATIO * tree_correction(protocol, size_bytes))
+    return latency + size_bytes / bandwidth
 
 
 def _tier_pairs(profile: CalibrationProfile, collective: str,
-                place: GroupPlacement) -> list[tuple[LinkCoefficients, LinkCoefficients | None]]:
-    """(intra, inter) coefficients of each protocol tier usable by this group."""
+                place: GroupPlacement) -> list[tuple[str, LinkCoefficients, LinkCoefficients | None]]:
+    """(protocol, intra, inter) coefficients of each protocol tier usable by this group."""
     intra_tiers = profile.link("intra_node", collective).tiers()
     if not place.crosses_nodes:
-        return [(tier, None) for tier in intra_tiers.values()]
+        return [(tier_protocol(name), tier, None) for name, tier in intra_tiers.items()]
     inter_tiers = profile.link("inter_node", collective).tiers()
-    return [(intra_tiers[name], inter_tiers[name]) for name in intra_tiers if name in inter_tiers]
+    return [(tier_protocol(name), intra_tiers[name], inter_tiers[name])
+            for name in intra_tiers if name in inter_tiers]
 
 
 def _send_recv_time_s(size_bytes: float, place: GroupPlacement, profile: CalibrationProfile) -> float:
     scope = "inter_node" if place.crosses_nodes else "intra_node"
-    return min(link.base_latency_s + link.latency_s + size_bytes / (link.bus_bandwidth_gbyte_s * 1e9)
-               for link in profile.link(scope, "send_recv").tiers().values())
+    best = math.inf
+    for link in profile.link(scope, "send_recv").tiers().values():
+        bandwidth = link.bus_bandwidth_gbyte_s
+        if place.crosses_nodes and place.num_leaves > 1:
+            bandwidth /= place.spine_oversubscription
+        best = min(best, link.base_latency_s + link.latency_s + size_bytes / (bandwidth * 1e9))
+    return best
 
 
 def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
@@ -97,9 +132,9 @@ def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
         return _send_recv_time_s(size_bytes, place, profile)
     if place.size <= 1:
         return 0.0
-    times = []
-    for intra, inter in _tier_pairs(profile, collective, place):
-        times.append(_ring_time_s(collective, size_bytes, place, intra, inter))
-        if collective == "all_reduce" and place.crosses_nodes:
-            times.append(_tree_time_s(size_bytes, place, intra, inter))
-    return min(times)
+    best = math.inf
+    for protocol, intra, inter in _tier_pairs(profile, collective, place):
+        best = min(best, _ring_time_s(collective, protocol, size_bytes, place, intra, inter))
+        if inter is not None and collective == "all_reduce":
+            best = min(best, _tree_time_s(protocol, size_bytes, place, intra, inter))
+    return best

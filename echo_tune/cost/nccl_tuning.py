@@ -1,0 +1,63 @@
+"""NCCL's fixed tuning constants, as the collective model (``cost/comm.py``) uses them.
+
+Every number here is fixed in NCCL's code, not measured on a cluster. Source: NCCL 2.30.7
+(``makefiles/version.mk``: NCCL_MAJOR 2, NCCL_MINOR 30, NCCL_PATCH 7), ``src/graph/tuning.cc``
+at commit 5067397c2676 of github.com/NVIDIA/nccl: ``ncclTunerConstantsDefaults``,
+``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``. Only ratios and shapes are taken from NCCL; the
+cluster-dependent terms (link bandwidths, per-hop latencies, per-call latencies) are fitted
+(``calibrate/fit_comm.py``), because NCCL's absolute defaults are a tuner's guesses for choosing
+an algorithm, not a time prediction.
+"""
+
+from __future__ import annotations
+
+NCCL_VERSION = "2.30.7"
+NCCL_SOURCE = "NCCL 2.30.7 src/graph/tuning.cc (commit 5067397c2676)"
+
+PROTOCOLS = ("ll", "ll128", "simple")
+
+# Default network per-hop latency of a ring, hwLatencies[NCCL_HW_NET][NCCL_ALGO_RING] (us):
+# LL 2.7, LL128 4.0, Simple 14.0. Used only where no measurement across nodes exists.
+NET_RING_HOP_LATENCY_S = {"ll": 2.7e-6, "ll128": 4.0e-6, "simple": 14.0e-6}
+
+# Tree hop latency relative to the ring's of the same protocol, per link kind:
+# hwLatencies[NCCL_HW_NET]: Tree {5.0, 8.5, 14} vs Ring {2.7, 4.0, 14.0} us;
+# hwLatencies[NCCL_HW_NVLINK]: Tree {0.6, 1.25, 4.0} vs Ring {0.6, 1.9, 3.4} us (LL, LL128, Simple).
+TREE_VS_RING_NET_HOP = {"ll": 5.0 / 2.7, "ll128": 8.5 / 4.0, "simple": 14.0 / 14.0}
+TREE_VS_RING_NVLINK_HOP = {"ll": 0.6 / 0.6, "ll128": 1.25 / 1.9, "simple": 4.0 / 3.4}
+
+# Bandwidth of a tree all-reduce relative to a ring of the same protocol over the same links
+# (ncclTopoTuneModel: every tree all-reduce busBw *= .92; then LL: busBw / 3.8 where ring LL is
+# busBw * .5; LL128: busBw * 120/128 across nodes where ring LL128 is busBw * .92; Simple: 1).
+TREE_VS_RING_BANDWIDTH = {"ll": 0.92 / 3.8 / 0.5, "ll128": 0.92 * (120.0 / 128.0) / 0.92, "simple": 0.92}
+
+# A tree all-reduce moves the buffer twice (reduce up, broadcast down): algbw = busBw * .5
+# ("Convert bus BW to algorithm BW", ratio .5 for every algorithm but ring / NVLS).
+TREE_ALGBW_RATIO = 0.5
+
+# treeCorrectionFactor[protocol][log2(nBytes / 64)] for 64 B to 256 MiB (ncclTopoGetAlgoTime):
+# "Trees are not perfectly sticking to the model for medium sizes"; factor 1 outside the table.
+_TREE_CORRECTION = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+
+# Ring Simple all-reduce across nodes: latency *= 1.4 on compute capability >= 8.0 (1.9 before),
+# "plateau effect of ring" (ncclTopoGetAlgoTime).
+RING_SIMPLE_PLATEAU = 1.4
+
+
+def tree_correction(protocol: str, size_bytes: float) -> float:
+    """NCCL's medium-size correction of tree bandwidth (``treeCorrectionFactor``)."""
+    units = int(size_bytes) >> 6
+    if units <= 0:
+        return 1.0
+    log_size = units.bit_length() - 1
+    table = _TREE_CORRECTION.get(protocol, _TREE_CORRECTION["simple"])
+    return table[log_size] if log_size < len(table) else 1.0
+
+
+def tier_protocol(name: str) -> str:
+    """The NCCL protocol a profile tier stands for ("simple", "ll128", "ll"; other names as Simple)."""
+    return name if name in PROTOCOLS else "simple"
