@@ -40,7 +40,7 @@ def _sig(value: float, digits: int = 5) -> float:
 
 def _round_link(link: LinkCoefficients) -> LinkCoefficients:
     return LinkCoefficients(latency_s=_sig(link.latency_s), bus_bandwidth_gbyte_s=_sig(link.bus_bandwidth_gbyte_s),
-                            base_latency_s=_sig(link.base_latency_s),
+                            base_latency_s=_sig(link.base_latency_s), tree_efficiency=_sig(link.tree_efficiency),
                             protocols={n: _round_link(t) for n, t in link.protocols.items()})
 
 

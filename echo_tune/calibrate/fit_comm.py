@@ -35,7 +35,8 @@ from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients
 NCCL_NET_STEP_LATENCY_S = NET_RING_HOP_LATENCY_S
 TIER_NAMES = {1: ("simple",), 2: ("simple", "ll"), 3: ("simple", "ll128", "ll")}
 _LOG_BOUNDS = {"base": (math.log(1e-9), math.log(1e-1)), "lat": (math.log(1e-10), math.log(1e-2)),
-               "bw": (math.log(1e-4), math.log(1e5))}
+               "bw": (math.log(1e-4), math.log(1e5)), "tree": (math.log(0.25), math.log(4.0)),
+               "scale": (math.log(0.05), math.log(20.0))}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +152,9 @@ def _points(samples: list[CommSample], predicted: np.ndarray, quantity: str) -> 
 
 def _params(link: LinkCoefficients) -> dict:
     return {name: {"base_latency_us": round(t.base_latency_s * 1e6, 3), "step_latency_us": round(t.latency_s * 1e6, 3),
-                   "bus_bandwidth_gbyte_s": round(t.bus_bandwidth_gbyte_s, 2)} for name, t in _tiers_of(link)}
+                   "bus_bandwidth_gbyte_s": round(t.bus_bandwidth_gbyte_s, 2),
+                   **({"tree_efficiency": round(t.tree_efficiency, 3)} if t.tree_efficiency != 1.0 else {})}
+            for name, t in _tiers_of(link)}
 
 
 def fit_intra(samples: list[CommSample], base: CalibrationProfile,
@@ -209,23 +212,28 @@ def fit_inter(samples: list[CommSample], intra: LinkCoefficients, cluster: Clust
     collective = samples[0].collective
     start, _ = derive_inter(intra, cluster, collective)
     names = tuple(n for n, _ in _tiers_of(start))
-    hops = [t.latency_s for _, t in _tiers_of(start)]
+    derived = [t for _, t in _tiers_of(start)]
+    k = len(names)
     free_hop = len({s.place.num_nodes for s in samples}) > 1
-    width = 3 if free_hop else 2
     measured = np.array([s.time_s for s in samples])
 
     def unpack(x: np.ndarray) -> LinkCoefficients:
-        rows = np.exp(x.reshape(len(names), width))
-        return _link([(r[0], r[2] if free_hop else h, r[1]) for r, h in zip(rows, hops)], names)
+        scale, tree = math.exp(x[0]), math.exp(x[1])
+        bases = np.exp(x[2:2 + k])
+        hops = np.exp(x[2 + k:]) if free_hop else [t.latency_s for t in derived]
+        tiers = [LinkCoefficients(base_latency_s=float(b), bus_bandwidth_gbyte_s=t.bus_bandwidth_gbyte_s * scale,
+                                  tree_efficiency=tree, latency_s=float(h))
+                 for t, b, h in zip(derived, bases, hops)]
+        return dataclasses.replace(tiers[0], protocols=dict(zip(names[1:], tiers[1:])))
 
     def residual(x: np.ndarray) -> np.ndarray:
         return np.log(_predict_s(samples, _with_links(base, collective, intra, unpack(x))) / measured)
 
-    x0 = np.log(np.array([(t.base_latency_s, t.bus_bandwidth_gbyte_s, t.latency_s)[:width]
-                          for _, t in _tiers_of(start)])).ravel()
-    keys = ("base", "bw", "lat")[:width]
-    lower = np.tile([_LOG_BOUNDS[k][0] for k in keys], len(names))
-    upper = np.tile([_LOG_BOUNDS[k][1] for k in keys], len(names))
+    x0 = np.log(np.array([1.0, 1.0] + [t.base_latency_s for t in derived]
+                         + ([t.latency_s for t in derived] if free_hop else [])))
+    keys = ["scale", "tree"] + ["base"] * k + (["lat"] * k if free_hop else [])
+    lower = np.array([_LOG_BOUNDS[key][0] for key in keys])
+    upper = np.array([_LOG_BOUNDS[key][1] for key in keys])
     link = unpack(_solve(residual, [x0, x0 + math.log(2.0), x0 - math.log(2.0)], lower, upper).x)
     link = _keep_tiers(link, _winning_tiers(samples, base, intra, link))
     quantity = f"{collective} inter_node"

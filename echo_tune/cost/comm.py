@@ -97,7 +97,7 @@ def _tree_time_s(protocol: str, size_bytes: float, place: GroupPlacement, intra:
         math.ceil(math.log2(place.num_nodes)) * inter.latency_s * TREE_VS_RING_NET_HOP[protocol]
         + (place.ranks_per_node - 1) * intra.latency_s * TREE_VS_RING_NVLINK_HOP[protocol])
     bandwidth = (_network_bandwidth_bps(intra, inter, place) * TREE_VS_RING_BANDWIDTH[protocol]
-                 * TREE_ALGBW_RATIO * tree_correction(protocol, size_bytes))
+                 * TREE_ALGBW_RATIO * tree_correction(protocol, size_bytes) * inter.tree_efficiency)
     return latency + size_bytes / bandwidth
 
 

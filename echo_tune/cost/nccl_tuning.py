@@ -61,3 +61,4 @@ def tree_correction(protocol: str, size_bytes: float) -> float:
 def tier_protocol(name: str) -> str:
     """The NCCL protocol a profile tier stands for ("simple", "ll128", "ll"; other names as Simple)."""
     return name if name in PROTOCOLS else "simple"
+

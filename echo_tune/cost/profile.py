@@ -82,6 +82,9 @@ class LinkCoefficients:
     """Large-message bus bandwidth in nccl-tests' busbw convention (inter_node: per GPU's NIC share)."""
     base_latency_s: float = 0.0
     """Fixed cost of one call (launch, protocol setup), paid once whatever the group size."""
+    tree_efficiency: float = 1.0
+    """inter_node only: how far the tree all-reduce reaches NCCL's tree bandwidth model on this fabric
+    (1 = NCCL's own tree/ring ratio and treeCorrectionFactor hold; fitted from measurements across nodes)."""
     protocols: dict[str, "LinkCoefficients"] = field(default_factory=dict, hash=False)
     """Extra protocol tiers (NCCL's LL, LL128) with their own coefficients; the fields above are the
     large-message (Simple) tier. A collective takes its fastest tier, as NCCL's tuner picks the
@@ -92,6 +95,7 @@ class LinkCoefficients:
             value = getattr(self, name)
             require(value >= 0, f"`{name} >= 0` must hold, but got ({name}={value})")
         require_positive("bus_bandwidth_gbyte_s", self.bus_bandwidth_gbyte_s)
+        require_positive("tree_efficiency", self.tree_efficiency)
         tiers = {str(k): v if isinstance(v, LinkCoefficients) else LinkCoefficients(**v)
                  for k, v in (self.protocols or {}).items()}
         require(all(not t.protocols for t in tiers.values()),
@@ -107,6 +111,8 @@ class LinkCoefficients:
         data = {"latency_s": self.latency_s, "bus_bandwidth_gbyte_s": self.bus_bandwidth_gbyte_s}
         if self.base_latency_s:
             data["base_latency_s"] = self.base_latency_s
+        if self.tree_efficiency != 1.0:
+            data["tree_efficiency"] = self.tree_efficiency
         if self.protocols:
             data["protocols"] = {name: tier.to_dict() for name, tier in self.protocols.items()}
         return data
