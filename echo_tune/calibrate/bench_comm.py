@@ -3,10 +3,13 @@
 Groups are measured the way training uses them: every rank is in one group of each kind and all
 groups of a kind run at once (all TP-like groups inside the nodes together, all DP-like groups
 across nodes together). A point's time is the slowest rank's. send_recv is a ring exchange in the
-group (each rank sends to the next and receives from the previous), as nccl-tests' sendrecv_perf.
+group (each rank sends to the next and receives from the previous), as nccl-tests' sendrecv_perf;
+broadcast is from the group's first rank, all_to_all exchanges equal slices with every member.
 
 Sizes follow nccl-tests' "size" convention (all_gather: the gathered output; reduce_scatter: the
-full input; send_recv: the message) so raw results and nccl-tests logs fit the same model.
+full input; all_to_all: one rank's whole send buffer; send_recv and broadcast: the message) so raw
+results and nccl-tests logs fit the same model. The set is the one the simulator uses and
+``calibrate fit`` reads from nccl-tests logs.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch.distributed as dist
 from echo_tune.calibrate.bench_compute import DTYPES, Timer
 from echo_tune.cost.comm import bus_factor
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
@@ -80,6 +83,10 @@ def collective_fn(collective: str, spec: GroupSpec, size_bytes: int, device: tor
         return (lambda: _ALL_GATHER(dst, src, group=group)), dst.numel() * 4
     if collective == "reduce_scatter":
         return (lambda: _REDUCE_SCATTER(dst, src, group=group)), src.numel() * 4
+    if collective == "all_to_all":
+        return (lambda: dist.all_to_all_single(dst, src, group=group)), src.numel() * 4
+    if collective == "broadcast":
+        return (lambda: dist.broadcast(src, src=spec.ranks[0], group=group)), src.numel() * 4
     me = dist.get_rank()
     peer = spec.ranks[(spec.ranks.index(me) + 1) % spec.size]
     back = spec.ranks[(spec.ranks.index(me) - 1) % spec.size]

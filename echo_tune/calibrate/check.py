@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from echo_tune.calibrate.log_checks import check_log_for_cluster
 from echo_tune.calibrate.nccl_tests import parse_nccl_tests
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import CalibrationProfile, profile_warnings
 from echo_tune.errors import CalibrationError
 
 # Extrapolation past this many times the largest fitted group (or node count) gets a warning.
@@ -43,7 +44,11 @@ class CheckResult:
     warnings: list[str] = field(default_factory=list)
 
     def max_abs_error(self, min_size_bytes: int = 0) -> float:
-        return max(abs(p.relative_error) for p in self.points if p.size_bytes >= min_size_bytes)
+        return max((abs(p.relative_error) for p in self.points if p.size_bytes >= min_size_bytes), default=0.0)
+
+    def points_over(self, max_error: float, min_size_bytes: int = 1 << 20) -> list[CheckPoint]:
+        """Points of at least ``min_size_bytes`` whose |error| exceeds ``max_error`` (a fraction)."""
+        return [p for p in self.points if p.size_bytes >= min_size_bytes and abs(p.relative_error) > max_error]
 
     def to_json(self) -> dict:
         """The layout of ``calibrate check --json``."""
@@ -83,14 +88,11 @@ def extrapolation_warnings(profile: CalibrationProfile, place: GroupPlacement) -
 
 
 def check_log(cluster: ClusterSpec, profile: CalibrationProfile, log_path: str | Path,
-              collective: str | None = None) -> CheckResult:
+              collective: str | None = None, *, allow_gpu_mismatch: bool = False) -> CheckResult:
     """Predicted vs measured time of every row of one nccl-tests log."""
     log = parse_nccl_tests(log_path, collective)
+    log_warnings = check_log_for_cluster(log, cluster, allow_gpu_mismatch=allow_gpu_mismatch)
     place = log.placement()
-    if place.ranks_per_node > cluster.gpus_per_node:
-        raise CalibrationError(f"{log.path}: `ranks per node <= gpus_per_node` must hold, but got "
-                               f"(ranks per node={place.ranks_per_node}, gpus_per_node={cluster.gpus_per_node}); "
-                               f"check against the cluster the log was measured on")
     if place.size < 2 and log.collective != "send_recv":
         raise CalibrationError(f"{log.path}: a 1-GPU log moves no data between GPUs; check against a log of 2 or "
                                f"more GPUs")
@@ -100,4 +102,4 @@ def check_log(cluster: ClusterSpec, profile: CalibrationProfile, log_path: str |
               for row, p in zip(rows, predicted)]
     return CheckResult(path=log.path, collective=log.collective, num_gpus=log.num_gpus, num_nodes=log.num_nodes,
                        ranks_per_node=place.ranks_per_node, points=points,
-                       warnings=extrapolation_warnings(profile, place))
+                       warnings=log_warnings + profile_warnings(profile, cluster) + extrapolation_warnings(profile, place))

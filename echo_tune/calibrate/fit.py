@@ -15,6 +15,7 @@ from pathlib import Path
 
 from echo_tune.calibrate import fit_comm, fit_compute, raw
 from echo_tune.calibrate.fit_comm import CommSample
+from echo_tune.calibrate.log_checks import check_log_for_cluster
 from echo_tune.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from echo_tune.calibrate.results import FitResult
 from echo_tune.config.cluster import ClusterSpec
@@ -28,10 +29,12 @@ class FitOutcome:
     profile: CalibrationProfile
     results: list[FitResult]
     sources: list[dict] = field(default_factory=list)
+    input_warnings: list[str] = field(default_factory=list)
+    """Warnings about the inputs themselves (truncated logs, refused rows, odd host layouts)."""
 
     @property
     def warnings(self) -> list[str]:
-        return [w for r in self.results for w in r.warnings]
+        return self.input_warnings + [w for r in self.results for w in r.warnings]
 
 
 def _sig(value: float, digits: int = 5) -> float:
@@ -177,13 +180,35 @@ def _coverage(samples: list[CommSample]) -> dict:
             "size_range_bytes": [int(min(s.size_bytes for s in samples)), int(max(s.size_bytes for s in samples))]}
 
 
+def _measured_on(logs: list[NcclTestsLog], bench_env: dict, cluster: ClusterSpec, allow_cpu_bench: bool) -> dict:
+    """Backend, device and GPU of the measurements; a CPU bench for a GPU cluster needs the override."""
+    backends = (["nccl-tests"] if logs else []) + ([bench_env.get("backend") or "torch"] if bench_env else [])
+    devices = (["cuda"] if logs else []) + ([bench_env.get("device") or "unknown"] if bench_env else [])
+    gpus = sorted({log.gpu_name for log in logs} | ({bench_env.get("gpu_name")} if bench_env.get("gpu_name") else set()))
+    measured_on = {"backend": "+".join(dict.fromkeys(backends)), "device": "cpu" if "cpu" in devices else
+                   "+".join(dict.fromkeys(devices)), "gpu": ", ".join(gpus) or "none"}
+    if measured_on["device"] == "cpu":
+        if not allow_cpu_bench:
+            raise CalibrationError(f"the bench was run on CPU ({bench_env.get('backend', 'gloo')}) but cluster "
+                                   f"{cluster.name!r} has {cluster.gpu.name} GPUs: CPU timings say nothing about them; "
+                                   f"bench on the GPUs, or pass --allow-cpu-bench (every report then says so)")
+        measured_on["cpu_override"] = True
+    return measured_on
+
+
 def fit_profile(cluster: ClusterSpec, *, nccl_logs: list[str | Path] = (), bench_dir: str | Path | None = None,
-                name: str | None = None, max_tiers: int | None = None) -> FitOutcome:
+                name: str | None = None, max_tiers: int | None = None, allow_gpu_mismatch: bool = False,
+                allow_cpu_bench: bool = False) -> FitOutcome:
     """Fit every coefficient the inputs measure; the others keep the cluster's datasheet-derived values."""
     if not nccl_logs and bench_dir is None:
         raise CalibrationError("nothing to fit: give --nccl-tests LOG... and/or --bench DIR")
     logs = [parse_nccl_tests(path) for path in nccl_logs]
+    input_warnings = [w for log in logs for w in check_log_for_cluster(log, cluster,
+                                                                       allow_gpu_mismatch=allow_gpu_mismatch)]
+    input_warnings += [f"{log.path} line {line}: row refused: {reason}" for log in logs
+                       for line, reason in log.refused_rows]
     bench, bench_env, bench_path = _read_bench(bench_dir)
+    measured_on = _measured_on(logs, bench_env, cluster, allow_cpu_bench)
     base = default_profile(cluster)
     samples = [s for log in logs for s in _log_samples(log) if s.place.size > 1] + \
         _bench_samples(bench.get("collectives", []))
@@ -205,8 +230,8 @@ def fit_profile(cluster: ClusterSpec, *, nccl_logs: list[str | Path] = (), bench
                         f"default_profile({cluster.name}) (cost/profile.py DATASHEET_*)",
         "fits": {r.quantity: r.summary() for r in results}}
     profile = dataclasses.replace(rounded_profile(profile), name=name or f"{cluster.name}-fitted",
-                                  measured=bool(measured), provenance=provenance)
-    return FitOutcome(profile=profile, results=results, sources=sources)
+                                  measured=bool(measured), provenance=provenance, measured_on=measured_on)
+    return FitOutcome(profile=profile, results=results, sources=sources, input_warnings=input_warnings)
 
 
 def write_residuals(results: list[FitResult], path: str | Path) -> Path:

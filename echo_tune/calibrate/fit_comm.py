@@ -229,7 +229,7 @@ def fit_inter(samples: list[CommSample], intra: LinkCoefficients, cluster: Clust
     def residual(x: np.ndarray) -> np.ndarray:
         return np.log(_predict_s(samples, _with_links(base, collective, intra, unpack(x))) / measured)
 
-    x0 = np.log(np.array([1.0, 1.0] + [t.base_latency_s for t in derived]
+    x0 = np.log(np.array([1.0, 1.0] + [max(t.base_latency_s, 1e-7) for t in derived]
                          + ([t.latency_s for t in derived] if free_hop else [])))
     keys = ["scale", "tree"] + ["base"] * k + (["lat"] * k if free_hop else [])
     lower = np.array([_LOG_BOUNDS[key][0] for key in keys])

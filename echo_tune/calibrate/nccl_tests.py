@@ -1,9 +1,14 @@
 """Parse nccl-tests output (all_reduce_perf, all_gather_perf, ...) into rows with units.
 
 Handles every layout nccl-tests has printed: with or without ``redop`` / ``root`` columns,
-``error`` or ``#wrong`` columns, out-of-place and in-place groups, MPI line prefixes such as
-``[1,0]<stdout>:`` and Slurm's ``srun --label`` prefixes (``0: ``). The GPU count and the node
-layout come from the header lines ``#  Rank N [Group G] Pid P on HOST device D [BUS] NAME``.
+``error`` or ``#wrong`` columns, out-of-place and in-place groups, MPI tags such as
+``[1,0]<stdout>:`` anywhere in a line (``mpirun --tag-output`` interleaves two ranks' output
+mid-line), and Slurm's ``srun --label`` prefixes (``0: ``). The GPU count and the node layout
+come from the header lines ``#  Rank N [Group G] Pid P on HOST device D [BUS] NAME``; every host
+must hold the same number of ranks. A row whose ``#wrong`` count is not 0 measured a broken
+run: it is refused (kept out of ``rows``, listed in ``refused_rows``). A cut result row is an error
+naming its line; a table that stops before ``maxBytes`` without nccl-tests' closing lines gives a
+warning.
 
 Nothing is silently dropped: a line that is neither a ``#`` header, a blank line, a result row,
 an MPI stderr line nor an NCCL debug line raises a CalibrationError naming its line number;
@@ -25,7 +30,7 @@ from echo_tune.errors import CalibrationError
 COLLECTIVE_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
                       "alltoall": "all_to_all", "sendrecv": "send_recv", "broadcast": "broadcast",
                       "reduce": "reduce"}
-_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
+_MPI_TAG = re.compile(r"\[\d+,\d+\]<(stdout|stderr)>:")
 _SRUN_PREFIX = re.compile(r"^\d+: ")
 _RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
                         r"\s+(?:\[[^\]]*\]\s*)?(.*)$")
@@ -78,6 +83,9 @@ class NcclTestsLog:
     avg_busbw_gbyte_s: float | None = None
     ignored_lines: tuple[tuple[int, str], ...] = ()
     """(line number, reason) of the stderr and NCCL debug lines that hold no result."""
+    refused_rows: tuple[tuple[int, str], ...] = ()
+    """(line number, reason) of result rows refused because nccl-tests counted wrong results."""
+    warnings: tuple[str, ...] = ()
 
     @property
     def num_gpus(self) -> int:
@@ -113,10 +121,11 @@ def collective_from_name(name: str) -> str | None:
 
 
 def _strip_prefix(raw: str) -> tuple[str, bool]:
-    """The line without MPI / srun prefixes, and whether it came from stderr."""
-    match = _MPI_PREFIX.match(raw)
+    """The line without MPI tags (anywhere in it) or an srun label, and whether it came from stderr."""
+    match = _MPI_TAG.search(raw)
     if match:
-        return raw[match.end():], match.group(1) == "stderr"
+        from_stderr = match.start() == 0 and match.group(1) == "stderr"
+        return _MPI_TAG.sub("", raw), from_stderr
     match = _SRUN_PREFIX.match(raw)
     return (raw[match.end():] if match else raw), False
 
@@ -134,8 +143,9 @@ def _column_layout(tokens: list[str], where: str) -> list[str]:
     if len(rest) not in (4, 8) or rest[0] != "time" or (len(rest) == 8 and rest[4] != "time"):
         raise CalibrationError(f"{where}: expected 'time algbw busbw error' once or twice after the key "
                                f"columns, but got {rest}")
-    return keys + ["time", "algbw", "busbw", "error"] + (["ip_time", "ip_algbw", "ip_busbw", "ip_error"]
-                                                         if len(rest) == 8 else [])
+    check = "wrong" if rest[3].lower().lstrip("#") == "wrong" else "error"
+    return keys + ["time", "algbw", "busbw", check] + (["ip_time", "ip_algbw", "ip_busbw", f"ip_{check}"]
+                                                       if len(rest) == 8 else [])
 
 
 def _number(token: str, kind: type, what: str, where: str, optional: bool = False):
@@ -147,11 +157,23 @@ def _number(token: str, kind: type, what: str, where: str, optional: bool = Fals
         raise CalibrationError(f"{where}: {what} must be a number, but got {token!r}") from None
 
 
-def _parse_row(tokens: list[str], columns: list[str], line_no: int, where: str) -> NcclTestsRow:
+def _wrong_count(values: dict) -> str | None:
+    """Why a row is refused: nccl-tests' ``#wrong`` column counts wrong results (0 = correct)."""
+    for key, phase in (("wrong", "out-of-place"), ("ip_wrong", "in-place")):
+        token = values.get(key)
+        if token is not None and token.upper() != "N/A" and token != "0":
+            return f"#wrong = {token} ({phase}): nccl-tests found wrong results, the timing is not trusted"
+    return None
+
+
+def _parse_row(tokens: list[str], columns: list[str], line_no: int, where: str,
+               last_line: bool = False) -> NcclTestsRow:
     if len(tokens) != len(columns):
         names = " ".join(c.removeprefix("ip_") for c in columns)
-        raise CalibrationError(f"{where}: a result row needs {len(columns)} columns ({names}), "
-                               f"but got {len(tokens)}: {' '.join(tokens)!r}; fix or remove the line")
+        what = ("truncated result row (the log was cut off)" if last_line and len(tokens) < len(columns)
+                else "result row with the wrong number of columns")
+        raise CalibrationError(f"{where}: {what}: needs {len(columns)} columns ({names}), but got "
+                               f"{len(tokens)}: {' '.join(tokens)!r}; remove the line or rerun the test")
     values = dict(zip(columns, tokens))
     ip = "ip_time" in values
 
@@ -177,6 +199,8 @@ class _State:
     rows: list[NcclTestsRow] = field(default_factory=list)
     header: dict = field(default_factory=dict)
     ignored: list[tuple[int, str]] = field(default_factory=list)
+    refused: list[tuple[int, str]] = field(default_factory=list)
+    closed: bool = False
     avg_busbw: float | None = None
     started: str | None = None
 
@@ -195,10 +219,14 @@ def _header_line(text: str, state: _State, where: str) -> None:
         state.started = match.group(1)
     elif (match := _AVG_LINE.match(text)) is not None:
         state.avg_busbw = float(match.group(1))
+        state.closed = True
+    elif body[:3] == ["Out", "of", "bounds"]:
+        state.closed = True
 
 
 def _scan(lines: list[str], path: str) -> _State:
     state = _State()
+    last = max((i for i, line in enumerate(lines, start=1) if line.strip()), default=0)
     for line_no, raw in enumerate(lines, start=1):
         text, from_stderr = _strip_prefix(raw.rstrip("\n"))
         where = f"{path} line {line_no}"
@@ -215,7 +243,13 @@ def _scan(lines: list[str], path: str) -> _State:
             if state.columns is None:
                 raise CalibrationError(f"{where}: result row before the '# size count type ...' column header; "
                                        f"the log is truncated or not nccl-tests output")
-            state.rows.append(_parse_row(stripped.split(), state.columns, line_no, where))
+            tokens = stripped.split()
+            row = _parse_row(tokens, state.columns, line_no, where, last_line=line_no == last)
+            reason = _wrong_count(dict(zip(state.columns, tokens)))
+            if reason:
+                state.refused.append((line_no, reason))
+            else:
+                state.rows.append(row)
         else:
             raise CalibrationError(f"{where}: cannot read {stripped[:60]!r} as a result row or a '#' header "
                                    f"line; remove it or comment it out with '#'")
@@ -262,9 +296,32 @@ def parse_nccl_tests(path: str | Path, collective: str | None = None) -> NcclTes
         raise CalibrationError(f"{path}: no '#  Rank N Pid P on HOST device D' header lines; the GPU count "
                                f"and node layout come from them, so keep the whole nccl-tests header")
     if not state.rows:
-        raise CalibrationError(f"{path}: no result rows found under the column header")
+        raise CalibrationError(f"{path}: no usable result rows under the column header "
+                               f"({len(state.refused)} refused for #wrong != 0)")
     ranks = _unique_ranks(state.ranks, str(path))
+    _check_hosts(ranks, str(path))
     log = NcclTestsLog(path=str(path), collective=name, ranks=ranks, rows=tuple(state.rows),
-                       header=state.header, avg_busbw_gbyte_s=state.avg_busbw, ignored_lines=tuple(state.ignored))
+                       header=state.header, avg_busbw_gbyte_s=state.avg_busbw, ignored_lines=tuple(state.ignored),
+                       refused_rows=tuple(state.refused), warnings=tuple(_table_warnings(state, str(path))))
     _check_bus_factor(log)
     return log
+
+
+def _check_hosts(ranks: tuple[RankInfo, ...], path: str) -> None:
+    """Every host holds the same number of ranks (a torn host name would show up as an odd host)."""
+    counts = Counter(r.host for r in ranks)
+    if len(set(counts.values())) > 1:
+        common = Counter(counts.values()).most_common(1)[0][0]
+        odd = ", ".join(f"{host}: {n}" for host, n in sorted(counts.items()) if n != common)
+        raise CalibrationError(f"{path}: `every host runs the same number of ranks` must hold, but {len(ranks)} ranks "
+                               f"sit on {len(counts)} hosts, most with {common} and ({odd}); fix the host names "
+                               f"in the '# Rank' lines (an interleaved or cut line?)")
+
+
+def _table_warnings(state: _State, path: str) -> list[str]:
+    max_bytes = state.header.get("maxBytes")
+    last = state.rows[-1]
+    if state.closed or max_bytes is None or not max_bytes.isdigit() or last.size_bytes >= int(max_bytes):
+        return []
+    return [f"{path}: the table stops at line {last.line} (size {last.size_bytes}) before maxBytes {max_bytes} "
+            f"without the closing '# Avg bus bandwidth' line: the log is truncated"]

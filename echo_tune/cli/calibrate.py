@@ -14,7 +14,8 @@ from echo_tune.calibrate.check import check_log, extrapolation_warnings, placeme
 from echo_tune.calibrate.fit import fit_profile, write_residuals
 from echo_tune.calibrate.results import FitResult
 from echo_tune.config.loading import load_cluster
-from echo_tune.cost.profile import load_profile, profile_for, save_profile
+from echo_tune.cost.profile import load_profile, profile_for, profile_warnings, save_profile
+from echo_tune.errors import ConfigError
 
 
 def add_parser(subparsers) -> None:
@@ -32,12 +33,20 @@ def add_parser(subparsers) -> None:
     fit.add_argument("--max-tiers", type=int, choices=(1, 2, 3), default=None,
                      help="most protocol tiers per collective (default: chosen by BIC, up to 3)")
     fit.add_argument("--show-points", action="store_true", help="print every point's residual")
+    fit.add_argument("--allow-gpu-mismatch", action="store_true",
+                     help="use logs whose GPU is not the cluster's GPU (refused by default)")
+    fit.add_argument("--allow-cpu-bench", action="store_true",
+                     help="fit a GPU cluster from a CPU (gloo) bench; the profile and every report then say so")
     fit.set_defaults(run=run_fit)
     check = sub.add_parser("check", help="compare a profile's predictions with an nccl-tests log")
     check.add_argument("--cluster", required=True, help="cluster preset or YAML file")
     check.add_argument("--profile", help="profile YAML (default: the cluster's own, else its datasheet values)")
     check.add_argument("--nccl-tests", required=True, nargs="+", metavar="LOG", help="logs to compare with")
     check.add_argument("--json", action="store_true", help="print JSON (one object per log)")
+    check.add_argument("--max-error-pct", type=float, metavar="X",
+                       help="exit 1 when a point of 1 MiB or more is off by more than X percent")
+    check.add_argument("--allow-gpu-mismatch", action="store_true",
+                       help="check logs whose GPU is not the cluster's GPU (refused by default)")
     check.set_defaults(run=run_check)
     predict = sub.add_parser("predict", help="predicted collective times for a group of whole nodes")
     predict.add_argument("--cluster", required=True, help="cluster preset or YAML file")
@@ -58,7 +67,8 @@ def _params_text(result: FitResult) -> str:
     for key, value in result.params.items():
         if isinstance(value, dict) and "bus_bandwidth_gbyte_s" in value:
             parts.append(f"{key}: {value['base_latency_us']:.3g} us + {value['step_latency_us']:.3g} us/step, "
-                         f"{value['bus_bandwidth_gbyte_s']:.4g} GB/s")
+                         f"{value['bus_bandwidth_gbyte_s']:.4g} GB/s"
+                         + (f", tree x{value['tree_efficiency']:.3g}" if "tree_efficiency" in value else ""))
         elif isinstance(value, (int, float)):
             parts.append(f"{key}={value:g}")
         else:
@@ -91,7 +101,8 @@ def points_table(results: list[FitResult]) -> Table:
 def run_fit(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     outcome = fit_profile(cluster, nccl_logs=args.nccl_tests, bench_dir=args.bench, name=args.name,
-                          max_tiers=args.max_tiers)
+                          max_tiers=args.max_tiers, allow_gpu_mismatch=args.allow_gpu_mismatch,
+                          allow_cpu_bench=args.allow_cpu_bench)
     save_profile(outcome.profile, args.out)
     residuals = write_residuals(outcome.results, Path(args.out).with_suffix(".residuals.csv"))
     console = _console()
@@ -129,7 +140,10 @@ def check_table(result) -> Table:
 def run_check(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     profile = _profile(args, cluster)
-    results = [check_log(cluster, profile, path) for path in args.nccl_tests]
+    if args.max_error_pct is not None and not args.max_error_pct >= 0:
+        raise ConfigError(f"`--max-error-pct >= 0` must hold, but got (max_error_pct={args.max_error_pct})")
+    results = [check_log(cluster, profile, path, allow_gpu_mismatch=args.allow_gpu_mismatch)
+               for path in args.nccl_tests]
     if args.json:
         data = [r.to_json() for r in results]
         json.dump(data[0] if len(data) == 1 else data, sys.stdout, indent=2)
@@ -145,6 +159,12 @@ def run_check(args: argparse.Namespace) -> int:
     for r in results:
         for warning in r.warnings:
             _console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    if args.max_error_pct is not None:
+        over = [(r, p) for r in results for p in r.points_over(args.max_error_pct / 100)]
+        for r, p in over:
+            _console(stderr=True).print(f"error: {Path(r.path).name}: {p.size_bytes} B off by {p.relative_error:+.1%}, "
+                                        f"more than --max-error-pct {args.max_error_pct:g}", highlight=False)
+        return 1 if over else 0
     return 0
 
 
@@ -152,6 +172,8 @@ def run_predict(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     profile = _profile(args, cluster)
     sizes = [1 << p for p in range(10, 35, 2)]
+    for warning in profile_warnings(profile, cluster):
+        _console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     rows = {}
     for num_gpus in args.num_gpus:
         place = placement_for(cluster, num_gpus)

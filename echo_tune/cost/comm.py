@@ -96,8 +96,13 @@ def _tree_time_s(protocol: str, size_bytes: float, place: GroupPlacement, intra:
     latency = inter.base_latency_s + 2 * (
         math.ceil(math.log2(place.num_nodes)) * inter.latency_s * TREE_VS_RING_NET_HOP[protocol]
         + (place.ranks_per_node - 1) * intra.latency_s * TREE_VS_RING_NVLINK_HOP[protocol])
-    bandwidth = (_network_bandwidth_bps(intra, inter, place) * TREE_VS_RING_BANDWIDTH[protocol]
-                 * TREE_ALGBW_RATIO * tree_correction(protocol, size_bytes) * inter.tree_efficiency)
+    # The links cap the tree: past two nodes every node of NCCL's double binary tree is an inner node
+    # (two children, one parent) of one tree and a leaf of the other, so its NICs carry the whole
+    # buffer in each phase, as a ring's do (cap 1); with two nodes each carries half (cap 2).
+    cap = 2.0 if place.num_nodes == 2 else 1.0
+    efficiency = min(cap, TREE_VS_RING_BANDWIDTH[protocol] * tree_correction(protocol, size_bytes)
+                     * inter.tree_efficiency)
+    bandwidth = _network_bandwidth_bps(intra, inter, place) * TREE_ALGBW_RATIO * efficiency
     return latency + size_bytes / bandwidth
 
 

@@ -136,6 +136,9 @@ class CalibrationProfile:
     slowdown_curves: dict = field(default_factory=dict)
     """Measured slowdown curves behind the two scalars above (written by ``calibrate fit``)."""
     provenance: dict = field(default_factory=dict)
+    measured_on: dict = field(default_factory=dict)
+    """Where the measurements were taken: ``backend`` (nccl, gloo, nccl-tests), ``device`` (cuda, cpu),
+    ``gpu`` (name), and ``cpu_override: true`` when a CPU measurement was allowed for a GPU cluster."""
     version: int = PROFILE_VERSION
 
     def __post_init__(self) -> None:
@@ -156,8 +159,17 @@ class CalibrationProfile:
         return table.get(collective, table["default"])
 
     @property
+    def measured_on_cpu(self) -> bool:
+        return (self.measured_on or {}).get("device") == "cpu"
+
+    @property
     def label(self) -> str:
-        return "measured" if self.measured else "datasheet-derived (not measured)"
+        if not self.measured:
+            return "datasheet-derived (not measured)"
+        if self.measured_on_cpu:
+            return (f"measured on CPU ({self.measured_on.get('backend', 'gloo')}), NOT a GPU measurement: "
+                    f"used by explicit override")
+        return "measured"
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -169,7 +181,9 @@ class CalibrationProfile:
         curves = data.pop("slowdown_curves")
         if curves:
             interference["slowdown_curves"] = curves
-        head = {k: data.pop(k) for k in ("version", "name", "measured", "gpu", "provenance")}
+        head = {k: data.pop(k) for k in ("version", "name", "measured", "gpu", "measured_on", "provenance")}
+        if not head["measured_on"]:
+            del head["measured_on"]
         return {**head, "compute": compute, "comm": data.pop("comm"), "interference": interference}
 
 
@@ -198,7 +212,8 @@ def profile_from_dict(data: dict, *, where: str = "profile") -> CalibrationProfi
     """Parse the YAML layout above; unknown or missing keys give one-line ConfigErrors."""
     from echo_tune.config.loading import check_keys
 
-    check_keys(data, ("version", "name", "measured", "gpu", "provenance", "compute", "comm", "interference"), where)
+    check_keys(data, ("version", "name", "measured", "gpu", "measured_on", "provenance", "compute", "comm",
+                      "interference"), where)
     version = data.get("version", PROFILE_VERSION)
     require(version == PROFILE_VERSION, f"{where}: `version == {PROFILE_VERSION}` must hold, but got (version={version})")
     try:
@@ -207,6 +222,7 @@ def profile_from_dict(data: dict, *, where: str = "profile") -> CalibrationProfi
         return CalibrationProfile(name=data.get("name", where), gpu=data.get("gpu", ""),
                                   measured=bool(data.get("measured", False)), comm=comm,
                                   provenance=data.get("provenance") or {}, version=version,
+                                  measured_on=data.get("measured_on") or {},
                                   **(data.get("compute") or {}), **(data.get("interference") or {}))
     except (TypeError, AttributeError) as exc:
         raise ConfigError(f"{where}: bad profile contents: {exc}") from None
@@ -228,3 +244,19 @@ def save_profile(profile: CalibrationProfile, path: str | Path) -> None:
 def profile_for(cluster: ClusterSpec) -> CalibrationProfile:
     """The cluster's own profile file if it names one, else the datasheet-derived default."""
     return load_profile(cluster.profile) if cluster.profile is not None else default_profile(cluster)
+
+
+def check_profile_device(profile: CalibrationProfile, cluster: ClusterSpec) -> None:
+    """Refuse a CPU-measured profile for a GPU cluster unless it carries the explicit override."""
+    if profile.measured and profile.measured_on_cpu and not profile.measured_on.get("cpu_override"):
+        raise ConfigError(f"profile {profile.name!r} was measured on CPU ({profile.measured_on.get('backend', 'gloo')}) "
+                          f"but cluster {cluster.name!r} has {cluster.gpu.name} GPUs; fit it from a GPU bench or "
+                          f"nccl-tests logs, or refit with `calibrate fit --allow-cpu-bench` to use it anyway")
+
+
+def profile_warnings(profile: CalibrationProfile, cluster: ClusterSpec) -> list[str]:
+    """Notes every report of this profile on this cluster shows."""
+    check_profile_device(profile, cluster)
+    if profile.measured and profile.measured_on_cpu:
+        return [f"profile {profile.name!r} is {profile.label}; its numbers say nothing about {cluster.gpu.name} GPUs"]
+    return []

@@ -14,7 +14,7 @@ from echo_tune.config.compatibility import GroupPlacement, Layout, check_compati
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.profile import CalibrationProfile, profile_for
+from echo_tune.cost.profile import CalibrationProfile, check_profile_device, profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
@@ -81,6 +81,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     """Simulate one training step. Raises ConfigError for a layout that breaks a rule."""
     layout = check_compatible(model, cluster, num_gpus, parallel)
     profile = profile or profile_for(cluster)
+    check_profile_device(profile, cluster)
     schedule = schedule or layout.schedule
     require_choice("schedule", schedule, SCHEDULES)
     if schedule == "gpipe" and layout.virtual_pipeline_size > 1:

@@ -8,12 +8,14 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from echo_tune.calibrate import raw
 from echo_tune.calibrate.fit import fit_profile
 from echo_tune.cli.main import main
 from echo_tune.config.loading import load_cluster
 from echo_tune.cost.profile import load_profile, profile_for
+from echo_tune.errors import ConfigError
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
@@ -44,17 +46,21 @@ def test_two_process_bench_then_fit_then_profile(tmp_path):
     tables = _check_columns(directory, ("gemm", "attention", "memory", "collectives", "interference"))
     assert {r["rank"] for r in tables["gemm"]} == {0, 1}
     assert {r["collective"] for r in tables["collectives"]} == {"all_reduce", "all_gather", "reduce_scatter",
-                                                                "send_recv"}
+                                                                "all_to_all", "broadcast", "send_recv"}
     sizes = sorted({r["size_bytes"] for r in tables["collectives"] if r["collective"] == "all_reduce"})
     assert sizes[0] == 1024 and sizes[-1] == 4 << 20
     assert all(r["gemm_alone_us"] > 0 and r["compute_slowdown"] > 0 for r in tables["interference"])
 
     profile_path = tmp_path / "cpu-pair.yaml"
-    assert main(["calibrate", "fit", "--cluster", "a100-40gb", "--bench", str(out_root / "cpu-pair"),
-                 "--out", str(profile_path)]) == 0
+    fit_args = ["calibrate", "fit", "--cluster", "a100-40gb", "--bench", str(out_root / "cpu-pair"),
+                "--out", str(profile_path)]
+    assert main(fit_args) == 2 and not profile_path.exists()  # a CPU bench for a GPU cluster is refused ...
+    assert main(fit_args + ["--allow-cpu-bench"]) == 0  # ... unless explicitly allowed
     profile = load_profile(profile_path)
     assert profile.measured and profile.provenance["sources"][0]["kind"] == "echo-tune bench"
-    assert set(profile.comm["intra_node"]) >= {"default", "all_reduce", "all_gather", "reduce_scatter", "send_recv"}
+    assert profile.measured_on == {"backend": "gloo", "device": "cpu", "gpu": "none", "cpu_override": True}
+    assert set(profile.comm["intra_node"]) >= {"default", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                               "broadcast", "send_recv"}
     assert profile.slowdown_curves["compute"]["points"] and profile.compute_slowdown >= 1
     assert (tmp_path / "cpu-pair.residuals.csv").is_file()
     cluster_file = tmp_path / "cluster.yaml"
@@ -66,7 +72,15 @@ def test_two_process_bench_then_fit_then_profile(tmp_path):
 
     report = simulate(load_model("gpt-1.7b"), load_cluster(cluster_file), 16,
                       ParallelConfig(tensor_model_parallel_size=2, global_batch_size=16))
-    assert report.profile.startswith(profile.name) and "(measured)" in report.profile
+    assert report.profile.startswith(profile.name) and "measured on CPU (gloo)" in report.profile
+    assert "used by explicit override" in report.profile
+    # the same profile without the override is refused for the GPU cluster
+    data = yaml.safe_load(profile_path.read_text())
+    del data["measured_on"]["cpu_override"]
+    profile_path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="measured on CPU"):
+        simulate(load_model("gpt-1.7b"), load_cluster(cluster_file), 16,
+                 ParallelConfig(tensor_model_parallel_size=2, global_batch_size=16))
     assert report.step_time_s > 0 and sum(report.breakdown_s.values()) == pytest.approx(report.step_time_s)
 
 
@@ -78,7 +92,7 @@ def test_four_processes_as_two_nodes_fit_the_inter_node_scope(tmp_path):
     rows = _check_columns(directory, ("collectives",))["collectives"]
     layouts = {(r["scope"], r["group_size"], r["num_nodes"], r["ranks_per_node"]) for r in rows}
     assert layouts == {("inter_node", 4, 2, 2), ("intra_node", 2, 1, 2), ("inter_node", 2, 2, 1)}
-    outcome = fit_profile(load_cluster("a100-40gb"), bench_dir=directory)
+    outcome = fit_profile(load_cluster("a100-40gb"), bench_dir=directory, allow_cpu_bench=True)
     methods = {r.quantity: r.method for r in outcome.results}
     assert methods["all_reduce inter_node"] == "least squares"
     assert methods["all_reduce intra_node"] == "least squares"

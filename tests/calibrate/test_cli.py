@@ -51,7 +51,7 @@ def test_errors_are_one_line_exit_2(tmp_path, capsys):
     bad.write_text(LOGS[8].read_text().replace("   1048576        262144", "   1048576", 1))
     assert main(["calibrate", "check", "--cluster", CLUSTER, "--nccl-tests", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "line 33: a result row needs 12 columns" in err
+    assert err.count("\n") == 1 and "line 33: result row with the wrong number of columns: needs 12 columns" in err
     assert main(["calibrate", "fit", "--cluster", CLUSTER, "--out", str(tmp_path / "x.yaml")]) == 2
     assert "nothing to fit" in capsys.readouterr().err
     assert main(["calibrate", "check", "--cluster", CLUSTER, "--nccl-tests", str(LOGS[1])]) == 2

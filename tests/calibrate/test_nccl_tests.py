@@ -93,7 +93,7 @@ def test_debug_and_stderr_lines_are_counted_not_dropped(tmp_path):
 def test_malformed_row_names_its_line(tmp_path):
     lines = LOGS[8].read_text().splitlines()
     lines[20] = lines[20].rsplit(maxsplit=1)[0]  # drop the last column
-    with pytest.raises(CalibrationError, match=r"line 21: a result row needs 12 columns"):
+    with pytest.raises(CalibrationError, match=r"line 21: result row with the wrong number of columns: needs 12 columns"):
         parse_nccl_tests(_write(tmp_path, "all_reduce_8gpu.log", "\n".join(lines)))
 
 

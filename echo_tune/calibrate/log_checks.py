@@ -1,0 +1,62 @@
+"""Cross-checks of an nccl-tests log against the cluster it is fitted or checked for.
+
+* The node layout: the hosts of the ``# Rank`` lines, the rank count and the cluster's
+  ``gpus_per_node`` must agree (more ranks on a host than it has GPUs is refused; hosts that hold
+  fewer ranks than they have GPUs give a warning, as a torn host name would).
+* The GPU: the name in the ``# Rank`` lines (``A100-SXM4-40GB``, ``NVIDIA H100 80GB HBM3``) must
+  name the cluster's GPU (``a100-40gb``, ``h100-sxm``): same model, and the same memory size where
+  both name one. A mismatch is refused unless the caller allows it explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+
+from echo_tune.calibrate.nccl_tests import NcclTestsLog
+from echo_tune.config.cluster import ClusterSpec
+from echo_tune.errors import CalibrationError
+
+_MODEL = re.compile(r"\b(gb\d{3}|[abhlvt]\d{2,3}[a-z]?)\b")
+_MEMORY = re.compile(r"\b(\d{2,3})\s*gb\b")
+
+
+def _gpu_tokens(name: str) -> tuple[str | None, str | None]:
+    """(model, memory) named by a GPU string: ("a100", "40") for both A100-SXM4-40GB and a100-40gb."""
+    text = name.lower().replace("-", " ").replace("_", " ")
+    model = _MODEL.search(text)
+    memory = _MEMORY.search(text)
+    return (model.group(1) if model else None), (memory.group(1) if memory else None)
+
+
+def gpu_mismatch(log_gpu: str, cluster_gpu: str) -> str | None:
+    """Why the log's GPU is not the cluster's, or None when they agree (or the log names none)."""
+    names = [n.strip() for n in log_gpu.split(",") if n.strip() and n.strip() != "unknown"]
+    want_model, want_memory = _gpu_tokens(cluster_gpu)
+    for name in names:
+        model, memory = _gpu_tokens(name)
+        if model is None or want_model is None:
+            continue
+        if model != want_model or (memory and want_memory and memory != want_memory):
+            return f"the log's GPU {name!r} is not the cluster's {cluster_gpu!r}"
+    return None
+
+
+def check_log_for_cluster(log: NcclTestsLog, cluster: ClusterSpec, *, allow_gpu_mismatch: bool = False) -> list[str]:
+    """Refuse a log that cannot come from this cluster; return warnings for what only looks odd."""
+    warnings = list(log.warnings)
+    if log.ranks_per_node > cluster.gpus_per_node:
+        raise CalibrationError(
+            f"{log.path}: `ranks per host <= gpus_per_node` must hold, but got (ranks per host={log.ranks_per_node}, "
+            f"gpus_per_node={cluster.gpus_per_node}, hosts={log.num_nodes}, ranks={log.num_gpus}); use the cluster "
+            f"the log was measured on")
+    expected_nodes = -(-log.num_gpus // cluster.gpus_per_node)
+    if log.num_nodes > expected_nodes:
+        warnings.append(f"{log.path}: {log.num_gpus} ranks on {log.num_nodes} hosts where {expected_nodes} node(s) of "
+                        f"{cluster.gpus_per_node} GPUs would hold them; the hosts are not full (check the host names)")
+    reason = gpu_mismatch(log.gpu_name, cluster.gpu.name)
+    if reason and not allow_gpu_mismatch:
+        raise CalibrationError(f"{log.path}: {reason}; give the cluster the log was measured on (--cluster), or "
+                               f"--allow-gpu-mismatch to use it anyway")
+    if reason:
+        warnings.append(f"{log.path}: {reason} (allowed by --allow-gpu-mismatch)")
+    return warnings
