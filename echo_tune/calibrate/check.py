@@ -7,6 +7,7 @@ measured of the out-of-place time, per message size.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +64,13 @@ def placement_for(cluster: ClusterSpec, num_gpus: int) -> GroupPlacement:
     if num_gpus % per_node:
         raise CalibrationError(f"`num_gpus % gpus_per_node == 0` must hold past one node, but got "
                                f"(num_gpus={num_gpus}, gpus_per_node={cluster.gpus_per_node}); use whole nodes")
-    return GroupPlacement(size=num_gpus, ranks_per_node=per_node, num_nodes=num_gpus // per_node)
+    return on_fabric(GroupPlacement(size=num_gpus, ranks_per_node=per_node, num_nodes=num_gpus // per_node), cluster)
+
+
+def on_fabric(place: GroupPlacement, cluster: ClusterSpec) -> GroupPlacement:
+    """The placement with the leaves its nodes span (consecutive nodes) and the cluster's spine oversubscription."""
+    return dataclasses.replace(place, num_leaves=cluster.leaves_spanned(place.num_nodes),
+                               spine_oversubscription=cluster.spine_oversubscription)
 
 
 def predict_us(profile: CalibrationProfile, collective: str, place: GroupPlacement,
@@ -92,7 +99,7 @@ def check_log(cluster: ClusterSpec, profile: CalibrationProfile, log_path: str |
     """Predicted vs measured time of every row of one nccl-tests log."""
     log = parse_nccl_tests(log_path, collective)
     log_warnings = check_log_for_cluster(log, cluster, allow_gpu_mismatch=allow_gpu_mismatch)
-    place = log.placement()
+    place = on_fabric(log.placement(), cluster)
     if place.size < 2 and log.collective != "send_recv":
         raise CalibrationError(f"{log.path}: a 1-GPU log moves no data between GPUs; check against a log of 2 or "
                                f"more GPUs")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from echo_tune.calibrate import fit_comm, fit_compute, raw
+from echo_tune.calibrate.check import on_fabric
 from echo_tune.calibrate.fit_comm import CommSample
 from echo_tune.calibrate.log_checks import check_log_for_cluster
 from echo_tune.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
@@ -210,8 +211,9 @@ def fit_profile(cluster: ClusterSpec, *, nccl_logs: list[str | Path] = (), bench
     bench, bench_env, bench_path = _read_bench(bench_dir)
     measured_on = _measured_on(logs, bench_env, cluster, allow_cpu_bench)
     base = default_profile(cluster)
-    samples = [s for log in logs for s in _log_samples(log) if s.place.size > 1] + \
-        _bench_samples(bench.get("collectives", []))
+    samples = [dataclasses.replace(s, place=on_fabric(s.place, cluster)) for s in
+               [s for log in logs for s in _log_samples(log) if s.place.size > 1] +
+               _bench_samples(bench.get("collectives", []))]
     results: list[FitResult] = []
     comm = base.comm
     if samples:

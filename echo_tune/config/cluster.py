@@ -53,6 +53,11 @@ class ClusterSpec:
     nics_per_node: int
     nic_bandwidth_gbit_s: float
     """Line rate of one NIC, Gb/s."""
+    nodes_per_leaf: int | None = None
+    """Nodes under one leaf (rail) switch of the fabric; None = every node on one non-blocking level."""
+    spine_oversubscription: float = 1.0
+    """Oversubscription of the spine level above the leaves (2.0 = half the leaf bandwidth goes up);
+    a group whose nodes span several leaves has its network bandwidth divided by it."""
     profile: Path | None = None
     """Calibration profile file; None uses the GPU preset's datasheet-derived defaults."""
     source: str = ""
@@ -63,6 +68,14 @@ class ClusterSpec:
             require_positive(name, getattr(self, name))
         require(isinstance(self.gpus_per_node, int), f"`gpus_per_node` must be an integer, but got "
                                                      f"(gpus_per_node={self.gpus_per_node!r})")
+        require(self.nodes_per_leaf is None or (isinstance(self.nodes_per_leaf, int) and self.nodes_per_leaf >= 1),
+                f"`nodes_per_leaf` must be a positive integer or null, but got (nodes_per_leaf={self.nodes_per_leaf!r})")
+        require(self.spine_oversubscription >= 1, f"`spine_oversubscription >= 1` must hold, but got "
+                                                  f"(spine_oversubscription={self.spine_oversubscription})")
+
+    def leaves_spanned(self, first_node_span: int) -> int:
+        """Leaf switches under ``first_node_span`` consecutive nodes starting at a leaf boundary."""
+        return 1 if self.nodes_per_leaf is None else -(-first_node_span // self.nodes_per_leaf)
 
     @property
     def inter_node_bandwidth_per_gpu_gbyte_s(self) -> float:

@@ -64,7 +64,10 @@ def _group_placements(parallel: ParallelConfig, cluster: ClusterSpec, dp: int) -
     for kind in RANK_ORDER:
         size = sizes[kind]
         per_node = max(1, min(size, cluster.gpus_per_node // stride)) if stride < cluster.gpus_per_node else 1
-        placements[kind] = GroupPlacement(size=size, ranks_per_node=per_node, num_nodes=-(-size // per_node))
+        span_nodes = (stride * (size - 1)) // cluster.gpus_per_node + 1  # nodes from the group's first to last rank
+        placements[kind] = GroupPlacement(size=size, ranks_per_node=per_node, num_nodes=-(-size // per_node),
+                                          num_leaves=cluster.leaves_spanned(span_nodes),
+                                          spine_oversubscription=cluster.spine_oversubscription)
         stride *= size
     return placements
 

@@ -15,7 +15,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
 
 CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node",
-                "nic_bandwidth_gbit_s", "profile", "source")
+                "nic_bandwidth_gbit_s", "nodes_per_leaf", "spine_oversubscription", "profile", "source")
 
 
 @functools.cache

@@ -20,6 +20,9 @@ bandwidth (inter_node: one GPU's share of its node's NICs). From those:
 * **tree** (all-reduce across nodes): a chain inside each node and a double binary tree across
   nodes, 2((g-1) NVLink hops + log2(N) network hops), moving the buffer twice at NCCL's tree/ring
   bandwidth ratio per protocol times NCCL's medium-size ``treeCorrectionFactor``.
+* **all_to_all**: NCCL runs it as send/recv with every peer at once, so across nodes the share of
+  a rank's buffer bound for other nodes, (n-g)/n, goes through that rank's own NIC share (the
+  node's NICs are not shared out g-fold as by a ring); the NVLink share (g-1)/n goes in parallel.
 * **broadcast**: a pipelined ring (one hop latency per call, bus factor 1).
 * **send_recv**: one hop on the scope the two peers share.
 
@@ -87,7 +90,19 @@ def _ring_time_s(collective: str, protocol: str, size_bytes: float, place: Group
     latency = inter.base_latency_s + (steps - network_steps) * intra.latency_s + network_steps * inter.latency_s
     if collective == "all_reduce" and protocol == "simple":
         latency *= RING_SIMPLE_PLATEAU
+    if collective == "all_to_all":
+        return latency + _all_to_all_transfer_s(size_bytes, place, intra, inter)
     return latency + factor * size_bytes / _network_bandwidth_bps(intra, inter, place)
+
+
+def _all_to_all_transfer_s(size_bytes: float, place: GroupPlacement, intra: LinkCoefficients,
+                           inter: LinkCoefficients) -> float:
+    """NCCL's all-to-all is send/recv with every peer at once: (g-1)/n of a rank's buffer goes over
+    NVLink, (n-g)/n through its own NIC share (no ring shares the node's NICs), the slower one bounds it."""
+    n, g = place.size, place.ranks_per_node
+    nic = inter.bus_bandwidth_gbyte_s / (place.spine_oversubscription if place.num_leaves > 1 else 1.0)
+    return max((g - 1) / n * size_bytes / (intra.bus_bandwidth_gbyte_s * 1e9),
+               (n - g) / n * size_bytes / (nic * 1e9))
 
 
 def _tree_time_s(protocol: str, size_bytes: float, place: GroupPlacement, intra: LinkCoefficients,
