@@ -1,0 +1,104 @@
+"""The NCCL structure of the collective model: constants from NCCL's tuning.cc, algorithm choice by size
+and node count, and the fabric keys (leaves, spine oversubscription)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from echo_tune.config import GroupPlacement, check_compatible, load_cluster, load_model
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.cost import comm
+from echo_tune.cost.nccl_tuning import NCCL_VERSION, tree_correction
+from echo_tune.cost.profile import LinkCoefficients, load_profile
+from echo_tune.errors import ConfigError
+
+from ..calibrate.conftest import A100_DIR
+
+FITTED = load_profile(A100_DIR / "profile.yaml")
+MIB = 1 << 20
+
+
+def _place(nodes: int, per_node: int = 8, **fabric) -> GroupPlacement:
+    return GroupPlacement(size=nodes * per_node, ranks_per_node=per_node, num_nodes=nodes, **fabric)
+
+
+def test_constants_name_their_release():
+    assert NCCL_VERSION == "2.30.7"
+    assert "5067397c2676" in comm.__doc__ + __import__("echo_tune.cost.nccl_tuning").cost.nccl_tuning.__doc__
+
+
+def test_tree_correction_follows_ncclTopoGetAlgoTime():
+    # log2(nBytes / 64): 1 MiB -> 14 (.5 for Simple), 16 MiB -> 18 (.7), 512 MiB -> 23 (outside the table: 1)
+    assert tree_correction("simple", MIB) == 0.5
+    assert tree_correction("simple", 16 * MIB) == 0.7
+    assert tree_correction("ll128", MIB) == 0.6
+    assert tree_correction("simple", 512 * MIB) == 1.0
+    assert tree_correction("simple", 32) == 1.0
+
+
+def _winner(size: float, place: GroupPlacement) -> str:
+    best = None
+    for protocol, intra, inter in comm._tier_pairs(FITTED, "all_reduce", place):
+        options = [("ring", comm._ring_time_s("all_reduce", protocol, size, place, intra, inter))]
+        if inter is not None:
+            options.append(("tree", comm._tree_time_s(protocol, size, place, intra, inter)))
+        for algo, t in options:
+            if best is None or t < best[0]:
+                best = (t, algo)
+    return best[1]
+
+
+def test_algorithm_choice_by_size_and_node_count():
+    # inside a node: rings only; across 16 nodes mid sizes take the tree (logarithmic latency)
+    assert _winner(16 * MIB, _place(1)) == "ring"
+    assert _winner(16 * MIB, _place(16)) == "tree"
+    # NCCL's latency structure: ring latency grows with 2(N-1) network hops, the tree's with 2 log2(N)
+    simple = [(FITTED.link("intra_node", "all_reduce"), FITTED.link("inter_node", "all_reduce"))][0]
+    ring = {n: comm._ring_time_s("all_reduce", "simple", 1, _place(n), *simple) for n in (2, 4, 16)}
+    tree = {n: comm._tree_time_s("simple", 1, _place(n), *simple) for n in (2, 4, 16)}
+    assert ring[16] - ring[2] > 4 * (ring[4] - ring[2])
+    assert tree[16] - tree[2] == pytest.approx(3 * (tree[4] - tree[2]), rel=1e-6)
+
+
+def test_tree_never_beats_the_links():
+    size = 8 << 30
+    ring_bound = size * comm.bus_factor("all_reduce", 128) / (8 * FITTED.link("inter_node", "all_reduce")
+                                                             .bus_bandwidth_gbyte_s * 1e9)
+    assert comm.collective_time_s("all_reduce", size, _place(16), FITTED) >= ring_bound
+
+
+def test_spine_oversubscription_slows_groups_that_span_leaves():
+    flat = comm.collective_time_s("all_reduce", 1 << 30, _place(4), FITTED)
+    one_leaf = comm.collective_time_s("all_reduce", 1 << 30, _place(4, num_leaves=1, spine_oversubscription=2.0),
+                                      FITTED)
+    two_leaves = comm.collective_time_s("all_reduce", 1 << 30, _place(4, num_leaves=2, spine_oversubscription=2.0),
+                                        FITTED)
+    assert one_leaf == flat and two_leaves == pytest.approx(2 * flat, rel=0.05)
+
+
+def test_cluster_fabric_keys_reach_the_group_placements():
+    cluster = load_cluster("a100-80gb")
+    assert cluster.nodes_per_leaf is None and cluster.spine_oversubscription == 1.0  # defaults: flat fabric
+    fabric = cluster.replace(nodes_per_leaf=4, spine_oversubscription=2.0)
+    parallel = ParallelConfig(tensor_model_parallel_size=8, pipeline_model_parallel_size=1, global_batch_size=64)
+    layout = check_compatible(load_model("gpt-1.7b"), fabric, 64, parallel)
+    dp = layout.groups["dp"]
+    assert (dp.num_nodes, dp.num_leaves, dp.spine_oversubscription) == (8, 2, 2.0)
+    assert layout.groups["tp"].num_leaves == 1
+    flat = check_compatible(load_model("gpt-1.7b"), cluster, 64, parallel).groups["dp"]
+    assert flat.num_leaves == 1
+    with pytest.raises(ConfigError, match="spine_oversubscription >= 1"):
+        cluster.replace(spine_oversubscription=0.5)
+
+
+def test_collective_time_is_pure_and_deterministic():
+    place = _place(16)
+    first = [comm.collective_time_s(c, 3 * MIB, place, FITTED) for c in comm.COLLECTIVES]
+    again = [comm.collective_time_s(c, 3 * MIB, place, FITTED) for c in comm.COLLECTIVES]
+    assert first == again and all(t > 0 for t in first)
+    # a profile tier's tree efficiency is read only for crossing all-reduce trees
+    link = FITTED.link("inter_node", "all_reduce")
+    assert isinstance(link, LinkCoefficients) and link.tree_efficiency > 0
+    assert dataclasses.replace(link, tree_efficiency=1.0).to_dict().get("tree_efficiency") is None
