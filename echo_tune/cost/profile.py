@@ -101,10 +101,11 @@ class LinkCoefficients:
         require(all(not t.protocols for t in tiers.values()),
                 "protocol tiers must not nest: a tier under `protocols` has no `protocols` of its own")
         object.__setattr__(self, "protocols", tiers)
+        object.__setattr__(self, "_tiers", {"simple": self, **tiers})  # built once: collective time is a hot path
 
     def tiers(self) -> dict[str, "LinkCoefficients"]:
-        """All protocol tiers by name, the large-message tier as "simple"."""
-        return {"simple": self, **self.protocols}
+        """All protocol tiers by name, the large-message tier as "simple" (do not modify the mapping)."""
+        return self._tiers
 
     def to_dict(self) -> dict:
         """YAML mapping; the optional keys only when they differ from their defaults."""
