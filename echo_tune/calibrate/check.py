@@ -55,7 +55,8 @@ class CheckResult:
         """The layout of ``calibrate check --json``."""
         return {"collective": self.collective, "num_gpus": self.num_gpus, "num_nodes": self.num_nodes,
                 "points": [{"size_bytes": p.size_bytes, "predicted_time_us": round(p.predicted_time_us, 3),
-                            "measured_time_us": p.measured_time_us} for p in self.points]}
+                            "measured_time_us": p.measured_time_us} for p in self.points],
+                "warnings": list(self.warnings)}
 
 
 def placement_for(cluster: ClusterSpec, num_gpus: int) -> GroupPlacement:

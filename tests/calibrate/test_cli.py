@@ -15,7 +15,7 @@ def test_check_json_layout(capsys):
     assert main(["calibrate", "check", "--cluster", CLUSTER, "--profile", str(A100_DIR / "profile-1node.yaml"),
                  "--nccl-tests", str(LOGS[16]), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["collective", "num_gpus", "num_nodes", "points"]
+    assert list(data) == ["collective", "num_gpus", "num_nodes", "points", "warnings"]
     assert (data["collective"], data["num_gpus"], data["num_nodes"]) == ("all_reduce", 16, 2)
     assert list(data["points"][0]) == ["size_bytes", "predicted_time_us", "measured_time_us"]
     assert len(data["points"]) == 25 and data["points"][0]["measured_time_us"] == 34.66
