@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from echo_tune.errors import EchoTuneError
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"echo-tune {args.command}: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # the reader went away (`echo-tune simulate --json | head -1`): stop quietly, as the Python
+        # docs advise, pointing stdout at devnull so the interpreter's final flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from echo_tune.errors import ConfigError
@@ -13,7 +14,8 @@ def require(condition: bool, message: str) -> None:
 
 
 def require_positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    # NaN compares False with everything, so `value <= 0` alone would let it through
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"`{name} > 0` must hold, but got ({name}={value!r})")
 
 
