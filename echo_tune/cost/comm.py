@@ -18,8 +18,9 @@ bandwidth (inter_node: one GPU's share of its node's NICs). From those:
   members per node: each of a node's ring channels leaves through its own NIC. Across nodes the
   Simple all-reduce ring's latency takes NCCL's plateau factor.
 * **tree** (all-reduce across nodes): a chain inside each node and a double binary tree across
-  nodes, 2((g-1) NVLink hops + log2(N) network hops), moving the buffer twice at NCCL's tree/ring
-  bandwidth ratio per protocol times NCCL's medium-size ``treeCorrectionFactor``.
+  nodes, 2((g-1) NVLink hops + log2(N) network hops) at NCCL's tree/ring hop-latency ratios, moving
+  the buffer twice at NCCL's tree/ring bandwidth ratio per protocol times NCCL's medium-size
+  ``treeCorrectionFactor`` times the fabric's fitted ``tree_efficiency``, never past the links.
 * **all_to_all**: NCCL runs it as send/recv with every peer at once, so across nodes the share of
   a rank's buffer bound for other nodes, (n-g)/n, goes through that rank's own NIC share (the
   node's NICs are not shared out g-fold as by a ring); the NVLink share (g-1)/n goes in parallel.
@@ -29,6 +30,9 @@ bandwidth (inter_node: one GPU's share of its node's NICs). From those:
 A group that spans leaf switches of an oversubscribed fabric (``GroupPlacement.num_leaves > 1``)
 has its network bandwidth divided by ``spine_oversubscription``. A "node" here is whatever
 ``GroupPlacement`` calls one: the NVLink domain of the intra_node coefficients.
+
+Not modelled: NVLS / NVLS-tree / CollNet / PAT (no such hardware in the calibration data), NCCL's
+per-channel tree caps and its size-dependent channel count (the fitted tiers absorb the latter).
 
 The function is pure and cheap (no allocation beyond a few floats), so callers may cache it.
 """
