@@ -6,8 +6,10 @@ what the simulator reads. Per collective:
 * intra_node: 1 to 3 protocol tiers (NCCL's Simple, LL128, LL), each with a per-call latency, a
   per-ring-step latency and a bus bandwidth, fitted by least squares on log(predicted / measured)
   over every group size inside one node. The number of tiers is chosen by BIC.
-* inter_node, with measurements of groups that span nodes: each tier's network step latency and
-  per-GPU NIC bandwidth are fitted with the intra-node tiers held fixed.
+* inter_node, with measurements of groups that span nodes: each tier's per-call latency, one NIC
+  efficiency over the tiers' derived NIC shares and the tree efficiency are fitted with the
+  intra-node tiers held fixed; the network hop latency too when two or more node counts are
+  measured, else it stays NCCL's default (two nodes cannot tell it from the per-call latency).
 * inter_node, without such measurements: derived. A tier's NIC bandwidth is the cluster's datasheet
   NIC rate per GPU times the efficiency the same tier reached on NVLink (fitted bus bandwidth /
   datasheet NVLink bandwidth): the protocol's overhead (flags, chunking) is the same on both links.
@@ -203,7 +205,9 @@ def derive_inter(intra: LinkCoefficients, cluster: ClusterSpec, collective: str)
 
 def fit_inter(samples: list[CommSample], intra: LinkCoefficients, cluster: ClusterSpec,
               base: CalibrationProfile) -> tuple[LinkCoefficients, FitResult]:
-    """Fit each tier's per-call latency and NIC bandwidth across nodes, intra-node tiers held fixed.
+    """Fit the network terms of every tier, intra-node tiers held fixed: each tier's per-call latency,
+    one NIC efficiency (every tier's NIC share keeps its NVLink protocol efficiency relative to the
+    others, as NCCL's protocol factors are the same on both links) and one tree efficiency.
 
     The network hop latency is fitted too when the samples cover two or more node counts; with one
     node count (two nodes) it cannot be told from the per-call latency (every crossing ring and tree
