@@ -12,6 +12,8 @@ from pathlib import Path
 from echo_tune.config._checks import require, require_positive
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+# Tensor-core formats a GPU may also offer (FP8 GEMMs under --fp8-format; FP4 is listed, not simulated).
+LOW_PRECISIONS = ("fp8", "fp4")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,14 +31,29 @@ class GPUSpec:
     """HBM capacity."""
     memory_bandwidth_gbyte_s: float
     """HBM bandwidth, GB/s (1e9 bytes)."""
+    peak_fp8_tflops: float | None = None
+    """Dense fp8 tensor-core peak; None = the GPU has no fp8 tensor cores (A100): FP8 is refused."""
+    peak_fp4_tflops: float | None = None
+    """Dense fp4 tensor-core peak (Blackwell); listed for reference, FP4 training is not simulated."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (SMs a communication kernel takes are a share of these)."""
     source: str = ""
 
     def __post_init__(self) -> None:
         for name in ("peak_bf16_tflops", "peak_fp16_tflops", "peak_fp32_tflops", "memory_bytes",
                      "memory_bandwidth_gbyte_s"):
             require_positive(f"gpu.{name}", getattr(self, name))
+        for name in ("peak_fp8_tflops", "peak_fp4_tflops"):
+            if getattr(self, name) is not None:
+                require_positive(f"gpu.{name}", getattr(self, name))
 
     def peak_tflops(self, precision: str) -> float:
+        if precision in LOW_PRECISIONS:
+            peak = getattr(self, f"peak_{precision}_tflops")
+            require(peak is not None, f"GPU {self.name!r} has no {precision} tensor cores "
+                                      f"(peak_{precision}_tflops is not set); train in bf16 or pick a GPU with "
+                                      f"{precision} support (H100, H200, B200)")
+            return peak
         return {"bf16": self.peak_bf16_tflops, "fp16": self.peak_fp16_tflops,
                 "fp32": self.peak_fp32_tflops}[precision]
 
@@ -53,6 +70,9 @@ class ClusterSpec:
     nics_per_node: int
     nic_bandwidth_gbit_s: float
     """Line rate of one NIC, Gb/s."""
+    nvlink_domain_size: int | None = None
+    """GPUs that share one NVLink domain (72 on a GB200 NVL72 rack); None = ``gpus_per_node``. A
+    process group inside one NVLink domain communicates over NVLink even across compute trays."""
     profile: Path | None = None
     """Calibration profile file; None uses the GPU preset's datasheet-derived defaults."""
     source: str = ""
@@ -63,6 +83,17 @@ class ClusterSpec:
             require_positive(name, getattr(self, name))
         require(isinstance(self.gpus_per_node, int), f"`gpus_per_node` must be an integer, but got "
                                                      f"(gpus_per_node={self.gpus_per_node!r})")
+        if self.nvlink_domain_size is not None:
+            domain = self.nvlink_domain_size
+            require(isinstance(domain, int) and domain >= self.gpus_per_node and domain % self.gpus_per_node == 0,
+                    f"`nvlink_domain_size % gpus_per_node == 0` and `nvlink_domain_size >= gpus_per_node` must "
+                    f"hold, but got (nvlink_domain_size={domain!r}, gpus_per_node={self.gpus_per_node}); "
+                    f"give whole nodes per NVLink domain")
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs reachable over NVLink from one GPU (its NVLink domain)."""
+        return self.nvlink_domain_size or self.gpus_per_node
 
     @property
     def inter_node_bandwidth_per_gpu_gbyte_s(self) -> float:

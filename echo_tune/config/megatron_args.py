@@ -52,7 +52,25 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "overlap_grad_reduce": ("--overlap-grad-reduce", "flag"),
     "overlap_param_gather": ("--overlap-param-gather", "flag"),
     "tp_comm_overlap": ("--tp-comm-overlap", "flag"),
+    "grad_reduce_in_bf16": ("--grad-reduce-in-bf16", "flag"),
+    "use_precision_aware_optimizer": ("--use-precision-aware-optimizer", "flag"),
+    "main_params_dtype": ("--main-params-dtype", "str"),
+    "exp_avg_dtype": ("--exp-avg-dtype", "str"),
+    "exp_avg_sq_dtype": ("--exp-avg-sq-dtype", "str"),
+    "fp8_format": ("--fp8-format", "str"),
+    "fp8_recipe": ("--fp8-recipe", "str"),
+    "fp8_param_gather": ("--fp8-param-gather", "flag"),
+    "first_last_layers_bf16": ("--first-last-layers-bf16", "flag"),
+    "num_layers_at_start_in_bf16": ("--num-layers-at-start-in-bf16", "int"),
+    "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),
 }
+# Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
+# default), and only with the setting they belong to.
+DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": "first_last_layers_bf16",
+                     "num_layers_at_end_in_bf16": "first_last_layers_bf16",
+                     "main_params_dtype": "use_precision_aware_optimizer",
+                     "exp_avg_dtype": "use_precision_aware_optimizer",
+                     "exp_avg_sq_dtype": "use_precision_aware_optimizer"}
 # Other real Megatron-LM flags echo-tune writes or reads.
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")
@@ -118,6 +136,8 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
             if value is None or (kind == "flag" and not value) or (kind == "not_flag" and value):
                 continue
             if field == "virtual_pipeline_model_parallel_size" and value == 1:
+                continue
+            if field in DEFAULT_ONLY_WITH and not values.get(DEFAULT_ONLY_WITH[field]):
                 continue
             out += [flag] if kind in ("flag", "not_flag") else [flag, str(value)]
             if field == "num_query_groups" and value != model_fields.get("num_attention_heads"):

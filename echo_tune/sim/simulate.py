@@ -77,8 +77,11 @@ def _embedding_sync_s(pieces, layout: Layout, parallel: ParallelConfig, profile)
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
              profile: CalibrationProfile | None = None, schedule: str | None = None,
-             timeline: bool = False) -> StepReport:
-    """Simulate one training step. Raises ConfigError for a layout that breaks a rule."""
+             timeline: bool = False, memory_headroom_bytes: int = 0) -> StepReport:
+    """Simulate one training step. Raises ConfigError for a layout that breaks a rule.
+
+    ``memory_headroom_bytes``: a layout fits only if its peak stays this far under the HBM size
+    (the CLI and search use ``sim.memory.DEFAULT_MEMORY_HEADROOM_GIB``; validation of measured runs 0)."""
     layout = check_compatible(model, cluster, num_gpus, parallel)
     profile = profile or profile_for(cluster)
     schedule = schedule or layout.schedule
@@ -88,7 +91,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
-                      tp_comm_overlap=parallel.tp_comm_overlap)
+                      tp_comm_overlap=parallel.tp_comm_overlap,
+                      fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None)
     costs = pass_costs(pieces, ctx)
     passes = [[_chunk_passes(layout, costs, s, c) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
@@ -117,7 +121,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         tokens_per_s=parallel.global_batch_size * model.seq_length / step_time,
         model_flops_per_step=flops, model_tflops_per_gpu=flops / step_time / num_gpus / 1e12,
         mfu=flops / (step_time * num_gpus * peak_flops), peak_memory_bytes=peak,
-        memory_capacity_bytes=cluster.gpu.memory_bytes, fits_memory=peak <= cluster.gpu.memory_bytes,
+        memory_capacity_bytes=cluster.gpu.memory_bytes - memory_headroom_bytes,
+        fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
         timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
