@@ -39,9 +39,14 @@ def test_megatron_args_line(capsys):
             "--seq-length 2048 --max-position-embeddings 2048 --vocab-size 51200 --micro-batch-size 1 "
             "--global-batch-size 1536 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
             "--recompute-granularity full --recompute-method uniform --bf16 --lr 6e-5 --data-path /data/x")
-    data = run_json(capsys, ["simulate", "--num-gpus", "1024", "--megatron-args", line])
+    # the gpt3-175b preset keeps the 2021 runs' unfused attention; a Megatron line gets Megatron's default
+    # backend (auto: flash-style) unless it says otherwise
+    data = run_json(capsys, ["simulate", "--num-gpus", "1024", "--megatron-args", line + " --attention-backend unfused"])
     assert data["step_time_s"] == pytest.approx(run_json(capsys, ISSUE_LINE)["step_time_s"], rel=1e-9)
     assert any("--lr" in note for note in data["notes"])
+    default = run_json(capsys, ["simulate", "--num-gpus", "1024", "--megatron-args", line])
+    assert default["config"]["model_spec"]["attention_backend"] == "auto"
+    assert default["step_time_s"] < data["step_time_s"]
 
 
 def test_out_of_memory_exits_zero_and_says_where(capsys):
