@@ -81,6 +81,7 @@ EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-em
 LINE_FLAGS = {
     "--group-query-attention": 0,       # without it Megatron sets num_query_groups = num_attention_heads
     "--tokenizer-type": 1, "--tokenizer-model": 1,  # vocab size from config/tokenizers.py
+    "--merge-file": 1,                  # a BPE merges file: GPT2BPETokenizer, the only BPE tokenizer reading it
     "--recompute-activations": 0,       # sets recompute_granularity = selective
     "--activations-checkpoint-method": 1,      # Megatron 2021 name of --recompute-method (with full recompute)
     "--activations-checkpoint-num-layers": 1,  # Megatron 2021 name of --recompute-num-layers
@@ -159,9 +160,9 @@ def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, 
     if "num_query_groups" in model and "--group-query-attention" not in flags:
         del model["num_query_groups"]  # training.py: not args.group_query_attention -> MHA
         ignored.append("--num-query-groups (no --group-query-attention: Megatron trains MHA)")
-    if "vocab_size" not in model and "--tokenizer-type" in flags:
-        model["vocab_size"] = tokenizer_vocab_size(flags["--tokenizer-type"][0],
-                                                   (flags.get("--tokenizer-model") or [None])[0])
+    tokenizer = (flags.get("--tokenizer-type") or ["GPT2BPETokenizer" if "--merge-file" in flags else None])[0]
+    if "vocab_size" not in model and tokenizer is not None:
+        model["vocab_size"] = tokenizer_vocab_size(tokenizer, (flags.get("--tokenizer-model") or [None])[0])
     if "--recompute-activations" in flags:
         parallel.setdefault("recompute_granularity", "selective")
     if "--activations-checkpoint-method" in flags:
