@@ -48,11 +48,22 @@ def _p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
             + collective_time_s("all_gather", size, tp, profile))
 
 
-def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
-    """(forward, backward without recompute, recompute) of one micro-batch of one chunk."""
+def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
+                  bf16: tuple[PassCosts, int, int] | None = None) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
+    """(forward, backward without recompute, recompute) of one micro-batch of one chunk.
+
+    ``bf16``: (bf16 layer costs, layers at the start, layers at the end) kept in bf16 under FP8
+    (``--first-last-layers-bf16``): the model's first layers sit in the first chunk of stage 0, its last
+    ones in the last chunk of the last stage."""
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     layers = layout.stage_chunk_layers[stage][chunk]
     fwd, bwd = costs.layer_forward.scaled(layers), costs.layer_backward.scaled(layers)
+    if bf16 is not None:
+        plain, start, end = bf16
+        n = (min(start, layers) if (stage, chunk) == (0, 0) else 0) + \
+            (min(end, layers) if (stage, chunk) == (p - 1, v - 1) else 0)
+        fwd = fwd + plain.layer_forward.scaled(n) + costs.layer_forward.scaled(-n)
+        bwd = bwd + plain.layer_backward.scaled(n) + costs.layer_backward.scaled(-n)
     rec = ZERO
     if layout.recompute_granularity == "selective":
         rec = costs.selective_recompute.scaled(layers)
@@ -94,7 +105,11 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                       tp_comm_overlap=parallel.tp_comm_overlap,
                       fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None)
     costs = pass_costs(pieces, ctx)
-    passes = [[_chunk_passes(layout, costs, s, c) for c in range(v)] for s in range(p)]
+    bf16 = None
+    if parallel.fp8 and parallel.first_last_layers_bf16:
+        bf16 = (pass_costs(pieces, dataclasses.replace(ctx, fp8_recipe=None)),
+                parallel.num_layers_at_start_in_bf16, parallel.num_layers_at_end_in_bf16)
+    passes = [[_chunk_passes(layout, costs, s, c, bf16) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
     p2p_s = _p2p_time_s(pieces, layout, profile)

@@ -95,3 +95,12 @@ def test_nvl72_domain_keeps_large_groups_on_nvlink():
     assert not nvl.groups["dp"].crosses_nodes and nvl.groups["pp"].crosses_nodes  # one rack per stage
     with pytest.raises(ConfigError, match="nvlink_domain_size % gpus_per_node == 0"):
         nvl72.replace(nvlink_domain_size=70)
+
+
+def test_first_last_layers_in_bf16_cost_bf16_time():
+    tensorwise = FP8.replace(fp8_recipe="tensorwise")
+    fp8 = et.simulate(LLAMA8, H100, 8, tensorwise)
+    some = et.simulate(LLAMA8, H100, 8, tensorwise.replace(first_last_layers_bf16=True))
+    more = et.simulate(LLAMA8, H100, 8, tensorwise.replace(first_last_layers_bf16=True, num_layers_at_start_in_bf16=4,
+                                                            num_layers_at_end_in_bf16=4))
+    assert fp8.step_time_s < some.step_time_s < more.step_time_s
