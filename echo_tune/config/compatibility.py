@@ -72,6 +72,18 @@ def _split_layers(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]
     """Layers per pipeline stage, honouring uneven first/last stages."""
     pp, total = parallel.pipeline_model_parallel_size, model.num_layers
     first, last = parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers
+    extra = int(parallel.account_for_embedding_in_pipeline_split) + int(parallel.account_for_loss_in_pipeline_split)
+    require(not extra or (first is None and last is None),
+            "account_for_embedding/loss_in_pipeline_split do not combine with uneven first/last stages (Megatron "
+            "refuses it, core/transformer/transformer_block.py); drop one of them")
+    if extra:
+        # Megatron counts the embedding (loss) as one more layer of the split (transformer_block.py
+        # get_num_layers_to_build at d98e8a64ddf3); the first (last) model chunk builds one layer fewer.
+        require((total + extra) % pp == 0,
+                f"`(num_layers + {extra}) % pipeline_model_parallel_size == 0` must hold with "
+                f"account_for_embedding/loss_in_pipeline_split, but got (num_layers={total}, "
+                f"pipeline_model_parallel_size={pp})")
+        return ((total + extra) // pp,) * pp
     if first is None and last is None:
         require(total % pp == 0,
                 f"`num_layers % pipeline_model_parallel_size == 0` must hold, but got (num_layers={total}, "
@@ -195,7 +207,14 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                 f"the interleaved schedule needs `num_micro_batches % pipeline_model_parallel_size == 0`, but got "
                 f"(num_micro_batches={num_micro_batches}, pipeline_model_parallel_size={pp}); change "
                 f"global_batch_size or micro_batch_size")
-    chunks = tuple(tuple([layers // vpp] * vpp) for layers in stage_layers)
+    chunks = [[layers // vpp] * vpp for layers in stage_layers]
+    chunks[0][0] -= int(parallel.account_for_embedding_in_pipeline_split)
+    chunks[-1][-1] -= int(parallel.account_for_loss_in_pipeline_split)
+    require(chunks[0][0] >= 0 and chunks[-1][-1] >= 0,
+            f"the first/last model chunk needs a layer to give up for the embedding/loss, but got "
+            f"(layers per model chunk={stage_layers[0] // vpp})")
+    chunks = tuple(tuple(c) for c in chunks)
+    stage_layers = tuple(sum(c) for c in chunks)
     require(min(stage_layers) > 0, f"every pipeline stage needs at least one layer, but got "
                                    f"(stage layers={list(stage_layers)})")
 

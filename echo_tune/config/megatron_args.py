@@ -44,6 +44,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers_per_virtual_pipeline_stage": ("--num-layers-per-virtual-pipeline-stage", "int"),
     "decoder_first_pipeline_num_layers": ("--decoder-first-pipeline-num-layers", "int"),
     "decoder_last_pipeline_num_layers": ("--decoder-last-pipeline-num-layers", "int"),
+    "account_for_embedding_in_pipeline_split": ("--account-for-embedding-in-pipeline-split", "flag"),
+    "account_for_loss_in_pipeline_split": ("--account-for-loss-in-pipeline-split", "flag"),
     "micro_batch_size": ("--micro-batch-size", "int"),
     "global_batch_size": ("--global-batch-size", "int"),
     "recompute_granularity": ("--recompute-granularity", "str"),

@@ -46,6 +46,14 @@ class ParallelConfig:
     decoder_last_pipeline_num_layers: int | None = None
     """``--decoder-last-pipeline-num-layers``: layers on the last stage when stages are uneven."""
 
+    account_for_embedding_in_pipeline_split: bool = False
+    """``--account-for-embedding-in-pipeline-split``: the embedding counts as a layer of the pipeline split
+    (the first model chunk builds one transformer layer fewer)."""
+
+    account_for_loss_in_pipeline_split: bool = False
+    """``--account-for-loss-in-pipeline-split``: the output layer and loss count as a layer of the split
+    (the last model chunk builds one transformer layer fewer)."""
+
     micro_batch_size: int = 1
     """``--micro-batch-size``: samples per micro-batch per data-parallel rank."""
 

@@ -140,6 +140,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
+        notes=(f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
+               f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",) if memory_headroom_bytes else (),
         timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
 
 
