@@ -25,13 +25,21 @@ Collectives: TE quantises before the sequence-parallel all-gathers of an FP8 lin
 of QKV and fc1 forward, and the output gradients gathered for backward), so those move 1-byte
 elements; the reduce-scatters of GEMM outputs stay bf16.
 
+Amax reduction (delayed scaling): Megatron wraps a model chunk's whole forward in one ``fp8_autocast``
+(core/transformer/transformer_block.py, ``get_fp8_context`` in core/fp8_utils.py) whose ``fp8_group`` is
+the TP x DP x CP group (``parallel_state.get_amax_reduction_group(with_context_parallel=True)``); TE
+all-reduces the region's amaxes over that group when the forward ends and again when its backward ends,
+on the compute stream: a small, latency-bound all-reduce per chunk pass (``amax_reduction_s``).
+
 Memory: TE saves the FP8 (column-wise) copy of each linear layer's input for the wgrad GEMM instead
 of the bf16 tensor: 1 byte per element saved instead of 2 (see ``fp8_activation_savings_bytes``).
 """
 
 from __future__ import annotations
 
-from echo_tune.config.cluster import GPUSpec
+from echo_tune.config.cluster import ClusterSpec, GPUSpec
+from echo_tune.config.compatibility import GroupPlacement, Layout
+from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import gemm_efficiency
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.workload.graph import Op, Trace
@@ -98,3 +106,18 @@ def _is_first_in_region(layer: Trace, target: Op) -> bool:
         if op.kind == "gemm" and op.region == target.region:
             return op is target
     return False
+
+
+AMAX_TENSORS_PER_LAYER = 4 * 3
+"""FP8 tensors whose amax a layer records in forward: input, weight and output of its 4 linear layers."""
+
+
+def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationProfile, layers: int) -> float:
+    """One amax all-reduce of a chunk of ``layers`` layers over TP x DP x CP (delayed scaling)."""
+    g = layout.groups
+    size = g["tp"].size * g["cp"].size * g["dp"].size
+    if size == 1:
+        return 0.0
+    domain = cluster.nvlink_domain_gpus  # the group is the innermost TP x CP x DP ranks: contiguous
+    placement = GroupPlacement(size=size, ranks_per_node=min(size, domain), num_nodes=-(-size // domain))
+    return collective_time_s("all_reduce", 4 * AMAX_TENSORS_PER_LAYER * max(layers, 1), placement, profile)

@@ -14,6 +14,7 @@ from echo_tune.config.compatibility import GroupPlacement, Layout, check_compati
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.fp8 import amax_reduction_s
 from echo_tune.cost.profile import CalibrationProfile, profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
@@ -49,7 +50,8 @@ def _p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
 
 
 def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
-                  bf16: tuple[PassCosts, int, int] | None = None) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
+                  bf16: tuple[PassCosts, int, int] | None = None,
+                  per_pass: PhaseCost = ZERO) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
     """(forward, backward without recompute, recompute) of one micro-batch of one chunk.
 
     ``bf16``: (bf16 layer costs, layers at the start, layers at the end) kept in bf16 under FP8
@@ -70,6 +72,7 @@ def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
     elif layout.recompute_granularity == "full":
         recomputed = min(layers, layout.recompute_num_layers) if layout.recompute_method == "block" else layers
         rec = costs.layer_forward.scaled(recomputed)
+    fwd, bwd = fwd + per_pass, bwd + per_pass  # FP8 delayed scaling: the amax all-reduce of each pass
     if stage == 0 and chunk == 0:
         fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
     if stage == p - 1 and chunk == v - 1:
@@ -109,7 +112,11 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     if parallel.fp8 and parallel.first_last_layers_bf16:
         bf16 = (pass_costs(pieces, dataclasses.replace(ctx, fp8_recipe=None)),
                 parallel.num_layers_at_start_in_bf16, parallel.num_layers_at_end_in_bf16)
-    passes = [[_chunk_passes(layout, costs, s, c, bf16) for c in range(v)] for s in range(p)]
+    amax = ZERO
+    if parallel.fp8 and parallel.fp8_recipe == "delayed":
+        chunk_layers = max(max(row) for row in layout.stage_chunk_layers)
+        amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers))
+    passes = [[_chunk_passes(layout, costs, s, c, bf16, amax) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
     p2p_s = _p2p_time_s(pieces, layout, profile)

@@ -104,3 +104,16 @@ def test_first_last_layers_in_bf16_cost_bf16_time():
     more = et.simulate(LLAMA8, H100, 8, tensorwise.replace(first_last_layers_bf16=True, num_layers_at_start_in_bf16=4,
                                                             num_layers_at_end_in_bf16=4))
     assert fp8.step_time_s < some.step_time_s < more.step_time_s
+
+
+def test_delayed_scaling_pays_an_amax_all_reduce_per_pass_that_grows_with_the_group():
+    from echo_tune.cost.fp8 import amax_reduction_s
+    from echo_tune.cost.profile import default_profile
+
+    parallel = FP8.replace(tensor_model_parallel_size=4, global_batch_size=512)
+    small, large = (check_compatible(LLAMA8, H100, n, parallel) for n in (8, 512))
+    profile = default_profile(H100)
+    assert 0 < amax_reduction_s(small, H100, profile, 32) < amax_reduction_s(large, H100, profile, 32)
+    delayed = et.simulate(LLAMA8, H100, 512, parallel)
+    blockwise = et.simulate(LLAMA8, H100, 512, parallel.replace(fp8_recipe="blockwise"))
+    assert delayed.breakdown_s["tp_cp_comm"] > blockwise.breakdown_s["tp_cp_comm"]  # no amax all-reduce
