@@ -134,3 +134,17 @@ def test_wrong_types_in_model_files(tmp_path, capsys, text, fragment):
 def test_flags_without_global_batch_size(capsys):
     assert main(["simulate", "--num-gpus", "64"]) == 2
     assert "--global-batch-size is required" in capsys.readouterr().err
+
+
+def test_memory_headroom_and_fp8_flags(capsys):
+    base = ["simulate", "--model", "llama3-8b", "--cluster", "h100", "--num-gpus", "8", "--global-batch-size", "128",
+            "--context-parallel-size", "2", "--use-distributed-optimizer"]
+    data = run_json(capsys, base + ["--fp8-format", "hybrid", "--fp8-param-gather"])
+    assert data["config"]["fp8_format"] == "hybrid" and data["config"]["precision"] == "bf16"
+    assert any("2.0 GiB headroom" in note for note in data["notes"])
+    none = run_json(capsys, base + ["--memory-headroom-gib", "0"])
+    assert not any("headroom" in note for note in none["notes"])
+    assert main(base + ["--memory-headroom-gib", "-1"]) == 2
+    assert "--memory-headroom-gib >= 0" in capsys.readouterr().err
+    assert main(base + ["--fp8-format", "e5m2"]) == 2
+    assert "fp8_format" in capsys.readouterr().err
