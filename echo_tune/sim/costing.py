@@ -18,7 +18,7 @@ from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import op_time_s
 from echo_tune.cost.fp8 import FP8_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
-from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods
+from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.workload.graph import Op
 
@@ -59,12 +59,14 @@ class CostContext:
     """The FP8 recipe when the linear GEMMs run in FP8 (cost/fp8.py); None = bf16 GEMMs."""
 
 
-def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile) -> PhaseCost:
-    """Communication of ``comm_s`` run beside compute of ``hidden_by_s`` (already counted as compute)."""
-    comm_s *= profile.comm_slowdown
+def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile, size_bytes: float = 0.0,
+                kind: str = "attention") -> PhaseCost:
+    """Communication of ``comm_s`` (messages of ``size_bytes`` each) run beside compute of ``hidden_by_s``
+    (already counted as compute), slowed as the profile's curves say for that message size and kernel kind."""
+    comm_s *= slowdown(profile, "comm", size_bytes, kind)
     overlap_s = min(comm_s, hidden_by_s)
     return PhaseCost(comm_exposed_s=comm_s - overlap_s,
-                     interference_s=overlap_s * (profile.compute_slowdown - 1.0))
+                     interference_s=overlap_s * (slowdown(profile, "compute", size_bytes, kind) - 1.0))
 
 
 def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = None) -> PhaseCost:
@@ -74,7 +76,7 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     fp8 = ctx.fp8_recipe is not None
     times, sizes = [], []
     compute_s = attention_s = cast_s = 0.0
-    cp_comm_s = 0.0
+    cp_comm_s = cp_size = 0.0
     for op in ops:
         if op.kind == "collective":
             size = fp8_collective_bytes(op) if fp8 else op.size_bytes
@@ -83,6 +85,7 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
             sizes.append(size)
             if op.group == "cp":
                 cp_comm_s += t
+                cp_size = max(cp_size, size)
             continue
         if fp8 and is_fp8_gemm(op):
             t = fp8_gemm_time_s(op, ctx.profile, ctx.gpu)
@@ -94,7 +97,7 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
         compute_s += t
         if op.kind == "attention":
             attention_s += t
-    cost = PhaseCost(compute_s=compute_s + cast_s) + _overlapped(cp_comm_s, attention_s, ctx.profile)
+    cost = PhaseCost(compute_s=compute_s + cast_s) + _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
     tp_ops = [i for i, op in enumerate(ops) if op.kind == "collective" and op.group != "cp"]
     paired = {}
     if ctx.tp_comm_overlap:
