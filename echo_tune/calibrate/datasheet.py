@@ -1,6 +1,7 @@
 """Datasheet-derived default profiles, one per GPU preset, shipped in ``calibrate/profiles/``.
 
-They are ``default_profile`` of the cluster preset of the same name (a DGX-style node of that GPU),
+They are ``default_profile`` of the cluster preset of the same name (a DGX-style node of that GPU;
+``gb200`` is the GB200 NVL72 rack, its alias),
 written out so a cluster file can point at one with ``profile:`` and edit it. They are labelled
 ``measured: false`` and list their sources and every efficiency assumption.
 
@@ -13,7 +14,7 @@ import dataclasses
 from importlib import resources
 from pathlib import Path
 
-from echo_tune.config.loading import load_cluster, preset_names
+from echo_tune.config.loading import PRESET_ALIASES, load_cluster, preset_names
 from echo_tune.cost import profile as profile_module
 from echo_tune.cost.profile import CalibrationProfile, default_profile, save_profile
 
@@ -39,11 +40,11 @@ def shipped_profile_path(gpu_preset: str) -> Path:
 
 
 def write_datasheet_profiles(directory: str | Path | None = None) -> list[Path]:
-    """Write one YAML per GPU preset that has a cluster preset of the same name."""
+    """Write one YAML per GPU preset that has a cluster preset of the same name (or alias: gb200)."""
     directory = Path(directory) if directory else shipped_profile_path("x").parent
     written = []
     for name in preset_names("gpus"):
-        if name in preset_names("clusters"):
+        if name in preset_names("clusters") or name in PRESET_ALIASES:
             path = directory / f"{name}.yaml"
             save_profile(datasheet_profile(name), path)
             written.append(path)

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_tune.cli.common import human_time, print_json
+from echo_tune.errors import ConfigError
 from echo_tune.search.rank import load_rank_file, parse_tokens, rank
 
 DEFAULT_TOKENS = 1e12
@@ -24,13 +25,17 @@ def add_parser(subparsers) -> None:
                         help=f"token budget to train, e.g. 1e12 (default: the file's `tokens`, else "
                              f"{DEFAULT_TOKENS:g})")
     parser.add_argument("--json", action="store_true", help="print the ranked list as JSON")
+    parser.add_argument("--memory-headroom-gib", type=float, default=2.0,
+                        help="GiB a candidate must leave free under the HBM size to count as fitting (default 2)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     candidates, file_tokens = load_rank_file(args.file)
     tokens = parse_tokens(args.tokens) if args.tokens is not None else (file_tokens or DEFAULT_TOKENS)
-    rows = rank(candidates, tokens)
+    if args.memory_headroom_gib < 0:
+        raise ConfigError(f"`--memory-headroom-gib >= 0` must hold, but got ({args.memory_headroom_gib})")
+    rows = rank(candidates, tokens, args.memory_headroom_gib)
     if args.json:
         print_json(rows)
     else:

@@ -37,6 +37,8 @@ def add_parser(subparsers) -> None:
                         help=f"comma-separated, overrides the file: {', '.join(OBJECTIVES)} "
                              f"(e.g. step_time,peak_memory)")
     parser.add_argument("--gpu-hour-cost", type=float, default=None, help="price of one GPU-hour (cost objective)")
+    parser.add_argument("--memory-headroom-gib", type=float, default=None,
+                        help="GiB a layout must leave free under the HBM size (default: the space's, else 2)")
     parser.add_argument("--study-name", default=None, help="study name (default: the space's name)")
     parser.add_argument("--results-dir", default="results", help="where study folders go (default results/)")
     parser.add_argument("--storage", default=None,
@@ -60,7 +62,8 @@ def _progress_bar(console: Console, label: str):
 def run(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     objectives = tuple(o.strip() for o in args.objectives.split(",")) if args.objectives else None
-    space = with_overrides(space, objectives=objectives, gpu_hour_cost=args.gpu_hour_cost)
+    space = with_overrides(space, objectives=objectives, gpu_hour_cost=args.gpu_hour_cost,
+                           memory_headroom_gib=args.memory_headroom_gib)
     opts = SearchOptions(sampler=args.sampler, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
                          n_jobs=args.n_jobs, study_name=args.study_name, results_dir=args.results_dir,
                          storage=args.storage, resume=args.resume, overwrite=args.overwrite,

@@ -29,6 +29,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--profile", help="calibration profile YAML (overrides the cluster's)")
     parser.add_argument("--trace", metavar="FILE", help="write the simulated timeline as Chrome-trace JSON (Perfetto)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--memory-headroom-gib", type=float, default=None,
+                        help="GiB the layout must leave free under the HBM size to count as fitting (default 2: "
+                             "allocator fragmentation, see sim/memory.py)")
     add_layout_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -52,7 +55,14 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     profile = load_profile(args.profile) if args.profile else None
     num_gpus = args.num_gpus if args.num_gpus is not None else DEFAULT_NUM_GPUS
-    report = simulate(model, cluster, num_gpus, parallel, profile=profile, timeline=bool(args.trace))
+    from echo_tune.errors import ConfigError
+    from echo_tune.sim.memory import DEFAULT_MEMORY_HEADROOM_GIB
+
+    headroom = DEFAULT_MEMORY_HEADROOM_GIB if args.memory_headroom_gib is None else args.memory_headroom_gib
+    if headroom < 0:
+        raise ConfigError(f"`--memory-headroom-gib >= 0` must hold, but got ({headroom})")
+    report = simulate(model, cluster, num_gpus, parallel, profile=profile, timeline=bool(args.trace),
+                      memory_headroom_bytes=int(headroom * 2**30))
     if args.trace:
         write_chrome_trace(report, args.trace)
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")

@@ -12,6 +12,8 @@ from pathlib import Path
 from echo_tune.config._checks import require, require_positive
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+# Tensor-core formats a GPU may also offer (FP8 GEMMs under --fp8-format; FP4 is listed, not simulated).
+LOW_PRECISIONS = ("fp8", "fp4")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,14 +31,29 @@ class GPUSpec:
     """HBM capacity."""
     memory_bandwidth_gbyte_s: float
     """HBM bandwidth, GB/s (1e9 bytes)."""
+    peak_fp8_tflops: float | None = None
+    """Dense fp8 tensor-core peak; None = the GPU has no fp8 tensor cores (A100): FP8 is refused."""
+    peak_fp4_tflops: float | None = None
+    """Dense fp4 tensor-core peak (Blackwell); listed for reference, FP4 training is not simulated."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (SMs a communication kernel takes are a share of these)."""
     source: str = ""
 
     def __post_init__(self) -> None:
         for name in ("peak_bf16_tflops", "peak_fp16_tflops", "peak_fp32_tflops", "memory_bytes",
                      "memory_bandwidth_gbyte_s"):
             require_positive(f"gpu.{name}", getattr(self, name))
+        for name in ("peak_fp8_tflops", "peak_fp4_tflops"):
+            if getattr(self, name) is not None:
+                require_positive(f"gpu.{name}", getattr(self, name))
 
     def peak_tflops(self, precision: str) -> float:
+        if precision in LOW_PRECISIONS:
+            peak = getattr(self, f"peak_{precision}_tflops")
+            require(peak is not None, f"GPU {self.name!r} has no {precision} tensor cores "
+                                      f"(peak_{precision}_tflops is not set); train in bf16 or pick a GPU with "
+                                      f"{precision} support (H100, H200, B200)")
+            return peak
         return {"bf16": self.peak_bf16_tflops, "fp16": self.peak_fp16_tflops,
                 "fp32": self.peak_fp32_tflops}[precision]
 
@@ -58,6 +75,9 @@ class ClusterSpec:
     spine_oversubscription: float = 1.0
     """Oversubscription of the spine level above the leaves (2.0 = half the leaf bandwidth goes up);
     a group whose nodes span several leaves has its network bandwidth divided by it."""
+    nvlink_domain_size: int | None = None
+    """GPUs that share one NVLink domain (72 on a GB200 NVL72 rack); None = ``gpus_per_node``. A
+    process group inside one NVLink domain communicates over NVLink even across compute trays."""
     profile: Path | None = None
     """Calibration profile file; None uses the GPU preset's datasheet-derived defaults."""
     source: str = ""
@@ -72,10 +92,21 @@ class ClusterSpec:
                 f"`nodes_per_leaf` must be a positive integer or null, but got (nodes_per_leaf={self.nodes_per_leaf!r})")
         require(self.spine_oversubscription >= 1, f"`spine_oversubscription >= 1` must hold, but got "
                                                   f"(spine_oversubscription={self.spine_oversubscription})")
+        if self.nvlink_domain_size is not None:
+            domain = self.nvlink_domain_size
+            require(isinstance(domain, int) and domain >= self.gpus_per_node and domain % self.gpus_per_node == 0,
+                    f"`nvlink_domain_size % gpus_per_node == 0` and `nvlink_domain_size >= gpus_per_node` must "
+                    f"hold, but got (nvlink_domain_size={domain!r}, gpus_per_node={self.gpus_per_node}); "
+                    f"give whole nodes per NVLink domain")
 
     def leaves_spanned(self, first_node_span: int) -> int:
         """Leaf switches under ``first_node_span`` consecutive nodes starting at a leaf boundary."""
         return 1 if self.nodes_per_leaf is None else -(-first_node_span // self.nodes_per_leaf)
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs reachable over NVLink from one GPU (its NVLink domain)."""
+        return self.nvlink_domain_size or self.gpus_per_node
 
     @property
     def inter_node_bandwidth_per_gpu_gbyte_s(self) -> float:

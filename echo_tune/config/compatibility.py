@@ -58,13 +58,16 @@ class Layout:
 
 
 def _group_placements(parallel: ParallelConfig, cluster: ClusterSpec, dp: int) -> dict[str, GroupPlacement]:
+    """Placement by NVLink domain: on a GB200 NVL72 rack 72 GPUs (18 trays) talk over NVLink, so a
+    "node" here is the NVLink domain (``ClusterSpec.nvlink_domain_gpus``), not the compute tray."""
+    domain = cluster.nvlink_domain_gpus
     sizes = {"tp": parallel.tensor_model_parallel_size, "cp": parallel.context_parallel_size,
              "dp": dp, "pp": parallel.pipeline_model_parallel_size}
     placements, stride = {}, 1
     for kind in RANK_ORDER:
         size = sizes[kind]
-        per_node = max(1, min(size, cluster.gpus_per_node // stride)) if stride < cluster.gpus_per_node else 1
-        span_nodes = (stride * (size - 1)) // cluster.gpus_per_node + 1  # nodes from the group's first to last rank
+        per_node = max(1, min(size, domain // stride)) if stride < domain else 1
+        span_nodes = (stride * (size - 1)) // cluster.gpus_per_node + 1  # physical nodes from first to last rank
         placements[kind] = GroupPlacement(size=size, ranks_per_node=per_node, num_nodes=-(-size // per_node),
                                           num_leaves=cluster.leaves_spanned(span_nodes),
                                           spine_oversubscription=cluster.spine_oversubscription)
@@ -76,6 +79,18 @@ def _split_layers(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]
     """Layers per pipeline stage, honouring uneven first/last stages."""
     pp, total = parallel.pipeline_model_parallel_size, model.num_layers
     first, last = parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers
+    extra = int(parallel.account_for_embedding_in_pipeline_split) + int(parallel.account_for_loss_in_pipeline_split)
+    require(not extra or (first is None and last is None),
+            "account_for_embedding/loss_in_pipeline_split do not combine with uneven first/last stages (Megatron "
+            "refuses it, core/transformer/transformer_block.py); drop one of them")
+    if extra:
+        # Megatron counts the embedding (loss) as one more layer of the split (transformer_block.py
+        # get_num_layers_to_build at d98e8a64ddf3); the first (last) model chunk builds one layer fewer.
+        require((total + extra) % pp == 0,
+                f"`(num_layers + {extra}) % pipeline_model_parallel_size == 0` must hold with "
+                f"account_for_embedding/loss_in_pipeline_split, but got (num_layers={total}, "
+                f"pipeline_model_parallel_size={pp})")
+        return ((total + extra) // pp,) * pp
     if first is None and last is None:
         require(total % pp == 0,
                 f"`num_layers % pipeline_model_parallel_size == 0` must hold, but got (num_layers={total}, "
@@ -112,6 +127,33 @@ def _virtual_size(parallel: ParallelConfig, stage_layers: tuple[int, ...]) -> in
                 f"(layers per stage={stage_layers[0]}, num_layers_per_virtual_pipeline_stage={per_chunk})")
         vpp = stage_layers[0] // per_chunk
     return vpp or 1
+
+
+def _check_fp8(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig) -> None:
+    """FP8 rules of Megatron-LM d98e8a64ddf3 (training/arguments.py, core/transformer/transformer_config.py)."""
+    fp8_only = [n for n in ("fp8_param_gather", "first_last_layers_bf16") if getattr(parallel, n)]
+    if not parallel.fp8:
+        require(not fp8_only, f"{fp8_only} need `fp8_format`, but got (fp8_format=None); add --fp8-format hybrid")
+        return
+    require(parallel.precision == "bf16",
+            f"`fp8_format` runs beside bf16 parameters, but got (precision={parallel.precision!r}, "
+            f"fp8_format={parallel.fp8_format!r}); launch with --bf16 --fp8-format")
+    cluster.gpu.peak_tflops("fp8")  # refuses a GPU without FP8 tensor cores, by name
+    require(parallel.fp8_recipe != "mxfp8" or cluster.gpu.peak_fp4_tflops is not None,
+            f"`fp8_recipe == 'mxfp8'` needs Blackwell MX tensor cores, but got (gpu={cluster.gpu.name!r}); "
+            f"use --fp8-recipe delayed, tensorwise or blockwise")
+    require(not parallel.fp8_param_gather or parallel.use_distributed_optimizer,
+            "`fp8_param_gather` needs `use_distributed_optimizer`, but got (fp8_param_gather=True, "
+            "use_distributed_optimizer=False); add --use-distributed-optimizer")
+    if parallel.first_last_layers_bf16:
+        require(parallel.fp8_recipe != "delayed",
+                "`first_last_layers_bf16` is not supported with `fp8_recipe == 'delayed'`, but got "
+                "(first_last_layers_bf16=True, fp8_recipe='delayed'); use --fp8-recipe tensorwise or blockwise")
+        per_stage = model.num_layers // parallel.pipeline_model_parallel_size
+        for name in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+            value = getattr(parallel, name)
+            require(value <= per_stage, f"`{name} <= num_layers / pipeline_model_parallel_size` must hold, but "
+                                        f"got ({name}={value}, layers per stage={per_stage})")
 
 
 def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
@@ -172,7 +214,14 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                 f"the interleaved schedule needs `num_micro_batches % pipeline_model_parallel_size == 0`, but got "
                 f"(num_micro_batches={num_micro_batches}, pipeline_model_parallel_size={pp}); change "
                 f"global_batch_size or micro_batch_size")
-    chunks = tuple(tuple([layers // vpp] * vpp) for layers in stage_layers)
+    chunks = [[layers // vpp] * vpp for layers in stage_layers]
+    chunks[0][0] -= int(parallel.account_for_embedding_in_pipeline_split)
+    chunks[-1][-1] -= int(parallel.account_for_loss_in_pipeline_split)
+    require(chunks[0][0] >= 0 and chunks[-1][-1] >= 0,
+            f"the first/last model chunk needs a layer to give up for the embedding/loss, but got "
+            f"(layers per model chunk={stage_layers[0] // vpp})")
+    chunks = tuple(tuple(c) for c in chunks)
+    stage_layers = tuple(sum(c) for c in chunks)
     require(min(stage_layers) > 0, f"every pipeline stage needs at least one layer, but got "
                                    f"(stage layers={list(stage_layers)})")
 
@@ -199,6 +248,16 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"`tp_comm_overlap` needs sequence_parallel when tensor_model_parallel_size > 1, but got "
             f"(tp_comm_overlap=True, sequence_parallel={parallel.sequence_parallel}, tensor_model_parallel_size={tp}); "
             f"add --sequence-parallel")
+    _check_fp8(model, cluster, parallel)
+    precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype) != ("fp32",) * 3
+    require(not precision_aware or parallel.use_precision_aware_optimizer,
+            "main_params_dtype / exp_avg_dtype / exp_avg_sq_dtype apply with `use_precision_aware_optimizer`, but got "
+            "(use_precision_aware_optimizer=False); add --use-precision-aware-optimizer")
+    require(not parallel.use_precision_aware_optimizer or parallel.use_distributed_optimizer,
+            "`use_precision_aware_optimizer` needs `use_distributed_optimizer`, but got "
+            "(use_distributed_optimizer=False); add --use-distributed-optimizer")
+    require(not parallel.grad_reduce_in_bf16 or parallel.precision == "bf16",
+            f"`grad_reduce_in_bf16` needs bf16 training, but got (precision={parallel.precision!r})")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
     return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
                   virtual_pipeline_size=vpp, stage_chunk_layers=chunks, schedule=schedule,

@@ -15,7 +15,12 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
 
 CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node",
-                "nic_bandwidth_gbit_s", "nodes_per_leaf", "spine_oversubscription", "profile", "source")
+                "nic_bandwidth_gbit_s", "nvlink_domain_size", "nodes_per_leaf",
+                "spine_oversubscription", "profile", "source")
+
+
+# Short names a user types for a GPU or cluster preset (the SXM boards are the training parts).
+PRESET_ALIASES = {"h100": "h100-sxm", "h200": "h200-sxm", "h800": "h800-sxm", "gb200": "gb200-nvl72"}
 
 
 @functools.cache
@@ -107,6 +112,7 @@ def load_gpu(ref: str | dict) -> GPUSpec:
     if isinstance(ref, dict):
         return build(GPUSpec, ref, "gpu")
     table = _preset_table("gpus")
+    ref = ref if ref in table else PRESET_ALIASES.get(ref, ref)
     if ref not in table:
         raise ConfigError(f"unknown GPU preset {ref!r}; choose one of {preset_names('gpus')}")
     return build(GPUSpec, {"name": ref, **table[ref]}, "gpu")
@@ -133,6 +139,7 @@ def load_cluster(ref: str | Path) -> ClusterSpec:
         path = Path(ref)
         return cluster_from_dict(read_yaml(path, "cluster"), name=path.stem, base_dir=path.parent)
     table = _preset_table("clusters")
+    ref = PRESET_ALIASES.get(ref, ref)
     if ref not in table:
         raise ConfigError(f"unknown cluster preset {ref!r}; choose one of {preset_names('clusters')} "
                           f"or give a YAML file")

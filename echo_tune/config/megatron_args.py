@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 
+from echo_tune.config.tokenizers import tokenizer_vocab_size
 from echo_tune.errors import ConfigError
 
 # field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false).
@@ -28,6 +29,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "swiglu": ("--swiglu", "flag"),
     "normalization": ("--normalization", "str"),
     "untie_embeddings_and_output_weights": ("--untie-embeddings-and-output-weights", "flag"),
+    "attention_backend": ("--attention-backend", "str"),
     "use_flash_attn": ("--use-flash-attn", "flag"),
     "position_embedding_type": ("--position-embedding-type", "str"),
     "add_bias_linear": ("--disable-bias-linear", "not_flag"),
@@ -42,6 +44,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers_per_virtual_pipeline_stage": ("--num-layers-per-virtual-pipeline-stage", "int"),
     "decoder_first_pipeline_num_layers": ("--decoder-first-pipeline-num-layers", "int"),
     "decoder_last_pipeline_num_layers": ("--decoder-last-pipeline-num-layers", "int"),
+    "account_for_embedding_in_pipeline_split": ("--account-for-embedding-in-pipeline-split", "flag"),
+    "account_for_loss_in_pipeline_split": ("--account-for-loss-in-pipeline-split", "flag"),
     "micro_batch_size": ("--micro-batch-size", "int"),
     "global_batch_size": ("--global-batch-size", "int"),
     "recompute_granularity": ("--recompute-granularity", "str"),
@@ -52,10 +56,42 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "overlap_grad_reduce": ("--overlap-grad-reduce", "flag"),
     "overlap_param_gather": ("--overlap-param-gather", "flag"),
     "tp_comm_overlap": ("--tp-comm-overlap", "flag"),
+    "grad_reduce_in_bf16": ("--grad-reduce-in-bf16", "flag"),
+    "use_precision_aware_optimizer": ("--use-precision-aware-optimizer", "flag"),
+    "main_params_dtype": ("--main-params-dtype", "str"),
+    "exp_avg_dtype": ("--exp-avg-dtype", "str"),
+    "exp_avg_sq_dtype": ("--exp-avg-sq-dtype", "str"),
+    "fp8_format": ("--fp8-format", "str"),
+    "fp8_recipe": ("--fp8-recipe", "str"),
+    "fp8_param_gather": ("--fp8-param-gather", "flag"),
+    "first_last_layers_bf16": ("--first-last-layers-bf16", "flag"),
+    "num_layers_at_start_in_bf16": ("--num-layers-at-start-in-bf16", "int"),
+    "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),
 }
+# Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
+# default), and only with the setting they belong to.
+DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": "first_last_layers_bf16",
+                     "num_layers_at_end_in_bf16": "first_last_layers_bf16",
+                     "main_params_dtype": "use_precision_aware_optimizer",
+                     "exp_avg_dtype": "use_precision_aware_optimizer",
+                     "exp_avg_sq_dtype": "use_precision_aware_optimizer"}
 # Other real Megatron-LM flags echo-tune writes or reads.
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")
+# Flags of a launch line that set a field indirectly (Megatron-LM d98e8a64ddf3 training/arguments.py and
+# training/training.py unless noted): flag -> number of values it takes.
+LINE_FLAGS = {
+    "--group-query-attention": 0,       # without it Megatron sets num_query_groups = num_attention_heads
+    "--tokenizer-type": 1, "--tokenizer-model": 1,  # vocab size from config/tokenizers.py
+    "--merge-file": 1,                  # a BPE merges file: GPT2BPETokenizer, the only BPE tokenizer reading it
+    "--recompute-activations": 0,       # sets recompute_granularity = selective
+    "--activations-checkpoint-method": 1,      # Megatron 2021 name of --recompute-method (with full recompute)
+    "--activations-checkpoint-num-layers": 1,  # Megatron 2021 name of --recompute-num-layers
+    "--checkpoint-num-layers": 1,              # Megatron 2020 name of the same
+    "--recompute-modules": -1,          # a list; selective recompute of these modules
+}
+RECOMPUTE_MODULES_MODELLED = ("core_attn",)
+"""Selective-recompute modules the simulator models (Megatron's default list is ["core_attn"])."""
 # Accepted spellings that older Megatron versions or users write for the same field.
 ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size"}
 
@@ -79,7 +115,7 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
         tokens = shlex.split(line.replace("\\\n", " "))
     except ValueError as exc:
         raise ConfigError(f"--megatron-args is not a valid shell line: {exc}") from None
-    model, parallel, precision, ignored = {}, {}, None, []
+    model, parallel, precision, ignored, line_flags = {}, {}, None, [], {}
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -91,6 +127,17 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
             continue
         if flag == "--checkpoint-activations":  # Megatron 2021 spelling of full, uniform recompute
             parallel["recompute_granularity"] = "full"
+            continue
+        if flag in LINE_FLAGS:
+            count = LINE_FLAGS[flag]
+            values = [inline] if inline else []
+            while not inline and (count < 0 or len(values) < count) and i < len(tokens) \
+                    and not tokens[i].startswith("--"):
+                values.append(tokens[i])
+                i += 1
+            if count > 0 and len(values) < count:
+                raise ConfigError(f"{flag} needs a value, but the line ends after it")
+            line_flags[flag] = values
             continue
         if flag not in by_flag:
             if flag.startswith("--"):
@@ -106,12 +153,43 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
                 inline, i = tokens[i], i + 1
             value = _convert(flag, kind, inline)
         (model if target == "model" else parallel)[field] = value
+    _apply_line_flags(line_flags, model, parallel, ignored)
     return model, parallel, precision, ignored
+
+
+def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, ignored: list[str]) -> None:
+    """Megatron's own reading of the indirect flags (see LINE_FLAGS)."""
+    if "num_query_groups" in model and "--group-query-attention" not in flags:
+        del model["num_query_groups"]  # training.py: not args.group_query_attention -> MHA
+        ignored.append("--num-query-groups (no --group-query-attention: Megatron trains MHA)")
+    tokenizer = (flags.get("--tokenizer-type") or ["GPT2BPETokenizer" if "--merge-file" in flags else None])[0]
+    if "vocab_size" not in model and tokenizer is not None:
+        model["vocab_size"] = tokenizer_vocab_size(tokenizer, (flags.get("--tokenizer-model") or [None])[0])
+    if "--recompute-activations" in flags:
+        parallel.setdefault("recompute_granularity", "selective")
+    if "--activations-checkpoint-method" in flags:
+        parallel["recompute_granularity"] = "full"
+        parallel.setdefault("recompute_method", flags["--activations-checkpoint-method"][0])
+    for legacy in ("--activations-checkpoint-num-layers", "--checkpoint-num-layers"):
+        if legacy in flags:
+            parallel.setdefault("recompute_num_layers", _convert(legacy, "int", flags[legacy][0]))
+    if parallel.get("recompute_granularity") != "full" and "recompute_num_layers" in parallel \
+            and "recompute_method" not in parallel:
+        del parallel["recompute_num_layers"]  # a 2020/2021 line without checkpointing: the count is unused
+    modules = flags.get("--recompute-modules")
+    if modules is not None:
+        unmodelled = [m for m in modules if m not in RECOMPUTE_MODULES_MODELLED]
+        if unmodelled:
+            raise ConfigError(f"--recompute-modules {' '.join(unmodelled)} is not modelled (only "
+                              f"{', '.join(RECOMPUTE_MODULES_MODELLED)}, selective recompute of core attention); "
+                              f"drop those modules or use --recompute-granularity full")
 
 
 def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:
     """Megatron-LM flags for a model and layout (defaults that Megatron shares are left out)."""
     out: list[str] = []
+    if model_fields.get("use_flash_attn") is not None:  # write the backend the legacy flag stood for
+        model_fields = {**model_fields, "attention_backend": "flash" if model_fields["use_flash_attn"] else "unfused"}
     for table, values in ((MODEL_FLAGS, model_fields), (PARALLEL_FLAGS, parallel_fields)):
         for field, (flag, kind) in table.items():
             value = values.get(field)
@@ -119,7 +197,11 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
                 continue
             if field == "virtual_pipeline_model_parallel_size" and value == 1:
                 continue
+            if field in DEFAULT_ONLY_WITH and not values.get(DEFAULT_ONLY_WITH[field]):
+                continue
             out += [flag] if kind in ("flag", "not_flag") else [flag, str(value)]
+            if field == "use_flash_attn":
+                continue  # the legacy spelling; attention_backend is written instead
             if field == "num_query_groups" and value != model_fields.get("num_attention_heads"):
                 out.insert(len(out) - 2, "--group-query-attention")
             if field == "seq_length":

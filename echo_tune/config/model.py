@@ -9,6 +9,10 @@ from echo_tune.config._checks import require, require_choice, require_positive
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none")
+# Megatron-LM d98e8a64ddf3 core/transformer/enums.py AttnBackend; TransformerConfig.attention_backend
+# defaults to auto (Transformer Engine picks flash or cuDNN fused attention, both flash-style kernels).
+ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+FLASH_STYLE_BACKENDS = ("auto", "flash", "fused")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,8 +61,13 @@ class ModelSpec:
     untie_embeddings_and_output_weights: bool = False
     """``--untie-embeddings-and-output-weights``: separate input embedding and output layer weights."""
 
-    use_flash_attn: bool = False
-    """``--use-flash-attn``: fused flash attention (no s x s score matrix kept for backward)."""
+    attention_backend: str = "auto"
+    """``--attention-backend``: auto (Megatron's default), flash or fused run a flash-style kernel that keeps
+    no s x s score matrix for backward; unfused and local run the softmax path that keeps it."""
+
+    use_flash_attn: bool | None = None
+    """``--use-flash-attn``, the legacy spelling: True = flash; False = the unfused attention that
+    Megatron ran before it had flash attention (the 2021 runs); None = follow ``attention_backend``."""
 
     position_embedding_type: str = "learned_absolute"
     """``--position-embedding-type``: learned_absolute, rope or none."""
@@ -81,6 +90,7 @@ class ModelSpec:
                 require_positive(field, getattr(self, field))
         require_choice("normalization", self.normalization, NORMALIZATIONS)
         require_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
+        require_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         for field in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, field)
             require(0.0 <= value < 1.0, f"`0 <= {field} < 1` must hold, but got ({field}={value})")
@@ -104,8 +114,19 @@ class ModelSpec:
         return self.kv_channels or self.hidden_size // self.num_attention_heads
 
     @property
+    def flash_attention(self) -> bool:
+        """Whether attention runs a flash-style kernel (see ``attention_backend`` / ``use_flash_attn``)."""
+        if self.use_flash_attn is not None:
+            return self.use_flash_attn
+        return self.attention_backend in FLASH_STYLE_BACKENDS
+
+    @property
     def ffn_size(self) -> int:
-        return self.ffn_hidden_size or 4 * self.hidden_size
+        """``ffn_hidden_size``, else Megatron's default (training/arguments.py at d98e8a64ddf3): 4h, or
+        with SwiGLU 2/3 of 4h rounded down to a multiple of 64 (two input projections, same parameters)."""
+        if self.ffn_hidden_size:
+            return self.ffn_hidden_size
+        return int((4 * self.hidden_size * 2 / 3) / 64) * 64 if self.swiglu else 4 * self.hidden_size
 
     def padded_vocab_size(self, tensor_model_parallel_size: int = 1) -> int:
         """Vocabulary padded as Megatron pads it: to a multiple of make_vocab_size_divisible_by x TP."""

@@ -14,6 +14,11 @@ from echo_tune.config.cluster import PRECISIONS
 
 RECOMPUTE_GRANULARITIES = (None, "full", "selective")
 RECOMPUTE_METHODS = (None, "uniform", "block")
+# Megatron-LM d98e8a64ddf3 megatron/core/transformer/transformer_config.py (fp8, fp8_recipe).
+FP8_FORMATS = (None, "e4m3", "hybrid")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+# Optimizer-state dtypes of --exp-avg-dtype / --exp-avg-sq-dtype / --main-params-dtype and their bytes.
+STATE_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +45,14 @@ class ParallelConfig:
 
     decoder_last_pipeline_num_layers: int | None = None
     """``--decoder-last-pipeline-num-layers``: layers on the last stage when stages are uneven."""
+
+    account_for_embedding_in_pipeline_split: bool = False
+    """``--account-for-embedding-in-pipeline-split``: the embedding counts as a layer of the pipeline split
+    (the first model chunk builds one transformer layer fewer)."""
+
+    account_for_loss_in_pipeline_split: bool = False
+    """``--account-for-loss-in-pipeline-split``: the output layer and loss count as a layer of the split
+    (the last model chunk builds one transformer layer fewer)."""
 
     micro_batch_size: int = 1
     """``--micro-batch-size``: samples per micro-batch per data-parallel rank."""
@@ -72,7 +85,46 @@ class ParallelConfig:
     """``--tp-comm-overlap``: overlap TP/SP collectives with the GEMMs that use them."""
 
     precision: str = "bf16"
-    """``--bf16`` / ``--fp16`` (or fp32 when neither is given)."""
+    """``--bf16`` / ``--fp16`` (or fp32 when neither is given): the parameter and activation dtype."""
+
+    grad_reduce_in_bf16: bool = False
+    """``--grad-reduce-in-bf16``: keep and reduce the gradient buffer in bf16 instead of fp32
+    (Megatron otherwise sets accumulate_allreduce_grads_in_fp32 for bf16, training/arguments.py)."""
+
+    use_precision_aware_optimizer: bool = False
+    """``--use-precision-aware-optimizer``: optimizer states in the dtypes below (distributed optimizer)."""
+
+    main_params_dtype: str = "fp32"
+    """``--main-params-dtype``: fp32 or fp16 master parameters (with the precision-aware optimizer)."""
+
+    exp_avg_dtype: str = "fp32"
+    """``--exp-avg-dtype``: fp32, fp16, bf16 or fp8 Adam first moment (with the precision-aware optimizer)."""
+
+    exp_avg_sq_dtype: str = "fp32"
+    """``--exp-avg-sq-dtype``: fp32, fp16, bf16 or fp8 Adam second moment (with the precision-aware optimizer)."""
+
+    fp8_format: str | None = None
+    """``--fp8-format``: e4m3 or hybrid (e4m3 forward, e5m2 gradients) runs the transformer layers'
+    linear GEMMs in FP8 through Transformer Engine; None = off. ``precision`` stays bf16, as Megatron
+    is launched with ``--bf16 --fp8-format ...``."""
+
+    fp8_recipe: str = "delayed"
+    """``--fp8-recipe``: delayed (amax history), tensorwise (current per-tensor scaling), blockwise
+    (1x128 / 128x128 blocks) or mxfp8 (32-element blocks, Blackwell only). Megatron's default: delayed."""
+
+    fp8_param_gather: bool = False
+    """``--fp8-param-gather``: keep the linear weights in FP8 and all-gather them in FP8 (distributed
+    optimizer)."""
+
+    first_last_layers_bf16: bool = False
+    """``--first-last-layers-bf16``: run the first and last transformer layers in bf16 (not with the
+    delayed recipe)."""
+
+    num_layers_at_start_in_bf16: int = 1
+    """``--num-layers-at-start-in-bf16``: layers kept in bf16 at the start (with first_last_layers_bf16)."""
+
+    num_layers_at_end_in_bf16: int = 1
+    """``--num-layers-at-end-in-bf16``: layers kept in bf16 at the end (with first_last_layers_bf16)."""
 
     def __post_init__(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -89,6 +141,19 @@ class ParallelConfig:
         require_choice("recompute_granularity", self.recompute_granularity, RECOMPUTE_GRANULARITIES)
         require_choice("recompute_method", self.recompute_method, RECOMPUTE_METHODS)
         require_choice("precision", self.precision, PRECISIONS)
+        require_choice("fp8_format", self.fp8_format, FP8_FORMATS)
+        require_choice("main_params_dtype", self.main_params_dtype, ("fp32", "fp16"))
+        require_choice("exp_avg_dtype", self.exp_avg_dtype, tuple(STATE_DTYPE_BYTES))
+        require_choice("exp_avg_sq_dtype", self.exp_avg_sq_dtype, tuple(STATE_DTYPE_BYTES))
+        require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        for name in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 0, f"`{name} >= 0` must hold, but got ({name}={value!r})")
+
+    @property
+    def fp8(self) -> bool:
+        """True when the linear GEMMs run in FP8."""
+        return self.fp8_format is not None
 
     def replace(self, **changes) -> "ParallelConfig":
         return dataclasses.replace(self, **changes)

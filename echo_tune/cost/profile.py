@@ -16,6 +16,7 @@ YAML layout (version 1)::
       memory_bandwidth_gbyte_s: 1800  # achieved HBM bandwidth of memory-bound kernels
       kernel_launch_overhead_s: 4.0e-6
       attention_efficiency: 0.6       # fused (flash) attention: fraction of dense peak
+      fp8_gemm_max_efficiency: 0.7    # optional: fraction of dense FP8 peak reached by large FP8 GEMMs
     comm:
       intra_node:                     # collective -> coefficients; "default" is the fallback
         default: {latency_s: 6.0e-6, bus_bandwidth_gbyte_s: 230}
@@ -53,6 +54,11 @@ SCOPES = ("intra_node", "inter_node")
 # - Large cuBLAS fp16/bf16 GEMMs reach ~80% of dense tensor-core peak on A100 and H100 (NVIDIA's
 #   "Matrix Multiplication Background" guide and public cuBLAS benchmarks show 75-90%).
 DATASHEET_GEMM_EFFICIENCY = 0.80
+# - Large FP8 GEMMs (cuBLASLt, Transformer Engine) reach a smaller fraction of the doubled FP8 peak:
+#   ~1,300-1,450 of 1,979 dense TFLOP/s on H100 SXM in public cuBLASLt/TE GEMM benchmarks (8k-16k
+#   square shapes), i.e. ~0.70; the 1-byte operands double the arithmetic intensity, but the
+#   epilogue (scaling, bf16 output) and the doubled rate leave more of the SM idle.
+DATASHEET_FP8_GEMM_EFFICIENCY = 0.70
 # - A GEMM dimension of 128 (one CTA tile) is half-efficient: saturation g(x) = x / (x + 128).
 DATASHEET_GEMM_HALF_SATURATION_DIM = 128.0
 # - Streaming kernels reach ~85% of HBM datasheet bandwidth (STREAM-like copy on A100/H100).
@@ -132,6 +138,8 @@ class CalibrationProfile:
     kernel_launch_overhead_s: float
     attention_efficiency: float
     comm: dict[str, dict[str, LinkCoefficients]]
+    fp8_gemm_max_efficiency: float = DATASHEET_FP8_GEMM_EFFICIENCY
+    """Fraction of the dense FP8 peak large FP8 GEMMs reach (``gemm_max_efficiency`` for FP8)."""
     compute_slowdown: float = 1.0
     comm_slowdown: float = 1.0
     slowdown_curves: dict = field(default_factory=dict)
@@ -143,7 +151,7 @@ class CalibrationProfile:
     version: int = PROFILE_VERSION
 
     def __post_init__(self) -> None:
-        for name in ("gemm_max_efficiency", "attention_efficiency"):
+        for name in ("gemm_max_efficiency", "attention_efficiency", "fp8_gemm_max_efficiency"):
             value = getattr(self, name)
             require(0 < value <= 1, f"`0 < {name} <= 1` must hold, but got ({name}={value})")
         for name in ("gemm_half_saturation_dim", "memory_bandwidth_gbyte_s"):
@@ -177,7 +185,7 @@ class CalibrationProfile:
         data["comm"] = {s: {c: v.to_dict() for c, v in t.items()} for s, t in self.comm.items()}
         compute = {k: data.pop(k) for k in ("gemm_max_efficiency", "gemm_half_saturation_dim",
                                             "memory_bandwidth_gbyte_s", "kernel_launch_overhead_s",
-                                            "attention_efficiency")}
+                                            "attention_efficiency", "fp8_gemm_max_efficiency")}
         interference = {k: data.pop(k) for k in ("compute_slowdown", "comm_slowdown")}
         curves = data.pop("slowdown_curves")
         if curves:

@@ -35,7 +35,7 @@ OFF = {"decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_lay
        "virtual_pipeline_model_parallel_size": None, "num_layers_per_virtual_pipeline_stage": None,
        "sequence_parallel": False, "tp_comm_overlap": False, "recompute_granularity": None,
        "recompute_method": None, "recompute_num_layers": None, "use_distributed_optimizer": False,
-       "overlap_param_gather": False, "overlap_grad_reduce": False}
+       "overlap_param_gather": False, "overlap_grad_reduce": False, "fp8_format": None, "fp8_param_gather": False}
 
 
 class RejectedLayout(Exception):
@@ -88,6 +88,8 @@ def applicable(field_name: str, chosen: dict) -> bool:
         return chosen.get("recompute_granularity") == "full"
     if field_name == "overlap_param_gather":
         return bool(chosen.get("use_distributed_optimizer"))
+    if field_name == "fp8_param_gather":
+        return bool(chosen.get("use_distributed_optimizer")) and chosen.get("fp8_format") is not None
     if field_name == "overlap_grad_reduce":
         model_parallel = tp * pp * chosen.get("context_parallel_size", 1)
         return chosen["num_gpus"] // model_parallel > 1
@@ -205,6 +207,8 @@ _PREFERENCE = {
     "use_distributed_optimizer": lambda v: not v,
     "overlap_param_gather": lambda v: not v,
     "overlap_grad_reduce": lambda v: not v,
+    "fp8_format": lambda v: v is None,
+    "fp8_param_gather": lambda v: not v,
 }
 
 

@@ -73,7 +73,7 @@ def evaluate(space: SearchSpace, candidate: Candidate, *, profile=None, timeline
 
     try:
         report = simulate(space.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
-                          timeline=timeline)
+                          timeline=timeline, memory_headroom_bytes=int(space.memory_headroom_gib * GIB))
     except ConfigError as exc:
         raise RejectedLayout(str(exc), candidate.config) from None
     return make_record(space, candidate, report), report

@@ -149,8 +149,9 @@ def load_rank_file(path: str | Path) -> tuple[list[RankCandidate], float | None]
     return parsed, tokens
 
 
-def rank(candidates: list[RankCandidate], tokens: float) -> list[dict]:
-    """Simulate every candidate; fitting ones fastest first, then the ones that do not fit."""
+def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: float = 2.0) -> list[dict]:
+    """Simulate every candidate; fitting ones fastest first, then the ones that do not fit (a candidate
+    fits when it leaves ``memory_headroom_gib`` free, as in ``search``)."""
     from echo_tune.cost.profile import load_profile
     from echo_tune.sim.simulate import simulate
 
@@ -158,7 +159,8 @@ def rank(candidates: list[RankCandidate], tokens: float) -> list[dict]:
     for c in candidates:
         profile = load_profile(c.profile_path) if c.profile_path else None
         try:
-            report = simulate(c.model, c.cluster, c.num_gpus, c.parallel, profile=profile)
+            report = simulate(c.model, c.cluster, c.num_gpus, c.parallel, profile=profile,
+                              memory_headroom_bytes=int(memory_headroom_gib * 2**30))
         except ConfigError as exc:
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
         seconds = tokens / report.tokens_per_s

@@ -16,6 +16,7 @@ A space file names the model, the cluster, the GPU count(s), the global batch si
       pipeline_model_parallel_size: [8, 16]  # a list: these values
       recompute_granularity: [none, selective, full]
       use_distributed_optimizer: true        # one value: fixed
+      fp8_format: [none, hybrid]             # bf16 or FP8 linear GEMMs (precision stays bf16)
 
 Which combinations are valid is decided in ``layouts.py`` by ``check_compatible``, the simulator's
 own rules; this module only checks each value on its own.
@@ -53,10 +54,12 @@ FIELD_ORDER = (
     "use_distributed_optimizer",
     "overlap_param_gather",
     "overlap_grad_reduce",
+    "fp8_format",
+    "fp8_param_gather",
 )
 LAYOUT_FIELDS = FIELD_ORDER[1:]
 BOOL_FIELDS = ("sequence_parallel", "tp_comm_overlap", "use_distributed_optimizer", "overlap_param_gather",
-               "overlap_grad_reduce")
+               "overlap_grad_reduce", "fp8_param_gather")
 OPTIONAL_INT_FIELDS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                        "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
                        "recompute_num_layers")
@@ -64,7 +67,9 @@ NONE_WORDS = ("none", "null", "off")
 
 OBJECTIVES = ("step_time", "peak_memory", "num_gpus", "cost")
 SPACE_KEYS = ("name", "description", "model", "cluster", "num_gpus", "global_batch_size", "precision",
-              "objectives", "gpu_hour_cost", "profile", "layout")
+              "objectives", "gpu_hour_cost", "profile", "memory_headroom_gib", "layout")
+DEFAULT_MEMORY_HEADROOM_GIB = 2.0
+"""Kept in step with sim.memory.DEFAULT_MEMORY_HEADROOM_GIB (which explains it); this module avoids torch."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class SearchSpace:
     choices: dict[str, tuple]
     """FIELD_ORDER field -> allowed values (one value = fixed). Always has every field."""
     gpu_hour_cost: float | None = None
+    memory_headroom_gib: float = DEFAULT_MEMORY_HEADROOM_GIB
+    """A layout fits only if its peak memory stays this far under the GPU's HBM."""
     profile_path: Path | None = None
     source: str = ""
     description: str = ""
@@ -163,7 +170,7 @@ def _normalize(field_name: str, value, where: str, gbs: int):
         ParallelConfig(global_batch_size=gbs, **{field_name: value})
     except ConfigError as exc:
         raise _err(where, str(exc)) from None
-    if field_name not in ("recompute_granularity", "recompute_method") and (
+    if field_name not in ("recompute_granularity", "recompute_method", "fp8_format") and (
             isinstance(value, bool) or not isinstance(value, int)):
         raise _err(where, f"`{field_name}` must be an integer, but got ({field_name}={value!r})")
     return value
@@ -195,6 +202,8 @@ def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpu
         return ("uniform", "block")
     if field_name in BOOL_FIELDS:
         return (False, True)
+    if field_name == "fp8_format":  # bf16 GEMMs, or FP8 where the GPU has FP8 tensor cores
+        return (None, "hybrid") if cluster.gpu.peak_fp8_tflops is not None else (None,)
     raise ConfigError(f"`{field_name}: auto` is not supported (no rule derives its values); list the values")
 
 
@@ -227,6 +236,9 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
     cost = data.get("gpu_hour_cost")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost <= 0):
         raise _err(where, f"`gpu_hour_cost > 0` must hold, but got (gpu_hour_cost={cost!r})")
+    headroom = data.get("memory_headroom_gib", DEFAULT_MEMORY_HEADROOM_GIB)
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 0:
+        raise _err(where, f"`memory_headroom_gib >= 0` must hold, but got (memory_headroom_gib={headroom!r})")
     profile_path = None
     if data.get("profile") is not None:
         profile_path = Path(resolve_ref(data["profile"], base_dir))
@@ -267,6 +279,7 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
     return SearchSpace(name=str(data.get("name") or name), model=model, cluster=cluster, global_batch_size=gbs,
                        precision=precision, objectives=tuple(objectives), choices=choices,
                        gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile_path,
+                       memory_headroom_gib=float(headroom),
                        source=source, description=str(data.get("description", "")))
 
 
@@ -278,7 +291,8 @@ def load_space(path: str | Path) -> SearchSpace:
 
 
 def with_overrides(space: SearchSpace, *, objectives: tuple[str, ...] | None = None,
-                   gpu_hour_cost: float | None = None, name: str | None = None) -> SearchSpace:
+                   gpu_hour_cost: float | None = None, name: str | None = None,
+                   memory_headroom_gib: float | None = None) -> SearchSpace:
     """The same space with command-line overrides applied (checked like the file's keys)."""
     changes = {}
     if objectives is not None:
@@ -296,4 +310,8 @@ def with_overrides(space: SearchSpace, *, objectives: tuple[str, ...] | None = N
         changes["gpu_hour_cost"] = float(gpu_hour_cost)
     if name is not None:
         changes["name"] = name
+    if memory_headroom_gib is not None:
+        if memory_headroom_gib < 0:
+            raise ConfigError(f"`--memory-headroom-gib >= 0` must hold, but got ({memory_headroom_gib})")
+        changes["memory_headroom_gib"] = float(memory_headroom_gib)
     return dataclasses.replace(space, **changes) if changes else space

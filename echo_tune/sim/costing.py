@@ -1,10 +1,12 @@
 """Turn traced pieces into timed pieces: compute, exposed TP/CP communication, interference.
 
 Inside a layer, Megatron's TP (and SP) collectives sit on the critical path: the next GEMM needs
-their result. With ``tp_comm_overlap`` they are split and run beside the GEMMs that produce or
-consume them; CP ring-attention exchanges run beside the attention kernel. Where communication
-overlaps compute, the compute is slowed by the profile's ``compute_slowdown`` (Echo's third idea)
-and the communication by ``comm_slowdown``.
+their result. With ``tp_comm_overlap`` each is paired with one GEMM of its linear layer as TE's
+userbuffers pair them (ring exchange, pipelined or bulk; ``cost/tp_overlap.py``): partly hidden, and
+the GEMM slowed by the SMs given to communication and by memory contention. CP ring-attention
+exchanges run beside the attention kernel. Where communication overlaps compute, the compute is
+slowed by the profile's ``compute_slowdown`` (Echo's third idea) and the communication by
+``comm_slowdown``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.fp8 import FP8_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
+from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.workload.graph import Op
 
@@ -51,37 +55,63 @@ class CostContext:
     precision: str
     groups: dict[str, GroupPlacement]
     tp_comm_overlap: bool = False
+    fp8_recipe: str | None = None
+    """The FP8 recipe when the linear GEMMs run in FP8 (cost/fp8.py); None = bf16 GEMMs."""
 
 
-def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile) -> PhaseCost:
-    """Communication of ``comm_s`` run beside compute of ``hidden_by_s`` (already counted as compute)."""
-    comm_s *= profile.comm_slowdown
+def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile, size_bytes: float = 0.0,
+                kind: str = "attention") -> PhaseCost:
+    """Communication of ``comm_s`` (messages of ``size_bytes`` each) run beside compute of ``hidden_by_s``
+    (already counted as compute), slowed as the profile's curves say for that message size and kernel kind."""
+    comm_s *= slowdown(profile, "comm", size_bytes, kind)
     overlap_s = min(comm_s, hidden_by_s)
     return PhaseCost(comm_exposed_s=comm_s - overlap_s,
-                     interference_s=overlap_s * (profile.compute_slowdown - 1.0))
+                     interference_s=overlap_s * (slowdown(profile, "compute", size_bytes, kind) - 1.0))
 
 
 def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = None) -> PhaseCost:
     """Cost of a list of ops (optionally only those of one region) on one rank."""
-    compute_s = gemm_s = attention_s = 0.0
-    tp_comm_s = cp_comm_s = 0.0
+    if region is not None:
+        ops = tuple(op for op in ops if op.region == region)
+    fp8 = ctx.fp8_recipe is not None
+    times, sizes = [], []
+    compute_s = attention_s = cast_s = 0.0
+    cp_comm_s = cp_size = 0.0
     for op in ops:
-        if region is not None and op.region != region:
-            continue
         if op.kind == "collective":
-            t = collective_time_s(op.collective, op.size_bytes, ctx.groups[op.group], ctx.profile)
+            size = fp8_collective_bytes(op) if fp8 else op.size_bytes
+            t = collective_time_s(op.collective, size, ctx.groups[op.group], ctx.profile)
+            times.append(t)
+            sizes.append(size)
             if op.group == "cp":
                 cp_comm_s += t
-            else:
-                tp_comm_s += t
+                cp_size = max(cp_size, size)
             continue
-        t = op_time_s(op, ctx.profile, ctx.gpu, ctx.precision)
+        if fp8 and is_fp8_gemm(op):
+            t = fp8_gemm_time_s(op, ctx.profile, ctx.gpu)
+            cast_s += fp8_cast_s(op, ctx.fp8_recipe, ctx.profile)
+        else:
+            t = op_time_s(op, ctx.profile, ctx.gpu, ctx.precision)
+        times.append(t)
+        sizes.append(0)
         compute_s += t
-        if op.kind == "gemm":
-            gemm_s += t
-        elif op.kind == "attention":
+        if op.kind == "attention":
             attention_s += t
-    cost = PhaseCost(compute_s=compute_s) + _overlapped(cp_comm_s, attention_s, ctx.profile)
+    cost = PhaseCost(compute_s=compute_s + cast_s) + _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
+    tp_ops = [i for i, op in enumerate(ops) if op.kind == "collective" and op.group != "cp"]
+    paired = {}
     if ctx.tp_comm_overlap:
-        return cost + _overlapped(tp_comm_s, gemm_s, ctx.profile)
-    return cost + PhaseCost(comm_exposed_s=tp_comm_s)
+        # userbuffer overlap covers the TE linear layers of a transformer layer only
+        paired = {c: (g, method) for c, g, method in pair_methods(ops) if ops[c].region in FP8_REGIONS}
+    exposed = extra = 0.0
+    tp = ctx.groups["tp"].size
+    sm_count = ctx.gpu.sm_count or DEFAULT_SM_COUNT
+    for i in tp_ops:
+        if i not in paired:
+            exposed += times[i]
+            continue
+        g, method = paired[i]
+        e, x = overlapped_cost(method, times[i], times[g], ops[g], sizes[i], tp, ctx.profile, sm_count)
+        exposed += e
+        extra += x
+    return cost + PhaseCost(comm_exposed_s=exposed, interference_s=extra)

@@ -37,8 +37,9 @@ class StageTail:
 
 
 def grad_bytes_per_param(parallel: ParallelConfig) -> float:
-    """Gradients are reduced in the main-grad dtype: fp32 for bf16 (Megatron accumulates in fp32)."""
-    return 2.0 if parallel.precision == "fp16" else 4.0
+    """Gradients are reduced in the main-grad dtype: fp32 for bf16 (Megatron accumulates in fp32)
+    unless ``--grad-reduce-in-bf16``."""
+    return 2.0 if parallel.precision == "fp16" or parallel.grad_reduce_in_bf16 else 4.0
 
 
 def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: CalibrationProfile,
@@ -70,7 +71,8 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Calibra
     owned = total_params / dp.size if parallel.use_distributed_optimizer else total_params
     optimizer = owned * OPTIMIZER_BYTES_PER_PARAM / (profile.memory_bandwidth_gbyte_s * 1e9)
     if parallel.use_distributed_optimizer:
-        param_bytes = 2.0 if parallel.precision != "fp32" else 4.0
+        # --fp8-param-gather all-gathers the (mostly linear-layer) weights in FP8
+        param_bytes = 1.0 if parallel.fp8_param_gather else (2.0 if parallel.precision != "fp32" else 4.0)
         gathered = min(total_params, ddp_bucket_params(dp.size)) if parallel.overlap_param_gather else total_params
         optimizer += collective_time_s("all_gather", gathered * param_bytes, dp, profile)
     return StageTail(dp_exposed_s=dp_exposed, interference_s=overlap * (profile.compute_slowdown - 1.0),

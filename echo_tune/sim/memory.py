@@ -1,14 +1,31 @@
 """Peak GPU memory per pipeline stage: weights, gradients, optimizer states, activations.
 
-Bytes per parameter follow Megatron-LM's distributed-optimizer table (docs/source/api-guide/
-dist_optimizer.md): with bf16 parameters and fp32 gradient accumulation a rank holds 2 (param) + 4
-(main grad) + 12 (fp32 master, Adam m and v) = 18 bytes per parameter, of which the 12 are divided
-by DP with the distributed optimizer; fp16 keeps fp16 gradients (16 bytes, 4 + 12/DP).
+Each allocation as Megatron-LM makes it (d98e8a64ddf3):
+- weights: the bf16/fp16 model parameters in DDP's contiguous param buffer, 2 bytes each
+  (megatron/core/distributed/param_and_grad_buffer.py). Under ``--fp8-format`` Transformer Engine
+  also keeps the FP8 weights of the linear layers for the whole step (a row-wise and a transposed copy,
+  1 byte each, cached over micro-batches); with ``--fp8-param-gather`` the FP8 weight is the model
+  parameter itself (no bf16 copy): 1 + 1 bytes instead of 2 + 2.
+- gradients: the main-grad buffer, fp32 (4 bytes) for bf16 training because Megatron sets
+  ``accumulate_allreduce_grads_in_fp32`` (training/arguments.py), bf16 (2) with
+  ``--grad-reduce-in-bf16``, fp16 (2) for fp16. It is not sharded: the distributed optimizer
+  reduce-scatters into it.
+- optimizer: fp32 master parameters plus Adam's exp_avg and exp_avg_sq, 4 + 4 + 4 bytes (or the
+  ``--main-params-dtype`` / ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` sizes with
+  ``--use-precision-aware-optimizer``, core/optimizer/optimizer_config.py), divided with the
+  distributed optimizer over the data-parallel ranks *including context-parallel ranks*: its
+  gradient buffers and shards use the DP x CP group (core/distributed/distributed_data_parallel.py
+  builds them on ``get_data_parallel_group(with_context_parallel=True)``). This matches the
+  distributed-optimizer table (docs/source/api-guide/dist_optimizer.md: 6 + 12/d bytes for bf16
+  parameters with fp32 gradients) and ``compute_weight_and_optimizer_memory`` in
+  training/theoretical_memory_usage.py (18 bytes, or 6 + 12/d with the distributed optimizer, d
+  = DP x CP).
 
 Activations are the traced saved-tensor bytes of each micro-batch, times the largest number of
-micro-batches whose backward has not run yet under the stage's schedule (from the task order).
-Full recompute keeps only each checkpoint's input, plus one recompute unit materialised at a time;
-selective recompute drops the core-attention tensors.
+micro-batches whose backward has not run yet under the stage's schedule (from the task order; the
+same count as theoretical_memory_usage.py's interleaved penalty). Full recompute keeps only each
+checkpoint's input, plus one recompute unit materialised at a time; selective recompute drops the
+core-attention tensors; FP8 linear layers save their input in FP8 (``cost/fp8.py``).
 """
 
 from __future__ import annotations
@@ -16,24 +33,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
+from echo_tune.cost.fp8 import fp8_activation_savings_bytes
 from echo_tune.sim.schedules import peak_in_flight_total, stage_order
 from echo_tune.workload.graph import Trace
 
-# CUDA context, cuBLAS workspaces and NCCL buffers outside PyTorch's allocator: ~1 GiB is typical of
-# an A100/H100 training process (CUDA context ~0.5 GiB, NCCL channel buffers a few hundred MiB).
+# Memory outside PyTorch's caching allocator that nvidia-smi counts against the HBM: the CUDA context
+# with its loaded kernels (~0.5 GiB on A100/H100 with lazy module loading), NCCL's per-peer channel
+# buffers (a few hundred MiB for TP + DP + PP communicators) and cuBLAS/cuBLASLt workspaces: ~1 GiB.
 RUNTIME_RESERVE_BYTES = 1 << 30
+# Safety margin a *recommended* layout keeps below the HBM limit (``--memory-headroom-gib``): the caching
+# allocator's fragmentation (reserved minus allocated memory; blocks split across micro-batches of
+# different lifetimes) is not in the byte count above. 2 GiB (~2.5% of an 80 GB GPU) is an assumption,
+# not a measurement: large enough that a layout 0.2 GiB under the limit is not recommended, small enough
+# not to exclude layouts that published runs use.
+DEFAULT_MEMORY_HEADROOM_GIB = 2.0
 
 
-def bytes_per_param(parallel: ParallelConfig, data_parallel_size: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer states) bytes per parameter on one rank."""
+def bytes_per_param(parallel: ParallelConfig, data_parallel_size: int,
+                    context_parallel_size: int = 1) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) bytes per parameter on one rank (FP8 copies apart)."""
     if parallel.precision == "fp32":
         weights, grads, optimizer = 4.0, 4.0, 8.0  # Adam m and v; the parameter is its own master
     else:
-        weights, grads, optimizer = 2.0, (4.0 if parallel.precision == "bf16" else 2.0), 12.0
+        weights = 2.0
+        grads = 2.0 if parallel.precision == "fp16" or parallel.grad_reduce_in_bf16 else 4.0
+        optimizer = 12.0
+        if parallel.use_precision_aware_optimizer:
+            optimizer = sum(STATE_DTYPE_BYTES[d] for d in (parallel.main_params_dtype, parallel.exp_avg_dtype,
+                                                           parallel.exp_avg_sq_dtype))
     if parallel.use_distributed_optimizer:
-        optimizer /= data_parallel_size
+        optimizer /= data_parallel_size * context_parallel_size
     return weights, grads, optimizer
+
+
+def fp8_weight_bytes_per_param(parallel: ParallelConfig) -> float:
+    """Extra bytes per linear-layer parameter under FP8 (see the module docstring)."""
+    if not parallel.fp8:
+        return 0.0
+    return 0.0 if parallel.fp8_param_gather else 2.0  # 1 + 1 FP8 copies replace 2 bf16, or add to them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,8 +111,12 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     """Peak memory of one rank of ``stage``."""
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
+    fp8_saved = fp8_activation_savings_bytes(pieces["layer"], parallel.tensor_model_parallel_size,
+                                             layout.sequence_parallel) if parallel.fp8 else 0.0
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
         kept, extra = layer_activation_bytes(pieces["layer"], layout, layers)
+        if layout.recompute_granularity != "full":
+            kept -= layers * fp8_saved
         if stage == 0 and chunk == 0:
             kept += pieces["embedding"].activation_bytes
         if stage == p - 1 and chunk == v - 1:
@@ -87,6 +129,8 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         # warm-up holds at most 2pv forwards; after it the live set cycles with period pv tasks
         order = order[:4 * p * v + 2]
     activations = peak_in_flight_total(order, chunk_bytes) + transient
-    w, g, o = bytes_per_param(parallel, layout.data_parallel_size)
-    return StageMemory(stage=stage, weights_bytes=int(w * params_on_rank), gradients_bytes=int(g * params_on_rank),
+    w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
+    linear_params = pieces["layer"].param_count * sum(layout.stage_chunk_layers[stage])
+    weights = w * params_on_rank + fp8_weight_bytes_per_param(parallel) * linear_params
+    return StageMemory(stage=stage, weights_bytes=int(weights), gradients_bytes=int(g * params_on_rank),
                        optimizer_bytes=int(o * params_on_rank), activations_bytes=int(activations))

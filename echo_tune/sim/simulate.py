@@ -14,6 +14,7 @@ from echo_tune.config.compatibility import GroupPlacement, Layout, check_compati
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.fp8 import amax_reduction_s
 from echo_tune.cost.profile import CalibrationProfile, check_profile_device, profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
@@ -48,17 +49,30 @@ def _p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
             + collective_time_s("all_gather", size, tp, profile))
 
 
-def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
-    """(forward, backward without recompute, recompute) of one micro-batch of one chunk."""
+def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
+                  bf16: tuple[PassCosts, int, int] | None = None,
+                  per_pass: PhaseCost = ZERO) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
+    """(forward, backward without recompute, recompute) of one micro-batch of one chunk.
+
+    ``bf16``: (bf16 layer costs, layers at the start, layers at the end) kept in bf16 under FP8
+    (``--first-last-layers-bf16``): the model's first layers sit in the first chunk of stage 0, its last
+    ones in the last chunk of the last stage."""
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     layers = layout.stage_chunk_layers[stage][chunk]
     fwd, bwd = costs.layer_forward.scaled(layers), costs.layer_backward.scaled(layers)
+    if bf16 is not None:
+        plain, start, end = bf16
+        n = (min(start, layers) if (stage, chunk) == (0, 0) else 0) + \
+            (min(end, layers) if (stage, chunk) == (p - 1, v - 1) else 0)
+        fwd = fwd + plain.layer_forward.scaled(n) + costs.layer_forward.scaled(-n)
+        bwd = bwd + plain.layer_backward.scaled(n) + costs.layer_backward.scaled(-n)
     rec = ZERO
     if layout.recompute_granularity == "selective":
         rec = costs.selective_recompute.scaled(layers)
     elif layout.recompute_granularity == "full":
         recomputed = min(layers, layout.recompute_num_layers) if layout.recompute_method == "block" else layers
         rec = costs.layer_forward.scaled(recomputed)
+    fwd, bwd = fwd + per_pass, bwd + per_pass  # FP8 delayed scaling: the amax all-reduce of each pass
     if stage == 0 and chunk == 0:
         fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
     if stage == p - 1 and chunk == v - 1:
@@ -77,8 +91,11 @@ def _embedding_sync_s(pieces, layout: Layout, parallel: ParallelConfig, profile)
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
              profile: CalibrationProfile | None = None, schedule: str | None = None,
-             timeline: bool = False) -> StepReport:
-    """Simulate one training step. Raises ConfigError for a layout that breaks a rule."""
+             timeline: bool = False, memory_headroom_bytes: int = 0) -> StepReport:
+    """Simulate one training step. Raises ConfigError for a layout that breaks a rule.
+
+    ``memory_headroom_bytes``: a layout fits only if its peak stays this far under the HBM size
+    (the CLI and search use ``sim.memory.DEFAULT_MEMORY_HEADROOM_GIB``; validation of measured runs 0)."""
     layout = check_compatible(model, cluster, num_gpus, parallel)
     profile = profile or profile_for(cluster)
     check_profile_device(profile, cluster)
@@ -89,9 +106,18 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
-                      tp_comm_overlap=parallel.tp_comm_overlap)
+                      tp_comm_overlap=parallel.tp_comm_overlap,
+                      fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None)
     costs = pass_costs(pieces, ctx)
-    passes = [[_chunk_passes(layout, costs, s, c) for c in range(v)] for s in range(p)]
+    bf16 = None
+    if parallel.fp8 and parallel.first_last_layers_bf16:
+        bf16 = (pass_costs(pieces, dataclasses.replace(ctx, fp8_recipe=None)),
+                parallel.num_layers_at_start_in_bf16, parallel.num_layers_at_end_in_bf16)
+    amax = ZERO
+    if parallel.fp8 and parallel.fp8_recipe == "delayed":
+        chunk_layers = max(max(row) for row in layout.stage_chunk_layers)
+        amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers))
+    passes = [[_chunk_passes(layout, costs, s, c, bf16, amax) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
     p2p_s = _p2p_time_s(pieces, layout, profile)
@@ -118,9 +144,12 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         tokens_per_s=parallel.global_batch_size * model.seq_length / step_time,
         model_flops_per_step=flops, model_tflops_per_gpu=flops / step_time / num_gpus / 1e12,
         mfu=flops / (step_time * num_gpus * peak_flops), peak_memory_bytes=peak,
-        memory_capacity_bytes=cluster.gpu.memory_bytes, fits_memory=peak <= cluster.gpu.memory_bytes,
+        memory_capacity_bytes=cluster.gpu.memory_bytes - memory_headroom_bytes,
+        fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
+        notes=(f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
+               f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",) if memory_headroom_bytes else (),
         timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
 
 

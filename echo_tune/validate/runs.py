@@ -16,7 +16,7 @@ from pathlib import Path
 
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.loading import build, load_cluster
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.megatron_args import MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.errors import ConfigError, EchoTuneError
@@ -77,8 +77,15 @@ def _fields(row: dict, table: dict) -> dict:
 def _assumed(row: dict, model_fields: dict, parallel_fields: dict) -> tuple[dict, dict, list[str]]:
     """Megatron flags in the assumptions text, for fields no column sets."""
     text = row.get("assumptions") or ""
-    tokens = (t.strip(";,.()") for t in text.replace(",", " ").split())
-    model_extra, parallel_extra, _, _ = parse_megatron_line(" ".join(t for t in tokens if t.startswith("--")))
+    tokens = [t.strip(";,.()") for t in text.replace(",", " ").split()]
+    kinds = {flag: kind for flag, kind in (*MODEL_FLAGS.values(), *PARALLEL_FLAGS.values())}
+    kept = []  # the flags, and the value after a flag that takes one (--exp-avg-dtype bf16)
+    for i, token in enumerate(tokens):
+        if token.startswith("--"):
+            kept.append(token)
+            if kinds.get(token) in ("int", "float", "str") and i + 1 < len(tokens):
+                kept.append(tokens[i + 1])
+    model_extra, parallel_extra, _, _ = parse_megatron_line(" ".join(kept))
     model_extra = {k: v for k, v in model_extra.items() if k not in model_fields}
     parallel_extra = {k: v for k, v in parallel_extra.items() if k not in parallel_fields}
     flags = sorted(f"--{k.replace('_', '-')}" for k in {**model_extra, **parallel_extra})

@@ -174,7 +174,7 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     hidden = in_region("input_norm", norm, x, params["input_norm"], shard)
     q, k, v = in_region("qkv", _qkv, hidden, params, shard)
     context = in_region("core_attention", lambda: core_attention(
-        q, k, v, flash=m.use_flash_attn, context_parallel_size=shard.cp, dropout_p=m.attention_dropout))
+        q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout))
     attn = in_region("attention_proj", _attention_proj, context, params, shard)
     x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout)
     hidden = in_region("mlp_norm", norm, x, params["mlp_norm"], shard)

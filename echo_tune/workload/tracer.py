@@ -210,7 +210,8 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
     """The model with every field that cannot change this piece's trace set to a fixed value."""
     fixed = dict(name="", num_layers=1, num_query_groups=model.query_groups, kv_channels=model.head_dim,
                  ffn_hidden_size=model.ffn_size, hidden_dropout=0.1 if model.hidden_dropout > 0 else 0.0,
-                 attention_dropout=0.1 if model.attention_dropout > 0 else 0.0)
+                 attention_dropout=0.1 if model.attention_dropout > 0 else 0.0,
+                 attention_backend="auto", use_flash_attn=model.flash_attention)
     if piece == "layer":
         fixed.update(vocab_size=1, make_vocab_size_divisible_by=1, untie_embeddings_and_output_weights=False)
     return model.replace(**fixed)

@@ -39,9 +39,14 @@ def test_megatron_args_line(capsys):
             "--seq-length 2048 --max-position-embeddings 2048 --vocab-size 51200 --micro-batch-size 1 "
             "--global-batch-size 1536 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
             "--recompute-granularity full --recompute-method uniform --bf16 --lr 6e-5 --data-path /data/x")
-    data = run_json(capsys, ["simulate", "--num-gpus", "1024", "--megatron-args", line])
+    # the gpt3-175b preset keeps the 2021 runs' unfused attention; a Megatron line gets Megatron's default
+    # backend (auto: flash-style) unless it says otherwise
+    data = run_json(capsys, ["simulate", "--num-gpus", "1024", "--megatron-args", line + " --attention-backend unfused"])
     assert data["step_time_s"] == pytest.approx(run_json(capsys, ISSUE_LINE)["step_time_s"], rel=1e-9)
     assert any("--lr" in note for note in data["notes"])
+    default = run_json(capsys, ["simulate", "--num-gpus", "1024", "--megatron-args", line])
+    assert default["config"]["model_spec"]["attention_backend"] == "auto"
+    assert default["step_time_s"] < data["step_time_s"]
 
 
 def test_out_of_memory_exits_zero_and_says_where(capsys):
@@ -129,3 +134,17 @@ def test_wrong_types_in_model_files(tmp_path, capsys, text, fragment):
 def test_flags_without_global_batch_size(capsys):
     assert main(["simulate", "--num-gpus", "64"]) == 2
     assert "--global-batch-size is required" in capsys.readouterr().err
+
+
+def test_memory_headroom_and_fp8_flags(capsys):
+    base = ["simulate", "--model", "llama3-8b", "--cluster", "h100", "--num-gpus", "8", "--global-batch-size", "128",
+            "--context-parallel-size", "2", "--use-distributed-optimizer"]
+    data = run_json(capsys, base + ["--fp8-format", "hybrid", "--fp8-param-gather"])
+    assert data["config"]["fp8_format"] == "hybrid" and data["config"]["precision"] == "bf16"
+    assert any("2.0 GiB headroom" in note for note in data["notes"])
+    none = run_json(capsys, base + ["--memory-headroom-gib", "0"])
+    assert not any("headroom" in note for note in none["notes"])
+    assert main(base + ["--memory-headroom-gib", "-1"]) == 2
+    assert "--memory-headroom-gib >= 0" in capsys.readouterr().err
+    assert main(base + ["--fp8-format", "e5m2"]) == 2
+    assert "fp8_format" in capsys.readouterr().err

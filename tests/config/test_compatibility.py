@@ -110,3 +110,17 @@ def test_spec_validation_messages():
 def test_tp_comm_overlap_is_a_no_op_at_tp1():
     lay = layout(num_gpus=512, global_batch_size=512, tp_comm_overlap=True)
     assert lay.groups["tp"].size == 1
+
+
+def test_embedding_and_loss_count_in_the_pipeline_split():
+    # Megatron core/transformer/transformer_block.py: (num_layers + extra) / PP per stage, one fewer at the ends
+    both = layout(model=LLAMA, num_gpus=384, tensor_model_parallel_size=8, pipeline_model_parallel_size=2,
+                  global_batch_size=384, account_for_embedding_in_pipeline_split=True,
+                  account_for_loss_in_pipeline_split=True)
+    assert both.stage_layers == (40, 40)
+    first = layout(model=LLAMA, num_gpus=384, tensor_model_parallel_size=8, pipeline_model_parallel_size=3,
+                   global_batch_size=384, account_for_embedding_in_pipeline_split=True)
+    assert first.stage_layers == (26, 27, 27) and sum(first.stage_layers) == LLAMA.num_layers
+    with pytest.raises(ConfigError, match=r"\(num_layers \+ 1\) % pipeline_model_parallel_size == 0"):
+        layout(model=LLAMA, num_gpus=512, tensor_model_parallel_size=8, pipeline_model_parallel_size=8,
+               global_batch_size=512, account_for_embedding_in_pipeline_split=True)

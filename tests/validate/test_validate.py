@@ -97,3 +97,16 @@ def test_published_runs_regression_guard():
     assert all(r.error is None for r in rows)
     assert summary["mape_pct"] <= 10.0
     assert summary["max_abs_error_pct"] <= 25.0
+
+
+def test_assumed_flags_with_values_and_fp8_columns(tmp_path):
+    header = HEADER + ["fp8_format", "fp8_param_gather"]
+    row = ROW[:16] + ["flags: --grad-reduce-in-bf16 --use-distributed-optimizer --use-precision-aware-optimizer "
+                      "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; NeMo dtype: bf16", "x", "", "false"]
+    (case,) = read_runs(write(tmp_path, header, (row,)))
+    assert case.error is None and case.parallel.exp_avg_dtype == case.parallel.exp_avg_sq_dtype == "bf16"
+    assert case.parallel.grad_reduce_in_bf16 and case.parallel.fp8_format is None
+    fp8_row = ROW[:16] + ["", "x", "hybrid", "false"]
+    fp8_row[7] = "h100-sxm"
+    (fp8,) = read_runs(write(tmp_path, header, (fp8_row,)))
+    assert fp8.parallel.fp8_format == "hybrid" and fp8.parallel.precision == "bf16"

@@ -1,0 +1,123 @@
+"""FP8 GEMMs as Megatron-LM runs them through Transformer Engine (``--fp8-format``).
+
+Which GEMMs: the linear layers of each transformer layer (QKV, attention output projection, fc1, fc2),
+which Megatron builds from TE modules (megatron/core/extensions/transformer_engine.py at d98e8a64ddf3)
+inside ``fp8_autocast``. Core attention (``fp8_dot_product_attention`` is off by default), norms,
+softmax, the embedding and the output layer stay in bf16 (``fp8_output_proj`` is off by default and
+MXFP8-only). In the traced layer those GEMMs are the ``gemm`` ops of the regions in ``FP8_REGIONS``.
+
+Time of an FP8 GEMM: its FLOPs at the GPU's dense FP8 peak times the profile's
+``fp8_gemm_max_efficiency`` and the same size saturation as bf16 GEMMs; its operands are one byte.
+
+Quantisation kernels each recipe adds (memory-bound, at the profile's HBM bandwidth), per element:
+- every forward GEMM quantises its activation input X (m x k) and every backward pass quantises the
+  output gradient dY (m x n) once for both backward GEMMs. A quantisation reads bf16 (2 B) and writes
+  a row-wise and a column-wise (transposed) FP8 copy (1 B each), because Hopper's FP8 tensor cores take
+  only the "TN" layout and the wgrad GEMM needs the transposed operand: 4 B per element.
+- ``delayed``: the scale comes from the amax history and the amax is taken inside the cast: 4 B.
+- ``tensorwise`` (current scaling): an extra read of the tensor for its amax first: 6 B.
+- ``blockwise`` / ``mxfp8``: scales per 128 / 32 elements computed inside the cast kernel: 4 B plus
+  the scale factors (4 B per 128 and 1 B per 32 elements, for both copies).
+- weights: TE caches the FP8 weight over the micro-batches of a step (Megatron passes
+  ``is_first_microbatch``, transformer_engine.py), so their cast is once per step and not charged here.
+
+Collectives: TE quantises before the sequence-parallel all-gathers of an FP8 linear layer (the input
+of QKV and fc1 forward, and the output gradients gathered for backward), so those move 1-byte
+elements; the reduce-scatters of GEMM outputs stay bf16.
+
+Amax reduction (delayed scaling): Megatron wraps a model chunk's whole forward in one ``fp8_autocast``
+(core/transformer/transformer_block.py, ``get_fp8_context`` in core/fp8_utils.py) whose ``fp8_group`` is
+the TP x DP x CP group (``parallel_state.get_amax_reduction_group(with_context_parallel=True)``); TE
+all-reduces the region's amaxes over that group when the forward ends and again when its backward ends,
+on the compute stream: a small, latency-bound all-reduce per chunk pass (``amax_reduction_s``).
+
+Memory: TE saves the FP8 (column-wise) copy of each linear layer's input for the wgrad GEMM instead
+of the bf16 tensor: 1 byte per element saved instead of 2 (see ``fp8_activation_savings_bytes``).
+"""
+
+from __future__ import annotations
+
+from echo_tune.config.cluster import ClusterSpec, GPUSpec
+from echo_tune.config.compatibility import GroupPlacement, Layout
+from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.compute import gemm_efficiency
+from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.workload.graph import Op, Trace
+
+FP8_REGIONS = ("qkv", "attention_proj", "mlp")
+"""Traced regions whose GEMMs are TE linear layers (run in FP8 under --fp8-format)."""
+
+CAST_BYTES_PER_ELEMENT = {
+    "delayed": 4.0,
+    "tensorwise": 6.0,
+    "blockwise": 4.0 + 2 * 4.0 / 128,
+    "mxfp8": 4.0 + 2 * 1.0 / 32,
+}
+"""HBM bytes moved to quantise one bf16 element (read 2 B, write row- and column-wise FP8 copies)."""
+
+
+def is_fp8_gemm(op: Op) -> bool:
+    return op.kind == "gemm" and op.region in FP8_REGIONS
+
+
+def fp8_gemm_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec) -> float:
+    """Time of one FP8 GEMM: FP8 peak x FP8 efficiency x size saturation; 1-byte operands."""
+    m, n, k = op.gemm_mnk or (4096, 4096, 4096)
+    efficiency = gemm_efficiency(m, n, k, profile) * profile.fp8_gemm_max_efficiency / profile.gemm_max_efficiency
+    compute_s = op.flops / (gpu.peak_tflops("fp8") * 1e12 * efficiency)
+    memory_s = (m * k + k * n + 2 * m * n) / (profile.memory_bandwidth_gbyte_s * 1e9)
+    return max(compute_s, memory_s) + profile.kernel_launch_overhead_s
+
+
+def fp8_cast_s(op: Op, recipe: str, profile: CalibrationProfile) -> float:
+    """Quantisation kernels charged to one FP8 GEMM (see the module docstring).
+
+    Forward GEMMs have mnk = (tokens, out, in): X is m x k. Both backward GEMMs of a linear layer have
+    dY as their m x k operand (dgrad: dY @ W, wgrad: dY^T @ X), so each carries half of dY's cast.
+    """
+    m, _, k = op.gemm_mnk or (4096, 4096, 4096)
+    elements = m * k if op.phase == "fwd" else m * k / 2
+    return elements * CAST_BYTES_PER_ELEMENT[recipe] / (profile.memory_bandwidth_gbyte_s * 1e9) \
+        + profile.kernel_launch_overhead_s
+
+
+def fp8_collective_bytes(op: Op) -> float:
+    """Message size of a TP collective under FP8: all-gathers of an FP8 linear layer move 1-byte data."""
+    if op.collective == "all_gather" and op.region in FP8_REGIONS:
+        return op.size_bytes / 2
+    return op.size_bytes
+
+
+def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, sequence_parallel: bool) -> float:
+    """Bytes per micro-batch TE saves less than bf16: each FP8 linear layer keeps a 1-byte copy of its
+    input. Under sequence parallelism QKV and fc1 keep their local (un-gathered) input shard."""
+    saved = 0.0
+    for op in layer.forward:
+        if not is_fp8_gemm(op):
+            continue
+        m, _, k = op.gemm_mnk
+        gathered = sequence_parallel and op.region in ("qkv", "mlp") and _is_first_in_region(layer, op)
+        saved += m * k / (tensor_model_parallel_size if gathered else 1)
+    return saved
+
+
+def _is_first_in_region(layer: Trace, target: Op) -> bool:
+    for op in layer.forward:
+        if op.kind == "gemm" and op.region == target.region:
+            return op is target
+    return False
+
+
+AMAX_TENSORS_PER_LAYER = 4 * 3
+"""FP8 tensors whose amax a layer records in forward: input, weight and output of its 4 linear layers."""
+
+
+def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationProfile, layers: int) -> float:
+    """One amax all-reduce of a chunk of ``layers`` layers over TP x DP x CP (delayed scaling)."""
+    g = layout.groups
+    size = g["tp"].size * g["cp"].size * g["dp"].size
+    if size == 1:
+        return 0.0
+    domain = cluster.nvlink_domain_gpus  # the group is the innermost TP x CP x DP ranks: contiguous
+    placement = GroupPlacement(size=size, ranks_per_node=min(size, domain), num_nodes=-(-size // domain))
+    return collective_time_s("all_reduce", 4 * AMAX_TENSORS_PER_LAYER * max(layers, 1), placement, profile)

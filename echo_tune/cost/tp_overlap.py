@@ -1,0 +1,102 @@
+"""Tensor-parallel communication overlap as Megatron-LM / Transformer Engine run it (``--tp-comm-overlap``).
+
+With sequence parallelism each TE linear layer has one TP collective next to its GEMM. Megatron
+hands them to TE's userbuffers (``initialize_ub`` in transformer_engine/pytorch/module/base.py, called
+from megatron/training/initialize.py at d98e8a64ddf3), which pairs each collective with one GEMM by
+one of three methods (TE's defaults):
+
+- **ring exchange** (``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad``: the all-gather of the
+  GEMM's input): the GEMM is split into TP chunks of m/TP rows; chunk i runs on the rows already here
+  while the next chunk arrives by peer-to-peer copy (copy engines, ~1 SM). The first chunk is local, so
+  TP-1 chunks of GEMM hide the transfer; smaller chunks run at lower GEMM efficiency.
+- **pipeline** (``proj_fprop``, ``fc2_fprop``: the reduce-scatter of the GEMM's output): the GEMM runs in
+  ``num_splits`` = 4 chunks and each chunk's reduce-scatter runs beside the next chunk on ``num_sm``
+  = 16 SMs taken from the GEMM (``set_sm_margin``); the last chunk's reduce-scatter is exposed.
+- **bulk** (``qkv_dgrad``/``fc1_dgrad``: the all-gather of the saved input for wgrad beside the dgrad
+  GEMM; ``qkv_wgrad``/``fc1_wgrad``: the reduce-scatter of dgrad's output beside the wgrad GEMM): the
+  whole collective runs on ``num_sm`` = 16 SMs beside the whole GEMM.
+
+So overlap is partial, and the GEMMs beside it lose the SMs given to communication. On top of the SM
+share, a kernel beside a collective also competes for HBM and L2 (Echo, arXiv 2412.12487): the
+profile's fitted slowdown curve (by message size; by kernel kind where the profile has one) or its
+scalar ``compute_slowdown``, applied per overlapped op. NeMo's tuned per-model configs change
+``num_sm`` (2-24) and ``num_splits``; echo-tune uses TE's defaults.
+"""
+
+from __future__ import annotations
+
+from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.workload.graph import Op
+
+UB_NUM_SM = 16
+"""SMs a pipeline or bulk userbuffer collective runs on (TE ``initialize_ub`` default ``num_sm``)."""
+UB_NUM_SPLITS = 4
+"""GEMM chunks of the pipelined reduce-scatter (TE default ``num_splits``)."""
+DEFAULT_SM_COUNT = 132
+"""SMs of an H100 SXM, used when a GPU preset does not give ``sm_count``."""
+
+
+def slowdown(profile: CalibrationProfile, which: str, size_bytes: float, kind: str = "gemm") -> float:
+    """Slowdown of a ``which`` ("compute" or "comm") kernel beside a collective of ``size_bytes``:
+    the profile's fitted curve 1 + A * size / (size + half) (a per-kind curve ``compute_<kind>`` first),
+    else its scalar."""
+    curves = profile.slowdown_curves or {}
+    curve = curves.get(f"{which}_{kind}") or curves.get(which)
+    if curve and "amplitude" in curve:
+        return 1.0 + curve["amplitude"] * size_bytes / (size_bytes + curve["half_size_bytes"])
+    if curve and "median" in curve:
+        return max(1.0, curve["median"])
+    return profile.compute_slowdown if which == "compute" else profile.comm_slowdown
+
+
+def _saturation(x: float, profile: CalibrationProfile) -> float:
+    return x / (x + profile.gemm_half_saturation_dim)
+
+
+def pair_methods(ops: tuple[Op, ...]) -> list[tuple[int, int, str]]:
+    """(collective index, GEMM index, method) for each TP collective of one phase of a layer."""
+    gemms = [i for i, op in enumerate(ops) if op.kind == "gemm"]
+    pairs = []
+    for i, op in enumerate(ops):
+        if op.kind != "collective" or op.group != "tp":
+            continue
+        after = [g for g in gemms if g > i]
+        before = [g for g in gemms if g < i]
+        if op.phase == "fwd":
+            if op.collective == "all_gather" and after:
+                pairs.append((i, after[0], "ring_exchange"))
+            elif before:
+                pairs.append((i, before[-1], "pipeline"))
+            continue
+        if not after:
+            continue
+        # backward: a column-parallel layer gathers its input and reduce-scatters dgrad's output
+        # (bulk, beside dgrad then wgrad); a row-parallel layer gathers dY for both GEMMs (ring exchange)
+        following = [j for j in range(after[0] + 1, after[1] if len(after) > 1 else len(ops))]
+        column = op.collective == "reduce_scatter" or any(ops[j].collective == "reduce_scatter" for j in following)
+        pairs.append((i, after[0], "bulk" if column else "ring_exchange"))
+    return pairs
+
+
+def overlapped_cost(method: str, comm_s: float, gemm_s: float, gemm_op: Op, size_bytes: float, tp: int,
+                    profile: CalibrationProfile, sm_count: int) -> tuple[float, float]:
+    """(exposed communication, extra GEMM time) of one collective overlapped with one GEMM."""
+    comm_s *= slowdown(profile, "comm", size_bytes)
+    contention = slowdown(profile, "compute", size_bytes) - 1.0
+    m = (gemm_op.gemm_mnk or (4096, 0, 0))[0]
+    if method == "ring_exchange":
+        chunked = gemm_s * (_saturation(m, profile) / _saturation(max(m / tp, 1.0), profile) - 1.0)
+        hiding_s = (gemm_s + chunked) * (tp - 1) / tp
+        exposed = max(0.0, comm_s - hiding_s)
+        return exposed, chunked + min(comm_s, hiding_s) * contention
+    share = UB_NUM_SM / sm_count
+    if method == "pipeline":
+        chunked = gemm_s * (_saturation(m, profile) / _saturation(max(m / UB_NUM_SPLITS, 1.0), profile) - 1.0)
+        slow_gemm = (gemm_s + chunked) / (1.0 - share)
+        tail = comm_s / UB_NUM_SPLITS
+        exposed = tail + max(0.0, comm_s - tail - slow_gemm * (UB_NUM_SPLITS - 1) / UB_NUM_SPLITS)
+        return exposed, slow_gemm - gemm_s + min(comm_s - tail, slow_gemm) * contention
+    # bulk: the comm kernel holds its SMs while it runs beside the GEMM (no SM margin set)
+    overlap = min(comm_s, gemm_s)
+    extra = overlap * (share / (1.0 - share) + contention)
+    return max(0.0, comm_s - gemm_s - extra), extra
