@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require
 from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 
@@ -47,6 +48,11 @@ class Layout:
     recompute_method: str | None
     recompute_num_layers: int | None
     groups: dict[str, GroupPlacement]
+    """tp, cp, dp, pp and the expert groups ep, etp, tpep (ETP x EP) and edp (expert data parallel)."""
+
+    @property
+    def expert_data_parallel_size(self) -> int:
+        return self.groups["edp"].size
 
     @property
     def stage_layers(self) -> tuple[int, ...]:
@@ -193,8 +199,10 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"(tp_comm_overlap=True, sequence_parallel={parallel.sequence_parallel}, tensor_model_parallel_size={tp}); "
             f"add --sequence-parallel")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
+    groups = _group_placements(parallel, cluster, dp) | expert_groups(model, parallel, dp, cluster.gpus_per_node,
+                                                                      GroupPlacement)
     return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
                   virtual_pipeline_size=vpp, stage_chunk_layers=chunks, schedule=schedule,
                   sequence_parallel=sequence_parallel, recompute_granularity=granularity,
                   recompute_method=method, recompute_num_layers=recompute_layers,
-                  groups=_group_placements(parallel, cluster, dp))
+                  groups=groups)

@@ -6,14 +6,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
+from echo_tune.config.moe_fields import MLAFields, MoEFields, moe_layer_pattern
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec:
+class ModelSpec(MoEFields, MLAFields):
     """A decoder-only transformer, described with Megatron-LM's argument names.
+
+    MoE and MLA fields (``num_experts``, ``moe_*``, ``multi_latent_attention``, ...) come from
+    ``moe_fields.py``.
 
     Optional fields left as ``None`` take Megatron's defaults (see the properties below).
     """
@@ -89,6 +93,8 @@ class ModelSpec:
                     f"`hidden_size % num_attention_heads == 0` must hold when kv_channels is unset, but got "
                     f"(hidden_size={self.hidden_size}, num_attention_heads={self.num_attention_heads}); "
                     f"set kv_channels or change the head count")
+        self._check_moe()
+        self._check_mla()
         groups = self.query_groups
         require(self.num_attention_heads % groups == 0,
                 f"`num_attention_heads % num_query_groups == 0` must hold, but got "
@@ -106,6 +112,21 @@ class ModelSpec:
     @property
     def ffn_size(self) -> int:
         return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def moe_pattern(self) -> tuple[int, ...]:
+        """Per layer: 1 if its MLP is an MoE layer, 0 if dense (all 0 for a dense model)."""
+        if not self.is_moe:
+            return (0,) * self.num_layers
+        return moe_layer_pattern(self.moe_layer_freq, self.num_layers)
+
+    @property
+    def moe_ffn_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_size
 
     def padded_vocab_size(self, tensor_model_parallel_size: int = 1) -> int:
         """Vocabulary padded as Megatron pads it: to a multiple of make_vocab_size_divisible_by x TP."""

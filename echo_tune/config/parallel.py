@@ -29,6 +29,12 @@ class ParallelConfig:
     context_parallel_size: int = 1
     """``--context-parallel-size``: CP degree (sequence split for attention)."""
 
+    expert_model_parallel_size: int = 1
+    """``--expert-model-parallel-size``: EP degree, experts split over ranks carved from TP x CP x DP."""
+
+    expert_tensor_parallel_size: int | None = None
+    """``--expert-tensor-parallel-size``: ETP degree of each expert's GEMMs; None means TP (Megatron's default)."""
+
     virtual_pipeline_model_parallel_size: int | None = None
     """``--virtual-pipeline-model-parallel-size``: model chunks per stage (interleaved 1F1B); None or 1 = off."""
 
@@ -81,7 +87,7 @@ class ParallelConfig:
             require(isinstance(value, int) and not isinstance(value, bool),
                     f"`{name}` must be an integer, but got ({name}={value!r})")
             require_positive(name, value)
-        for name in ("virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
+        for name in ("expert_model_parallel_size", "expert_tensor_parallel_size", "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
                      "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                      "recompute_num_layers"):
             if getattr(self, name) is not None:
@@ -89,6 +95,11 @@ class ParallelConfig:
         require_choice("recompute_granularity", self.recompute_granularity, RECOMPUTE_GRANULARITIES)
         require_choice("recompute_method", self.recompute_method, RECOMPUTE_METHODS)
         require_choice("precision", self.precision, PRECISIONS)
+
+    @property
+    def expert_tensor_size(self) -> int:
+        """ETP in effect: Megatron sets it to TP when unset (arguments.py, validate_args)."""
+        return self.expert_tensor_parallel_size or self.tensor_model_parallel_size
 
     def replace(self, **changes) -> "ParallelConfig":
         return dataclasses.replace(self, **changes)

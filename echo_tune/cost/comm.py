@@ -88,6 +88,17 @@ def _send_recv_time_s(size_bytes: float, place: GroupPlacement, profile: Calibra
                for link in profile.link(scope, "send_recv").tiers().values())
 
 
+def _all_to_all_time_s(size_bytes: float, place: GroupPlacement, intra: LinkCoefficients,
+                       inter: LinkCoefficients) -> float:
+    """All-to-all across nodes: NCCL sends to every peer at once (no ring), so each rank's NIC share
+    carries the (n - g)/n of its buffer bound for other nodes while NVLink carries the (g - 1)/n for
+    its node; the slower of the two sets the time (g = ranks per node)."""
+    n, g = place.size, place.ranks_per_node
+    latency = inter.base_latency_s + (g - 1) * intra.latency_s + (place.num_nodes - 1) * inter.latency_s
+    return latency + max((g - 1) / n * size_bytes / (intra.bus_bandwidth_gbyte_s * 1e9),
+                         (n - g) / n * size_bytes / (inter.bus_bandwidth_gbyte_s * 1e9))
+
+
 def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
                       profile: CalibrationProfile) -> float:
     """Time of one collective over a group placed as ``place`` (0 for a group of one)."""
@@ -99,6 +110,9 @@ def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
         return 0.0
     times = []
     for intra, inter in _tier_pairs(profile, collective, place):
+        if collective == "all_to_all" and place.crosses_nodes:
+            times.append(_all_to_all_time_s(size_bytes, place, intra, inter))
+            continue
         times.append(_ring_time_s(collective, size_bytes, place, intra, inter))
         if collective == "all_reduce" and place.crosses_nodes:
             times.append(_tree_time_s(size_bytes, place, intra, inter))

@@ -42,6 +42,7 @@ class PhaseCost:
 
 
 ZERO = PhaseCost()
+EXPERT_GROUPS = ("ep", "etp", "tpep")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +65,7 @@ def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile) 
 def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = None) -> PhaseCost:
     """Cost of a list of ops (optionally only those of one region) on one rank."""
     compute_s = gemm_s = attention_s = 0.0
-    tp_comm_s = cp_comm_s = 0.0
+    tp_comm_s = cp_comm_s = ep_comm_s = 0.0
     for op in ops:
         if region is not None and op.region != region:
             continue
@@ -72,6 +73,8 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
             t = collective_time_s(op.collective, op.size_bytes, ctx.groups[op.group], ctx.profile)
             if op.group == "cp":
                 cp_comm_s += t
+            elif op.group in EXPERT_GROUPS:  # MoE dispatch / combine: on the critical path, not overlapped
+                ep_comm_s += t
             else:
                 tp_comm_s += t
             continue
@@ -81,7 +84,7 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
             gemm_s += t
         elif op.kind == "attention":
             attention_s += t
-    cost = PhaseCost(compute_s=compute_s) + _overlapped(cp_comm_s, attention_s, ctx.profile)
+    cost = PhaseCost(compute_s=compute_s, comm_exposed_s=ep_comm_s) + _overlapped(cp_comm_s, attention_s, ctx.profile)
     if ctx.tp_comm_overlap:
         return cost + _overlapped(tp_comm_s, gemm_s, ctx.profile)
     return cost + PhaseCost(comm_exposed_s=tp_comm_s)

@@ -69,12 +69,21 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
 
 
 def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: dict[str, Trace],
-                 params_on_rank: int, schedule: str) -> StageMemory:
-    """Peak memory of one rank of ``stage``."""
+                 params_on_rank: int, schedule: str, *, mix: tuple[tuple[int, int], ...] | None = None,
+                 expert_params_on_rank: int = 0) -> StageMemory:
+    """Peak memory of one rank of ``stage``.
+
+    MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
+    experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
+    """
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
-        kept, extra = layer_activation_bytes(pieces["layer"], layout, layers)
+        dense, moe = mix[chunk] if mix else (layers, 0)
+        kept, extra = layer_activation_bytes(pieces["layer"], layout, dense) if dense else (0.0, 0.0)
+        if moe:
+            moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
+            kept, extra = kept + moe_kept, max(extra, moe_extra)
         if stage == 0 and chunk == 0:
             kept += pieces["embedding"].activation_bytes
         if stage == p - 1 and chunk == v - 1:
@@ -88,5 +97,8 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         order = order[:4 * p * v + 2]
     activations = peak_in_flight_total(order, chunk_bytes) + transient
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size)
+    optimizer = o * (params_on_rank - expert_params_on_rank)
+    if expert_params_on_rank:
+        optimizer += bytes_per_param(parallel, layout.expert_data_parallel_size)[2] * expert_params_on_rank
     return StageMemory(stage=stage, weights_bytes=int(w * params_on_rank), gradients_bytes=int(g * params_on_rank),
-                       optimizer_bytes=int(o * params_on_rank), activations_bytes=int(activations))
+                       optimizer_bytes=int(optimizer), activations_bytes=int(activations))

@@ -56,7 +56,8 @@ def _value(column: str, raw: str, annotation: str):
         try:
             return int(text)
         except ValueError:
-            pass
+            if "str" in annotation:  # moe_layer_freq: an integer or a list expression
+                return text
     elif "float" in annotation:
         try:
             return float(text)
@@ -94,8 +95,13 @@ def _case(row: dict, base_dir: Path) -> RunCase:
     try:
         model_fields, parallel_fields = _fields(row, MODEL_FIELDS), _fields(row, PARALLEL_FIELDS)
         model_extra, parallel_extra, flags = _assumed(row, model_fields, parallel_fields)
-        model = build(ModelSpec, {**model_fields, **model_extra, "name": name}, f"row {name!r} model")
         parallel = build(ParallelConfig, {**parallel_fields, **parallel_extra}, f"row {name!r} layout")
+        if (model_fields.get("num_experts") and "add_bias_linear" not in {**model_fields, **model_extra}
+                and parallel.expert_tensor_size > 1):
+            # the run ran, and Megatron refuses MoE biases with ETP > 1 (transformer_config.py): no biases
+            model_extra["add_bias_linear"] = False
+            flags.append("--disable-bias-linear (implied by MoE with expert_tensor_parallel_size > 1)")
+        model = build(ModelSpec, {**model_fields, **model_extra, "name": name}, f"row {name!r} model")
         ref = row["cluster"].strip()
         cluster = load_cluster(base_dir / ref if ref.endswith((".yaml", ".yml")) else ref)
         num_gpus = _value("num_gpus", row["num_gpus"], "int")

@@ -14,7 +14,8 @@ OP_KINDS = ("gemm", "attention", "memory", "collective")
 # all_reduce: the buffer; all_gather: the gathered output; reduce_scatter: the full input;
 # send_recv / broadcast: the message; all_to_all: the whole send buffer of one rank.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
-GROUPS = ("tp", "cp", "dp", "pp")
+GROUPS = ("tp", "cp", "dp", "pp", "ep", "etp", "tpep")
+"""Process groups; ep / etp / tpep (the ETP x EP group) are the expert groups of ``config/expert_layout.py``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +70,9 @@ class Trace:
     tied_param_count: int = 0
     """Of ``param_count``, those tied to another piece's (the output layer's copy of the word
     embeddings when they are tied): a pipeline stage that holds both pieces holds them once."""
+    expert_param_count: int = 0
+    """Of ``param_count``, the routed experts' (MoE layers): sharded over EP x ETP, their gradients
+    reduced and optimizer states sharded over the expert-data-parallel group."""
 
     @property
     def forward_flops(self) -> float:

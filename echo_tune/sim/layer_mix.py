@@ -1,0 +1,34 @@
+"""Which layers of each model chunk are MoE layers (``--moe-layer-freq``: dense and MoE layers mixed).
+
+Global layer indices per chunk follow Megatron-Core's layer offsets (megatron/core/transformer/
+transformer_block.py ``get_transformer_layer_offset``, NVIDIA/Megatron-LM commit d98e8a64ddf3):
+without interleaving, stage s starts after the layers of stages 0..s-1 (uneven first/last stages
+included); with v model chunks per stage, chunk c of stage s starts at layer (c * p + s) * L / (p v).
+"""
+
+from __future__ import annotations
+
+from echo_tune.config.compatibility import Layout
+from echo_tune.config.model import ModelSpec
+
+
+def chunk_first_layer(layout: Layout, stage: int, chunk: int) -> int:
+    p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
+    if v == 1:
+        return sum(layout.stage_layers[:stage])
+    return (chunk * p + stage) * layout.stage_chunk_layers[stage][chunk]
+
+
+def chunk_moe_layers(model: ModelSpec, layout: Layout, stage: int, chunk: int) -> int:
+    """MoE layers among the layers of one chunk (0 for a dense model)."""
+    if not model.is_moe:
+        return 0
+    first = chunk_first_layer(layout, stage, chunk)
+    return sum(model.moe_pattern[first:first + layout.stage_chunk_layers[stage][chunk]])
+
+
+def chunk_layer_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """(dense layers, MoE layers) of every chunk of every stage."""
+    return tuple(tuple((layers - (k := chunk_moe_layers(model, layout, s, c)), k)
+                       for c, layers in enumerate(chunks))
+                 for s, chunks in enumerate(layout.stage_chunk_layers))
