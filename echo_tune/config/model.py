@@ -76,11 +76,14 @@ class ModelSpec(MoEFields, MLAFields):
     attention_dropout: float = 0.1
     """``--attention-dropout``: dropout on the attention probabilities."""
 
+    mtp_num_layers: int | None = None
+    """``--mtp-num-layers``: multi-token-prediction layers after the last layer (on the last stage)."""
+
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
                       "make_vocab_size_divisible_by"):
             require_positive(field, getattr(self, field))
-        for field in ("num_query_groups", "ffn_hidden_size", "kv_channels"):
+        for field in ("num_query_groups", "ffn_hidden_size", "kv_channels", "mtp_num_layers"):
             if getattr(self, field) is not None:
                 require_positive(field, getattr(self, field))
         require_choice("normalization", self.normalization, NORMALIZATIONS)

@@ -28,7 +28,22 @@ def chunk_moe_layers(model: ModelSpec, layout: Layout, stage: int, chunk: int) -
 
 
 def chunk_layer_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """(dense layers, MoE layers) of every chunk of every stage."""
-    return tuple(tuple((layers - (k := chunk_moe_layers(model, layout, s, c)), k)
-                       for c, layers in enumerate(chunks))
-                 for s, chunks in enumerate(layout.stage_chunk_layers))
+    """(dense layers, MoE layers) of every chunk of every stage.
+
+    Multi-token prediction (``--mtp-num-layers``): Megatron-Core places the MTP block after the decoder on
+    the last pipeline stage (gpt_model.py); each MTP layer is a transformer layer of the last layer's
+    kind (as in Megatron's FLOP count), so it is counted in the last chunk. Its extra output head is added
+    by ``simulate`` (``mtp_heads``).
+    """
+    mix = [[(layers - (k := chunk_moe_layers(model, layout, s, c)), k) for c, layers in enumerate(chunks)]
+           for s, chunks in enumerate(layout.stage_chunk_layers)]
+    if model.mtp_num_layers:
+        dense, moe = mix[-1][-1]
+        extra = model.mtp_num_layers
+        mix[-1][-1] = (dense, moe + extra) if model.moe_pattern[-1] else (dense + extra, moe)
+    return tuple(tuple(chunks) for chunks in mix)
+
+
+def mtp_heads(model: ModelSpec) -> int:
+    """Extra output heads (logits + loss) of the MTP layers, on the last stage."""
+    return model.mtp_num_layers or 0

@@ -39,6 +39,8 @@ class PassCosts:
     moe_layer_forward: PhaseCost = ZERO
     moe_layer_backward: PhaseCost = ZERO
     moe_selective_recompute: PhaseCost = ZERO
+    mtp_heads: int = 0
+    """Extra output heads on the last stage (multi-token prediction)."""
 
 
 def pass_costs(pieces: dict[str, Trace], ctx: CostContext) -> PassCosts:

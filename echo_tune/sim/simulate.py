@@ -20,7 +20,7 @@ from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
-from echo_tune.sim.layer_mix import chunk_layer_mix
+from echo_tune.sim.layer_mix import chunk_layer_mix, mtp_heads
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
@@ -55,8 +55,8 @@ def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
 
     ``mix`` = (dense layers, MoE layers) of the chunk (all dense when None)."""
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
-    layers = layout.stage_chunk_layers[stage][chunk]
-    dense, moe = mix or (layers, 0)
+    dense, moe = mix or (layout.stage_chunk_layers[stage][chunk], 0)
+    layers = dense + moe
     fwd = costs.layer_forward.scaled(dense) + costs.moe_layer_forward.scaled(moe)
     bwd = costs.layer_backward.scaled(dense) + costs.moe_layer_backward.scaled(moe)
     rec = ZERO
@@ -69,7 +69,8 @@ def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
     if stage == 0 and chunk == 0:
         fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
     if stage == p - 1 and chunk == v - 1:
-        fwd, bwd = fwd + costs.output_forward, bwd + costs.output_backward
+        heads = 1 + costs.mtp_heads
+        fwd, bwd = fwd + costs.output_forward.scaled(heads), bwd + costs.output_backward.scaled(heads)
     return fwd, bwd, rec
 
 
@@ -96,7 +97,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap)
-    costs = pass_costs(pieces, ctx)
+    costs = dataclasses.replace(pass_costs(pieces, ctx), mtp_heads=mtp_heads(model))
     mix = chunk_layer_mix(model, layout)
     passes = [[_chunk_passes(layout, costs, s, c, mix[s][c]) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
@@ -105,7 +106,12 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True) if timeline else \
         simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
 
-    stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix)
+    # MTP: per layer an eh projection [2h -> h] sharded over TP and two norms on the last stage; its output
+    # layer shares the main one's weights (megatron/core/transformer/multi_token_prediction.py)
+    h = model.hidden_size
+    mtp_params = mtp_heads(model) * (2 * h * h // parallel.tensor_model_parallel_size + 2 * h)
+    stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix,
+                                                              mtp_params)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time)
@@ -113,7 +119,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s],
                                 expert_params_on_rank=stage_experts[s]) for s in range(p))
     peak = max(mem.total_bytes for mem in memory)
-    flops = model_flops_per_step(model, parallel.global_batch_size)
+    flops = model_flops_per_step(model, parallel.global_batch_size, parallel.tensor_model_parallel_size)
     peak_flops = cluster.gpu.peak_tflops(parallel.precision) * 1e12
     config = {"model": model.name, "cluster": cluster.name, "num_gpus": num_gpus, **parallel.to_dict(),
               "data_parallel_size": layout.data_parallel_size, "num_micro_batches": m,
@@ -145,7 +151,7 @@ def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, 
     return spans
 
 
-def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix):
+def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0):
     """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
     backward, and when its step ends."""
     p = len(layout.stage_chunk_layers)
@@ -162,7 +168,7 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix):
         if s == 0:
             chunk_params[0] += pieces["embedding"].param_count
         if s == p - 1:
-            chunk_params[-1] += pieces["output"].param_count - shared_output_params
+            chunk_params[-1] += pieces["output"].param_count - shared_output_params + mtp_params
         stage_params.append(sum(chunk_params))
         stage_experts.append(sum(chunk_experts))
         last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
