@@ -15,13 +15,20 @@ from echo_tune.config.parallel import ParallelConfig
 PRECISION_FLAGS = {"bf16": "--bf16", "fp16": "--fp16", "fp32": "--fp32"}
 
 
+def _freq(raw: str) -> int | str:
+    """--moe-layer-freq: an integer or a list expression such as ([0]*3+[1]*58)."""
+    return int(raw) if raw.strip().isdigit() else raw
+
+
 def _add_flag(parser: argparse.ArgumentParser, field: str, flag: str, kind: str, extra: tuple[str, ...] = ()) -> None:
     if kind == "flag":
         parser.add_argument(flag, *extra, dest=field, action="store_const", const=True, default=None)
     elif kind == "not_flag":
         parser.add_argument(flag, dest=field, action="store_const", const=False, default=None)
+    elif kind == "list":
+        parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=field.upper())
     else:
-        parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str}[kind],
+        parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str, "freq": _freq}[kind],
                             default=None, metavar=field.upper())
 
 

@@ -47,6 +47,8 @@ class Layout:
     recompute_granularity: str | None
     recompute_method: str | None
     recompute_num_layers: int | None
+    recompute_regions: tuple[str, ...] = ("core_attention",)
+    """Traced regions that selective recompute replays (``--recompute-modules``)."""
     groups: dict[str, GroupPlacement]
     """tp, cp, dp, pp and the expert groups ep, etp, tpep (ETP x EP) and edp (expert data parallel)."""
 
@@ -177,6 +179,9 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
 
     granularity, method, recompute_layers = (parallel.recompute_granularity, parallel.recompute_method,
                                              parallel.recompute_num_layers)
+    require(parallel.recompute_modules is None or granularity == "selective",
+            f"recompute_modules applies only to `recompute_granularity == 'selective'`, but got "
+            f"(recompute_granularity={granularity!r}, recompute_modules={list(parallel.recompute_modules or [])})")
     if granularity != "full":
         require(method is None and recompute_layers is None,
                 f"recompute_method and recompute_num_layers apply only to `recompute_granularity == 'full'`, but "
@@ -205,4 +210,5 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                   virtual_pipeline_size=vpp, stage_chunk_layers=chunks, schedule=schedule,
                   sequence_parallel=sequence_parallel, recompute_granularity=granularity,
                   recompute_method=method, recompute_num_layers=recompute_layers,
+                  recompute_regions=parallel.recompute_regions,
                   groups=groups)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.errors import ConfigError
 
-DISPATCHERS = ("allgather", "alltoall")
+DISPATCHERS = ("allgather", "alltoall", "flex")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 ROUTER_DTYPES = (None, "fp32", "fp64")
 
@@ -77,7 +77,8 @@ class MoEFields:
     """``--moe-router-load-balancing-type``: aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none."""
 
     moe_token_dispatcher_type: str = "allgather"
-    """``--moe-token-dispatcher-type``: alltoall or allgather (Megatron's default)."""
+    """``--moe-token-dispatcher-type``: alltoall, allgather (Megatron's default) or flex (DeepEP / HybridEP,
+    timed as alltoall: the same bytes without DeepEP's per-rank de-duplication, an upper bound)."""
 
     moe_grouped_gemm: bool = False
     """``--moe-grouped-gemm``: one grouped GEMM for the local experts instead of a loop of GEMMs."""
@@ -141,7 +142,14 @@ class MLAFields:
     v_head_dim: int = 128
     """``--v-head-dim``: per-head value size."""
 
+    qk_layernorm: bool = False
+    """``--qk-layernorm``: with MLA, RMSNorm on the compressed query and key/value latents (modelled with
+    MLA only)."""
+
     def _check_mla(self) -> None:
+        require(self.multi_latent_attention or not self.qk_layernorm,
+                "`qk_layernorm` is modelled only with multi_latent_attention, but got (qk_layernorm=True, "
+                "multi_latent_attention=False); remove --qk-layernorm")
         if not self.multi_latent_attention:
             return
         for field in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):

@@ -14,6 +14,10 @@ from echo_tune.config.cluster import PRECISIONS
 
 RECOMPUTE_GRANULARITIES = (None, "full", "selective")
 RECOMPUTE_METHODS = (None, "uniform", "block")
+# Megatron-Core's selective-recompute modules (transformer_config.py ``recompute_modules``) -> the traced
+# regions they replay (workload/layers.py, mla.py, moe.py). moe_act and shared_experts are not modelled.
+RECOMPUTE_MODULE_REGIONS = {"core_attn": ("core_attention",), "layernorm": ("input_norm", "mlp_norm"),
+                            "mla_up_proj": ("mla_up_proj",), "mlp": ("mlp",), "moe": ("moe",)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +63,10 @@ class ParallelConfig:
     recompute_method: str | None = None
     """``--recompute-method``: uniform or block (with full recompute)."""
 
+    recompute_modules: tuple[str, ...] | None = None
+    """``--recompute-modules``: with selective recompute, the modules recomputed in backward; None means
+    Megatron's default ``core_attn``. Modelled: core_attn, layernorm, mla_up_proj, mlp, moe."""
+
     recompute_num_layers: int | None = None
     """``--recompute-num-layers``: layers per recompute unit (uniform) or recomputed layers per stage (block)."""
 
@@ -92,9 +100,22 @@ class ParallelConfig:
                      "recompute_num_layers"):
             if getattr(self, name) is not None:
                 require_positive(name, getattr(self, name))
+        if self.recompute_modules is not None:
+            modules = (self.recompute_modules,) if isinstance(self.recompute_modules, str) else self.recompute_modules
+            object.__setattr__(self, "recompute_modules", tuple(modules))
+            for module in self.recompute_modules:
+                require(module in RECOMPUTE_MODULE_REGIONS,
+                        f"`recompute_modules` entry {module!r} is not modelled (echo-tune models "
+                        f"{', '.join(RECOMPUTE_MODULE_REGIONS)}); remove it")
         require_choice("recompute_granularity", self.recompute_granularity, RECOMPUTE_GRANULARITIES)
         require_choice("recompute_method", self.recompute_method, RECOMPUTE_METHODS)
         require_choice("precision", self.precision, PRECISIONS)
+
+    @property
+    def recompute_regions(self) -> tuple[str, ...]:
+        """Traced regions that selective recompute replays."""
+        modules = self.recompute_modules or ("core_attn",)
+        return tuple(r for module in modules for r in RECOMPUTE_MODULE_REGIONS[module])
 
     @property
     def expert_tensor_size(self) -> int:

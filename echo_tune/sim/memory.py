@@ -8,7 +8,8 @@ by DP with the distributed optimizer; fp16 keeps fp16 gradients (16 bytes, 4 + 1
 Activations are the traced saved-tensor bytes of each micro-batch, times the largest number of
 micro-batches whose backward has not run yet under the stage's schedule (from the task order).
 Full recompute keeps only each checkpoint's input, plus one recompute unit materialised at a time;
-selective recompute drops the core-attention tensors.
+selective recompute drops the tensors created and saved inside the recomputed regions (core attention
+by default; ``--recompute-modules``).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
     """(bytes kept per micro-batch, transient recompute bytes) for ``layers`` layers of one chunk."""
     full = float(layer.activation_bytes)
     if layout.recompute_granularity == "selective":
-        # what recomputing core attention alone frees: the tensors created and saved inside it
-        return layers * (full - layer.region_internal_bytes.get("core_attention", 0)), 0.0
+        # what recomputing the selected regions frees: the tensors created and saved inside each of them
+        freed = sum(layer.region_internal_bytes.get(region, 0) for region in layout.recompute_regions)
+        return layers * (full - freed), 0.0
     if layout.recompute_granularity != "full":
         return layers * full, 0.0
     k = layout.recompute_num_layers or 1

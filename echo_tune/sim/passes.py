@@ -43,16 +43,22 @@ class PassCosts:
     """Extra output heads on the last stage (multi-token prediction)."""
 
 
-def pass_costs(pieces: dict[str, Trace], ctx: CostContext) -> PassCosts:
+def _replayed(trace: Trace, ctx: CostContext, regions: tuple[str, ...]) -> PhaseCost:
+    """Forward cost of the regions selective recompute replays."""
+    return sum((phase_cost(trace.forward, ctx, region=r) for r in regions), ZERO)
+
+
+def pass_costs(pieces: dict[str, Trace], ctx: CostContext,
+               regions: tuple[str, ...] = ("core_attention",)) -> PassCosts:
     layer = pieces["layer"]
     moe = {}
     if "moe_layer" in pieces:
         t = pieces["moe_layer"]
         moe = dict(moe_layer_forward=phase_cost(t.forward, ctx), moe_layer_backward=phase_cost(t.backward, ctx),
-                   moe_selective_recompute=phase_cost(t.forward, ctx, region="core_attention"))
+                   moe_selective_recompute=_replayed(t, ctx, regions))
     return PassCosts(**moe,
         layer_forward=phase_cost(layer.forward, ctx), layer_backward=phase_cost(layer.backward, ctx),
-        selective_recompute=phase_cost(layer.forward, ctx, region="core_attention"),
+        selective_recompute=_replayed(layer, ctx, regions),
         embedding_forward=phase_cost(pieces["embedding"].forward, ctx),
         embedding_backward=phase_cost(pieces["embedding"].backward, ctx),
         output_forward=phase_cost(pieces["output"].forward, ctx),

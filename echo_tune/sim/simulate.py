@@ -97,7 +97,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap)
-    costs = dataclasses.replace(pass_costs(pieces, ctx), mtp_heads=mtp_heads(model))
+    costs = dataclasses.replace(pass_costs(pieces, ctx, layout.recompute_regions), mtp_heads=mtp_heads(model))
     mix = chunk_layer_mix(model, layout)
     passes = [[_chunk_passes(layout, costs, s, c, mix[s][c]) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
 from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
-from echo_tune.workload import moe
+from echo_tune.workload import mla, moe
 from echo_tune.workload.attention import core_attention
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import in_region
@@ -123,12 +123,15 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     """This rank's parameters of one layer (column-parallel outputs and row-parallel inputs sharded)."""
     m, d = shard.model, shard.model.head_dim
     fc1_out = 2 * shard.ffn if m.swiglu else shard.ffn
-    params = {
-        "input_norm": norm_params(shard),
-        "qkv": _linear_params(shard, (shard.heads + 2 * shard.groups) * d, m.hidden_size, bias=True),
-        "proj": _linear_params(shard, m.hidden_size, shard.heads * d, bias=True),
-        "mlp_norm": norm_params(shard),
-    }
+    params = {"input_norm": norm_params(shard)}
+    if m.multi_latent_attention:
+        params["mla"] = mla.mla_params(shard)
+        params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * m.v_head_dim, bias=True)
+        d = m.qk_pos_emb_head_dim  # RoPE applies to the decoupled rope part only
+    else:
+        params["qkv"] = _linear_params(shard, (shard.heads + 2 * shard.groups) * d, m.hidden_size, bias=True)
+        params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * d, bias=True)
+    params["mlp_norm"] = norm_params(shard)
     if shard.moe:
         params["moe"] = moe.moe_params(shard)
     else:
@@ -182,7 +185,10 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     """One transformer layer on this rank; ``x`` is [seq_in, b, h]."""
     m = shard.model
     hidden = in_region("input_norm", norm, x, params["input_norm"], shard)
-    q, k, v = in_region("qkv", _qkv, hidden, params, shard)
+    if m.multi_latent_attention:
+        q, k, v = mla.mla_qkv(hidden, params, shard)
+    else:
+        q, k, v = in_region("qkv", _qkv, hidden, params, shard)
     context = in_region("core_attention", lambda: core_attention(
         q, k, v, flash=m.use_flash_attn, context_parallel_size=shard.cp, dropout_p=m.attention_dropout))
     attn = in_region("attention_proj", _attention_proj, context, params, shard)

@@ -9,6 +9,8 @@ shared_experts.py) at NVIDIA/Megatron-LM commit d98e8a64ddf3:
 - ``alltoall`` dispatcher: permute the top-k token copies by expert, all-to-all over EP, all-gather over
   ETP when ETP > 1, experts, then the reverse (reduce-scatter over ETP, all-to-all, un-permute with the
   routing probabilities);
+- ``flex`` (DeepEP / HybridEP): timed as ``alltoall`` (same bytes, without DeepEP's de-duplication of
+  copies bound for one rank: an upper bound);
 - ``allgather`` dispatcher: all-gather the tokens over the ETP x EP group, each rank gathers the tokens
   of its local experts, experts, scatter back, reduce-scatter over the ETP x EP group;
 - experts: this rank's E/EP experts with fc1 / fc2 sharded over ETP; ``--moe-grouped-gemm`` runs them as
@@ -165,7 +167,7 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     tokens = x.reshape(s * b, h)
     probs, indices = _router(tokens, params, shard)
     recv = _received_rows(s * b, shard)
-    if m.moe_token_dispatcher_type == "alltoall":
+    if m.moe_token_dispatcher_type in ("alltoall", "flex"):
         flat = indices.reshape(-1)
         permuted = tokens.index_select(0, flat)  # [T*k, h], grouped by expert
         received = _AllToAll.apply(permuted, "ep", shard.ep, recv)
