@@ -54,9 +54,9 @@ def expert_groups(model: ModelSpec, parallel: ParallelConfig, dp: int, gpus_per_
     require(not model.add_bias_linear or etp == 1,
             f"MoE with linear biases needs `expert_tensor_parallel_size == 1`, but got "
             f"(add_bias_linear=True, expert_tensor_parallel_size={etp}); add --disable-bias-linear or set ETP 1")
-    # Not modelled: MoE tokens replicated over TP ranks (every real MoE run uses sequence parallelism).
+    # megatron/core/transformer/moe/moe_layer.py refuses to train MoE with TP > 1 without sequence parallelism
     require(tp == 1 or parallel.sequence_parallel,
-            f"MoE with `tensor_model_parallel_size > 1` is modelled only with sequence_parallel, but got "
+            f"MoE with `tensor_model_parallel_size > 1` needs sequence_parallel (Megatron-Core's MoE layer), but got "
             f"(tensor_model_parallel_size={tp}, sequence_parallel=False); add --sequence-parallel")
     edp = folded // (etp * ep)
     return placements([("etp", etp), ("ep", ep), ("edp", edp)], gpus_per_node, group_cls) | \

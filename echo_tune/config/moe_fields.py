@@ -143,13 +143,10 @@ class MLAFields:
     """``--v-head-dim``: per-head value size."""
 
     qk_layernorm: bool = False
-    """``--qk-layernorm``: with MLA, RMSNorm on the compressed query and key/value latents (modelled with
-    MLA only)."""
+    """``--qk-layernorm``: RMSNorm on each query and key head (Qwen3); with MLA, on the compressed query
+    and key/value latents (DeepSeek)."""
 
     def _check_mla(self) -> None:
-        require(self.multi_latent_attention or not self.qk_layernorm,
-                "`qk_layernorm` is modelled only with multi_latent_attention, but got (qk_layernorm=True, "
-                "multi_latent_attention=False); remove --qk-layernorm")
         if not self.multi_latent_attention:
             return
         for field in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):

@@ -106,6 +106,7 @@ VALUE_RULES = {
 _HARMLESS = {flag: reason for reason, flags in HARMLESS.items() for flag in flags}
 _STEP_SHAPING = {flag: reason for reason, flags in STEP_SHAPING.items() for flag in flags}
 assert not set(_HARMLESS) & set(_STEP_SHAPING), "a flag cannot be both harmless and step-shaping"
+STEP_SHAPING_FLAGS = frozenset(_STEP_SHAPING) | frozenset(VALUE_RULES)
 
 
 def refusal(flag: str, values: tuple[str, ...] = ()) -> str | None:
@@ -134,3 +135,13 @@ def refuse_if_unmodelled(flag: str, values: tuple[str, ...] = ()) -> None:
     reason = refusal(flag, values)
     if reason is not None:
         raise UnmodelledError(reason)
+
+
+def refuse_unmodelled_keys(keys, known, what: str) -> None:
+    """A YAML / CSV key named after a step-shaping Megatron setting that echo-tune does not model is
+    refused by name (other unknown keys are left to the caller's unknown-key error)."""
+    for key in keys:
+        flag = "--" + str(key).replace("_", "-")
+        if key not in known and flag in STEP_SHAPING_FLAGS:
+            raise UnmodelledError(f"{what}: key {key!r} ({flag}) shapes the step but is not modelled by "
+                                  f"echo-tune; remove it")

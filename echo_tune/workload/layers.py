@@ -131,6 +131,8 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     else:
         params["qkv"] = _linear_params(shard, (shard.heads + 2 * shard.groups) * d, m.hidden_size, bias=True)
         params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * d, bias=True)
+        if m.qk_layernorm:  # one RMSNorm weight over the head dimension for queries, one for keys
+            params["qk_norm"] = {"q": shard.tensor(d, grad=True), "k": shard.tensor(d, grad=True)}
     params["mlp_norm"] = norm_params(shard)
     if shard.moe:
         params["moe"] = moe.moe_params(shard)
@@ -151,6 +153,9 @@ def _qkv(x, params, shard: Shard):
     mixed = mixed.view(s, b, shard.groups, (per_group + 2) * d)
     q, k, v = torch.split(mixed, [per_group * d, d, d], dim=3)
     q = q.reshape(s, b, shard.heads, d)
+    if "qk_norm" in params:
+        q = torch.ops.echo_tune.rms_norm(q, params["qk_norm"]["q"], NORM_EPS)[0]
+        k = torch.ops.echo_tune.rms_norm(k, params["qk_norm"]["k"], NORM_EPS)[0]
     if "buffers" in params:
         freqs = params["buffers"]["rope_freqs"]
         q, k = torch.ops.echo_tune.rope(q, freqs), torch.ops.echo_tune.rope(k, freqs)
