@@ -188,6 +188,9 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
             if kind == "list":
                 out += [flag, *map(str, value)]
                 continue
+            if kind == "freq":  # a list expression: quoted for the shell
+                out += [flag, shlex.quote(str(value))]
+                continue
             out += [flag] if kind in ("flag", "not_flag") else [flag, str(value)]
             if field == "num_query_groups" and value != model_fields.get("num_attention_heads"):
                 out.insert(len(out) - 2, "--group-query-attention")

@@ -47,3 +47,19 @@ def chunk_layer_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, 
 def mtp_heads(model: ModelSpec) -> int:
     """Extra output heads (logits + loss) of the MTP layers, on the last stage."""
     return model.mtp_num_layers or 0
+
+
+def moe_notes(model: ModelSpec, layout: Layout) -> tuple[str, ...]:
+    """The MoE assumptions a report states (routing, dispatcher, expert groups)."""
+    if not model.is_moe:
+        return ()
+    groups = layout.groups
+    share = model.moe_routing_imbalance
+    notes = [f"MoE routing assumed {'balanced' if share == 1 else f'imbalanced: busiest expert x{share:g}'}"
+             f"{f', capacity factor {model.moe_expert_capacity_factor:g}' if model.moe_expert_capacity_factor else ''}"
+             f" (set moe_routing_imbalance for skewed routing; the busiest rank sets the step)",
+             f"expert groups: EP {groups['ep'].size} over {groups['ep'].num_nodes} node(s), ETP {groups['etp'].size}, "
+             f"expert data-parallel {groups['edp'].size}; dispatch/combine time is in tp_cp_comm"]
+    if model.moe_token_dispatcher_type == "flex":
+        notes.append("flex dispatcher timed as alltoall (without DeepEP's de-duplication: an upper bound)")
+    return tuple(notes)

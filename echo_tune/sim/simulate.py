@@ -20,7 +20,7 @@ from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
-from echo_tune.sim.layer_mix import chunk_layer_mix, mtp_heads
+from echo_tune.sim.layer_mix import chunk_layer_mix, moe_notes, mtp_heads
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
@@ -134,7 +134,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         mfu=flops / (step_time * num_gpus * peak_flops), peak_memory_bytes=peak,
         memory_capacity_bytes=cluster.gpu.memory_bytes, fits_memory=peak <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
-        profile=f"{profile.name} ({profile.label})",
+        profile=f"{profile.name} ({profile.label})", notes=moe_notes(model, layout),
         timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
 
 
