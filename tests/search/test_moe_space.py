@@ -41,3 +41,13 @@ def test_deepseek_space_loads_with_uneven_stages():
     assert space.model.multi_latent_attention and space.model.num_experts == 256
     first = next(enumerate_layouts(space))
     assert sum(first.layout.stage_layers) == 61
+
+
+def test_search_refuses_a_space_with_an_unmodelled_setting(tmp_path, capsys):
+    space = (SPACES / "mixtral-8x7b-64xh100.yaml").read_text().replace(
+        "  micro_batch_size: [1, 2]", "  micro_batch_size: [1, 2]\n  cpu_offloading: true")
+    path = tmp_path / "space.yaml"
+    path.write_text(space)
+    assert main(["search", str(path), "--n-trials", "2", "--results-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cpu_offloading" in err and "not modelled" in err
