@@ -49,6 +49,8 @@ class Layout:
     recompute_num_layers: int | None
     recompute_regions: tuple[str, ...] = ("core_attention",)
     """Traced regions that selective recompute replays (``--recompute-modules``)."""
+    recompute_discarding_regions: tuple[str, ...] = ()
+    """Of those, the ones whose outputs are discarded too (output-discarding checkpointing)."""
     groups: dict[str, GroupPlacement]
     """tp, cp, dp, pp and the expert groups ep, etp, tpep (ETP x EP) and edp (expert data parallel)."""
 
@@ -211,4 +213,5 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                   sequence_parallel=sequence_parallel, recompute_granularity=granularity,
                   recompute_method=method, recompute_num_layers=recompute_layers,
                   recompute_regions=parallel.recompute_regions,
+                  recompute_discarding_regions=parallel.recompute_discarding_regions,
                   groups=groups)

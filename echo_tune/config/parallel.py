@@ -18,6 +18,8 @@ RECOMPUTE_METHODS = (None, "uniform", "block")
 # regions they replay (workload/layers.py, mla.py, moe.py). moe_act and shared_experts are not modelled.
 RECOMPUTE_MODULE_REGIONS = {"core_attn": ("core_attention",), "layernorm": ("input_norm", "mlp_norm"),
                             "mla_up_proj": ("mla_up_proj",), "mlp": ("mlp",), "moe": ("moe",)}
+# modules Megatron-Core checkpoints "output-discarding" (their outputs are freed too), the others keep outputs
+OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +118,13 @@ class ParallelConfig:
         """Traced regions that selective recompute replays."""
         modules = self.recompute_modules or ("core_attn",)
         return tuple(r for module in modules for r in RECOMPUTE_MODULE_REGIONS[module])
+
+    @property
+    def recompute_discarding_regions(self) -> tuple[str, ...]:
+        """Of ``recompute_regions``, those whose outputs are discarded and recomputed too."""
+        modules = self.recompute_modules or ("core_attn",)
+        return tuple(r for module in modules if module in OUTPUT_DISCARDING_MODULES
+                     for r in RECOMPUTE_MODULE_REGIONS[module])
 
     @property
     def expert_tensor_size(self) -> int:

@@ -57,7 +57,8 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
     full = float(layer.activation_bytes)
     if layout.recompute_granularity == "selective":
         # what recomputing the selected regions frees: the tensors created and saved inside each of them
-        freed = sum(layer.region_internal_bytes.get(region, 0) for region in layout.recompute_regions)
+        freed = sum((layer.region_created_bytes if region in layout.recompute_discarding_regions
+                     else layer.region_internal_bytes).get(region, 0) for region in layout.recompute_regions)
         return layers * (full - freed), 0.0
     if layout.recompute_granularity != "full":
         return layers * full, 0.0

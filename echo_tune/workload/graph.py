@@ -61,6 +61,9 @@ class Trace:
     """Bytes created and saved only inside each region: what recomputing that region alone frees
     (selective recompute: ``region_internal_bytes["core_attention"]``, Korthikanti's 5as^2b/t). A
     region's inputs and outputs are not counted: the checkpoint or the next region keeps them."""
+    region_created_bytes: dict[str, int] = field(default_factory=dict)
+    """Saved bytes by the region whose op created them, whoever saves them: what output-discarding
+    recompute of that region frees (Megatron's layernorm / mla_up_proj / moe_act modules)."""
     input_bytes: int = 0
     """Bytes of the piece's input tensor (what full recompute keeps per checkpointed layer)."""
     output_bytes: int = 0

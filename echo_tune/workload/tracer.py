@@ -159,6 +159,14 @@ class SavedTensorMeter:
             totals[self.savers[key][0]] += nbytes
         return dict(totals)
 
+    def created_by_region(self) -> dict[str, int]:
+        totals: dict[str, int] = defaultdict(int)
+        for key, nbytes in self.nbytes.items():
+            creator = self.recorder.created_in.get(key)
+            if creator is not None:
+                totals[creator] += nbytes
+        return dict(totals)
+
     def internal_by_region(self) -> dict[str, int]:
         totals: dict[str, int] = defaultdict(int)
         for key, nbytes in self.nbytes.items():
@@ -182,7 +190,7 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
         torch.autograd.backward(root, grad)
     return Trace(piece=piece, forward=tuple(recorder.ops["fwd"]), backward=tuple(recorder.ops["bwd"]),
                  activation_bytes=sum(meter.nbytes.values()), activation_bytes_by_region=meter.by_region(),
-                 region_internal_bytes=meter.internal_by_region(),
+                 region_internal_bytes=meter.internal_by_region(), region_created_bytes=meter.created_by_region(),
                  input_bytes=_nbytes(inputs[0]), output_bytes=_nbytes(output),
                  param_count=sum(t.numel() for t in layers.parameters(params)), tied_param_count=tied_param_count,
                  expert_param_count=expert_param_count)

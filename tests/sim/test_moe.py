@@ -126,3 +126,20 @@ def test_expert_gradients_reduce_over_expert_dp():
     dense_only = stage_tail(parallel=par, dp=dp, profile=PROFILE, chunk_params=[200_000_000],
                             chunk_backward=[(0.0, 1.0)], compute_end_s=1.0)
     assert near.dp_exposed_s > dense_only.dp_exposed_s
+
+
+def test_recompute_modules_trade_time_for_activation_memory():
+    # DeepSeek-V2-Lite: MLA + MoE; Megatron-Core's modules, output-discarding for layernorm / mla_up_proj
+    m = et.load_model("deepseek-v2-lite")
+
+    def run(modules):
+        return et.simulate(m, H100, 16, et.ParallelConfig(
+            global_batch_size=64, tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=8,
+            recompute_granularity="selective", recompute_modules=modules))
+
+    core, norm, moe = run(None), run(["core_attn", "layernorm"]), run(["core_attn", "layernorm", "moe"])
+    mem = [r.stage_memory[0].activations_bytes for r in (core, norm, moe)]
+    rec = [r.breakdown_s["recompute"] for r in (core, norm, moe)]
+    assert mem[0] > mem[1] > mem[2] and rec[0] < rec[1] < rec[2]
+    with pytest.raises(et.ConfigError, match="moe_act"):
+        et.ParallelConfig(global_batch_size=1, recompute_modules=["moe_act"])
