@@ -124,3 +124,19 @@ def test_rank_lists_a_refused_candidate_without_a_number(capsys, tmp_path):
     assert rows[1]["rank"] is None and "step_time_s" not in rows[1] and "--fp8-format" in rows[1]["refused"]
     assert main(["rank", str(path)]) == 0
     assert "refused" in capsys.readouterr().out
+
+
+def test_moe_preset_round_trips_through_megatron_flags():
+    import dataclasses
+
+    from echo_tune.config.megatron_args import to_megatron_flags
+
+    model = load_model("deepseek-v3")
+    parallel = {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 8, "expert_tensor_parallel_size": 1,
+                "global_batch_size": 64, "recompute_granularity": "selective",
+                "recompute_modules": ("moe", "layernorm")}
+    flags = to_megatron_flags(dataclasses.asdict(model), parallel, "bf16")
+    assert "'([0]*3+[1]*58)'" in flags  # quoted for the shell
+    fields, layout, precision, ignored = parse_megatron_line(" ".join(flags))
+    rebuilt = model.replace(**{k: v for k, v in fields.items()})
+    assert rebuilt == model and layout == parallel and precision == "bf16" and ignored == []
