@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
-from echo_tune.config.moe_fields import MLAFields, MoEFields, moe_layer_pattern
+from echo_tune.config.moe_fields import MLAFields, MoEFields, mla_params, moe_layer_pattern, moe_params
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none")
@@ -136,14 +136,18 @@ class ModelSpec(MoEFields, MLAFields):
         multiple = self.make_vocab_size_divisible_by * tensor_model_parallel_size
         return -(-self.vocab_size // multiple) * multiple
 
-    def layer_params(self) -> int:
-        """Parameters of one transformer layer (unsharded)."""
+    def layer_params(self, moe: bool = False) -> int:
+        """Parameters of one transformer layer (unsharded); ``moe``: the layer whose MLP is the MoE block."""
         h, d, a, g, f = self.hidden_size, self.head_dim, self.num_attention_heads, self.query_groups, self.ffn_size
         bias = self.add_bias_linear
-        qkv = h * (a + 2 * g) * d + (bias and (a + 2 * g) * d)
+        qkv = h * (a + 2 * g) * d + (bias and (a + 2 * g) * d) + (2 * d if self.qk_layernorm else 0)
         proj = a * d * h + (bias and h)
+        if self.multi_latent_attention:
+            qkv, proj = mla_params(self), a * self.v_head_dim * h + (bias and h)
         fc1_out = 2 * f if self.swiglu else f
         mlp = h * fc1_out + (bias and fc1_out) + f * h + (bias and h)
+        if moe:
+            mlp = moe_params(self)
         norms = 2 * h * (2 if self.normalization == "LayerNorm" else 1)
         return qkv + proj + mlp + norms
 
@@ -157,7 +161,9 @@ class ModelSpec(MoEFields, MLAFields):
         h = self.hidden_size
         final_norm = h * (2 if self.normalization == "LayerNorm" else 1)
         out = self.padded_vocab_size(tensor_model_parallel_size) * h if self.untie_embeddings_and_output_weights else 0
-        return self.num_layers * self.layer_params() + self.embedding_params(tensor_model_parallel_size) + final_norm + out
+        layers = sum(self.layer_params(moe=bool(k)) for k in self.moe_pattern)
+        mtp = (self.mtp_num_layers or 0) * (self.layer_params(moe=bool(self.moe_pattern[-1])) + 2 * h * h + 2 * h)
+        return layers + mtp + self.embedding_params(tensor_model_parallel_size) + final_norm + out
 
     def replace(self, **changes) -> "ModelSpec":
         return dataclasses.replace(self, **changes)

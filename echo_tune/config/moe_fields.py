@@ -153,3 +153,20 @@ class MLAFields:
             require_positive(field, getattr(self, field))
         if self.q_lora_rank is not None:
             require_positive("q_lora_rank", self.q_lora_rank)
+
+
+def moe_params(model) -> int:
+    """Parameters of one MoE block, unsharded: router, routed experts, shared expert (no biases: Megatron's
+    grouped experts and the shared expert are built without them here, as in every MoE preset)."""
+    h, per = model.hidden_size, (3 if model.swiglu else 2)
+    shared = model.moe_shared_expert_intermediate_size or 0
+    return model.num_experts * h + model.num_experts * per * h * model.moe_ffn_size + per * h * shared
+
+
+def mla_params(model) -> int:
+    """MLA projections and latent norms (without the output projection), unsharded."""
+    h, a = model.hidden_size, model.num_attention_heads
+    qk, pos, v, kv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim, model.kv_lora_rank
+    q = (model.q_lora_rank * (h + a * (qk + pos)) if model.q_lora_rank else h * a * (qk + pos))
+    norms = (kv + (model.q_lora_rank or 0)) if model.qk_layernorm else 0
+    return q + h * (kv + pos) + kv * a * (qk + v) + norms

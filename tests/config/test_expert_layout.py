@@ -81,3 +81,4 @@ def test_moe_presets_match_published_parameter_counts():
                  + trace_output(m, tensor_model_parallel_size=1).param_count)
         expected = total - (14e9 if name == "deepseek-v3" else 0)
         assert count == pytest.approx(expected, rel=0.012), name
+        assert m.num_params() == count, name  # the closed form agrees with the traced pieces
