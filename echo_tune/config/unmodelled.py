@@ -53,6 +53,7 @@ HARMLESS = {
         --rotary-base --rotary-scaling-factor --mscale --mscale-all-dim --norm-epsilon
         --max-position-embeddings --no-position-embedding --use-rotary-position-embeddings
         --attention-softmax-in-fp32 --no-masked-softmax-fusion --apply-query-key-layer-scaling
+        --tiktoken-pattern
         --use-cpu-initialization --init-model-with-meta-device --use-mcore-models --enable-experimental
         --distributed-timeout-minutes --distributed-backend --manual-gc --manual-gc-interval --use-legacy-models"""),
     "MoE router scoring (elementwise on [tokens, experts]; balanced routing is assumed)": _flags("""
@@ -71,7 +72,7 @@ STEP_SHAPING = {
         --fp4-recipe --fp4-param --num-layers-at-start-in-bf16 --num-layers-at-end-in-bf16"""),
     "attention variant": _flags("""--attention-backend --window-size --window-attn-skip-freq --softmax-type
         --attention-output-gate --experimental-attention-variant --linear-attention-freq --no-rope-freq
-        --rotary-percent --cp-comm-type --hierarchical-context-parallel-sizes"""),
+        --cp-comm-type --hierarchical-context-parallel-sizes"""),
     "Mamba / hybrid or heterogeneous layers": _flags("""--hybrid-layer-pattern --hybrid-override-pattern
         --is-hybrid-model --spec --mamba-state-dim --mamba-head-dim --mamba-num-groups --mamba-num-heads
         --heterogeneous-layers-config-path --pipeline-model-parallel-layout"""),
@@ -94,12 +95,16 @@ STEP_SHAPING = {
         --exp-avg-dtype --exp-avg-sq-dtype"""),
     "kernels and graphs": _flags("""--cuda-graph-impl --enable-cuda-graph --external-cuda-graph --use-nccl-ub
         --tp-comm-overlap-cfg --tensor-parallel-num-weight-shards"""),
+    "kernel fusion turned off (more, unfused elementwise kernels)": _flags("""--no-rope-fusion
+        --no-bias-swiglu-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion --no-persist-layer-norm
+        --rotary-seq-len-interpolation-factor"""),
 }
 """Refused by name, by reason."""
 
 VALUE_RULES = {
     "--transformer-impl": ("transformer_engine",),
     "--optimizer": ("adam",),
+    "--rotary-percent": ("1.0", "1"),  # partial rotary embeddings are not modelled
 }
 """Flag -> the values echo-tune models (Megatron's defaults); any other value is refused."""
 

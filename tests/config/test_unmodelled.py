@@ -140,3 +140,14 @@ def test_moe_preset_round_trips_through_megatron_flags():
     fields, layout, precision, ignored = parse_megatron_line(" ".join(flags))
     rebuilt = model.replace(**{k: v for k, v in fields.items()})
     assert rebuilt == model and layout == parallel and precision == "bf16" and ignored == []
+
+
+def test_qwen3_conf_is_refused_for_unfused_kernels_then_simulates_without_them(capsys):
+    line = launch_line("qwen3_30b_a3b") + " --vocab-size 151936 --global-batch-size 64 --expert-model-parallel-size 8"
+    with pytest.raises(UnmodelledError, match="--no-rope-fusion"):
+        parse_megatron_line(line)
+    fused = line.replace("--no-rope-fusion", "").replace("--no-bias-swiglu-fusion", "")
+    data = simulate_json(capsys, fused, 8)
+    spec = data["config"]["model_spec"]
+    assert spec["qk_layernorm"] and spec["kv_channels"] == 128 and spec["num_experts"] == 128
+    assert spec["make_vocab_size_divisible_by"] == 1187
