@@ -13,7 +13,7 @@ a search result (its ``best.json`` or results folder)::
         gpu_hour_cost: 2.0          # optional, price of one GPU-hour
         layout: {tensor_model_parallel_size: 8, pipeline_model_parallel_size: 8, global_batch_size: 1536,
                  micro_batch_size: 1, recompute_granularity: selective, sequence_parallel: true}
-      - name: 128 x A100 from a Megatron launch line
+      - name: 128 x A100 from a Megatron launch line   # its model flags override `model`
         cluster: a100-80gb
         num_gpus: 128
         megatron_args: "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 --global-batch-size 1536"
