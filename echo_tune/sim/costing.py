@@ -26,19 +26,22 @@ class PhaseCost:
     compute_s: float = 0.0
     comm_exposed_s: float = 0.0
     interference_s: float = 0.0
+    ep_comm_s: float = 0.0
+    """MoE dispatch / combine (all-to-all or all-gather over the expert groups), never overlapped."""
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.comm_exposed_s + self.interference_s
+        return self.compute_s + self.comm_exposed_s + self.interference_s + self.ep_comm_s
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
         return PhaseCost(compute_s=self.compute_s + other.compute_s,
                          comm_exposed_s=self.comm_exposed_s + other.comm_exposed_s,
-                         interference_s=self.interference_s + other.interference_s)
+                         interference_s=self.interference_s + other.interference_s,
+                         ep_comm_s=self.ep_comm_s + other.ep_comm_s)
 
     def scaled(self, factor: float) -> "PhaseCost":
         return PhaseCost(compute_s=self.compute_s * factor, comm_exposed_s=self.comm_exposed_s * factor,
-                         interference_s=self.interference_s * factor)
+                         interference_s=self.interference_s * factor, ep_comm_s=self.ep_comm_s * factor)
 
 
 ZERO = PhaseCost()
@@ -84,7 +87,7 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
             gemm_s += t
         elif op.kind == "attention":
             attention_s += t
-    cost = PhaseCost(compute_s=compute_s, comm_exposed_s=ep_comm_s) + _overlapped(cp_comm_s, attention_s, ctx.profile)
+    cost = PhaseCost(compute_s=compute_s, ep_comm_s=ep_comm_s) + _overlapped(cp_comm_s, attention_s, ctx.profile)
     if ctx.tp_comm_overlap:
         return cost + _overlapped(tp_comm_s, gemm_s, ctx.profile)
     return cost + PhaseCost(comm_exposed_s=tp_comm_s)

@@ -33,7 +33,8 @@ def chunk_layer_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, 
     Multi-token prediction (``--mtp-num-layers``): Megatron-Core places the MTP block after the decoder on
     the last pipeline stage (gpt_model.py); each MTP layer is a transformer layer of the last layer's
     kind (as in Megatron's FLOP count), so it is counted in the last chunk. Its extra output head is added
-    by ``simulate`` (``mtp_heads``).
+    by ``simulate`` (``mtp_heads``); its eh projection GEMM (2h -> h) and embedding lookup are not traced
+    (a few percent of one layer's time), their parameters are counted.
     """
     mix = [[(layers - (k := chunk_moe_layers(model, layout, s, c)), k) for c, layers in enumerate(chunks)]
            for s, chunks in enumerate(layout.stage_chunk_layers)]
@@ -59,7 +60,7 @@ def moe_notes(model: ModelSpec, layout: Layout) -> tuple[str, ...]:
              f"{f', capacity factor {model.moe_expert_capacity_factor:g}' if model.moe_expert_capacity_factor else ''}"
              f" (set moe_routing_imbalance for skewed routing; the busiest rank sets the step)",
              f"expert groups: EP {groups['ep'].size} over {groups['ep'].num_nodes} node(s), ETP {groups['etp'].size}, "
-             f"expert data-parallel {groups['edp'].size}; dispatch/combine time is in tp_cp_comm"]
+             f"expert data-parallel {groups['edp'].size}; dispatch/combine time is ep_comm"]
     if model.moe_token_dispatcher_type == "flex":
         notes.append("flex dispatcher timed as alltoall (without DeepEP's de-duplication: an upper bound)")
     return tuple(notes)

@@ -193,6 +193,7 @@ def _breakdown(passes, m: int, compute_end_s: float, critical_p2p_s: float, tail
         "compute": fwd_sum.compute_s + bwd_sum.compute_s,
         "recompute": rec_sum.total_s,
         "tp_cp_comm": fwd_sum.comm_exposed_s + bwd_sum.comm_exposed_s,
+        "ep_comm": fwd_sum.ep_comm_s + bwd_sum.ep_comm_s,
         "interference": fwd_sum.interference_s + bwd_sum.interference_s + tail.interference_s,
         "pp_bubble": idle - p2p_exposed,
         "pp_p2p": p2p_exposed,

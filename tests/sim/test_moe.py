@@ -68,7 +68,7 @@ def test_ep_inside_a_node_is_faster_than_across_nodes():
                   sequence_parallel=True, expert_model_parallel_size=8)
     near = sim(expert_tensor_parallel_size=1, **common)
     far = sim(**common)
-    assert far.breakdown_s["tp_cp_comm"] > near.breakdown_s["tp_cp_comm"]
+    assert far.breakdown_s["ep_comm"] > near.breakdown_s["ep_comm"] > 0
 
 
 def test_expert_memory_is_sharded_over_ep_and_optimizer_over_expert_dp():
