@@ -66,6 +66,8 @@ HARMLESS = {
 }
 """Ignored with a note, by reason."""
 
+# Merge note: the FP8 flags, --attention-backend, --grad-reduce-in-bf16, --recompute-activations and
+# --account-for-*-in-pipeline-split are modelled on the fp8 branch; drop them from this table there.
 STEP_SHAPING = {
     "FP8 / FP4 training (GEMM peaks, casts, FP8 weights)": _flags("""--fp8-format --fp8-recipe --fp8-param-gather
         --first-last-layers-bf16 --fp8-margin --fp8-amax-history-len --fp8-amax-compute-algo --fp4-format
