@@ -15,13 +15,20 @@ from echo_tune.config.parallel import ParallelConfig
 PRECISION_FLAGS = {"bf16": "--bf16", "fp16": "--fp16", "fp32": "--fp32"}
 
 
+def _freq(raw: str) -> int | str:
+    """--moe-layer-freq: an integer or a list expression such as ([0]*3+[1]*58)."""
+    return int(raw) if raw.strip().isdigit() else raw
+
+
 def _add_flag(parser: argparse.ArgumentParser, field: str, flag: str, kind: str, extra: tuple[str, ...] = ()) -> None:
     if kind == "flag":
         parser.add_argument(flag, *extra, dest=field, action="store_const", const=True, default=None)
     elif kind == "not_flag":
         parser.add_argument(flag, dest=field, action="store_const", const=False, default=None)
+    elif kind == "list":
+        parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=field.upper())
     else:
-        parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str}[kind],
+        parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str, "freq": _freq}[kind],
                             default=None, metavar=field.upper())
 
 
@@ -38,8 +45,12 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     overrides = parser.add_argument_group("model overrides (Megatron-LM flags; change the --model preset)")
     for field, (flag, kind) in MODEL_FLAGS.items():
         _add_flag(overrides, field, flag, kind)
+    overrides.add_argument("--moe-routing-imbalance", dest="moe_routing_imbalance", type=float, default=None,
+                           metavar="FACTOR", help="echo-tune's routing assumption, not a Megatron flag: the busiest "
+                                                  "expert's token share relative to balanced (default 1)")
     parser.add_argument("--megatron-args", metavar="LINE",
-                        help="a pasted Megatron-LM launch line; its model and layout flags are read, others ignored")
+                        help="a pasted Megatron-LM launch line; its model and layout flags are read, harmless ones "
+                             "ignored with a note, unmodelled step-shaping or unknown ones refused")
 
 
 def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gpt3-175b",
@@ -54,7 +65,7 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
         if precision is None:
             precision = "fp32"
             notes.append("the Megatron line has neither --bf16 nor --fp16: fp32, as Megatron-LM would train")
-    for field in MODEL_FLAGS:
+    for field in (*MODEL_FLAGS, "moe_routing_imbalance"):
         if getattr(args, field, None) is not None:
             model_fields[field] = getattr(args, field)
     for field in PARALLEL_FLAGS:

@@ -57,12 +57,15 @@ def _si(value: float) -> str:
 
 def print_ranking(rows: list[dict], tokens: float, console: Console | None = None) -> None:
     console = console or Console()
-    models = sorted({r["config"]["model"] for r in rows})
+    models = sorted({r["config"]["model"] for r in rows if not r.get("refused")})
     table = Table(title=f"{', '.join(models)}: candidates fastest first; time and cost to train "
                         f"{tokens:.3g} tokens")
     for col in ("#", "name", "GPUs", "step time", "tokens/s", "MFU", "peak mem", "fits", "to train", "cost"):
         table.add_column(col, justify="left" if col == "name" else "right")
     for r in rows:
+        if r.get("refused"):
+            table.add_row("-", r["name"], "-", "[red]refused[/red]", *["-"] * 6)
+            continue
         cfg = r["config"]
         cost = _si(r["cost"]) if r["cost"] is not None else f"{_si(r['gpu_hours'])} GPU-h"
         table.add_row(str(r["rank"]), r["name"], str(cfg["num_gpus"]), human_time(r["step_time_s"]),
@@ -72,5 +75,7 @@ def print_ranking(rows: list[dict], tokens: float, console: Console | None = Non
     console.print(table)
     console.print("[dim]cost = GPU-hours x gpu_hour_cost; GPU-hours where no price is given[/dim]")
     for r in rows:
-        if not r["fits_memory"]:
+        if r.get("refused"):
+            console.print(f"[red]{r['name']}: refused: {r['refused']}[/red]")
+        elif not r["fits_memory"]:
             console.print(f"[dim]{r['name']}: {r['memory_verdict']}[/dim]")

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col, justify="left" if col == "run" else "right")
     for r in rows:
         if r.error:
-            table.add_row(r.name, f"{r.measured_step_time_s:.3f}", "[red]invalid[/red]", "-", "-")
+            verdict = "refused" if r.error.startswith("refused:") else "invalid"
+            table.add_row(r.name, f"{r.measured_step_time_s:.3f}", f"[red]{verdict}[/red]", "-", "-")
             continue
         table.add_row(r.name, f"{r.measured_step_time_s:.3f}", f"{r.predicted_step_time_s:.3f}",
                       f"{r.error_pct:+.1f}%", "yes" if r.fits_memory else "[red]no[/red]")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require
 from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 
@@ -50,7 +51,16 @@ class Layout:
     recompute_granularity: str | None
     recompute_method: str | None
     recompute_num_layers: int | None
+    recompute_regions: tuple[str, ...] = ("core_attention",)
+    """Traced regions that selective recompute replays (``--recompute-modules``)."""
+    recompute_discarding_regions: tuple[str, ...] = ()
+    """Of those, the ones whose outputs are discarded too (output-discarding checkpointing)."""
     groups: dict[str, GroupPlacement]
+    """tp, cp, dp, pp and the expert groups ep, etp, tpep (ETP x EP) and edp (expert data parallel)."""
+
+    @property
+    def expert_data_parallel_size(self) -> int:
+        return self.groups["edp"].size
 
     @property
     def stage_layers(self) -> tuple[int, ...]:
@@ -227,6 +237,9 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
 
     granularity, method, recompute_layers = (parallel.recompute_granularity, parallel.recompute_method,
                                              parallel.recompute_num_layers)
+    require(parallel.recompute_modules is None or granularity == "selective",
+            f"recompute_modules applies only to `recompute_granularity == 'selective'`, but got "
+            f"(recompute_granularity={granularity!r}, recompute_modules={list(parallel.recompute_modules or [])})")
     if granularity != "full":
         require(method is None and recompute_layers is None,
                 f"recompute_method and recompute_num_layers apply only to `recompute_granularity == 'full'`, but "
@@ -259,8 +272,12 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     require(not parallel.grad_reduce_in_bf16 or parallel.precision == "bf16",
             f"`grad_reduce_in_bf16` needs bf16 training, but got (precision={parallel.precision!r})")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
+    groups = _group_placements(parallel, cluster, dp) | expert_groups(model, parallel, dp, cluster.gpus_per_node,
+                                                                      GroupPlacement)
     return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
                   virtual_pipeline_size=vpp, stage_chunk_layers=chunks, schedule=schedule,
                   sequence_parallel=sequence_parallel, recompute_granularity=granularity,
                   recompute_method=method, recompute_num_layers=recompute_layers,
-                  groups=_group_placements(parallel, cluster, dp))
+                  recompute_regions=parallel.recompute_regions,
+                  recompute_discarding_regions=parallel.recompute_discarding_regions,
+                  groups=groups)

@@ -12,6 +12,7 @@ import yaml
 
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.config.model import ModelSpec
+from echo_tune.config.unmodelled import refuse_unmodelled_keys
 from echo_tune.errors import ConfigError
 
 CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node",
@@ -78,6 +79,7 @@ def check_type(name: str, value: Any, annotation: str, what: str) -> None:
 def build(cls: type, data: dict[str, Any], what: str):
     """Construct a frozen spec from a mapping, turning type errors into one-line ConfigErrors."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    refuse_unmodelled_keys(data, fields, what)
     check_keys(data, list(fields), what)
     for name, value in data.items():
         check_type(name, value, fields[name].type, what)

@@ -10,12 +10,16 @@ the flag behind ``args.virtual_pipeline_model_parallel_size``).
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
+from echo_tune.config.moe_fields import MLAFields, MoEFields
 from echo_tune.config.tokenizers import tokenizer_vocab_size
+from echo_tune.config.unmodelled import VALUE_RULES, refuse_if_unmodelled
 from echo_tune.errors import ConfigError
 
-# field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false).
+# field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false),
+# "freq" (an integer or a list expression, --moe-layer-freq), "list" (nargs="+").
 MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers": ("--num-layers", "int"),
     "hidden_size": ("--hidden-size", "int"),
@@ -30,6 +34,26 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "normalization": ("--normalization", "str"),
     "untie_embeddings_and_output_weights": ("--untie-embeddings-and-output-weights", "flag"),
     "attention_backend": ("--attention-backend", "str"),
+    "mtp_num_layers": ("--mtp-num-layers", "int"),
+    # MoE and MLA (config/moe_fields.py)
+    "num_experts": ("--num-experts", "int"),
+    "moe_router_topk": ("--moe-router-topk", "int"),
+    "moe_ffn_hidden_size": ("--moe-ffn-hidden-size", "int"),
+    "moe_shared_expert_intermediate_size": ("--moe-shared-expert-intermediate-size", "int"),
+    "moe_layer_freq": ("--moe-layer-freq", "freq"),
+    "moe_router_load_balancing_type": ("--moe-router-load-balancing-type", "str"),
+    "moe_token_dispatcher_type": ("--moe-token-dispatcher-type", "str"),
+    "moe_grouped_gemm": ("--moe-grouped-gemm", "flag"),
+    "moe_expert_capacity_factor": ("--moe-expert-capacity-factor", "float"),
+    "moe_pad_expert_input_to_capacity": ("--moe-pad-expert-input-to-capacity", "flag"),
+    "moe_router_dtype": ("--moe-router-dtype", "str"),
+    "multi_latent_attention": ("--multi-latent-attention", "flag"),
+    "q_lora_rank": ("--q-lora-rank", "int"),
+    "kv_lora_rank": ("--kv-lora-rank", "int"),
+    "qk_head_dim": ("--qk-head-dim", "int"),
+    "qk_pos_emb_head_dim": ("--qk-pos-emb-head-dim", "int"),
+    "v_head_dim": ("--v-head-dim", "int"),
+    "qk_layernorm": ("--qk-layernorm", "flag"),
     "use_flash_attn": ("--use-flash-attn", "flag"),
     "position_embedding_type": ("--position-embedding-type", "str"),
     "add_bias_linear": ("--disable-bias-linear", "not_flag"),
@@ -40,6 +64,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "tensor_model_parallel_size": ("--tensor-model-parallel-size", "int"),
     "pipeline_model_parallel_size": ("--pipeline-model-parallel-size", "int"),
     "context_parallel_size": ("--context-parallel-size", "int"),
+    "expert_model_parallel_size": ("--expert-model-parallel-size", "int"),
+    "expert_tensor_parallel_size": ("--expert-tensor-parallel-size", "int"),
     "virtual_pipeline_model_parallel_size": ("--num-virtual-stages-per-pipeline-rank", "int"),
     "num_layers_per_virtual_pipeline_stage": ("--num-layers-per-virtual-pipeline-stage", "int"),
     "decoder_first_pipeline_num_layers": ("--decoder-first-pipeline-num-layers", "int"),
@@ -51,6 +77,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "recompute_granularity": ("--recompute-granularity", "str"),
     "recompute_method": ("--recompute-method", "str"),
     "recompute_num_layers": ("--recompute-num-layers", "int"),
+    "recompute_modules": ("--recompute-modules", "list"),
     "sequence_parallel": ("--sequence-parallel", "flag"),
     "use_distributed_optimizer": ("--use-distributed-optimizer", "flag"),
     "overlap_grad_reduce": ("--overlap-grad-reduce", "flag"),
@@ -88,10 +115,7 @@ LINE_FLAGS = {
     "--activations-checkpoint-method": 1,      # Megatron 2021 name of --recompute-method (with full recompute)
     "--activations-checkpoint-num-layers": 1,  # Megatron 2021 name of --recompute-num-layers
     "--checkpoint-num-layers": 1,              # Megatron 2020 name of the same
-    "--recompute-modules": -1,          # a list; selective recompute of these modules
 }
-RECOMPUTE_MODULES_MODELLED = ("core_attn",)
-"""Selective-recompute modules the simulator models (Megatron's default list is ["core_attn"])."""
 # Accepted spellings that older Megatron versions or users write for the same field.
 ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size"}
 
@@ -100,14 +124,27 @@ MEGATRON_FLAGS = frozenset([f for f, _ in MODEL_FLAGS.values()] + [f for f, _ in
 
 
 def _convert(flag: str, kind: str, raw: str):
+    if kind == "freq":  # --moe-layer-freq: an integer or a list expression
+        return int(raw) if raw.strip().isdigit() else raw
     try:
         return {"int": int, "float": float, "str": str}[kind](raw)
     except ValueError:
         raise ConfigError(f"{flag} takes a{'n integer' if kind == 'int' else ' number'}, but got ({flag}={raw!r})") from None
 
 
+def _values(tokens: list[str], i: int) -> tuple[tuple[str, ...], int]:
+    """The value tokens after a flag (up to the next ``--flag``), and the index after them."""
+    j = i
+    while j < len(tokens) and not tokens[j].startswith("--"):
+        j += 1
+    return tuple(tokens[i:j]), j
+
+
 def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
-    """Read a Megatron launch line: (model fields, parallel fields, precision or None, ignored flags)."""
+    """Read a Megatron launch line: (model fields, parallel fields, precision or None, ignored flags).
+
+    Flags that do not shape the step are returned as ignored; a flag that shapes the step but is not
+    modelled, or is unknown, raises ``UnmodelledError`` naming it (config/unmodelled.py)."""
     by_flag = {flag: (field, kind, "model") for field, (flag, kind) in MODEL_FLAGS.items()}
     by_flag |= {flag: (field, kind, "parallel") for field, (flag, kind) in PARALLEL_FLAGS.items()}
     by_flag |= {alias: (field, PARALLEL_FLAGS[field][1], "parallel") for alias, field in ALIASES.items()}
@@ -140,12 +177,21 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
             line_flags[flag] = values
             continue
         if flag not in by_flag:
-            if flag.startswith("--"):
+            if flag.startswith("--") and flag not in EXTRA_FLAGS:
+                values, after = _values(tokens, i)
+                refuse_if_unmodelled(flag, (inline,) if inline else values)
                 ignored.append(flag)
+                if flag in VALUE_RULES:
+                    i = after
             continue
         field, kind, target = by_flag[flag]
         if kind in ("flag", "not_flag"):
             value = kind == "flag"
+        elif kind == "list":  # nargs="+": every value up to the next flag
+            value, i = _values(tokens, i)
+            value = ((inline,) if inline else ()) + value
+            if not value:
+                raise ConfigError(f"{flag} needs at least one value, but none follows it")
         else:
             if not inline:
                 if i >= len(tokens):
@@ -176,13 +222,14 @@ def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, 
     if parallel.get("recompute_granularity") != "full" and "recompute_num_layers" in parallel \
             and "recompute_method" not in parallel:
         del parallel["recompute_num_layers"]  # a 2020/2021 line without checkpointing: the count is unused
-    modules = flags.get("--recompute-modules")
-    if modules is not None:
-        unmodelled = [m for m in modules if m not in RECOMPUTE_MODULES_MODELLED]
-        if unmodelled:
-            raise ConfigError(f"--recompute-modules {' '.join(unmodelled)} is not modelled (only "
-                              f"{', '.join(RECOMPUTE_MODULES_MODELLED)}, selective recompute of core attention); "
-                              f"drop those modules or use --recompute-granularity full")
+
+
+def _defaults(*classes) -> dict:
+    return {f.name: f.default for cls in classes for f in dataclasses.fields(cls)}
+
+
+_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields) | {"expert_model_parallel_size": 1,
+                                                        "mtp_num_layers": None, "recompute_modules": None}
 
 
 def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:
@@ -198,6 +245,14 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
             if field == "virtual_pipeline_model_parallel_size" and value == 1:
                 continue
             if field in DEFAULT_ONLY_WITH and not values.get(DEFAULT_ONLY_WITH[field]):
+                continue
+            if field in _MOE_MLA_DEFAULTS and value == _MOE_MLA_DEFAULTS[field]:
+                continue  # MoE / MLA / EP settings at Megatron's defaults (a dense model writes none)
+            if kind == "list":
+                out += [flag, *map(str, value)]
+                continue
+            if kind == "freq":  # a list expression: quoted for the shell
+                out += [flag, shlex.quote(str(value))]
                 continue
             out += [flag] if kind in ("flag", "not_flag") else [flag, str(value)]
             if field == "use_flash_attn":

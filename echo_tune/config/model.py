@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
+from echo_tune.config.moe_fields import MLAFields, MoEFields, mla_params, moe_layer_pattern, moe_params
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none")
@@ -16,8 +17,11 @@ FLASH_STYLE_BACKENDS = ("auto", "flash", "fused")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec:
+class ModelSpec(MoEFields, MLAFields):
     """A decoder-only transformer, described with Megatron-LM's argument names.
+
+    MoE and MLA fields (``num_experts``, ``moe_*``, ``multi_latent_attention``, ...) come from
+    ``moe_fields.py``.
 
     Optional fields left as ``None`` take Megatron's defaults (see the properties below).
     """
@@ -81,11 +85,14 @@ class ModelSpec:
     attention_dropout: float = 0.1
     """``--attention-dropout``: dropout on the attention probabilities."""
 
+    mtp_num_layers: int | None = None
+    """``--mtp-num-layers``: multi-token-prediction layers after the last layer (on the last stage)."""
+
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
                       "make_vocab_size_divisible_by"):
             require_positive(field, getattr(self, field))
-        for field in ("num_query_groups", "ffn_hidden_size", "kv_channels"):
+        for field in ("num_query_groups", "ffn_hidden_size", "kv_channels", "mtp_num_layers"):
             if getattr(self, field) is not None:
                 require_positive(field, getattr(self, field))
         require_choice("normalization", self.normalization, NORMALIZATIONS)
@@ -99,6 +106,8 @@ class ModelSpec:
                     f"`hidden_size % num_attention_heads == 0` must hold when kv_channels is unset, but got "
                     f"(hidden_size={self.hidden_size}, num_attention_heads={self.num_attention_heads}); "
                     f"set kv_channels or change the head count")
+        self._check_moe()
+        self._check_mla()
         groups = self.query_groups
         require(self.num_attention_heads % groups == 0,
                 f"`num_attention_heads % num_query_groups == 0` must hold, but got "
@@ -128,19 +137,38 @@ class ModelSpec:
             return self.ffn_hidden_size
         return int((4 * self.hidden_size * 2 / 3) / 64) * 64 if self.swiglu else 4 * self.hidden_size
 
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def moe_pattern(self) -> tuple[int, ...]:
+        """Per layer: 1 if its MLP is an MoE layer, 0 if dense (all 0 for a dense model)."""
+        if not self.is_moe:
+            return (0,) * self.num_layers
+        return moe_layer_pattern(self.moe_layer_freq, self.num_layers)
+
+    @property
+    def moe_ffn_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_size
+
     def padded_vocab_size(self, tensor_model_parallel_size: int = 1) -> int:
         """Vocabulary padded as Megatron pads it: to a multiple of make_vocab_size_divisible_by x TP."""
         multiple = self.make_vocab_size_divisible_by * tensor_model_parallel_size
         return -(-self.vocab_size // multiple) * multiple
 
-    def layer_params(self) -> int:
-        """Parameters of one transformer layer (unsharded)."""
+    def layer_params(self, moe: bool = False) -> int:
+        """Parameters of one transformer layer (unsharded); ``moe``: the layer whose MLP is the MoE block."""
         h, d, a, g, f = self.hidden_size, self.head_dim, self.num_attention_heads, self.query_groups, self.ffn_size
         bias = self.add_bias_linear
-        qkv = h * (a + 2 * g) * d + (bias and (a + 2 * g) * d)
+        qkv = h * (a + 2 * g) * d + (bias and (a + 2 * g) * d) + (2 * d if self.qk_layernorm else 0)
         proj = a * d * h + (bias and h)
+        if self.multi_latent_attention:
+            qkv, proj = mla_params(self), a * self.v_head_dim * h + (bias and h)
         fc1_out = 2 * f if self.swiglu else f
         mlp = h * fc1_out + (bias and fc1_out) + f * h + (bias and h)
+        if moe:
+            mlp = moe_params(self)
         norms = 2 * h * (2 if self.normalization == "LayerNorm" else 1)
         return qkv + proj + mlp + norms
 
@@ -154,7 +182,9 @@ class ModelSpec:
         h = self.hidden_size
         final_norm = h * (2 if self.normalization == "LayerNorm" else 1)
         out = self.padded_vocab_size(tensor_model_parallel_size) * h if self.untie_embeddings_and_output_weights else 0
-        return self.num_layers * self.layer_params() + self.embedding_params(tensor_model_parallel_size) + final_norm + out
+        layers = sum(self.layer_params(moe=bool(k)) for k in self.moe_pattern)
+        mtp = (self.mtp_num_layers or 0) * (self.layer_params(moe=bool(self.moe_pattern[-1])) + 2 * h * h + 2 * h)
+        return layers + mtp + self.embedding_params(tensor_model_parallel_size) + final_norm + out
 
     def replace(self, **changes) -> "ModelSpec":
         return dataclasses.replace(self, **changes)

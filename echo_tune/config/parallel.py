@@ -19,6 +19,12 @@ FP8_FORMATS = (None, "e4m3", "hybrid")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 # Optimizer-state dtypes of --exp-avg-dtype / --exp-avg-sq-dtype / --main-params-dtype and their bytes.
 STATE_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
+# Megatron-Core's selective-recompute modules (transformer_config.py ``recompute_modules``) -> the traced
+# regions they replay (workload/layers.py, mla.py, moe.py). moe_act and shared_experts are not modelled.
+RECOMPUTE_MODULE_REGIONS = {"core_attn": ("core_attention",), "layernorm": ("input_norm", "mlp_norm"),
+                            "mla_up_proj": ("mla_up_proj",), "mlp": ("mlp",), "moe": ("moe",)}
+# modules Megatron-Core checkpoints "output-discarding" (their outputs are freed too), the others keep outputs
+OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +39,12 @@ class ParallelConfig:
 
     context_parallel_size: int = 1
     """``--context-parallel-size``: CP degree (sequence split for attention)."""
+
+    expert_model_parallel_size: int = 1
+    """``--expert-model-parallel-size``: EP degree, experts split over ranks carved from TP x CP x DP."""
+
+    expert_tensor_parallel_size: int | None = None
+    """``--expert-tensor-parallel-size``: ETP degree of each expert's GEMMs; None means TP (Megatron's default)."""
 
     virtual_pipeline_model_parallel_size: int | None = None
     """``--virtual-pipeline-model-parallel-size``: model chunks per stage (interleaved 1F1B); None or 1 = off."""
@@ -65,6 +77,10 @@ class ParallelConfig:
 
     recompute_method: str | None = None
     """``--recompute-method``: uniform or block (with full recompute)."""
+
+    recompute_modules: tuple[str, ...] | None = None
+    """``--recompute-modules``: with selective recompute, the modules recomputed in backward; None means
+    Megatron's default ``core_attn``. Modelled: core_attn, layernorm, mla_up_proj, mlp, moe."""
 
     recompute_num_layers: int | None = None
     """``--recompute-num-layers``: layers per recompute unit (uniform) or recomputed layers per stage (block)."""
@@ -133,11 +149,18 @@ class ParallelConfig:
             require(isinstance(value, int) and not isinstance(value, bool),
                     f"`{name}` must be an integer, but got ({name}={value!r})")
             require_positive(name, value)
-        for name in ("virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
+        for name in ("expert_model_parallel_size", "expert_tensor_parallel_size", "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
                      "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                      "recompute_num_layers"):
             if getattr(self, name) is not None:
                 require_positive(name, getattr(self, name))
+        if self.recompute_modules is not None:
+            modules = (self.recompute_modules,) if isinstance(self.recompute_modules, str) else self.recompute_modules
+            object.__setattr__(self, "recompute_modules", tuple(modules))
+            for module in self.recompute_modules:
+                require(module in RECOMPUTE_MODULE_REGIONS,
+                        f"`recompute_modules` entry {module!r} is not modelled (echo-tune models "
+                        f"{', '.join(RECOMPUTE_MODULE_REGIONS)}); remove it")
         require_choice("recompute_granularity", self.recompute_granularity, RECOMPUTE_GRANULARITIES)
         require_choice("recompute_method", self.recompute_method, RECOMPUTE_METHODS)
         require_choice("precision", self.precision, PRECISIONS)
@@ -154,6 +177,24 @@ class ParallelConfig:
     def fp8(self) -> bool:
         """True when the linear GEMMs run in FP8."""
         return self.fp8_format is not None
+
+    @property
+    def recompute_regions(self) -> tuple[str, ...]:
+        """Traced regions that selective recompute replays."""
+        modules = self.recompute_modules or ("core_attn",)
+        return tuple(r for module in modules for r in RECOMPUTE_MODULE_REGIONS[module])
+
+    @property
+    def recompute_discarding_regions(self) -> tuple[str, ...]:
+        """Of ``recompute_regions``, those whose outputs are discarded and recomputed too."""
+        modules = self.recompute_modules or ("core_attn",)
+        return tuple(r for module in modules if module in OUTPUT_DISCARDING_MODULES
+                     for r in RECOMPUTE_MODULE_REGIONS[module])
+
+    @property
+    def expert_tensor_size(self) -> int:
+        """ETP in effect: Megatron sets it to TP when unset (arguments.py, validate_args)."""
+        return self.expert_tensor_parallel_size or self.tensor_model_parallel_size
 
     def replace(self, **changes) -> "ParallelConfig":
         return dataclasses.replace(self, **changes)

@@ -31,7 +31,8 @@ from echo_tune.search.space import FIELD_ORDER, SearchSpace
 
 # Settings chosen before the first check: they fix the traced shapes and the rank layout.
 SHAPE_FIELDS = FIELD_ORDER[:FIELD_ORDER.index("micro_batch_size") + 1]
-OFF = {"decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
+OFF = {"expert_model_parallel_size": 1, "expert_tensor_parallel_size": None,
+       "decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
        "virtual_pipeline_model_parallel_size": None, "num_layers_per_virtual_pipeline_stage": None,
        "sequence_parallel": False, "tp_comm_overlap": False, "recompute_granularity": None,
        "recompute_method": None, "recompute_num_layers": None, "use_distributed_optimizer": False,
@@ -70,7 +71,7 @@ class Candidate:
         """What the tracer caches on: runs of one shape share a trace."""
         p = self.parallel
         return (p.tensor_model_parallel_size, p.context_parallel_size, self.layout.sequence_parallel,
-                p.micro_batch_size, p.precision)
+                p.micro_batch_size, p.precision, p.expert_model_parallel_size, p.expert_tensor_size)
 
 
 def applicable(field_name: str, chosen: dict) -> bool:
@@ -100,11 +101,16 @@ def options(space: SearchSpace, field_name: str, chosen: dict) -> tuple:
     """The values ``field_name`` may take after ``chosen``: its list, or its off value if it has no effect."""
     if not applicable(field_name, chosen):
         return (OFF[field_name],)
+    if field_name == "sequence_parallel" and space.model.is_moe and chosen.get("tensor_model_parallel_size", 1) > 1:
+        # Megatron-Core's MoE layer refuses TP > 1 without sequence parallelism (moe_layer.py)
+        return tuple(v for v in space.choices[field_name] if v) or space.choices[field_name]
     return space.choices[field_name]
 
 
 def _parallel(space: SearchSpace, chosen: dict) -> ParallelConfig:
     fields = {f: chosen.get(f, OFF.get(f)) for f in FIELD_ORDER[1:]}
+    if "sequence_parallel" not in chosen and space.model.is_moe:
+        fields["sequence_parallel"] = True  # not drawn yet: the shape check must not reject MoE with TP > 1
     return ParallelConfig(global_batch_size=space.global_batch_size, precision=space.precision, **fields)
 
 
@@ -194,6 +200,8 @@ def check_space(space: SearchSpace) -> tuple[list[Candidate], list[str]]:
 _PREFERENCE = {
     "num_gpus": lambda v: -v,
     "context_parallel_size": lambda v: v,
+    "expert_model_parallel_size": lambda v: -v,
+    "expert_tensor_parallel_size": lambda v: 0 if v is None else v,
     "decoder_first_pipeline_num_layers": lambda v: v is not None,
     "decoder_last_pipeline_num_layers": lambda v: v is not None,
     "micro_batch_size": lambda v: v,

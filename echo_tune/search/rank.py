@@ -13,14 +13,15 @@ a search result (its ``best.json`` or results folder)::
         gpu_hour_cost: 2.0          # optional, price of one GPU-hour
         layout: {tensor_model_parallel_size: 8, pipeline_model_parallel_size: 8, global_batch_size: 1536,
                  micro_batch_size: 1, recompute_granularity: selective, sequence_parallel: true}
-      - name: 128 x A100 from a Megatron launch line
+      - name: 128 x A100 from a Megatron launch line   # its model flags override `model`
         cluster: a100-80gb
         num_gpus: 128
         megatron_args: "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 --global-batch-size 1536"
       - name: searched layout
         from_search: results/gpt3-175b-96xh800      # or .../best.json
 
-Candidates print fastest first; the ones that do not fit in memory come after all that fit.
+Candidates print fastest first; the ones that do not fit in memory come after all that fit, and a
+candidate with a setting that shapes the step but is not modelled is listed last as refused (no number).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from echo_tune.config.loading import build, check_keys, cluster_from_dict, read_
 from echo_tune.config.megatron_args import parse_megatron_line
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.errors import ConfigError
 from echo_tune.search.space import load_cluster_ref, load_model_ref, resolve_ref
 
@@ -51,6 +53,9 @@ class RankCandidate:
     parallel: ParallelConfig
     gpu_hour_cost: float | None = None
     profile_path: Path | None = None
+    refused: str | None = None
+    """Why the candidate is refused (a setting that shapes the step but is not modelled); then the specs
+    may be None and ``rank`` lists it as refused, never with a number."""
 
 
 def _from_search(ref: str, where: str, base_dir: Path | None) -> dict:
@@ -87,8 +92,9 @@ def _candidate(data: dict, index: int, defaults: dict, base_dir: Path | None) ->
         found = _from_search(str(merged["from_search"]), where, base_dir)
         merged = {**found, **{k: v for k, v in merged.items() if k not in ("from_search", "layout")},
                   "layout": {**found["layout"], **(data.get("layout") or {})}}
+    line_model: dict = {}
     if "megatron_args" in merged:
-        _, fields, precision, _ = parse_megatron_line(str(merged["megatron_args"]))
+        line_model, fields, precision, _ = parse_megatron_line(str(merged["megatron_args"]))
         layout.update(fields)
         if precision is not None:
             layout["precision"] = precision
@@ -96,6 +102,9 @@ def _candidate(data: dict, index: int, defaults: dict, base_dir: Path | None) ->
         layout.update(merged["layout"])
     elif "layout" in merged:
         raise ConfigError(f"{where}: `layout` must be a mapping of Megatron settings, but got {merged['layout']!r}")
+    if "model" not in merged and line_model:  # the launch line describes the model
+        merged["model"] = build(ModelSpec, {"name": name, **line_model}, f"{where}: model of megatron_args")
+        line_model = {}
     for key in ("model", "cluster", "num_gpus"):
         if key not in merged:
             raise ConfigError(f"{where}: missing required key {key!r}")
@@ -103,6 +112,8 @@ def _candidate(data: dict, index: int, defaults: dict, base_dir: Path | None) ->
         layout["precision"] = merged["precision"]
     model = merged["model"] if isinstance(merged["model"], ModelSpec) else load_model_ref(merged["model"], where,
                                                                                          base_dir)
+    if line_model:  # model flags of the launch line override the candidate's model
+        model = model.replace(**line_model)
     cluster = merged["cluster"] if isinstance(merged["cluster"], ClusterSpec) else load_cluster_ref(
         merged["cluster"], where, base_dir)
     num_gpus = merged["num_gpus"]
@@ -117,6 +128,14 @@ def _candidate(data: dict, index: int, defaults: dict, base_dir: Path | None) ->
     profile = Path(resolve_ref(merged["profile"], base_dir)) if merged.get("profile") else None
     return RankCandidate(name=name, model=model, cluster=cluster, num_gpus=num_gpus, parallel=parallel,
                          gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile)
+
+
+def _candidate_or_refused(data, index: int, defaults: dict, base_dir: Path | None) -> RankCandidate:
+    try:
+        return _candidate(data, index, defaults, base_dir)
+    except UnmodelledError as exc:
+        name = str((data if isinstance(data, dict) else {}).get("name") or f"candidate {index + 1}")
+        return RankCandidate(name=name, model=None, cluster=None, num_gpus=0, parallel=None, refused=str(exc))
 
 
 def parse_tokens(value) -> float:
@@ -140,7 +159,7 @@ def load_rank_file(path: str | Path) -> tuple[list[RankCandidate], float | None]
     candidates = data.get("candidates")
     if not isinstance(candidates, list) or not candidates:
         raise ConfigError(f"rank file {str(path)!r} must list at least one entry under `candidates`")
-    parsed = [_candidate(c, i, defaults, path.parent) for i, c in enumerate(candidates)]
+    parsed = [_candidate_or_refused(c, i, defaults, path.parent) for i, c in enumerate(candidates)]
     names = [c.name for c in parsed]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -155,12 +174,18 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
     from echo_tune.cost.profile import load_profile
     from echo_tune.sim.simulate import simulate
 
-    rows = []
+    rows, refused = [], []
     for c in candidates:
+        if c.refused:
+            refused.append({"name": c.name, "refused": c.refused, "rank": None})
+            continue
         profile = load_profile(c.profile_path) if c.profile_path else None
         try:
             report = simulate(c.model, c.cluster, c.num_gpus, c.parallel, profile=profile,
                               memory_headroom_bytes=int(memory_headroom_gib * 2**30))
+        except UnmodelledError as exc:
+            refused.append({"name": c.name, "refused": str(exc), "rank": None})
+            continue
         except ConfigError as exc:
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
         seconds = tokens / report.tokens_per_s
@@ -172,4 +197,4 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
     rows.sort(key=lambda r: (not r["fits_memory"], r["step_time_s"]))
     for i, r in enumerate(rows, 1):
         r["rank"] = i
-    return rows
+    return rows + refused

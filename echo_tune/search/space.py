@@ -32,6 +32,7 @@ from echo_tune.config.cluster import PRECISIONS, ClusterSpec
 from echo_tune.config.loading import build, check_keys, cluster_from_dict, load_cluster, load_model, read_yaml
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.unmodelled import refuse_unmodelled_keys
 from echo_tune.errors import ConfigError
 
 # Searched settings in the order layouts are drawn (see layouts.py): each later choice may depend on
@@ -41,6 +42,8 @@ FIELD_ORDER = (
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
     "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers",
     "micro_batch_size",
@@ -60,7 +63,8 @@ FIELD_ORDER = (
 LAYOUT_FIELDS = FIELD_ORDER[1:]
 BOOL_FIELDS = ("sequence_parallel", "tp_comm_overlap", "use_distributed_optimizer", "overlap_param_gather",
                "overlap_grad_reduce", "fp8_param_gather")
-OPTIONAL_INT_FIELDS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+OPTIONAL_INT_FIELDS = ("expert_tensor_parallel_size", "decoder_first_pipeline_num_layers",
+                       "decoder_last_pipeline_num_layers",
                        "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
                        "recompute_num_layers")
 NONE_WORDS = ("none", "null", "off")
@@ -188,6 +192,15 @@ def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpu
         return tuple(d for d in _divisors(model.num_layers) if any(n % d == 0 for n in num_gpus))
     if field_name == "context_parallel_size":  # Megatron splits the sequence into 2*CP chunks
         return tuple(d for d in _divisors(max(num_gpus)) if d == 1 or model.seq_length % (2 * d) == 0)
+    if field_name == "expert_model_parallel_size":  # divisors of the expert count (1 for a dense model)
+        if not model.is_moe:
+            return (1,)
+        return tuple(d for d in _divisors(model.num_experts) if any(n % d == 0 for n in num_gpus))
+    if field_name == "expert_tensor_parallel_size":  # None (= TP, Megatron's default) or a size inside a node
+        if not model.is_moe:
+            return (None,)
+        return (None,) + tuple(d for d in _divisors(node) if model.moe_ffn_size % d == 0
+                               and any(n % d == 0 for n in num_gpus))
     if field_name == "micro_batch_size":
         return tuple(_divisors(gbs))
     stage_layers = sorted({model.num_layers // p for p in choices.get("pipeline_model_parallel_size", (1,))
@@ -246,6 +259,7 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
     if not isinstance(layout, dict):
         raise _err(where, f"`layout` must be a mapping of Megatron setting -> value(s), but got "
                           f"{type(layout).__name__}")
+    refuse_unmodelled_keys(layout, LAYOUT_FIELDS, f"{where} layout")
     check_keys(layout, LAYOUT_FIELDS, f"{where} layout")
 
     raw = {"num_gpus": data["num_gpus"], **layout}

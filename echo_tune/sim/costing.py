@@ -30,22 +30,26 @@ class PhaseCost:
     compute_s: float = 0.0
     comm_exposed_s: float = 0.0
     interference_s: float = 0.0
+    ep_comm_s: float = 0.0
+    """MoE dispatch / combine (all-to-all or all-gather over the expert groups), never overlapped."""
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.comm_exposed_s + self.interference_s
+        return self.compute_s + self.comm_exposed_s + self.interference_s + self.ep_comm_s
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
         return PhaseCost(compute_s=self.compute_s + other.compute_s,
                          comm_exposed_s=self.comm_exposed_s + other.comm_exposed_s,
-                         interference_s=self.interference_s + other.interference_s)
+                         interference_s=self.interference_s + other.interference_s,
+                         ep_comm_s=self.ep_comm_s + other.ep_comm_s)
 
     def scaled(self, factor: float) -> "PhaseCost":
         return PhaseCost(compute_s=self.compute_s * factor, comm_exposed_s=self.comm_exposed_s * factor,
-                         interference_s=self.interference_s * factor)
+                         interference_s=self.interference_s * factor, ep_comm_s=self.ep_comm_s * factor)
 
 
 ZERO = PhaseCost()
+EXPERT_GROUPS = ("ep", "etp", "tpep")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +80,7 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     fp8 = ctx.fp8_recipe is not None
     times, sizes = [], []
     compute_s = attention_s = cast_s = 0.0
-    cp_comm_s = cp_size = 0.0
+    cp_comm_s = cp_size = ep_comm_s = 0.0
     for op in ops:
         if op.kind == "collective":
             size = fp8_collective_bytes(op) if fp8 else op.size_bytes
@@ -86,6 +90,8 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
             if op.group == "cp":
                 cp_comm_s += t
                 cp_size = max(cp_size, size)
+            elif op.group in EXPERT_GROUPS:  # MoE dispatch / combine: on the critical path, not overlapped
+                ep_comm_s += t
             continue
         if fp8 and is_fp8_gemm(op):
             t = fp8_gemm_time_s(op, ctx.profile, ctx.gpu)
@@ -97,8 +103,10 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
         compute_s += t
         if op.kind == "attention":
             attention_s += t
-    cost = PhaseCost(compute_s=compute_s + cast_s) + _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
-    tp_ops = [i for i, op in enumerate(ops) if op.kind == "collective" and op.group != "cp"]
+    cost = PhaseCost(compute_s=compute_s + cast_s, ep_comm_s=ep_comm_s) + \
+        _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
+    tp_ops = [i for i, op in enumerate(ops) if op.kind == "collective" and op.group != "cp"
+              and op.group not in EXPERT_GROUPS]
     paired = {}
     if ctx.tp_comm_overlap:
         # userbuffer overlap covers the TE linear layers of a transformer layer only

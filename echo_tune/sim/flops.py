@@ -1,33 +1,64 @@
-"""Closed-form FLOP counts, used for MFU and as a cross-check of the traced workload."""
+"""Model FLOPs of one step, as Megatron-LM counts them (for MFU and model TFLOP/s per GPU).
+
+A port of ``num_floating_point_operations`` in megatron/training/training.py (NVIDIA/Megatron-LM commit
+d98e8a64ddf3), standard-transformer branch with the BSHD defaults (every sample seq_length tokens):
+
+- 3 (forward, wgrad, dgrad) x 2 (multiply-add) x tokens x per-token GEMM weights, where the weights are
+  the attention projections (MHA/GQA with ``kv_channels``, or MLA's low-rank projections), the dense
+  MLPs (3 h ffn with SwiGLU, else 2 h ffn), the routed experts of the MoE layers (top-k x moe_ffn) and
+  their shared expert, the MTP norms and projections, and the logits over the padded vocabulary
+  (multiple of make_vocab_size_divisible_by x TP) once per output head (1 + MTP layers);
+- core attention: 3 x 2 x batch x s^2 x (query projection size) / 2 (causal mask) x 2 (QK^T and PV); for
+  MLA, heads x ((qk_head_dim + qk_pos_emb_head_dim) + v_head_dim) / 2.
+Megatron's formula has no router term (the [h, E] router GEMM is not counted), nor norms or softmax.
+"""
 
 from __future__ import annotations
 
 from echo_tune.config.model import ModelSpec
 
 
-def layer_matmul_params(model: ModelSpec) -> int:
-    """Weights of one layer that take part in matrix multiplies (no norms, no biases)."""
-    h, d, a, g, f = model.hidden_size, model.head_dim, model.num_attention_heads, model.query_groups, model.ffn_size
-    return h * (a + 2 * g) * d + a * d * h + h * f * (3 if model.swiglu else 2)
+def _attention_terms(model: ModelSpec) -> tuple[float, float]:
+    """(token-linear GEMM weights of one attention block, per-token-pair core term) before the 3 x 2."""
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.multi_latent_attention:
+        qk = model.qk_head_dim + model.qk_pos_emb_head_dim
+        q_term = h * a * qk if model.q_lora_rank is None else model.q_lora_rank * (h + a * qk + 1)
+        linear = (q_term + model.kv_lora_rank * (h + a * (model.qk_head_dim + model.v_head_dim) + 1)
+                  + h * model.qk_pos_emb_head_dim + a * model.v_head_dim * h)
+        return linear, a * qk / 2 + a * model.v_head_dim / 2
+    d = model.kv_channels or h // a
+    query, kv = d * a, d * model.query_groups
+    return h * (query + 2 * kv) + query * h, query / 2 * 2
 
 
-def model_flops_per_step(model: ModelSpec, global_batch_size: int) -> float:
-    """Model FLOPs of one step (forward + backward, no recompute), Megatron-Core's convention.
+def model_flops_per_step(model: ModelSpec, global_batch_size: int, tensor_model_parallel_size: int = 1) -> float:
+    """Megatron-LM's ``num_floating_point_operations(args, global_batch_size)`` for this model."""
+    h, s = model.hidden_size, model.seq_length
+    pattern = model.moe_pattern
+    num_moe = sum(pattern)
+    num_dense = model.num_layers - num_moe
+    mtp = model.mtp_num_layers or 0
+    if mtp:  # MTP layers repeat the last layer's kind
+        num_moe, num_dense = num_moe + pattern[-1] * mtp, num_dense + (1 - pattern[-1]) * mtp
+    num_layers = model.num_layers + mtp
+    ffn_factor = 3 if model.swiglu else 2
+    routed = model.moe_ffn_size * model.moe_router_topk * ffn_factor if model.is_moe else 0
+    shared = (model.moe_shared_expert_intermediate_size or 0) * ffn_factor
+    linear, core = _attention_terms(model)
+    vocab = model.padded_vocab_size(tensor_model_parallel_size)
+    per_token = 6 * (h * (model.ffn_size * ffn_factor * num_dense + (routed + shared) * num_moe)
+                     + linear * num_layers + mtp * (3 * h + 2 * h * h) + h * vocab * (mtp + 1))
+    tokens = global_batch_size * s
+    return float(tokens * per_token + global_batch_size * s * s * 6 * core * num_layers)
 
-    3 x forward, forward = 2 x matmul weights x tokens + the attention score and context matmuls
-    (4 s^2 a d per sequence per layer, counted dense as Megatron does) + the logits (2 h V per token).
-    For ffn = 4h and MHA this equals 72 B s L h^2 (1 + s/(6h) + V/(12 h L)).
-    """
-    s, L = model.seq_length, model.num_layers
-    per_sequence = L * (2 * s * layer_matmul_params(model) + 4 * s * s * model.num_attention_heads * model.head_dim)
-    per_sequence += 2 * s * model.hidden_size * model.padded_vocab_size()
-    return 3.0 * global_batch_size * per_sequence
 
-
-def hardware_flops_per_step(model: ModelSpec, global_batch_size: int, recompute: str | None) -> float:
+def hardware_flops_per_step(model: ModelSpec, global_batch_size: int, recompute: str | None,
+                            tensor_model_parallel_size: int = 1) -> float:
     """FLOPs including a recomputed forward (Narayanan et al. 2021 eq. 3 convention with full recompute)."""
-    base = model_flops_per_step(model, global_batch_size)
+    base = model_flops_per_step(model, global_batch_size, tensor_model_parallel_size)
     if recompute == "full":
-        logits = 6.0 * global_batch_size * model.seq_length * model.hidden_size * model.padded_vocab_size()
+        logits = 6.0 * global_batch_size * model.seq_length * model.hidden_size * model.padded_vocab_size(
+            tensor_model_parallel_size) * (1 + (model.mtp_num_layers or 0))
         return base + (base - logits) / 3.0
     return base

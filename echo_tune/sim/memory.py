@@ -25,7 +25,8 @@ Activations are the traced saved-tensor bytes of each micro-batch, times the lar
 micro-batches whose backward has not run yet under the stage's schedule (from the task order; the
 same count as theoretical_memory_usage.py's interleaved penalty). Full recompute keeps only each
 checkpoint's input, plus one recompute unit materialised at a time; selective recompute drops the
-core-attention tensors; FP8 linear layers save their input in FP8 (``cost/fp8.py``).
+tensors created and saved inside the recomputed regions (core attention by default;
+``--recompute-modules``); FP8 linear layers save their input in FP8 (``cost/fp8.py``).
 """
 
 from __future__ import annotations
@@ -93,8 +94,10 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
     """(bytes kept per micro-batch, transient recompute bytes) for ``layers`` layers of one chunk."""
     full = float(layer.activation_bytes)
     if layout.recompute_granularity == "selective":
-        # what recomputing core attention alone frees: the tensors created and saved inside it
-        return layers * (full - layer.region_internal_bytes.get("core_attention", 0)), 0.0
+        # what recomputing the selected regions frees: the tensors created and saved inside each of them
+        freed = sum((layer.region_created_bytes if region in layout.recompute_discarding_regions
+                     else layer.region_internal_bytes).get(region, 0) for region in layout.recompute_regions)
+        return layers * (full - freed), 0.0
     if layout.recompute_granularity != "full":
         return layers * full, 0.0
     k = layout.recompute_num_layers or 1
@@ -107,16 +110,25 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
 
 
 def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: dict[str, Trace],
-                 params_on_rank: int, schedule: str) -> StageMemory:
-    """Peak memory of one rank of ``stage``."""
+                 params_on_rank: int, schedule: str, *, mix: tuple[tuple[int, int], ...] | None = None,
+                 expert_params_on_rank: int = 0) -> StageMemory:
+    """Peak memory of one rank of ``stage``.
+
+    MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
+    experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
+    """
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
     fp8_saved = fp8_activation_savings_bytes(pieces["layer"], parallel.tensor_model_parallel_size,
                                              layout.sequence_parallel) if parallel.fp8 else 0.0
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
-        kept, extra = layer_activation_bytes(pieces["layer"], layout, layers)
+        dense, moe = mix[chunk] if mix else (layers, 0)
+        kept, extra = layer_activation_bytes(pieces["layer"], layout, dense) if dense else (0.0, 0.0)
         if layout.recompute_granularity != "full":
-            kept -= layers * fp8_saved
+            kept -= dense * fp8_saved
+        if moe:
+            moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
+            kept, extra = kept + moe_kept, max(extra, moe_extra)
         if stage == 0 and chunk == 0:
             kept += pieces["embedding"].activation_bytes
         if stage == p - 1 and chunk == v - 1:
@@ -132,5 +144,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
     linear_params = pieces["layer"].param_count * sum(layout.stage_chunk_layers[stage])
     weights = w * params_on_rank + fp8_weight_bytes_per_param(parallel) * linear_params
+    optimizer = o * (params_on_rank - expert_params_on_rank)
+    if expert_params_on_rank:
+        # the expert-data-parallel group already spans the context-parallel ranks (parallel folding)
+        optimizer += bytes_per_param(parallel, layout.expert_data_parallel_size)[2] * expert_params_on_rank
     return StageMemory(stage=stage, weights_bytes=int(weights), gradients_bytes=int(g * params_on_rank),
-                       optimizer_bytes=int(o * params_on_rank), activations_bytes=int(activations))
+                       optimizer_bytes=int(optimizer), activations_bytes=int(activations))

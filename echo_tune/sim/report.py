@@ -12,6 +12,7 @@ BREAKDOWN_PARTS = (
     "compute",        # forward + backward kernels (incl. embedding, loss, launch overhead)
     "recompute",      # forward passes replayed in backward (full or selective recompute)
     "tp_cp_comm",     # TP/SP and CP collectives left exposed on the critical path
+    "ep_comm",        # MoE token dispatch and combine over the expert groups (all-to-all / all-gather)
     "interference",   # compute slowed down where it overlaps communication
     "pp_bubble",      # pipeline fill and drain: the critical stage idle, waiting for others
     "pp_p2p",         # pipeline send/recv on the critical path

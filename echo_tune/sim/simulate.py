@@ -21,6 +21,7 @@ from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
+from echo_tune.sim.layer_mix import chunk_layer_mix, moe_notes, mtp_heads
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
@@ -50,16 +51,19 @@ def _p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
 
 
 def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
-                  bf16: tuple[PassCosts, int, int] | None = None,
+                  mix: tuple[int, int] | None = None, bf16: tuple[PassCosts, int, int] | None = None,
                   per_pass: PhaseCost = ZERO) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
     """(forward, backward without recompute, recompute) of one micro-batch of one chunk.
 
-    ``bf16``: (bf16 layer costs, layers at the start, layers at the end) kept in bf16 under FP8
-    (``--first-last-layers-bf16``): the model's first layers sit in the first chunk of stage 0, its last
-    ones in the last chunk of the last stage."""
+    ``mix`` = (dense layers, MoE layers) of the chunk (all dense when None). ``bf16``: (bf16 layer
+    costs, layers at the start, layers at the end) kept in bf16 under FP8 (``--first-last-layers-bf16``):
+    the model's first layers sit in the first chunk of stage 0, its last ones in the last chunk of the
+    last stage (taken as dense layers)."""
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
-    layers = layout.stage_chunk_layers[stage][chunk]
-    fwd, bwd = costs.layer_forward.scaled(layers), costs.layer_backward.scaled(layers)
+    dense, moe = mix or (layout.stage_chunk_layers[stage][chunk], 0)
+    layers = dense + moe
+    fwd = costs.layer_forward.scaled(dense) + costs.moe_layer_forward.scaled(moe)
+    bwd = costs.layer_backward.scaled(dense) + costs.moe_layer_backward.scaled(moe)
     if bf16 is not None:
         plain, start, end = bf16
         n = (min(start, layers) if (stage, chunk) == (0, 0) else 0) + \
@@ -68,15 +72,17 @@ def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
         bwd = bwd + plain.layer_backward.scaled(n) + costs.layer_backward.scaled(-n)
     rec = ZERO
     if layout.recompute_granularity == "selective":
-        rec = costs.selective_recompute.scaled(layers)
+        rec = costs.selective_recompute.scaled(dense) + costs.moe_selective_recompute.scaled(moe)
     elif layout.recompute_granularity == "full":
         recomputed = min(layers, layout.recompute_num_layers) if layout.recompute_method == "block" else layers
-        rec = costs.layer_forward.scaled(recomputed)
+        moe_share = moe * recomputed / layers  # block recompute: the first layers; taken pro rata
+        rec = costs.layer_forward.scaled(recomputed - moe_share) + costs.moe_layer_forward.scaled(moe_share)
     fwd, bwd = fwd + per_pass, bwd + per_pass  # FP8 delayed scaling: the amax all-reduce of each pass
     if stage == 0 and chunk == 0:
         fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
     if stage == p - 1 and chunk == v - 1:
-        fwd, bwd = fwd + costs.output_forward, bwd + costs.output_backward
+        heads = 1 + costs.mtp_heads
+        fwd, bwd = fwd + costs.output_forward.scaled(heads), bwd + costs.output_backward.scaled(heads)
     return fwd, bwd, rec
 
 
@@ -108,30 +114,37 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap,
                       fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None)
-    costs = pass_costs(pieces, ctx)
+    costs = dataclasses.replace(pass_costs(pieces, ctx, layout.recompute_regions), mtp_heads=mtp_heads(model))
     bf16 = None
     if parallel.fp8 and parallel.first_last_layers_bf16:
-        bf16 = (pass_costs(pieces, dataclasses.replace(ctx, fp8_recipe=None)),
+        bf16 = (pass_costs(pieces, dataclasses.replace(ctx, fp8_recipe=None), layout.recompute_regions),
                 parallel.num_layers_at_start_in_bf16, parallel.num_layers_at_end_in_bf16)
     amax = ZERO
     if parallel.fp8 and parallel.fp8_recipe == "delayed":
         chunk_layers = max(max(row) for row in layout.stage_chunk_layers)
         amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers))
-    passes = [[_chunk_passes(layout, costs, s, c, bf16, amax) for c in range(v)] for s in range(p)]
+    mix = chunk_layer_mix(model, layout)
+    passes = [[_chunk_passes(layout, costs, s, c, mix[s][c], bf16, amax) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
     p2p_s = _p2p_time_s(pieces, layout, profile)
     run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True) if timeline else \
         simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
 
-    stage_params, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s)
+    # MTP: per layer an eh projection [2h -> h] sharded over TP and two norms on the last stage; its output
+    # layer shares the main one's weights (megatron/core/transformer/multi_token_prediction.py)
+    h = model.hidden_size
+    mtp_params = mtp_heads(model) * (2 * h * h // parallel.tensor_model_parallel_size + 2 * h)
+    stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix,
+                                                              mtp_params)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time)
 
-    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule) for s in range(p))
+    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s],
+                                expert_params_on_rank=stage_experts[s]) for s in range(p))
     peak = max(mem.total_bytes for mem in memory)
-    flops = model_flops_per_step(model, parallel.global_batch_size)
+    flops = model_flops_per_step(model, parallel.global_batch_size, parallel.tensor_model_parallel_size)
     peak_flops = cluster.gpu.peak_tflops(parallel.precision) * 1e12
     config = {"model": model.name, "cluster": cluster.name, "num_gpus": num_gpus, **parallel.to_dict(),
               "data_parallel_size": layout.data_parallel_size, "num_micro_batches": m,
@@ -148,8 +161,9 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
-        notes=(f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
-               f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",) if memory_headroom_bytes else (),
+        notes=moe_notes(model, layout) + ((f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less "
+                                           f"a {memory_headroom_bytes / 2**30:.1f} GiB headroom",)
+                                          if memory_headroom_bytes else ()),
         timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
 
 
@@ -166,28 +180,35 @@ def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, 
     return spans
 
 
-def _stage_tails(layout, parallel, profile, pieces, run, bwd_s):
-    """Per stage: parameters held, the step tail after its last backward, and when its step ends."""
+def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0):
+    """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
+    backward, and when its step ends."""
     p = len(layout.stage_chunk_layers)
     layer_params = pieces["layer"].param_count
+    moe = pieces.get("moe_layer")
+    moe_params, expert_params = (moe.param_count, moe.expert_param_count) if moe else (0, 0)
     # tied weights on a single stage: the output layer reuses the word embedding (counted once)
     shared_output_params = pieces["output"].tied_param_count if p == 1 else 0
     emb_sync = _embedding_sync_s(pieces, layout, parallel, profile)
-    stage_params, tails, finals = [], [], []
+    stage_params, stage_experts, tails, finals = [], [], [], []
     for s in range(p):
-        chunk_params = [layers * layer_params for layers in layout.stage_chunk_layers[s]]
+        chunk_params = [dense * layer_params + k * moe_params for dense, k in mix[s]]
+        chunk_experts = [k * expert_params for _, k in mix[s]]
         if s == 0:
             chunk_params[0] += pieces["embedding"].param_count
         if s == p - 1:
-            chunk_params[-1] += pieces["output"].param_count - shared_output_params
+            chunk_params[-1] += pieces["output"].param_count - shared_output_params + mtp_params
         stage_params.append(sum(chunk_params))
+        stage_experts.append(sum(chunk_experts))
         last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
         tail = stage_tail(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,
                           chunk_backward=last_bwd, compute_end_s=run.end_s[s],
-                          embedding_sync_s=emb_sync if s in (0, p - 1) else 0.0)
+                          embedding_sync_s=emb_sync if s in (0, p - 1) else 0.0,
+                          expert_chunk_params=chunk_experts if moe else None,
+                          edp=layout.groups["edp"] if moe else None)
         tails.append(tail)
         finals.append(run.end_s[s] + tail.dp_exposed_s + tail.interference_s + tail.optimizer_s)
-    return stage_params, tails, finals
+    return stage_params, stage_experts, tails, finals
 
 
 def _breakdown(passes, m: int, compute_end_s: float, critical_p2p_s: float, tail, step_time: float) -> dict:
@@ -201,6 +222,7 @@ def _breakdown(passes, m: int, compute_end_s: float, critical_p2p_s: float, tail
         "compute": fwd_sum.compute_s + bwd_sum.compute_s,
         "recompute": rec_sum.total_s,
         "tp_cp_comm": fwd_sum.comm_exposed_s + bwd_sum.comm_exposed_s,
+        "ep_comm": fwd_sum.ep_comm_s + bwd_sum.ep_comm_s,
         "interference": fwd_sum.interference_s + bwd_sum.interference_s + tail.interference_s,
         "pp_bubble": idle - p2p_exposed,
         "pp_p2p": p2p_exposed,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.errors import EchoTuneError
 from echo_tune.validate.runs import RunCase
 
@@ -34,6 +35,8 @@ def simulate_case(case: RunCase) -> RowResult:
         return RowResult(**common, error=case.error)
     try:
         report = simulate(case.model, case.cluster, case.num_gpus, case.parallel)
+    except UnmodelledError as exc:
+        return RowResult(**common, error=f"refused: {exc}")
     except EchoTuneError as exc:
         return RowResult(**common, error=str(exc))
     return RowResult(**common, predicted_step_time_s=report.step_time_s, fits_memory=report.fits_memory)

@@ -2,7 +2,9 @@
 
 Columns: every ModelSpec / ParallelConfig field by its Megatron name, plus ``name``, ``cluster`` (a
 preset, or a cluster YAML path relative to the CSV), ``num_gpus``, ``precision``,
-``measured_step_time_s`` and optionally ``source`` and ``assumptions``. Unknown columns are ignored.
+``measured_step_time_s`` and optionally ``source`` and ``assumptions``. A set column named after a
+step-shaping Megatron setting echo-tune does not model (``fp8_format``, ...) refuses its row; other
+unknown columns are ignored.
 Megatron-LM flags written in ``assumptions`` (e.g. ``--overlap-grad-reduce``) are applied as assumed
 settings where no column sets them, and reported.
 """
@@ -19,6 +21,8 @@ from echo_tune.config.loading import build, load_cluster
 from echo_tune.config.megatron_args import MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, UnmodelledError, harmless_reason, refusal, \
+    refuse_if_unmodelled
 from echo_tune.errors import ConfigError, EchoTuneError
 
 REQUIRED_COLUMNS = ("name", "cluster", "num_gpus", "measured_step_time_s", "num_layers", "hidden_size",
@@ -56,7 +60,8 @@ def _value(column: str, raw: str, annotation: str):
         try:
             return int(text)
         except ValueError:
-            pass
+            if "str" in annotation:  # moe_layer_freq: an integer or a list expression
+                return text
     elif "float" in annotation:
         try:
             return float(text)
@@ -92,6 +97,19 @@ def _assumed(row: dict, model_fields: dict, parallel_fields: dict) -> tuple[dict
     return model_extra, parallel_extra, flags
 
 
+def _refused_columns(row: dict) -> None:
+    """A column named after a Megatron setting echo-tune does not model refuses the row when it is set
+    (non-empty and not false): the run's step depends on it (config/unmodelled.py)."""
+    for column, raw in row.items():
+        if column in MODEL_FIELDS or column in PARALLEL_FIELDS or column is None:
+            continue
+        text = (raw or "").strip()
+        if text and text.lower() not in ("false", "0", "no", "none"):
+            flag = "--" + column.replace("_", "-")
+            if refusal(flag) is not None and harmless_reason(flag) is None and flag in STEP_SHAPING_FLAGS:
+                refuse_if_unmodelled(flag, (text,))
+
+
 def _case(row: dict, base_dir: Path) -> RunCase:
     name = row["name"].strip()
     measured = _value("measured_step_time_s", row["measured_step_time_s"], "float")
@@ -99,15 +117,23 @@ def _case(row: dict, base_dir: Path) -> RunCase:
         raise ConfigError(f"row {name!r}: `measured_step_time_s > 0` must hold, but got {row['measured_step_time_s']!r}")
     common = dict(name=name, source=(row.get("source") or "").strip() or "unknown", measured_step_time_s=measured)
     try:
+        _refused_columns(row)
         model_fields, parallel_fields = _fields(row, MODEL_FIELDS), _fields(row, PARALLEL_FIELDS)
         model_extra, parallel_extra, flags = _assumed(row, model_fields, parallel_fields)
-        model = build(ModelSpec, {**model_fields, **model_extra, "name": name}, f"row {name!r} model")
         parallel = build(ParallelConfig, {**parallel_fields, **parallel_extra}, f"row {name!r} layout")
+        if (model_fields.get("num_experts") and "add_bias_linear" not in {**model_fields, **model_extra}
+                and parallel.expert_tensor_size > 1):
+            # the run ran, and Megatron refuses MoE biases with ETP > 1 (transformer_config.py): no biases
+            model_extra["add_bias_linear"] = False
+            flags.append("--disable-bias-linear (implied by MoE with expert_tensor_parallel_size > 1)")
+        model = build(ModelSpec, {**model_fields, **model_extra, "name": name}, f"row {name!r} model")
         ref = row["cluster"].strip()
         cluster = load_cluster(base_dir / ref if ref.endswith((".yaml", ".yml")) else ref)
         num_gpus = _value("num_gpus", row["num_gpus"], "int")
         return RunCase(**common, model=model, cluster=cluster, num_gpus=num_gpus, parallel=parallel,
                        assumed_flags=tuple(flags))
+    except UnmodelledError as exc:
+        return RunCase(**common, error=f"refused: {exc}")
     except EchoTuneError as exc:
         return RunCase(**common, error=str(exc))
 

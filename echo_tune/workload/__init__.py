@@ -5,7 +5,7 @@
 
 from echo_tune.workload.graph import COLLECTIVES, GROUPS, OP_KINDS, Op, Trace
 
-_TRACER = ("TraceRecorder", "trace_embedding", "trace_layer", "trace_output")
+_TRACER = ("TraceRecorder", "trace_embedding", "trace_layer", "trace_moe_layer", "trace_output")
 
 
 def __getattr__(name: str):

@@ -35,14 +35,15 @@ def unfused_attention(q, k, v, dropout_p: float) -> torch.Tensor:
     if dropout_p > 0:
         probs, _mask = torch.native_dropout(probs, dropout_p, True)
     context = torch.bmm(probs, v_b)  # [b*heads, s, d]
-    return context.view(b, heads, s, d).permute(2, 0, 1, 3).contiguous().view(s, b, heads * d)
+    dv = v_b.shape[-1]  # the value head size (MLA: v_head_dim, not the query/key size)
+    return context.view(b, heads, s, dv).permute(2, 0, 1, 3).contiguous().view(s, b, heads * dv)
 
 
 def flash_attention(q, k, v) -> torch.Tensor:
     """One fused causal flash-attention kernel; keeps q, k, v, the output and the logsumexp."""
     s, b, heads, d = q.shape
     out, _lse = _ops.flash_attn(q, k, v, True, 1.0 / math.sqrt(d))
-    return out.reshape(s, b, heads * d)
+    return out.reshape(s, b, -1)
 
 
 def _kv_bytes(k, v) -> int:
@@ -105,7 +106,7 @@ class _RingAttention(Function):
 def ring_attention(q, k, v, cp: int) -> torch.Tensor:
     """Context-parallel attention over ``cp`` ranks (always the fused kernel, as Megatron requires)."""
     s, b, heads, d = q.shape
-    return _RingAttention.apply(q, k, v, cp).reshape(s, b, heads * d)
+    return _RingAttention.apply(q, k, v, cp).reshape(s, b, -1)
 
 
 def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_p: float) -> torch.Tensor:

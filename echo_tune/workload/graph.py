@@ -14,7 +14,8 @@ OP_KINDS = ("gemm", "attention", "memory", "collective")
 # all_reduce: the buffer; all_gather: the gathered output; reduce_scatter: the full input;
 # send_recv / broadcast: the message; all_to_all: the whole send buffer of one rank.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
-GROUPS = ("tp", "cp", "dp", "pp")
+GROUPS = ("tp", "cp", "dp", "pp", "ep", "etp", "tpep")
+"""Process groups; ep / etp / tpep (the ETP x EP group) are the expert groups of ``config/expert_layout.py``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +61,9 @@ class Trace:
     """Bytes created and saved only inside each region: what recomputing that region alone frees
     (selective recompute: ``region_internal_bytes["core_attention"]``, Korthikanti's 5as^2b/t). A
     region's inputs and outputs are not counted: the checkpoint or the next region keeps them."""
+    region_created_bytes: dict[str, int] = field(default_factory=dict)
+    """Saved bytes by the region whose op created them, whoever saves them: what output-discarding
+    recompute of that region frees (Megatron's layernorm / mla_up_proj / moe_act modules)."""
     input_bytes: int = 0
     """Bytes of the piece's input tensor (what full recompute keeps per checkpointed layer)."""
     output_bytes: int = 0
@@ -69,6 +73,9 @@ class Trace:
     tied_param_count: int = 0
     """Of ``param_count``, those tied to another piece's (the output layer's copy of the word
     embeddings when they are tied): a pipeline stage that holds both pieces holds them once."""
+    expert_param_count: int = 0
+    """Of ``param_count``, the routed experts' (MoE layers): sharded over EP x ETP, their gradients
+    reduced and optimizer states sharded over the expert-data-parallel group."""
 
     @property
     def forward_flops(self) -> float:

@@ -37,7 +37,7 @@ def _define(name: str, signature: str, fake):
 # --- flash attention ---
 flash_attn = _define(
     "flash_attn", "(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)",
-    lambda q, k, v, causal, scale: (torch.empty_like(q),
+    lambda q, k, v, causal, scale: (q.new_empty((*q.shape[:-1], v.shape[-1])),
                                     q.new_empty((q.shape[1], q.shape[2], q.shape[0]), dtype=torch.float32)))
 flash_attn_backward = _define(
     "flash_attn_backward",
@@ -64,11 +64,13 @@ def _flash_backward(ctx, dout, _dlse):
 flash_attn.register_autograd(_flash_backward, setup_context=_flash_setup)
 
 
-def flash_forward_flops(q_shape, k_shape, causal: bool) -> float:
-    """4 * b * heads * s_q * s_kv * d (QK^T and PV), halved when causal (masked blocks are skipped)."""
+def flash_forward_flops(q_shape, k_shape, causal: bool, v_shape=None) -> float:
+    """2 * b * heads * s_q * s_kv * (d_qk + d_v) (QK^T and PV), halved when causal (masked blocks are
+    skipped); d_v = d_qk unless the value head differs (MLA)."""
     s_q, b, heads, d = q_shape
     s_kv = k_shape[0]
-    return 4.0 * b * heads * s_q * s_kv * d * (0.5 if causal else 1.0)
+    d_v = v_shape[-1] if v_shape is not None else d
+    return 2.0 * b * heads * s_q * s_kv * (d + d_v) * (0.5 if causal else 1.0)
 
 
 # --- fused causal softmax ---
@@ -149,13 +151,13 @@ rope.register_autograd(_rope_backward, setup_context=_rope_setup)
 
 
 def _flash_fwd_flops(args) -> float:
-    q, k, _v, causal = args[:4]
-    return flash_forward_flops(q.shape, k.shape, causal)
+    q, k, v, causal = args[:4]
+    return flash_forward_flops(q.shape, k.shape, causal, v.shape)
 
 
 def _flash_bwd_flops(args) -> float:
-    _dout, q, k, _v, _out, _lse, causal = args[:7]
-    return FLASH_BACKWARD_FACTOR * flash_forward_flops(q.shape, k.shape, causal)
+    _dout, q, k, v, _out, _lse, causal = args[:7]
+    return FLASH_BACKWARD_FACTOR * flash_forward_flops(q.shape, k.shape, causal, v.shape)
 
 
 ATTENTION_FLOPS = {

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
 from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
+from echo_tune.workload import mla, moe
 from echo_tune.workload.attention import core_attention
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import in_region
@@ -35,6 +36,12 @@ class Shard:
     sequence_parallel: bool
     micro_batch_size: int
     precision: str
+    ep: int = 1
+    """Expert-model-parallel size (MoE layers only)."""
+    etp: int = 1
+    """Expert-tensor-parallel size (MoE layers only)."""
+    moe: bool = False
+    """Trace the MoE variant of the layer (its MLP is ``workload.moe``)."""
 
     def __post_init__(self) -> None:
         m, tp, cp = self.model, self.tp, self.cp
@@ -116,14 +123,22 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     """This rank's parameters of one layer (column-parallel outputs and row-parallel inputs sharded)."""
     m, d = shard.model, shard.model.head_dim
     fc1_out = 2 * shard.ffn if m.swiglu else shard.ffn
-    params = {
-        "input_norm": norm_params(shard),
-        "qkv": _linear_params(shard, (shard.heads + 2 * shard.groups) * d, m.hidden_size, bias=True),
-        "proj": _linear_params(shard, m.hidden_size, shard.heads * d, bias=True),
-        "mlp_norm": norm_params(shard),
-        "fc1": _linear_params(shard, fc1_out, m.hidden_size, bias=True),
-        "fc2": _linear_params(shard, m.hidden_size, shard.ffn, bias=True),
-    }
+    params = {"input_norm": norm_params(shard)}
+    if m.multi_latent_attention:
+        params["mla"] = mla.mla_params(shard)
+        params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * m.v_head_dim, bias=True)
+        d = m.qk_pos_emb_head_dim  # RoPE applies to the decoupled rope part only
+    else:
+        params["qkv"] = _linear_params(shard, (shard.heads + 2 * shard.groups) * d, m.hidden_size, bias=True)
+        params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * d, bias=True)
+        if m.qk_layernorm:  # one RMSNorm weight over the head dimension for queries, one for keys
+            params["qk_norm"] = {"q": shard.tensor(d, grad=True), "k": shard.tensor(d, grad=True)}
+    params["mlp_norm"] = norm_params(shard)
+    if shard.moe:
+        params["moe"] = moe.moe_params(shard)
+    else:
+        params["fc1"] = _linear_params(shard, fc1_out, m.hidden_size, bias=True)
+        params["fc2"] = _linear_params(shard, m.hidden_size, shard.ffn, bias=True)
     if m.position_embedding_type == "rope":  # a constant buffer, not a parameter (no gradient)
         params["buffers"] = {"rope_freqs": shard.tensor(shard.seq, 1, 1, d, dtype=torch.float32)}
     return params
@@ -138,6 +153,9 @@ def _qkv(x, params, shard: Shard):
     mixed = mixed.view(s, b, shard.groups, (per_group + 2) * d)
     q, k, v = torch.split(mixed, [per_group * d, d, d], dim=3)
     q = q.reshape(s, b, shard.heads, d)
+    if "qk_norm" in params:
+        q = torch.ops.echo_tune.rms_norm(q, params["qk_norm"]["q"], NORM_EPS)[0]
+        k = torch.ops.echo_tune.rms_norm(k, params["qk_norm"]["k"], NORM_EPS)[0]
     if "buffers" in params:
         freqs = params["buffers"]["rope_freqs"]
         q, k = torch.ops.echo_tune.rope(q, freqs), torch.ops.echo_tune.rope(k, freqs)
@@ -172,21 +190,37 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     """One transformer layer on this rank; ``x`` is [seq_in, b, h]."""
     m = shard.model
     hidden = in_region("input_norm", norm, x, params["input_norm"], shard)
-    q, k, v = in_region("qkv", _qkv, hidden, params, shard)
+    if m.multi_latent_attention:
+        q, k, v = mla.mla_qkv(hidden, params, shard)
+    else:
+        q, k, v = in_region("qkv", _qkv, hidden, params, shard)
     context = in_region("core_attention", lambda: core_attention(
         q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout))
     attn = in_region("attention_proj", _attention_proj, context, params, shard)
     x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout)
     hidden = in_region("mlp_norm", norm, x, params["mlp_norm"], shard)
+    if shard.moe:
+        mlp = in_region("moe", moe.moe_forward, hidden, params["moe"], shard)
+        return in_region("mlp_residual", bias_dropout_add, mlp, None, x, m.hidden_dropout)
     mlp = in_region("mlp", _mlp, hidden, params, shard)
     return in_region("mlp_residual", bias_dropout_add, mlp, params["fc2"].get("bias"), x, m.hidden_dropout)
 
 
 def parameters(params: dict) -> list[torch.Tensor]:
     """The trainable tensors of a nested parameter dict (buffers excluded)."""
-    return [t for name, group in params.items() if name != "buffers" for t in group.values()]
+    return [t for name, group in params.items() if name != "buffers" for t in _leaves(group)]
+
+
+def _leaves(group: dict) -> list[torch.Tensor]:
+    """Tensors of a (possibly nested: the MoE block's router / experts / shared) parameter group."""
+    return [t for v in group.values() for t in (_leaves(v) if isinstance(v, dict) else [v])]
+
+
+def expert_parameters(params: dict) -> list[torch.Tensor]:
+    """The routed experts' tensors (reduced over the expert-data-parallel group, not DP)."""
+    return list(params.get("moe", {}).get("experts", {}).values())
 
 
 def constants(params: dict) -> list[torch.Tensor]:
     """Parameters and buffers: tensors that live across steps, so they are not activations."""
-    return [t for group in params.values() for t in group.values()]
+    return [t for group in params.values() for t in _leaves(group)]

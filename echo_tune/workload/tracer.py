@@ -159,6 +159,14 @@ class SavedTensorMeter:
             totals[self.savers[key][0]] += nbytes
         return dict(totals)
 
+    def created_by_region(self) -> dict[str, int]:
+        totals: dict[str, int] = defaultdict(int)
+        for key, nbytes in self.nbytes.items():
+            creator = self.recorder.created_in.get(key)
+            if creator is not None:
+                totals[creator] += nbytes
+        return dict(totals)
+
     def internal_by_region(self) -> dict[str, int]:
         totals: dict[str, int] = defaultdict(int)
         for key, nbytes in self.nbytes.items():
@@ -168,7 +176,8 @@ class SavedTensorMeter:
         return dict(totals)
 
 
-def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_param_count: int = 0) -> Trace:
+def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_param_count: int = 0,
+         expert_param_count: int = 0) -> Trace:
     """Trace ``forward(*inputs)`` and backward from its output (a tensor, or (output, loss))."""
     recorder = TraceRecorder(region)
     meter = SavedTensorMeter(recorder, layers.constants(params))
@@ -181,17 +190,20 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
         torch.autograd.backward(root, grad)
     return Trace(piece=piece, forward=tuple(recorder.ops["fwd"]), backward=tuple(recorder.ops["bwd"]),
                  activation_bytes=sum(meter.nbytes.values()), activation_bytes_by_region=meter.by_region(),
-                 region_internal_bytes=meter.internal_by_region(),
+                 region_internal_bytes=meter.internal_by_region(), region_created_bytes=meter.created_by_region(),
                  input_bytes=_nbytes(inputs[0]), output_bytes=_nbytes(output),
-                 param_count=sum(t.numel() for t in layers.parameters(params)), tied_param_count=tied_param_count)
+                 param_count=sum(t.numel() for t in layers.parameters(params)), tied_param_count=tied_param_count,
+                 expert_param_count=expert_param_count)
 
 
 def _trace_piece(piece: str, shard: layers.Shard) -> Trace:
     s, b = shard.seq, shard.micro_batch_size
-    if piece == "layer":
+    if piece in ("layer", "moe_layer"):
         params = layers.layer_params(shard)
         x = shard.tensor(*shard.hidden_shape(), grad=True)
-        return _run("layer", lambda x: layers.layer_forward(x, params, shard), (x,), params, region="input_norm")
+        experts = sum(t.numel() for t in layers.expert_parameters(params))
+        return _run(piece, lambda x: layers.layer_forward(x, params, shard), (x,), params, region="input_norm",
+                    expert_param_count=experts)
     if piece == "embedding":
         params = heads.embedding_params(shard)
         ids = shard.tensor(b, s, dtype=torch.int64)
@@ -208,22 +220,36 @@ def _trace_piece(piece: str, shard: layers.Shard) -> Trace:
 
 def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
     """The model with every field that cannot change this piece's trace set to a fixed value."""
-    fixed = dict(name="", num_layers=1, num_query_groups=model.query_groups, kv_channels=model.head_dim,
+    fixed = dict(name="", num_layers=1, moe_layer_freq=1, num_query_groups=model.query_groups, kv_channels=model.head_dim,
                  ffn_hidden_size=model.ffn_size, hidden_dropout=0.1 if model.hidden_dropout > 0 else 0.0,
                  attention_dropout=0.1 if model.attention_dropout > 0 else 0.0,
                  attention_backend="auto", use_flash_attn=model.flash_attention)
-    if piece == "layer":
+    if piece != "moe_layer":  # MoE settings shape only the MoE layer
+        fixed.update(num_experts=None, moe_ffn_hidden_size=None, moe_shared_expert_intermediate_size=None)
+    if piece in ("layer", "moe_layer"):
         fixed.update(vocab_size=1, make_vocab_size_divisible_by=1, untie_embeddings_and_output_weights=False)
     return model.replace(**fixed)
 
 
 @functools.lru_cache(maxsize=4096)
-def _cached(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str) -> Trace:
-    return _trace_piece(piece, layers.Shard(model, tp, cp, sp, mbs, precision))
+def _cached(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str,
+            ep: int = 1, etp: int = 1) -> Trace:
+    return _trace_piece(piece, layers.Shard(model, tp, cp, sp, mbs, precision, ep, etp, piece == "moe_layer"))
 
 
-def _trace(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str) -> Trace:
-    return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision)
+def _trace(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str,
+           ep: int = 1, etp: int = 1) -> Trace:
+    if piece != "moe_layer":
+        ep = etp = 1
+    return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision, ep, etp)
+
+
+def trace_moe_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
+                    sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
+                    expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1) -> Trace:
+    """One transformer layer whose MLP is the MoE block, one micro-batch on one rank (cached by shape)."""
+    return _trace("moe_layer", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
+                  micro_batch_size, precision, expert_model_parallel_size, expert_tensor_parallel_size)
 
 
 def trace_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,

@@ -51,9 +51,10 @@ def test_2021_checkpoint_method_means_full_recompute():
 def test_recompute_activations_is_selective_and_modules_are_checked():
     _, parallel, _ = _specs(GPT_2021.replace("--activations-checkpoint-method uniform", "--recompute-activations"))
     assert parallel.recompute_granularity == "selective"
-    _, parallel, _ = _specs(GPT_2021 + " --recompute-modules core_attn")
-    with pytest.raises(ConfigError, match="--recompute-modules mlp moe is not modelled"):
-        parse_megatron_line(GPT_2021 + " --recompute-modules core_attn mlp moe --bf16")
+    _, parallel, _ = _specs(GPT_2021 + " --recompute-modules core_attn mlp")
+    assert parallel.recompute_modules == ("core_attn", "mlp")
+    with pytest.raises(ConfigError, match="'moe_act' is not modelled"):
+        _specs(GPT_2021 + " --recompute-granularity selective --recompute-modules core_attn moe_act --bf16")
 
 
 def test_query_groups_need_group_query_attention():

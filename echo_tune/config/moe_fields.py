@@ -1,0 +1,172 @@
+"""Model fields for mixture-of-experts layers and multi-latent attention (Megatron-LM argument names).
+
+``ModelSpec`` inherits these two groups, so a dense model leaves them at their defaults. Defaults are
+Megatron-Core's (megatron/core/transformer/transformer_config.py and megatron/training/arguments.py,
+NVIDIA/Megatron-LM commit d98e8a64ddf3).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from echo_tune.config._checks import require, require_choice, require_positive
+from echo_tune.errors import ConfigError
+
+DISPATCHERS = ("allgather", "alltoall", "flex")
+LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
+ROUTER_DTYPES = (None, "fp32", "fp64")
+
+
+def _eval_pattern(node: ast.AST):
+    """A Megatron ``--moe-layer-freq`` list expression: int lists, ``*`` by ints and ``+`` only."""
+    if isinstance(node, ast.Expression):
+        return _eval_pattern(node.body)
+    if isinstance(node, ast.List):
+        return [_eval_pattern(e) for e in node.elts]
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add)):
+        left, right = _eval_pattern(node.left), _eval_pattern(node.right)
+        return left * right if isinstance(node.op, ast.Mult) else left + right
+    raise ValueError("unsupported expression")
+
+
+def moe_layer_pattern(freq: int | str, num_layers: int) -> tuple[int, ...]:
+    """1 for an MoE layer, 0 for a dense one; Megatron's ``moe_freq_type`` (arguments.py)."""
+    if isinstance(freq, int) and not isinstance(freq, bool):
+        require_positive("moe_layer_freq", freq)
+        return tuple(1 if i % freq == 0 else 0 for i in range(num_layers))
+    text = str(freq).strip()
+    try:
+        value = _eval_pattern(ast.parse(text if text.startswith(("[", "(")) else f"[{text}]", mode="eval"))
+        pattern = tuple(int(v) for v in value) if isinstance(value, list) else None
+    except (SyntaxError, ValueError, TypeError):
+        pattern = None
+    if pattern is None and text.isdigit():
+        return moe_layer_pattern(int(text), num_layers)
+    if pattern is None or any(v not in (0, 1) for v in pattern):
+        raise ConfigError(f"`moe_layer_freq` must be an integer or a list expression of 0/1 such as "
+                          f"([0]*3+[1]*58), but got (moe_layer_freq={freq!r})")
+    require(len(pattern) == num_layers,
+            f"`len(moe_layer_freq pattern) == num_layers` must hold, but got (pattern length={len(pattern)}, "
+            f"num_layers={num_layers}); write one 0/1 per layer")
+    return pattern
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoEFields:
+    """Mixture-of-experts settings (all None/default: a dense model)."""
+
+    num_experts: int | None = None
+    """``--num-experts``: routed experts per MoE layer; None means no MoE."""
+
+    moe_router_topk: int = 2
+    """``--moe-router-topk``: experts each token is routed to."""
+
+    moe_ffn_hidden_size: int | None = None
+    """``--moe-ffn-hidden-size``: inner size of one routed expert; None means ffn_hidden_size."""
+
+    moe_shared_expert_intermediate_size: int | None = None
+    """``--moe-shared-expert-intermediate-size``: inner size of the shared expert(s); None means none."""
+
+    moe_layer_freq: int | str = 1
+    """``--moe-layer-freq``: every N-th layer is MoE, or a 0/1 list expression such as ``([0]*3+[1]*58)``."""
+
+    moe_router_load_balancing_type: str = "aux_loss"
+    """``--moe-router-load-balancing-type``: aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none."""
+
+    moe_token_dispatcher_type: str = "allgather"
+    """``--moe-token-dispatcher-type``: alltoall, allgather (Megatron's default) or flex (DeepEP / HybridEP,
+    timed as alltoall: the same bytes without DeepEP's per-rank de-duplication, an upper bound)."""
+
+    moe_grouped_gemm: bool = False
+    """``--moe-grouped-gemm``: one grouped GEMM for the local experts instead of a loop of GEMMs."""
+
+    moe_expert_capacity_factor: float | None = None
+    """``--moe-expert-capacity-factor``: token-dropping capacity; None is dropless."""
+
+    moe_pad_expert_input_to_capacity: bool = False
+    """``--moe-pad-expert-input-to-capacity``: pad every expert's input to its capacity."""
+
+    moe_router_dtype: str | None = None
+    """``--moe-router-dtype``: fp32 or fp64 router logits; None keeps the model dtype."""
+
+    moe_routing_imbalance: float = 1.0
+    """echo-tune's routing assumption, not a Megatron flag: the busiest expert's token share relative to
+    a balanced one (1.0 = balanced, the default). It scales the busiest rank's expert GEMMs and dispatch
+    bytes, because the slowest rank sets the step."""
+
+    def _check_moe(self) -> None:
+        if self.num_experts is None:
+            return
+        require_positive("num_experts", self.num_experts)
+        require_positive("moe_router_topk", self.moe_router_topk)
+        require(self.moe_router_topk <= self.num_experts,
+                f"`moe_router_topk <= num_experts` must hold, but got (moe_router_topk={self.moe_router_topk}, "
+                f"num_experts={self.num_experts})")
+        for field in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_expert_capacity_factor"):
+            if getattr(self, field) is not None:
+                require_positive(field, getattr(self, field))
+        moe_layer_pattern(self.moe_layer_freq, self.num_layers)  # type: ignore[attr-defined]
+        require_choice("moe_router_load_balancing_type", self.moe_router_load_balancing_type, LOAD_BALANCING)
+        require_choice("moe_token_dispatcher_type", self.moe_token_dispatcher_type, DISPATCHERS)
+        require_choice("moe_router_dtype", self.moe_router_dtype, ROUTER_DTYPES)
+        require(1.0 <= self.moe_routing_imbalance <= self.num_experts / self.moe_router_topk,
+                f"`1 <= moe_routing_imbalance <= num_experts / moe_router_topk` must hold (the busiest expert "
+                f"gets at most every token), but got (moe_routing_imbalance={self.moe_routing_imbalance})")
+        require(not self.moe_pad_expert_input_to_capacity or self.moe_expert_capacity_factor is not None,
+                "`moe_pad_expert_input_to_capacity` needs `moe_expert_capacity_factor`, but got "
+                "(moe_expert_capacity_factor=None); set --moe-expert-capacity-factor")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLAFields:
+    """Multi-latent attention (DeepSeek-V2/V3); defaults from Megatron's ``_add_mla_args``."""
+
+    multi_latent_attention: bool = False
+    """``--multi-latent-attention``: low-rank compressed Q and KV with a decoupled RoPE part."""
+
+    q_lora_rank: int | None = None
+    """``--q-lora-rank``: rank of the compressed query; None projects the query directly."""
+
+    kv_lora_rank: int = 32
+    """``--kv-lora-rank``: rank of the compressed key/value latent."""
+
+    qk_head_dim: int = 128
+    """``--qk-head-dim``: per-head query/key size without the RoPE part."""
+
+    qk_pos_emb_head_dim: int = 64
+    """``--qk-pos-emb-head-dim``: per-head RoPE part of query and key (the key's is shared by heads)."""
+
+    v_head_dim: int = 128
+    """``--v-head-dim``: per-head value size."""
+
+    qk_layernorm: bool = False
+    """``--qk-layernorm``: RMSNorm on each query and key head (Qwen3); with MLA, on the compressed query
+    and key/value latents (DeepSeek)."""
+
+    def _check_mla(self) -> None:
+        if not self.multi_latent_attention:
+            return
+        for field in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            require_positive(field, getattr(self, field))
+        if self.q_lora_rank is not None:
+            require_positive("q_lora_rank", self.q_lora_rank)
+
+
+def moe_params(model) -> int:
+    """Parameters of one MoE block, unsharded: router, routed experts, shared expert (no biases: Megatron's
+    grouped experts and the shared expert are built without them here, as in every MoE preset)."""
+    h, per = model.hidden_size, (3 if model.swiglu else 2)
+    shared = model.moe_shared_expert_intermediate_size or 0
+    return model.num_experts * h + model.num_experts * per * h * model.moe_ffn_size + per * h * shared
+
+
+def mla_params(model) -> int:
+    """MLA projections and latent norms (without the output projection), unsharded."""
+    h, a = model.hidden_size, model.num_attention_heads
+    qk, pos, v, kv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim, model.kv_lora_rank
+    q = (model.q_lora_rank * (h + a * (qk + pos)) if model.q_lora_rank else h * a * (qk + pos))
+    norms = (kv + (model.q_lora_rank or 0)) if model.qk_layernorm else 0
+    return q + h * (kv + pos) + kv * a * (qk + v) + norms

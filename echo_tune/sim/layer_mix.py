@@ -1,0 +1,66 @@
+"""Which layers of each model chunk are MoE layers (``--moe-layer-freq``: dense and MoE layers mixed).
+
+Global layer indices per chunk follow Megatron-Core's layer offsets (megatron/core/transformer/
+transformer_block.py ``get_transformer_layer_offset``, NVIDIA/Megatron-LM commit d98e8a64ddf3):
+without interleaving, stage s starts after the layers of stages 0..s-1 (uneven first/last stages
+included); with v model chunks per stage, chunk c of stage s starts at layer (c * p + s) * L / (p v).
+"""
+
+from __future__ import annotations
+
+from echo_tune.config.compatibility import Layout
+from echo_tune.config.model import ModelSpec
+
+
+def chunk_first_layer(layout: Layout, stage: int, chunk: int) -> int:
+    p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
+    if v == 1:
+        return sum(layout.stage_layers[:stage])
+    return (chunk * p + stage) * layout.stage_chunk_layers[stage][chunk]
+
+
+def chunk_moe_layers(model: ModelSpec, layout: Layout, stage: int, chunk: int) -> int:
+    """MoE layers among the layers of one chunk (0 for a dense model)."""
+    if not model.is_moe:
+        return 0
+    first = chunk_first_layer(layout, stage, chunk)
+    return sum(model.moe_pattern[first:first + layout.stage_chunk_layers[stage][chunk]])
+
+
+def chunk_layer_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """(dense layers, MoE layers) of every chunk of every stage.
+
+    Multi-token prediction (``--mtp-num-layers``): Megatron-Core places the MTP block after the decoder on
+    the last pipeline stage (gpt_model.py); each MTP layer is a transformer layer of the last layer's
+    kind (as in Megatron's FLOP count), so it is counted in the last chunk. Its extra output head is added
+    by ``simulate`` (``mtp_heads``); its eh projection GEMM (2h -> h) and embedding lookup are not traced
+    (a few percent of one layer's time), their parameters are counted.
+    """
+    mix = [[(layers - (k := chunk_moe_layers(model, layout, s, c)), k) for c, layers in enumerate(chunks)]
+           for s, chunks in enumerate(layout.stage_chunk_layers)]
+    if model.mtp_num_layers:
+        dense, moe = mix[-1][-1]
+        extra = model.mtp_num_layers
+        mix[-1][-1] = (dense, moe + extra) if model.moe_pattern[-1] else (dense + extra, moe)
+    return tuple(tuple(chunks) for chunks in mix)
+
+
+def mtp_heads(model: ModelSpec) -> int:
+    """Extra output heads (logits + loss) of the MTP layers, on the last stage."""
+    return model.mtp_num_layers or 0
+
+
+def moe_notes(model: ModelSpec, layout: Layout) -> tuple[str, ...]:
+    """The MoE assumptions a report states (routing, dispatcher, expert groups)."""
+    if not model.is_moe:
+        return ()
+    groups = layout.groups
+    share = model.moe_routing_imbalance
+    notes = [f"MoE routing assumed {'balanced' if share == 1 else f'imbalanced: busiest expert x{share:g}'}"
+             f"{f', capacity factor {model.moe_expert_capacity_factor:g}' if model.moe_expert_capacity_factor else ''}"
+             f" (set moe_routing_imbalance for skewed routing; the busiest rank sets the step)",
+             f"expert groups: EP {groups['ep'].size} over {groups['ep'].num_nodes} node(s), ETP {groups['etp'].size}, "
+             f"expert data-parallel {groups['edp'].size}; dispatch/combine time is ep_comm"]
+    if model.moe_token_dispatcher_type == "flex":
+        notes.append("flex dispatcher timed as alltoall (without DeepEP's de-duplication: an upper bound)")
+    return tuple(notes)

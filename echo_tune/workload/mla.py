@@ -1,0 +1,101 @@
+"""Multi-latent attention (DeepSeek-V2/V3) as Megatron-Core shards it, on ``meta``.
+
+megatron/core/transformer/multi_latent_attention.py (``MLASelfAttention``), NVIDIA/Megatron-LM commit
+d98e8a64ddf3:
+
+- down projections, replicated over TP ("duplicated" linears): the query to ``q_lora_rank`` (or, without
+  it, a TP-sharded query projection), and the key/value to ``kv_lora_rank`` plus the shared RoPE key
+  part ``qk_pos_emb_head_dim``; traced fused into one GEMM (Megatron's ``--mla-down-proj-fusion`` shape,
+  same FLOPs), after the sequence-parallel all-gather of the layer input;
+- RMSNorm on the query and key/value latents (``--qk-layernorm``);
+- up projections (the "mla_up_proj" region), column-parallel over TP: latent -> heads x (qk + rope) and
+  latent -> heads x (qk + v);
+- RoPE on the rope parts; the key's rope part is shared by the heads (expanded);
+- core attention with query/key size qk + rope and value size v; output projection heads x v -> h.
+
+Backward communication: under sequence parallelism the fused down projection reduce-scatters the input
+gradient (which also sums the partial latent gradients of the TP-sharded up projections); without it
+the up projections all-reduce the latent gradient over TP.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from echo_tune.workload.comm import _ParallelLinear, column_parallel_linear
+from echo_tune.workload.context import in_region
+
+
+def mla_params(shard) -> dict[str, torch.Tensor]:
+    m, heads = shard.model, shard.heads
+    qk, pos, v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+    q_latent = m.q_lora_rank or 0
+    params = {"down": shard.tensor(q_latent + m.kv_lora_rank + pos, m.hidden_size, grad=True),
+              "kv_up": shard.tensor(heads * (qk + v), m.kv_lora_rank, grad=True)}
+    if q_latent:
+        params["q_up"] = shard.tensor(heads * (qk + pos), q_latent, grad=True)
+    else:
+        params["q_proj"] = shard.tensor(heads * (qk + pos), m.hidden_size, grad=True)
+    if m.qk_layernorm:
+        params["kv_norm"] = shard.tensor(m.kv_lora_rank, grad=True)
+        if q_latent:
+            params["q_norm"] = shard.tensor(q_latent, grad=True)
+    return params
+
+
+def _norm(x, weight):
+    if weight is None:
+        return x
+    return torch.ops.echo_tune.rms_norm(x, weight, 1e-6)[0]
+
+
+def _up(latent, weight, shard):
+    """Column-parallel up projection of a replicated latent (see the module docstring for its dgrad)."""
+    allreduce = shard.tp > 1 and not shard.sequence_parallel
+    return _ParallelLinear.apply(latent, weight, None, shard.tp, False, allreduce)
+
+
+def _down(x, params, shard):
+    m = shard.model
+    sp = shard.sequence_parallel and shard.tp > 1
+    latent = column_parallel_linear(x, params["down"], None, shard.tp if sp else 1, sp)
+    q_latent = m.q_lora_rank or 0
+    q_c, kv_c, k_pos = torch.split(latent, [q_latent, m.kv_lora_rank, m.qk_pos_emb_head_dim], dim=-1)
+    q_c = _norm(q_c, params.get("q_norm")) if q_latent else None
+    return q_c, _norm(kv_c, params.get("kv_norm")), k_pos
+
+
+def _up_projections(x, q_c, kv_c, k_pos, params, shard):
+    m, heads = shard.model, shard.heads
+    qk, pos, v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+    if q_c is not None:
+        q = _up(q_c, params["q_up"], shard)
+    else:
+        q = column_parallel_linear(x, params["q_proj"], None, shard.tp, shard.sequence_parallel)
+    kv = _up(kv_c, params["kv_up"], shard)
+    s, b = kv.shape[:2]
+    q = q.view(s, b, heads, qk + pos)
+    k_nope, value = torch.split(kv.view(s, b, heads, qk + v), [qk, v], dim=-1)
+    return q, k_nope, value
+
+
+def mla_qkv(x: torch.Tensor, params: dict, shard) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k [s, b, heads, qk + rope] and v [s, b, heads, v] for core attention."""
+    m = shard.model
+    p = params["mla"]
+    q_c, kv_c, k_pos = in_region("qkv", _down, x, p, shard)
+    q, k_nope, value = in_region("mla_up_proj", _up_projections, x, q_c, kv_c, k_pos, p, shard)
+
+    def rope(q, k_nope, k_pos):
+        s, b, heads = k_nope.shape[:3]
+        qk = m.qk_head_dim
+        q_nope, q_pos = torch.split(q, [qk, m.qk_pos_emb_head_dim], dim=-1)
+        if "buffers" in params:
+            freqs = params["buffers"]["rope_freqs"]
+            q_pos = torch.ops.echo_tune.rope(q_pos, freqs)
+            k_pos = torch.ops.echo_tune.rope(k_pos.view(s, b, 1, -1), freqs)
+        k_pos = k_pos.reshape(s, b, 1, -1).expand(s, b, heads, m.qk_pos_emb_head_dim)
+        return torch.cat([q_nope, q_pos], dim=-1), torch.cat([k_nope, k_pos], dim=-1)
+
+    q, k = in_region("qkv", rope, q, k_nope, k_pos)
+    return q, k, value

@@ -1,0 +1,192 @@
+"""A Megatron-Core MoE layer (the "moe" region), sharded as one rank holds it, on ``meta``.
+
+Follows megatron/core/transformer/moe/ (moe_layer.py, router.py, token_dispatcher.py, experts.py,
+shared_experts.py) at NVIDIA/Megatron-LM commit d98e8a64ddf3:
+
+- router: a replicated [E, h] linear on this rank's tokens (in fp32/fp64 with ``--moe-router-dtype``),
+  softmax and top-k over experts;
+- shared expert (``--moe-shared-expert-intermediate-size``): a dense MLP sharded over TP like ``_mlp``;
+- ``alltoall`` dispatcher: permute the top-k token copies by expert, all-to-all over EP, all-gather over
+  ETP when ETP > 1, experts, then the reverse (reduce-scatter over ETP, all-to-all, un-permute with the
+  routing probabilities);
+- ``flex`` (DeepEP / HybridEP): timed as ``alltoall`` (same bytes, without DeepEP's de-duplication of
+  copies bound for one rank: an upper bound);
+- ``allgather`` dispatcher: all-gather the tokens over the ETP x EP group, each rank gathers the tokens
+  of its local experts, experts, scatter back, reduce-scatter over the ETP x EP group;
+- experts: this rank's E/EP experts with fc1 / fc2 sharded over ETP; ``--moe-grouped-gemm`` runs them as
+  one batched GEMM, otherwise one GEMM per expert (SequentialMLP).
+
+Routing assumption (stated in reports): tokens are balanced over experts, times ``moe_routing_imbalance``
+for the busiest expert (whose rank sets the step: every rank waits for it at the combine all-to-all).
+With ``--moe-expert-capacity-factor`` the busiest expert holds at most that capacity, and exactly it
+with ``--moe-pad-expert-input-to-capacity``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.autograd import Function
+
+from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
+from echo_tune.workload.context import record_collective
+
+ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class _AllToAll(Function):
+    """All-to-all over ``group`` forward and backward; with imbalance the busiest rank receives more than
+    it sends, so the size is the larger of its send and receive buffers (no record for one rank)."""
+
+    @staticmethod
+    def forward(ctx, x, group, size, out_rows):
+        ctx.group, ctx.size, ctx.rows = group, size, x.shape[0]
+        ctx.nbytes = max(x.shape[0], out_rows) * _nbytes(x[:1])  # the larger of send and receive
+        record_collective("all_to_all", group, ctx.nbytes, size)
+        return x.new_empty((out_rows, *x.shape[1:]))
+
+    @staticmethod
+    def backward(ctx, grad):
+        record_collective("all_to_all", ctx.group, ctx.nbytes, ctx.size)
+        return grad.new_empty((ctx.rows, *grad.shape[1:])), None, None, None
+
+
+class _Gather(Function):
+    """All-gather over ``group`` forward, reduce-scatter backward (Megatron's
+    ``gather_from_sequence_parallel_region`` on the expert groups)."""
+
+    @staticmethod
+    def forward(ctx, x, group, size):
+        ctx.group, ctx.size = group, size
+        out = x.new_empty((x.shape[0] * size, *x.shape[1:]))
+        record_collective("all_gather", group, _nbytes(out), size)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        record_collective("reduce_scatter", ctx.group, _nbytes(grad), ctx.size)
+        return grad.new_empty((grad.shape[0] // ctx.size, *grad.shape[1:])), None, None
+
+
+class _Scatter(Function):
+    """Reduce-scatter over ``group`` forward, all-gather backward."""
+
+    @staticmethod
+    def forward(ctx, x, group, size):
+        ctx.group, ctx.size = group, size
+        record_collective("reduce_scatter", group, _nbytes(x), size)
+        return x.new_empty((x.shape[0] // size, *x.shape[1:]))
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = grad.new_empty((grad.shape[0] * ctx.size, *grad.shape[1:]))
+        record_collective("all_gather", ctx.group, _nbytes(out), ctx.size)
+        return out, None, None
+
+
+def _gather(x, group: str, size: int):
+    return _Gather.apply(x, group, size) if size > 1 else x
+
+
+def _scatter(x, group: str, size: int):
+    return _Scatter.apply(x, group, size) if size > 1 else x
+
+
+def local_experts(shard) -> int:
+    return shard.model.num_experts // shard.ep
+
+
+def busiest_share(model) -> float:
+    """Tokens of the busiest expert relative to a balanced share (see the module docstring)."""
+    capacity = model.moe_expert_capacity_factor
+    if capacity is None:
+        return model.moe_routing_imbalance
+    return capacity if model.moe_pad_expert_input_to_capacity else min(model.moe_routing_imbalance, capacity)
+
+
+def moe_params(shard) -> dict[str, dict[str, torch.Tensor]]:
+    """Router, this rank's local experts (sharded over ETP) and the shared expert (sharded over TP)."""
+    m, n = shard.model, local_experts(shard)
+    f = m.moe_ffn_size // shard.etp
+    fc1_out = 2 * f if m.swiglu else f
+    params = {"router": {"weight": shard.tensor(m.num_experts, m.hidden_size, grad=True)},
+              "experts": {"fc1": shard.tensor(n, m.hidden_size, fc1_out, grad=True),
+                          "fc2": shard.tensor(n, f, m.hidden_size, grad=True)}}
+    if m.moe_shared_expert_intermediate_size:
+        fs = m.moe_shared_expert_intermediate_size // shard.tp
+        params["shared"] = {"fc1": shard.tensor(2 * fs if m.swiglu else fs, m.hidden_size, grad=True),
+                            "fc2": shard.tensor(m.hidden_size, fs, grad=True)}
+    return params
+
+
+def _activation(x, shard):
+    if shard.model.swiglu:
+        return torch.ops.echo_tune.swiglu(x)
+    return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def _router(tokens, params, shard):
+    """Router logits, softmax and top-k: (probabilities [T, k], indices [T, k])."""
+    m, weight = shard.model, params["router"]["weight"]
+    dtype = ROUTER_DTYPES.get(m.moe_router_dtype)
+    if dtype is not None:
+        tokens, weight = tokens.to(dtype), weight.to(dtype)
+    logits = torch.matmul(tokens, weight.t())
+    scores = torch.softmax(logits, dim=-1)
+    probs, indices = torch.topk(scores, m.moe_router_topk, dim=-1)
+    return probs.to(shard.dtype), indices
+
+
+def _experts(x, params, shard):
+    """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert."""
+    n, fc1, fc2 = local_experts(shard), params["experts"]["fc1"], params["experts"]["fc2"]
+    rows = x.shape[0] // n  # a multiple of n by construction (_received_rows)
+    if shard.model.moe_grouped_gemm or n == 1:
+        hidden = torch.bmm(x.view(n, rows, -1), fc1)
+        return torch.bmm(_activation(hidden, shard), fc2).reshape(rows * n, -1)
+    outs = [torch.mm(_activation(torch.mm(x[i * rows:(i + 1) * rows], fc1[i]), shard), fc2[i]) for i in range(n)]
+    return torch.cat(outs)
+
+
+def _received_rows(tokens: int, shard) -> int:
+    """Token copies that reach this rank's experts before the ETP gather: balanced x the busiest share,
+    rounded up to whole local experts."""
+    n = local_experts(shard)
+    return max(1, math.ceil(tokens * shard.model.moe_router_topk * busiest_share(shard.model) / n)) * n
+
+
+def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
+    """One MoE MLP on this rank; ``x`` is the post-attention-norm hidden [seq_in, b, h]."""
+    m = shard.model
+    s, b, h = x.shape
+    tokens = x.reshape(s * b, h)
+    probs, indices = _router(tokens, params, shard)
+    recv = _received_rows(s * b, shard)
+    if m.moe_token_dispatcher_type in ("alltoall", "flex"):
+        flat = indices.reshape(-1)
+        permuted = tokens.index_select(0, flat)  # [T*k, h], grouped by expert
+        received = _AllToAll.apply(permuted, "ep", shard.ep, recv)
+        expert_in = _gather(received, "etp", shard.etp)
+        if local_experts(shard) > 1:
+            expert_in = expert_in.clone()  # sort_chunks_by_idxs: copies regrouped by local expert
+        expert_out = _experts(expert_in, params, shard)
+        back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
+        weighted = back * probs.reshape(-1, 1)  # un-permute: weight each copy by its probability
+        out = tokens.new_zeros(tokens.shape).index_add(0, flat, weighted).view(s, b, h)
+    else:  # allgather: every rank of the ETP x EP group sees all of the group's tokens
+        group_size = shard.ep * shard.etp
+        gathered = _gather(tokens, "tpep", group_size)
+        rows = torch.zeros(recv * shard.etp, dtype=torch.int64, device=x.device)
+        expert_out = _experts(gathered.index_select(0, rows), params, shard)
+        combined = gathered.new_zeros(gathered.shape).index_add(0, rows, expert_out)
+        out = _scatter(combined, "tpep", group_size).view(s, b, h)
+    if "shared" in params:
+        p = params["shared"]
+        hidden = column_parallel_linear(x, p["fc1"], None, shard.tp, shard.sequence_parallel)
+        out = out + row_parallel_linear(_activation(hidden, shard), p["fc2"], shard.tp, shard.sequence_parallel)
+    return out

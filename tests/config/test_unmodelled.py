@@ -1,0 +1,153 @@
+"""Nothing that shapes a step is dropped silently: real Megatron-LM launch lines (copies in launch_lines/,
+each with its source file and commit) simulate as what they are, or are refused by name with exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from echo_tune.cli.main import main
+from echo_tune.config import unmodelled
+from echo_tune.config.loading import load_model
+from echo_tune.config.megatron_args import MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
+from echo_tune.config.unmodelled import UnmodelledError
+
+LINES = Path(__file__).with_name("launch_lines")
+
+
+def launch_line(name: str) -> str:
+    return " ".join(line for line in (LINES / f"{name}.txt").read_text().splitlines() if not line.startswith("#"))
+
+
+def fsdp_flags() -> str:
+    header = (LINES / "deepseek_v3.txt").read_text().splitlines()
+    return next(line for line in header if line.startswith("# --use-megatron-fsdp"))[2:]
+
+
+def simulate_json(capsys, line: str, num_gpus: int) -> dict:
+    assert main(["simulate", "--cluster", "h100-sxm", "--num-gpus", str(num_gpus), "--megatron-args", line,
+                 "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_mixtral_example_simulates_as_moe(capsys):
+    # the script reads its vocabulary from the Llama-2 tokenizer file: 32000 entries
+    data = simulate_json(capsys, launch_line("mixtral_8x7b") + " --vocab-size 32000", 64)
+    spec, cfg = data["config"]["model_spec"], data["config"]
+    assert spec["num_experts"] == 8 and spec["moe_router_topk"] == 2 and spec["moe_grouped_gemm"]
+    assert spec["moe_token_dispatcher_type"] == "alltoall" and cfg["expert_model_parallel_size"] == 8
+    # Megatron's FLOP count for Mixtral: top-2 of 8 experts, ~13B active parameters per token
+    assert data["model_tflops_per_gpu"] * data["step_time_s"] * 64 * 1e12 == pytest.approx(
+        6 * 12.9e9 * 256 * 4096, rel=0.15)
+    assert any("--lr" in note for note in data["notes"])
+
+
+def test_deepseek_v3_example_simulates_with_mla_and_moe(capsys):
+    # the script's line without its Megatron-FSDP block (it already has --use-distributed-optimizer);
+    # vocabulary of the deepseek-ai/DeepSeek-V3 tokenizer: 129280
+    data = simulate_json(capsys, launch_line("deepseek_v3") + " --vocab-size 129280", 256)
+    spec, cfg = data["config"]["model_spec"], data["config"]
+    assert spec["multi_latent_attention"] and spec["q_lora_rank"] == 1536 and spec["kv_lora_rank"] == 512
+    assert spec["num_experts"] == 256 and spec["moe_layer_freq"] == "[0]*3+[1]*58" and spec["mtp_num_layers"] == 1
+    assert cfg["recompute_modules"] == ["mlp", "moe", "mla_up_proj", "layernorm"]
+    assert data["breakdown_s"]["recompute"] > 0
+
+
+def test_deepseek_v3_with_megatron_fsdp_is_refused_by_name():
+    line = launch_line("deepseek_v3") + " --vocab-size 129280 " + fsdp_flags()
+    proc = subprocess.run([sys.executable, "-m", "echo_tune.cli.main", "simulate", "--cluster", "h100-sxm",
+                           "--num-gpus", "256", "--megatron-args", line], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "--use-megatron-fsdp" in err and "not modelled" in err
+
+
+@pytest.mark.parametrize("extra, named", [
+    ("--fp4-format e2m1", "--fp4-format"),
+    ("--window-size 4096,0", "--window-size"),
+    ("--cpu-offloading", "--cpu-offloading"),
+    ("--moe-shared-expert-overlap", "--moe-shared-expert-overlap"),
+    ("--transformer-impl local", "--transformer-impl local"),
+    ("--some-new-flag 3", "--some-new-flag"),
+])
+def test_step_shaping_or_unknown_flag_is_refused(extra, named):
+    with pytest.raises(UnmodelledError, match=named):
+        parse_megatron_line(launch_line("mixtral_8x7b") + " " + extra)
+
+
+def test_harmless_flags_are_reported_and_multi_value_flags_read():
+    model, parallel, _, ignored = parse_megatron_line(
+        "--num-layers 2 --moe-aux-loss-coeff 1e-2 1e-3 --recompute-modules core_attn moe --transformer-impl "
+        "transformer_engine --seed 3")
+    assert model == {"num_layers": 2} and parallel["recompute_modules"] == ("core_attn", "moe")
+    assert ignored == ["--moe-aux-loss-coeff", "--transformer-impl", "--seed"]
+
+
+def test_num_query_groups_needs_group_query_attention_as_in_megatron():
+    model, _, _, ignored = parse_megatron_line("--num-attention-heads 32 --num-query-groups 8")
+    assert "num_query_groups" not in model and any("--group-query-attention" in i for i in ignored)
+    model, _, _, _ = parse_megatron_line("--num-attention-heads 32 --group-query-attention --num-query-groups 8")
+    assert model["num_query_groups"] == 8
+
+
+def test_lists_are_disjoint_and_modelled_flags_are_in_neither():
+    modelled = {flag for flag, _ in (*MODEL_FLAGS.values(), *PARALLEL_FLAGS.values())}
+    harmless = set().union(*unmodelled.HARMLESS.values())
+    step = set().union(*unmodelled.STEP_SHAPING.values())
+    assert not harmless & step and not modelled & (harmless | step)
+    assert all(flag.startswith("--") for flag in harmless | step)
+
+
+def test_yaml_model_key_that_shapes_the_step_is_refused(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                    "seq_length": 128, "vocab_size": 256, "window_size": 4096}))
+    with pytest.raises(UnmodelledError, match="'window_size'.*not modelled"):
+        load_model(path)
+
+
+def test_rank_lists_a_refused_candidate_without_a_number(capsys, tmp_path):
+    ok = {"name": "mixtral", "cluster": "h100-sxm", "num_gpus": 64,
+          "megatron_args": launch_line("mixtral_8x7b") + " --vocab-size 32000"}
+    bad = {**ok, "name": "mixtral fp4", "megatron_args": ok["megatron_args"] + " --fp4-format e2m1"}
+    path = tmp_path / "rank.yaml"
+    path.write_text(yaml.safe_dump({"candidates": [bad, ok]}))
+    assert main(["rank", str(path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == ["mixtral", "mixtral fp4"]
+    assert rows[0]["config"]["model_spec"]["num_experts"] == 8  # the line's model flags are applied
+    assert rows[1]["rank"] is None and "step_time_s" not in rows[1] and "--fp4-format" in rows[1]["refused"]
+    assert main(["rank", str(path)]) == 0
+    assert "refused" in capsys.readouterr().out
+
+
+def test_moe_preset_round_trips_through_megatron_flags():
+    import dataclasses
+
+    from echo_tune.config.megatron_args import to_megatron_flags
+
+    model = load_model("deepseek-v3")
+    parallel = {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 8, "expert_tensor_parallel_size": 1,
+                "global_batch_size": 64, "recompute_granularity": "selective",
+                "recompute_modules": ("moe", "layernorm")}
+    flags = to_megatron_flags(dataclasses.asdict(model), parallel, "bf16")
+    assert "'([0]*3+[1]*58)'" in flags  # quoted for the shell
+    fields, layout, precision, ignored = parse_megatron_line(" ".join(flags))
+    rebuilt = model.replace(**{k: v for k, v in fields.items()})
+    assert rebuilt == model and layout == parallel and precision == "bf16" and ignored == []
+
+
+def test_qwen3_conf_is_refused_for_unfused_kernels_then_simulates_without_them(capsys):
+    line = launch_line("qwen3_30b_a3b") + " --vocab-size 151936 --global-batch-size 64 --expert-model-parallel-size 8"
+    with pytest.raises(UnmodelledError, match="--no-rope-fusion"):
+        parse_megatron_line(line)
+    fused = line.replace("--no-rope-fusion", "").replace("--no-bias-swiglu-fusion", "")
+    data = simulate_json(capsys, fused, 8)
+    spec = data["config"]["model_spec"]
+    assert spec["qk_layernorm"] and spec["kv_channels"] == 128 and spec["num_experts"] == 128
+    assert spec["make_vocab_size_divisible_by"] == 1187
