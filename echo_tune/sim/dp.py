@@ -18,11 +18,13 @@ from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.sim.memo import IdentityCache
 
 # Adam step per parameter on its owner (multi-tensor apply, memory-bound): fp32 master read+write 8,
 # fp32 grad read 4, exp_avg and exp_avg_sq read+write 16, bf16/fp16 copy write 2, grad-norm read 4,
 # zeroing the grad buffer 4 = 38 bytes.
 OPTIMIZER_BYTES_PER_PARAM = 38.0
+_DURATIONS = IdentityCache(limit=256)
 
 
 def ddp_bucket_params(data_parallel_size: int) -> int:
@@ -53,7 +55,8 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Calibra
     grad_bytes = grad_bytes_per_param(parallel)
     total_params = sum(chunk_params)
     bucket = ddp_bucket_params(dp.size) if parallel.overlap_grad_reduce else max(total_params, 1)
-    durations: dict[int, float] = {}  # bucket params -> collective time (most buckets have the same size)
+    # bucket params -> collective time: most buckets of a stage, and of its neighbours, have the same size
+    durations: dict[int, float] = _DURATIONS.get((profile,), (collective, grad_bytes, dp), dict)
 
     def duration(params: int) -> float:
         if params not in durations:

@@ -2,24 +2,51 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.sim.costing import CostContext, PhaseCost, phase_cost
-from echo_tune.workload import trace_embedding, trace_layer, trace_output
+from echo_tune.sim.memo import IdentityCache
 from echo_tune.workload.graph import Trace
+
+# Traced pieces by (model, shape): filled by tracing (which imports torch) or by ``seed_pieces`` with
+# pieces traced elsewhere (a parallel search traces once and hands them to its workers).
+_PIECES: dict[tuple, dict[str, Trace]] = {}
+_COSTS = IdentityCache()
+
+
+def pieces_key(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> tuple:
+    return (model, parallel.tensor_model_parallel_size, parallel.context_parallel_size, layout.sequence_parallel,
+            parallel.micro_batch_size, parallel.precision)
+
+
+def seed_pieces(pieces: dict[tuple, dict[str, Trace]]) -> None:
+    """Make pieces traced in another process available here (keys from ``pieces_key``)."""
+    _PIECES.update(pieces)
+
+
+def known_pieces() -> dict[tuple, dict[str, Trace]]:
+    return dict(_PIECES)
 
 
 def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> dict[str, Trace]:
-    """The layer, embedding and output pieces one rank runs (cached by shape in the tracer)."""
+    """The layer, embedding and output pieces one rank runs (cached by shape; torch loads on a miss)."""
+    key = pieces_key(model, parallel, layout)
+    if key in _PIECES:
+        return _PIECES[key]
+    from echo_tune.workload.tracer import trace_embedding, trace_layer, trace_output
+
     kwargs = dict(tensor_model_parallel_size=parallel.tensor_model_parallel_size,
                   context_parallel_size=parallel.context_parallel_size,
                   sequence_parallel=layout.sequence_parallel, micro_batch_size=parallel.micro_batch_size,
                   precision=parallel.precision)
-    return {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
-            "output": trace_output(model, **kwargs)}
+    pieces = {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
+              "output": trace_output(model, **kwargs)}
+    _PIECES[key] = pieces
+    return pieces
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +61,23 @@ class PassCosts:
 
 
 def pass_costs(pieces: dict[str, Trace], ctx: CostContext) -> PassCosts:
+    """Costs of the pieces' passes (cached: layouts differing only in PP, DP or schedule share them)."""
+    traces = (pieces["layer"], pieces["embedding"], pieces["output"])
+    groups = _COSTS.get(traces, ("groups",), lambda: sorted({op.group for t in traces for op in t.forward + t.backward
+                                                              if op.kind == "collective"}))
+    objects, extra = list(traces), []
+    for f in dataclasses.fields(ctx):  # every field of the context, so a new one is never left out
+        value = getattr(ctx, f.name)
+        if f.name == "groups":  # only the groups the pieces' collectives run on
+            extra.append(tuple((g, value[g]) for g in groups))
+        elif isinstance(value, (str, int, float, bool, type(None))):
+            extra.append(value)
+        else:
+            objects.append(value)
+    return _COSTS.get(tuple(objects), tuple(extra), lambda: _pass_costs(pieces, ctx))
+
+
+def _pass_costs(pieces: dict[str, Trace], ctx: CostContext) -> PassCosts:
     layer = pieces["layer"]
     return PassCosts(
         layer_forward=phase_cost(layer.forward, ctx), layer_backward=phase_cost(layer.backward, ctx),

@@ -7,6 +7,7 @@ DP reduction and optimizer per stage -> the critical stage's step as a sum of na
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config._checks import require_choice
@@ -20,6 +21,7 @@ from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
+from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
@@ -80,7 +82,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
              timeline: bool = False) -> StepReport:
     """Simulate one training step. Raises ConfigError for a layout that breaks a rule."""
     layout = check_compatible(model, cluster, num_gpus, parallel)
-    profile = profile or profile_for(cluster)
+    profile = profile or profile_for_cluster(cluster)  # built once per cluster, not per layout
     schedule = schedule or layout.schedule
     require_choice("schedule", schedule, SCHEDULES)
     if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
@@ -111,7 +113,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "pipeline_schedule": schedule, "effective_sequence_parallel": layout.sequence_parallel,
               "effective_recompute_method": layout.recompute_method,
               "effective_recompute_num_layers": layout.recompute_num_layers,
-              "model_spec": dataclasses.asdict(model)}
+              "model_spec": dict(_model_spec(model))}
     return StepReport(
         step_time_s=step_time, breakdown_s=parts,
         tokens_per_s=parallel.global_batch_size * model.seq_length / step_time,
@@ -121,6 +123,12 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
         timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
+
+
+@functools.lru_cache(maxsize=64)
+def _model_spec(model: ModelSpec) -> dict:
+    """The model's fields (cached: ``asdict`` costs more than a short simulation)."""
+    return dataclasses.asdict(model)
 
 
 def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, float]]:
