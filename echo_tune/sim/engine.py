@@ -45,42 +45,6 @@ class PipelineResult:
 Key = tuple[int, bool, int, int]  # (stage, is_backward, micro_batch, chunk)
 
 
-def _dependency(key: Key, p: int, v: int) -> Key | None:
-    s, backward, mb, c = key
-    if not backward:
-        return (s - 1, False, mb, c) if s > 0 else ((p - 1, False, mb, c - 1) if c > 0 else None)
-    return (s + 1, True, mb, c) if s < p - 1 else ((0, True, mb, c + 1) if c < v - 1 else None)
-
-
-def _dependency_order(schedule: str, p: int, m: int, v: int) -> list[tuple[Key, Key | None, Key | None]]:
-    """Every task once, each after its stage predecessor and its dependency: (task, predecessor, dependency)."""
-    orders = [stage_order(schedule, s, p, m, v) for s in range(p)]
-    done: set[Key] = set()
-    ptr = [0] * p
-    waiting: dict[Key, int] = {}
-    out = []
-    stack = list(range(p - 1, -1, -1))
-    while stack:
-        s = stack.pop()
-        order = orders[s]
-        while ptr[s] < len(order):
-            backward, mb, c = order[ptr[s]]
-            key = (s, backward, mb, c)
-            dep = _dependency(key, p, v)
-            if dep is not None and dep not in done:
-                waiting[dep] = s
-                break
-            prev = None if ptr[s] == 0 else (s, *order[ptr[s] - 1])
-            out.append((key, prev, dep))
-            done.add(key)
-            ptr[s] += 1
-            if key in waiting:
-                stack.append(waiting.pop(key))
-    if any(ptr[s] < len(orders[s]) for s in range(p)):
-        raise RuntimeError(f"pipeline schedule {schedule!r} deadlocked (p={p}, m={m}, v={v}); this is a bug")
-    return out
-
-
 @dataclass(frozen=True)
 class _Outputs:
     """Slots of one run's results: last task per stage, last micro-batch's backward per stage and chunk."""
@@ -105,32 +69,58 @@ class _Builder:
         self.duration: list[int] = []
         self.keys: list[Key] = []
 
-    def add_run(self, schedule: str, m: int, shared: dict[tuple, int] | None = None) -> _Outputs:
-        """Append one run; a task whose (task, predecessor, dependency) chain is in ``shared`` reuses its slot.
+    def add_run(self, schedule: str, m: int, m_max: int, shared: dict[tuple, int] | None = None) -> _Outputs:
+        """Append one run of m micro-batches, releasing tasks in dependency order (a worklist: each stage
+        blocks on at most one missing dependency).
 
-        ``shared`` maps (task, predecessor slot, dependency slot) to a slot of an earlier run; it is
-        updated with this run's tasks.
+        A task whose (task, predecessor slot, dependency slot) is in ``shared`` reuses that slot: its whole
+        dependency cone is the same as in an earlier run, so is its time. ``shared`` gains this run's tasks.
         """
         p, v = self.p, self.v
-        slot: dict[Key, int] = {}
-        for key, prev, dep in _dependency_order(schedule, p, m, v):
-            a = _START if prev is None else slot[prev]
-            d = _NONE if dep is None else slot[dep]
-            sig = (key, a, d)
-            if shared is not None and sig in shared:
-                slot[key] = shared[sig]
-                continue
-            s, backward, _, c = key
-            slot[key] = _FIRST + len(self.prev)
-            self.prev.append(a)
-            self.dep.append(d)
-            self.duration.append((p * v if backward else 0) + s * v + c)
-            self.keys.append(key)
-            if shared is not None:
-                shared[sig] = slot[key]
-        last = tuple(slot[(s, *stage_order(schedule, s, p, m, v)[-1])] for s in range(p))
-        last_backward = tuple(tuple(slot[(s, True, m - 1, c)] for c in range(v)) for s in range(p))
-        return _Outputs(last, last_backward)
+        prev, deps, duration, keys = self.prev, self.dep, self.duration, self.keys
+        orders = [stage_order(schedule, s, p, m, v) for s in range(p)]
+        # task id = ((is_backward * v + chunk) * m + micro_batch) * p + stage
+        bwd_base = v * m * p
+        slot = [-1] * (2 * bwd_base)
+        last, ptr = [_START] * p, [0] * p
+        waiting: dict[int, int] = {}
+        stack = list(range(p - 1, -1, -1))
+        while stack:
+            s = stack.pop()
+            order = orders[s]
+            while ptr[s] < len(order):
+                backward, mb, c = order[ptr[s]]
+                here = (c * m + mb) * p + s
+                if not backward:
+                    dep = here - 1 if s > 0 else (here - m * p + p - 1 if c > 0 else -1)
+                else:
+                    here += bwd_base
+                    dep = here + 1 if s < p - 1 else (here + m * p - p + 1 if c < v - 1 else -1)
+                d = _NONE
+                if dep >= 0:
+                    d = slot[dep]
+                    if d < 0:
+                        waiting[dep] = s
+                        break
+                a = last[s]
+                sig = ((((v if backward else 0) + c) * m_max + mb) * p + s, a, d)
+                i = shared.get(sig) if shared is not None else None
+                if i is None:
+                    i = _FIRST + len(prev)
+                    prev.append(a)
+                    deps.append(d)
+                    duration.append((p * v if backward else 0) + s * v + c)
+                    keys.append((s, backward, mb, c))
+                    if shared is not None:
+                        shared[sig] = i
+                slot[here] = last[s] = i
+                ptr[s] += 1
+                if here in waiting:
+                    stack.append(waiting.pop(here))
+        if any(ptr[s] < len(orders[s]) for s in range(p)):
+            raise RuntimeError(f"pipeline schedule {schedule!r} deadlocked (p={p}, m={m}, v={v}); this is a bug")
+        last_backward = tuple(tuple(slot[((v + c) * m + m - 1) * p + s] for c in range(v)) for s in range(p))
+        return _Outputs(tuple(last), last_backward)
 
     def build(self, runs: list[_Outputs]) -> _Program:
         return _Program(tuple(self.prev), tuple(self.dep), tuple(self.duration), tuple(self.keys), tuple(runs))
@@ -141,7 +131,7 @@ def _program(schedule: str, p: int, v: int, ms: tuple[int, ...]) -> _Program:
     """One program for runs of each m in ``ms`` (longest first: shorter runs share its tasks)."""
     builder = _Builder(p, v)
     shared: dict[tuple, int] = {}
-    runs = [builder.add_run(schedule, m, shared) for m in ms]
+    runs = [builder.add_run(schedule, m, max(ms), shared) for m in ms]
     return builder.build(runs)
 
 

@@ -9,6 +9,7 @@ from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.sim.costing import CostContext, PhaseCost, phase_cost
+from echo_tune.sim import trace_cache
 from echo_tune.sim.memo import IdentityCache
 from echo_tune.workload.graph import Trace
 
@@ -18,9 +19,16 @@ _PIECES: dict[tuple, dict[str, Trace]] = {}
 _COSTS = IdentityCache()
 
 
+def _trace_kwargs(parallel: ParallelConfig, layout: Layout) -> dict:
+    """Everything the tracer is told about the layout (and so everything a trace is cached on)."""
+    return dict(tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+                context_parallel_size=parallel.context_parallel_size,
+                sequence_parallel=layout.sequence_parallel, micro_batch_size=parallel.micro_batch_size,
+                precision=parallel.precision)
+
+
 def pieces_key(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> tuple:
-    return (model, parallel.tensor_model_parallel_size, parallel.context_parallel_size, layout.sequence_parallel,
-            parallel.micro_batch_size, parallel.precision)
+    return (model, *sorted(_trace_kwargs(parallel, layout).items()))
 
 
 def seed_pieces(pieces: dict[tuple, dict[str, Trace]]) -> None:
@@ -37,15 +45,17 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
     key = pieces_key(model, parallel, layout)
     if key in _PIECES:
         return _PIECES[key]
+    stored = trace_cache.load(key)
+    if stored is not None:
+        _PIECES[key] = stored
+        return stored
     from echo_tune.workload.tracer import trace_embedding, trace_layer, trace_output
 
-    kwargs = dict(tensor_model_parallel_size=parallel.tensor_model_parallel_size,
-                  context_parallel_size=parallel.context_parallel_size,
-                  sequence_parallel=layout.sequence_parallel, micro_batch_size=parallel.micro_batch_size,
-                  precision=parallel.precision)
+    kwargs = _trace_kwargs(parallel, layout)
     pieces = {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
               "output": trace_output(model, **kwargs)}
     _PIECES[key] = pieces
+    trace_cache.save(key, pieces)
     return pieces
 
 

@@ -82,9 +82,11 @@ def live_count_vectors(schedule: str, stage: int, p: int, m: int, v: int) -> tup
     period pv tasks, so the first 4pv + 2 tasks show every state. Vectors dominated by another one are
     dropped: bytes per chunk are >= 0, so they can never hold the peak.
     """
-    order = stage_order(schedule, stage, p, m, v)
     if schedule in ("1f1b", "interleaved"):
-        order = order[:4 * p * v + 2]
+        # the first 4pv + 2 tasks are the same for every m > 4p + 2 (same warm-up, then steady pairs)
+        order = stage_order(schedule, stage, p, min(m, 4 * p + 3), v)[:4 * p * v + 2]
+    else:
+        order = stage_order(schedule, stage, p, m, v)
     live, seen = [0] * v, set()
     for backward, _, chunk in order:
         live[chunk] += -1 if backward else 1
