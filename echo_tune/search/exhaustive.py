@@ -38,7 +38,8 @@ def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces:
     return out
 
 
-def _structure(candidate: Candidate) -> tuple:
+def structure_key(candidate: Candidate) -> tuple:
+    """What a pipeline program and a trace are shared on: layouts sorted by it batch well."""
     layout = candidate.layout
     return (layout.schedule, len(layout.stage_chunk_layers), layout.virtual_pipeline_size,
             layout.num_micro_batches, candidate.shape, candidate.num_gpus)
@@ -46,7 +47,7 @@ def _structure(candidate: Candidate) -> tuple:
 
 def batches(candidates: list[Candidate], n_jobs: int = 1) -> list[list[Candidate]]:
     """Candidates sorted by pipeline structure and shape, in about ``BATCHES_PER_WORKER * n_jobs`` batches."""
-    ordered = sorted(candidates, key=_structure)  # stable: the enumeration order within a structure
+    ordered = sorted(candidates, key=structure_key)  # stable: the enumeration order within a structure
     size = max(1, min(MAX_BATCH, -(-len(ordered) // (BATCHES_PER_WORKER * max(1, n_jobs)))))
     return [ordered[i:i + size] for i in range(0, len(ordered), size)]
 

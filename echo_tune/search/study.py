@@ -29,6 +29,7 @@ from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.params import full_params, suggest_layout
 from echo_tune.search.objective import REJECTED_CONSTRAINTS, Evaluator, constraints, objective_values
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
+from echo_tune.search.shared import run_shared_exhaustive, shares_work
 from echo_tune.search.space import SearchSpace
 from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
 
@@ -185,8 +186,12 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
         count[0] += n
         if progress is not None:
             progress(count[0], len(todo), None)
-    run_exhaustive(space, study, store, todo, n_jobs=opts.n_jobs, profile=profile, deadline=deadline,
-                   on_trials=on_trials)
+    if shares_work(opts.storage):  # a database: this process is one of possibly many workers
+        run_shared_exhaustive(space, study, store, valid, todo, profile=profile, deadline=deadline,
+                              on_trials=on_trials)
+    else:
+        run_exhaustive(space, study, store, todo, n_jobs=opts.n_jobs, profile=profile, deadline=deadline,
+                       on_trials=on_trials)
 
 
 def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
