@@ -25,16 +25,19 @@ MAX_BATCH = 128  # layouts per batch at most: the progress bar and an interrupt 
 BATCHES_PER_WORKER = 6  # enough for the workers to even out batches of unequal cost
 
 
-def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces: dict) -> list[tuple[str, object]]:
+def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces: dict) -> list:
+    """Simulate a batch (in a worker, or here) and return its finished trials, ready to store."""
     from echo_tune.sim.passes import seed_pieces
 
     seed_pieces(pieces)
+    distributions = search_distributions(space)
     out = []
     for candidate in batch:
         try:
-            out.append(("ok", evaluate(space, candidate, profile=profile)[0]))
+            result = ("ok", evaluate(space, candidate, profile=profile)[0])
         except RejectedLayout as exc:
-            out.append(("rejected", exc.rule))
+            result = ("rejected", exc.rule)
+        out.append(_frozen(space, candidate, result, distributions))
     return out
 
 
@@ -64,9 +67,8 @@ def _pieces_for(space: SearchSpace, batch: list[Candidate]) -> dict:
     return out
 
 
-def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]):
+def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object], distributions: dict):
     """A finished trial with the same params and distributions a sampler's trial would have."""
-    distributions = search_distributions(space)
     params = full_params(space, candidate)
     kind, payload = result
     if kind == "ok":
@@ -87,7 +89,7 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
     parts = batches(todo, n_jobs)
     if n_jobs == 1 or len(parts) <= 1:
         results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
-        return _store(space, study, store, parts, results, deadline, on_trials)
+        return _store(study, store, results, deadline, on_trials)
     # loky (joblib's process pool): a worker starts clean (no torch, no inherited threads), imports only the
     # simulator, needs no `if __name__ == "__main__"` guard in the caller, and is reused by the next search
     from joblib.externals.loky import get_reusable_executor
@@ -103,16 +105,15 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
                 futures.append(pool.submit(_evaluate_batch, space, b, profile, _pieces_for(space, b)))
             yield futures[i].result()
     try:
-        return _store(space, study, store, parts, results(), deadline, on_trials)
+        return _store(study, store, results(), deadline, on_trials)
     finally:
         for f in futures:
             f.cancel()
 
 
-def _store(space, study, store, parts, results, deadline, on_trials) -> int:
+def _store(study, store, results, deadline, on_trials) -> int:
     stored = 0
-    for batch, outcome in zip(parts, results):
-        trials = [_frozen(space, c, r) for c, r in zip(batch, outcome)]
+    for trials in results:
         with store.batch():
             study.add_trials(trials)
         stored += len(trials)

@@ -31,6 +31,7 @@ from echo_tune.search.objective import REJECTED_CONSTRAINTS, Evaluator, constrai
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
 from echo_tune.search.shared import run_shared_exhaustive, shares_work
 from echo_tune.search.space import SearchSpace
+from echo_tune.search.summary import summarize
 from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
 
 
@@ -265,6 +266,6 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
                             profile, progress)
     except KeyboardInterrupt:
         interrupted = True
-    return res.summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
+    return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
                          started=started, valid=valid, notes=notes, done_before=done_before,
                          interrupted=interrupted, write_files=opts.write_files, profile=profile)
