@@ -138,11 +138,22 @@ def exhaustive_walls(space_file: Path, repeats: int) -> dict:
             "median_n_jobs_2_s": statistics.median(walls[2]), "median_speedup": statistics.median(ratios)}
 
 
+def _timed_batch(space, batch, pieces) -> tuple[int, float]:
+    """(worker pid, CPU seconds) of one batch, run in a worker."""
+    from echo_tune.search.exhaustive import _evaluate_batch
+
+    start = time.process_time()
+    _evaluate_batch(space, batch, None, pieces)
+    return os.getpid(), time.process_time() - start
+
+
 def simulation_scaling(space, valid) -> dict:
-    """Seconds to simulate every layout through 1 and 2 fresh worker processes (storage left out)."""
+    """Simulating every layout through 1 and 2 fresh worker processes (storage left out): wall seconds,
+    and CPU seconds per worker. On a loaded machine the wall time says how much CPU the others left us;
+    the busiest worker's CPU time says what two idle cores would give."""
     from joblib.externals.loky import get_reusable_executor
 
-    from echo_tune.search.exhaustive import _evaluate_batch, _pieces_for, batches
+    from echo_tune.search.exhaustive import _pieces_for, batches
 
     out = {}
     for n in (1, 2):
@@ -150,11 +161,15 @@ def simulation_scaling(space, valid) -> dict:
         payload = [(b, _pieces_for(space, b)) for b in parts]
         pool = get_reusable_executor(max_workers=n, kill_workers=True, reuse=False)
         start = time.perf_counter()
-        for f in [pool.submit(_evaluate_batch, space, b, None, pieces) for b, pieces in payload]:
-            f.result()
+        cpu: dict[int, float] = {}
+        for f in [pool.submit(_timed_batch, space, b, pieces) for b, pieces in payload]:
+            pid, seconds = f.result()
+            cpu[pid] = cpu.get(pid, 0.0) + seconds
         out[f"n_jobs_{n}_s"] = time.perf_counter() - start
+        out[f"n_jobs_{n}_cpu_s_per_worker"] = sorted(cpu.values(), reverse=True)
         pool.shutdown(wait=True)
     out["speedup"] = out["n_jobs_1_s"] / out["n_jobs_2_s"]
+    out["cpu_speedup"] = sum(out["n_jobs_1_cpu_s_per_worker"]) / out["n_jobs_2_cpu_s_per_worker"][0]
     return out
 
 
@@ -232,7 +247,10 @@ def main() -> int:
           f"(targets: <= 10 s, >= 1.8x)")
     sim = result["simulation_only"]
     print(f"simulate all layouts   fresh worker pool, storage left out: 1 process {sim['n_jobs_1_s']:.2f} s, "
-          f"2 processes {sim['n_jobs_2_s']:.2f} s, speed-up {sim['speedup']:.2f}x")
+          f"2 processes {sim['n_jobs_2_s']:.2f} s wall (speed-up {sim['speedup']:.2f}x); CPU s per worker "
+          f"{', '.join(f'{x:.2f}' for x in sim['n_jobs_1_cpu_s_per_worker'])} vs "
+          f"{', '.join(f'{x:.2f}' for x in sim['n_jobs_2_cpu_s_per_worker'])} "
+          f"(busiest-worker speed-up {sim['cpu_speedup']:.2f}x)")
     if "tpe" in result:
         print(f"TPE trials to 1%       {result['tpe']['tpe_trials_to_1pct']}; median {result['tpe']['tpe_median']}")
     return 0

@@ -48,9 +48,18 @@ def structure_key(candidate: Candidate) -> tuple:
             layout.num_micro_batches, candidate.shape, candidate.num_gpus)
 
 
+def _cost(candidate: Candidate) -> int:
+    """Rough simulation cost: tasks of the (periodic) pipeline runs."""
+    layout = candidate.layout
+    p = len(layout.stage_chunk_layers)
+    return layout.virtual_pipeline_size * p * min(layout.num_micro_batches, 5 * p)
+
+
 def batches(candidates: list[Candidate], n_jobs: int = 1) -> list[list[Candidate]]:
-    """Candidates sorted by pipeline structure and shape, in about ``BATCHES_PER_WORKER * n_jobs`` batches."""
-    ordered = sorted(candidates, key=structure_key)  # stable: the enumeration order within a structure
+    """Candidates by pipeline structure and shape, costliest first (the workers' last batches are short,
+    so they finish together), in about ``BATCHES_PER_WORKER * n_jobs`` batches."""
+    # stable: the enumeration order within a structure
+    ordered = sorted(candidates, key=lambda c: (-_cost(c), structure_key(c)))
     size = max(1, min(MAX_BATCH, -(-len(ordered) // (BATCHES_PER_WORKER * max(1, n_jobs)))))
     return [ordered[i:i + size] for i in range(0, len(ordered), size)]
 

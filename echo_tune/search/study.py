@@ -11,6 +11,7 @@ the trials still missing. With ``n_jobs == 1`` a fixed seed gives the same study
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -161,12 +162,21 @@ def _sampling_loop(space, study, store, evaluator, target: int, deadline: float 
             progress(record)
 
 
+def _one_torch_thread(threads: int | None = 1) -> int | None:
+    """Set torch's intra-op threads and return the previous count, if torch is loaded (tracing is its only
+    user: a search whose shapes are in the trace cache never imports it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or threads is None:
+        return None
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
+
+
 def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, sampler_seed, target: int,
             seconds_left: float | None, stale: frozenset[int], profile) -> None:
     """One extra process of a parallel sampling run (n_jobs > 1): same study, its own sampler seed."""
-    import torch
-
-    torch.set_num_threads(1)  # concurrent processes' thread pools otherwise fight over the cores
+    _one_torch_thread()  # concurrent processes' thread pools otherwise fight over the cores
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = open_storage(out_dir, opts.storage)
     valid, _ = check_space(space)
@@ -211,10 +221,7 @@ def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, exist
     if opts.n_jobs == 1:
         _sampling_loop(space, study, store, evaluator, target, deadline, stale, on_trial)
         return
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    threads = _one_torch_thread()
     left = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
         with ProcessPoolExecutor(opts.n_jobs - 1, mp_context=get_context("spawn")) as pool:
@@ -224,7 +231,7 @@ def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, exist
             for f in futures:
                 f.result()
     finally:
-        torch.set_num_threads(threads)
+        _one_torch_thread(threads)
 
 
 def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,

@@ -126,7 +126,7 @@ class _Builder:
         return _Program(tuple(self.prev), tuple(self.dep), tuple(self.duration), tuple(self.keys), tuple(runs))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # a search meets ~80 pipeline structures
 def _program(schedule: str, p: int, v: int, ms: tuple[int, ...]) -> _Program:
     """One program for runs of each m in ``ms`` (longest first: shorter runs share its tasks)."""
     builder = _Builder(p, v)
