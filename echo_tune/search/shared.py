@@ -81,7 +81,7 @@ def _claim(storage, study_id: int):
 
 
 def run_shared_exhaustive(space: SearchSpace, study, store, valid: list[Candidate], todo: list[Candidate], *,
-                          profile=None, deadline: float | None = None,
+                          n_jobs: int = 1, profile=None, deadline: float | None = None,
                           on_trials: Callable[[int], None] | None = None) -> int:
     """Claim batches of layouts until none is left; returns how many trials this worker stored."""
     storage = store.storage
@@ -93,7 +93,7 @@ def run_shared_exhaustive(space: SearchSpace, study, store, valid: list[Candidat
         if ticket is None:
             break
         batch = [valid[i] for i in ticket.user_attrs["layouts"]]
-        stored += run_exhaustive(space, study, store, batch, n_jobs=1, profile=profile, on_trials=on_trials)
+        stored += run_exhaustive(space, study, store, batch, n_jobs=n_jobs, profile=profile, on_trials=on_trials)
         storage.set_trial_state_values(ticket._trial_id, state=TrialState.COMPLETE, values=[0.0])
     return stored
 

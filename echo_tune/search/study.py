@@ -198,8 +198,8 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
         if progress is not None:
             progress(count[0], len(todo), None)
     if shares_work(opts.storage):  # a database: this process is one of possibly many workers
-        run_shared_exhaustive(space, study, store, valid, todo, profile=profile, deadline=deadline,
-                              on_trials=on_trials)
+        run_shared_exhaustive(space, study, store, valid, todo, n_jobs=opts.n_jobs, profile=profile,
+                              deadline=deadline, on_trials=on_trials)
     else:
         run_exhaustive(space, study, store, todo, n_jobs=opts.n_jobs, profile=profile, deadline=deadline,
                        on_trials=on_trials)
