@@ -22,7 +22,7 @@ from echo_tune.search.objective import REJECTED_CONSTRAINTS, constraints, evalua
 from echo_tune.search.space import SearchSpace
 
 MAX_BATCH = 128  # layouts per batch at most: the progress bar and an interrupt see a batch at a time
-BATCHES_PER_WORKER = 6  # enough for the workers to even out batches of unequal cost
+BATCHES_PER_WORKER = 10  # enough for the processes to even out batches of unequal cost
 
 
 def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces: dict) -> list:
@@ -99,24 +99,39 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
     if n_jobs == 1 or len(parts) <= 1:
         results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
         return _store(study, store, results, deadline, on_trials)
-    # loky (joblib's process pool): a worker starts clean (no torch, no inherited threads), imports only the
-    # simulator, needs no `if __name__ == "__main__"` guard in the caller, and is reused by the next search
+    # n_jobs - 1 worker processes, and this process: it simulates batches from the front (storing each in
+    # order) while the workers take them from the back, until they meet. loky (joblib's process pool): a
+    # worker starts clean (no torch, no inherited threads), imports only the simulator, needs no
+    # `if __name__ == "__main__"` guard in the caller, and is reused by the next search.
     from joblib.externals.loky import get_reusable_executor
 
-    pool = get_reusable_executor(max_workers=n_jobs, timeout=60)
-    futures: list[Future] = []
+    pool = get_reusable_executor(max_workers=n_jobs - 1, timeout=60)
+    futures: dict[int, Future] = {}
+    back = [len(parts)]  # the workers have taken every batch from back[0] on
+
+    def feed() -> None:  # keep a few batches queued per worker (finished ones wait here to be stored in order)
+        while sum(not f.done() for f in futures.values()) < 3 * (n_jobs - 1) and back[0] - 1 > front[0]:
+            back[0] -= 1
+            b = parts[back[0]]
+            futures[back[0]] = pool.submit(_evaluate_batch, space, b, profile, _pieces_for(space, b))
+
+    front = [0]  # the next batch to store
 
     def results() -> Iterator[list]:
-        for i in range(len(parts)):
-            # keep every worker busy: submit ahead of the batch being stored (tracing as we go)
-            while len(futures) < min(len(parts), i + 2 * n_jobs):
-                b = parts[len(futures)]
-                futures.append(pool.submit(_evaluate_batch, space, b, profile, _pieces_for(space, b)))
-            yield futures[i].result()
+        while front[0] < len(parts):
+            i = front[0]
+            feed()
+            if i in futures:
+                done = futures.pop(i).result()
+            else:
+                done = _evaluate_batch(space, parts[i], profile, _pieces_for(space, parts[i]))
+            front[0] += 1
+            feed()
+            yield done
     try:
         return _store(study, store, results(), deadline, on_trials)
     finally:
-        for f in futures:
+        for f in futures.values():
             f.cancel()
 
 
