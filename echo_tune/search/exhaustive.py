@@ -121,9 +121,10 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
         while front[0] < len(parts):
             i = front[0]
             feed()
-            if i in futures:
-                done = futures.pop(i).result()
-            else:
+            future = futures.pop(i, None)
+            if future is not None and (future.done() or not future.cancel()):
+                done = future.result()
+            else:  # ours, or queued for a worker that has not started it (still starting up, say): do it here
                 done = _evaluate_batch(space, parts[i], profile, _pieces_for(space, parts[i]))
             front[0] += 1
             feed()
