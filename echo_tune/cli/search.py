@@ -31,8 +31,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0; same seed, same study)")
     parser.add_argument("--n-jobs", type=int, default=1,
-                        help="processes (default 1); exhaustive spreads layouts with joblib, the other samplers "
-                             "run one sampling process each on the shared study (not reproducible then)")
+                        help="processes (default 1); exhaustive spreads batches of layouts over them, the other "
+                             "samplers run one sampling process each on the shared study (not reproducible then)")
     parser.add_argument("--objectives", default=None,
                         help=f"comma-separated, overrides the file: {', '.join(OBJECTIVES)} "
                              f"(e.g. step_time,peak_memory)")

@@ -6,6 +6,7 @@ stage) are computed by ``Layout`` in ``compatibility.py`` once the world size is
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 
@@ -200,4 +201,10 @@ class ParallelConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        # asdict's deep copy, without its cost (~0.2 ms, paid several times per simulated layout) for the
+        # plain values every field holds today
+        return {f.name: _copy_value(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _copy_value(value):
+    return value if isinstance(value, (str, int, float, bool, type(None))) else copy.deepcopy(value)

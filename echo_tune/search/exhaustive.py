@@ -1,46 +1,83 @@
-"""Exhaustive search: simulate every valid layout, spread over processes with joblib.
+"""Exhaustive search: simulate every valid layout, in batches spread over processes.
 
-Layouts are grouped by traced shape (TP, CP, sequence parallelism, micro-batch, precision): the tracer
-caches per process, so a chunk of one shape costs one trace in whichever worker runs it. Chunks come
-back in order and are stored as finished trials as they arrive, so an interrupted run keeps them and
-``--resume`` simulates only the layouts not stored yet.
+Layouts are sorted by pipeline structure (schedule, stages, chunks, micro-batches) and traced shape and
+cut into a few batches per worker, so a worker compiles each pipeline program once and pays one task
+dispatch per batch, not per layout. The parent traces each shape once (torch loads only there, and only
+on a trace-cache miss) and sends a batch's traced pieces with it: workers never import torch. Batches
+come back in order and are stored as finished trials as they arrive, so an interrupted run keeps them
+and ``--resume`` simulates only the layouts not stored yet.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 
 from optuna.trial import TrialState, create_trial
 
-from echo_tune.search.layouts import Candidate, RejectedLayout, group_by_shape
+from echo_tune.search.layouts import Candidate, RejectedLayout
 from echo_tune.search.params import full_params, search_distributions
 from echo_tune.search.objective import REJECTED_CONSTRAINTS, constraints, evaluate, objective_values
 from echo_tune.search.space import SearchSpace
 
-CHUNK = 48  # layouts per task: small enough for a live progress bar, large enough to amortise dispatch
+MAX_BATCH = 128  # layouts per batch at most: the progress bar and an interrupt see a batch at a time
+BATCHES_PER_WORKER = 10  # enough for the processes to even out batches of unequal cost
 
 
-def _evaluate_chunk(space: SearchSpace, chunk: list[Candidate], profile) -> list[tuple[str, object]]:
+def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces: dict) -> list:
+    """Simulate a batch (in a worker, or here) and return its finished trials, ready to store."""
+    from echo_tune.sim.passes import seed_pieces
+
+    seed_pieces(pieces)
+    distributions = search_distributions(space)
     out = []
-    for candidate in chunk:
+    for candidate in batch:
         try:
-            out.append(("ok", evaluate(space, candidate, profile=profile)[0]))
+            result = ("ok", evaluate(space, candidate, profile=profile)[0])
         except RejectedLayout as exc:
-            out.append(("rejected", exc.rule))
+            result = ("rejected", exc.rule)
+        out.append(_frozen(space, candidate, result, distributions))
     return out
 
 
-def chunks_by_shape(candidates: list[Candidate], size: int = CHUNK) -> list[list[Candidate]]:
-    chunks = []
-    for group in group_by_shape(candidates):
-        chunks += [group[i:i + size] for i in range(0, len(group), size)]
-    return chunks
+def structure_key(candidate: Candidate) -> tuple:
+    """What a pipeline program and a trace are shared on: layouts sorted by it batch well."""
+    layout = candidate.layout
+    return (layout.schedule, len(layout.stage_chunk_layers), layout.virtual_pipeline_size,
+            layout.num_micro_batches, candidate.shape, candidate.num_gpus)
 
 
-def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]):
+def _cost(candidate: Candidate) -> int:
+    """Rough simulation cost: tasks of the (periodic) pipeline runs."""
+    layout = candidate.layout
+    p = len(layout.stage_chunk_layers)
+    return layout.virtual_pipeline_size * p * min(layout.num_micro_batches, 5 * p)
+
+
+def batches(candidates: list[Candidate], n_jobs: int = 1) -> list[list[Candidate]]:
+    """Candidates by pipeline structure and shape, costliest first (the workers' last batches are short,
+    so they finish together), in about ``BATCHES_PER_WORKER * n_jobs`` batches."""
+    # stable: the enumeration order within a structure
+    ordered = sorted(candidates, key=lambda c: (-_cost(c), structure_key(c)))
+    size = max(1, min(MAX_BATCH, -(-len(ordered) // (BATCHES_PER_WORKER * max(1, n_jobs)))))
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+
+
+def _pieces_for(space: SearchSpace, batch: list[Candidate]) -> dict:
+    """The traced pieces a batch needs, traced here (once per shape) if not yet known."""
+    from echo_tune.sim.passes import pieces_key, trace_pieces
+
+    out = {}
+    for c in batch:
+        key = pieces_key(space.model, c.parallel, c.layout)
+        if key not in out:
+            out[key] = trace_pieces(space.model, c.parallel, c.layout)
+    return out
+
+
+def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object], distributions: dict):
     """A finished trial with the same params and distributions a sampler's trial would have."""
-    distributions = search_distributions(space)
     params = full_params(space, candidate)
     kind, payload = result
     if kind == "ok":
@@ -58,27 +95,50 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
 
     Stops early (keeping what is stored) when ``deadline`` (time.monotonic) passes.
     """
-    chunks = chunks_by_shape(todo)
-    if n_jobs == 1 or len(chunks) == 1:
-        return _store(space, study, store, chunks, (_evaluate_chunk(space, c, profile) for c in chunks),
-                      deadline, on_trials)
-    from joblib import Parallel, delayed, parallel_config
+    parts = batches(todo, n_jobs)
+    if n_jobs == 1 or len(parts) <= 1:
+        results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
+        return _store(study, store, results, deadline, on_trials)
+    # n_jobs - 1 worker processes, and this process: it simulates batches from the front (storing each in
+    # order) while the workers take them from the back, until they meet. loky (joblib's process pool): a
+    # worker starts clean (no torch, no inherited threads), imports only the simulator, needs no
+    # `if __name__ == "__main__"` guard in the caller, and is reused by the next search.
+    from joblib.externals.loky import get_reusable_executor
 
-    # One thread per worker: torch's thread pools in concurrent workers otherwise fight over the cores
-    # (measured: each of 2 workers ran 2x slower than a lone process).
-    with parallel_config(backend="loky", inner_max_num_threads=1):
-        results = Parallel(n_jobs=n_jobs, return_as="generator", batch_size=1)(
-            delayed(_evaluate_chunk)(space, chunk, profile) for chunk in chunks)
-        try:
-            return _store(space, study, store, chunks, results, deadline, on_trials)
-        finally:
-            results.close()
+    pool = get_reusable_executor(max_workers=n_jobs - 1, timeout=60)
+    futures: dict[int, Future] = {}
+    back = [len(parts)]  # the workers have taken every batch from back[0] on
+
+    def feed() -> None:  # keep a few batches queued per worker (finished ones wait here to be stored in order)
+        while sum(not f.done() for f in futures.values()) < 3 * (n_jobs - 1) and back[0] - 1 > front[0]:
+            back[0] -= 1
+            b = parts[back[0]]
+            futures[back[0]] = pool.submit(_evaluate_batch, space, b, profile, _pieces_for(space, b))
+
+    front = [0]  # the next batch to store
+
+    def results() -> Iterator[list]:
+        while front[0] < len(parts):
+            i = front[0]
+            feed()
+            future = futures.pop(i, None)
+            if future is not None and (future.done() or not future.cancel()):
+                done = future.result()
+            else:  # ours, or queued for a worker that has not started it (still starting up, say): do it here
+                done = _evaluate_batch(space, parts[i], profile, _pieces_for(space, parts[i]))
+            front[0] += 1
+            feed()
+            yield done
+    try:
+        return _store(study, store, results(), deadline, on_trials)
+    finally:
+        for f in futures.values():
+            f.cancel()
 
 
-def _store(space, study, store, chunks, results, deadline, on_trials) -> int:
+def _store(study, store, results, deadline, on_trials) -> int:
     stored = 0
-    for chunk, outcome in zip(chunks, results):
-        trials = [_frozen(space, c, r) for c, r in zip(chunk, outcome)]
+    for trials in results:
         with store.batch():
             study.add_trials(trials)
         stored += len(trials)

@@ -20,6 +20,8 @@ space. How the samplers avoid proposing invalid layouts in the first place is in
 
 from __future__ import annotations
 
+import functools
+
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -57,10 +59,14 @@ class Candidate:
     layout: Layout
     """check_compatible's derived values (DP size, micro-batches, stage layers, schedule)."""
 
+    @functools.cached_property
+    def _config(self) -> dict:
+        return {"num_gpus": self.num_gpus, **self.parallel.to_dict()}
+
     @property
     def config(self) -> dict:
-        """Every setting by Megatron name, plus the world size."""
-        return {"num_gpus": self.num_gpus, **self.parallel.to_dict()}
+        """Every setting by Megatron name, plus the world size (a fresh copy: built once per candidate)."""
+        return dict(self._config)
 
     @property
     def key(self) -> tuple:

@@ -21,7 +21,9 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,8 +172,29 @@ def open_storage(results_dir: Path, url: str | None = None) -> StudyStorage:
         from optuna.storages.journal import JournalRedisBackend
 
         return StudyStorage(JournalStorage(JournalRedisBackend(url)), url)
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    for attempt in range(RDB_OPEN_ATTEMPTS):
+        try:
+            return StudyStorage(optuna.storages.RDBStorage(url, engine_kwargs=kwargs), url)
+        except ImportError as exc:  # the URL's driver is not installed
+            raise ConfigError(f"cannot open --storage {url!r}: {str(exc).splitlines()[0]} (install the "
+                              f"database's Python driver, e.g. psycopg[binary] for PostgreSQL)") from None
+        except Exception as exc:  # noqa: BLE001 - bad URL, unreachable server, or a race (below)
+            # Workers started together on a fresh database race to create Optuna's tables: all but one
+            # fail (e.g. a UNIQUE violation on alembic_version); the tables exist a moment later.
+            if attempt == RDB_OPEN_ATTEMPTS - 1 or not _maybe_race(exc):
+                raise ConfigError(f"cannot open --storage {url!r}: {str(exc).splitlines()[0]}") from None
+            time.sleep(0.2 + random.random() * 0.5)
+    raise AssertionError("not reached")
+
+
+RDB_OPEN_ATTEMPTS = 8
+
+
+def _maybe_race(exc: Exception) -> bool:
+    """An error another worker's concurrent table creation can cause (not a bad URL or a refused login)."""
     try:
-        kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-        return StudyStorage(optuna.storages.RDBStorage(url, engine_kwargs=kwargs), url)
-    except Exception as exc:  # noqa: BLE001 - bad URL, missing driver, unreachable server
-        raise ConfigError(f"cannot open --storage {url!r}: {str(exc).splitlines()[0]}") from None
+        from sqlalchemy import exc as sa_exc
+    except ImportError:
+        return False
+    return isinstance(exc, (sa_exc.IntegrityError, sa_exc.ProgrammingError, sa_exc.InternalError))

@@ -11,6 +11,7 @@ the trials still missing. With ``n_jobs == 1`` a fixed seed gives the same study
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -29,7 +30,9 @@ from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.params import full_params, suggest_layout
 from echo_tune.search.objective import REJECTED_CONSTRAINTS, Evaluator, constraints, objective_values
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
+from echo_tune.search.shared import run_shared_exhaustive, shares_work
 from echo_tune.search.space import SearchSpace
+from echo_tune.search.summary import summarize
 from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
 
 
@@ -159,12 +162,21 @@ def _sampling_loop(space, study, store, evaluator, target: int, deadline: float 
             progress(record)
 
 
+def _one_torch_thread(threads: int | None = 1) -> int | None:
+    """Set torch's intra-op threads and return the previous count, if torch is loaded (tracing is its only
+    user: a search whose shapes are in the trace cache never imports it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or threads is None:
+        return None
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
+
+
 def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, sampler_seed, target: int,
             seconds_left: float | None, stale: frozenset[int], profile) -> None:
     """One extra process of a parallel sampling run (n_jobs > 1): same study, its own sampler seed."""
-    import torch
-
-    torch.set_num_threads(1)  # concurrent processes' thread pools otherwise fight over the cores
+    _one_torch_thread()  # concurrent processes' thread pools otherwise fight over the cores
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = open_storage(out_dir, opts.storage)
     valid, _ = check_space(space)
@@ -185,8 +197,12 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
         count[0] += n
         if progress is not None:
             progress(count[0], len(todo), None)
-    run_exhaustive(space, study, store, todo, n_jobs=opts.n_jobs, profile=profile, deadline=deadline,
-                   on_trials=on_trials)
+    if shares_work(opts.storage):  # a database: this process is one of possibly many workers
+        run_shared_exhaustive(space, study, store, valid, todo, n_jobs=opts.n_jobs, profile=profile,
+                              deadline=deadline, on_trials=on_trials)
+    else:
+        run_exhaustive(space, study, store, todo, n_jobs=opts.n_jobs, profile=profile, deadline=deadline,
+                       on_trials=on_trials)
 
 
 def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
@@ -205,10 +221,7 @@ def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, exist
     if opts.n_jobs == 1:
         _sampling_loop(space, study, store, evaluator, target, deadline, stale, on_trial)
         return
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    threads = _one_torch_thread()
     left = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
         with ProcessPoolExecutor(opts.n_jobs - 1, mp_context=get_context("spawn")) as pool:
@@ -218,7 +231,7 @@ def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, exist
             for f in futures:
                 f.result()
     finally:
-        torch.set_num_threads(threads)
+        _one_torch_thread(threads)
 
 
 def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
@@ -260,6 +273,6 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
                             profile, progress)
     except KeyboardInterrupt:
         interrupted = True
-    return res.summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
+    return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
                          started=started, valid=valid, notes=notes, done_before=done_before,
                          interrupted=interrupted, write_files=opts.write_files, profile=profile)

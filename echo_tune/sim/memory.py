@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import fp8_activation_savings_bytes
-from echo_tune.sim.schedules import peak_in_flight_total, stage_order
+from echo_tune.sim.schedules import peak_in_flight_bytes
 from echo_tune.workload.graph import Trace
 
 # Memory outside PyTorch's caching allocator that nvidia-smi counts against the HBM: the CUDA context
@@ -136,11 +136,8 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
             transient = max(transient, pieces["output"].activation_bytes)
         chunk_bytes.append(kept)
         transient = max(transient, extra)
-    order = stage_order(schedule, stage, p, layout.num_micro_batches, v)
-    if schedule in ("1f1b", "interleaved"):
-        # warm-up holds at most 2pv forwards; after it the live set cycles with period pv tasks
-        order = order[:4 * p * v + 2]
-    activations = peak_in_flight_total(order, chunk_bytes) + transient
+    # live micro-batches per chunk over the stage's schedule (cached per pipeline structure)
+    activations = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v, chunk_bytes) + transient
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
     linear_params = pieces["layer"].param_count * sum(layout.stage_chunk_layers[stage])
     weights = w * params_on_rank + fp8_weight_bytes_per_param(parallel) * linear_params

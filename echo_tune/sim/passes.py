@@ -2,28 +2,65 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
-from echo_tune.workload import trace_embedding, trace_layer, trace_moe_layer, trace_output
+from echo_tune.sim import trace_cache
+from echo_tune.sim.memo import IdentityCache
 from echo_tune.workload.graph import Trace
+
+# Traced pieces by (model, shape): filled by tracing (which imports torch) or by ``seed_pieces`` with
+# pieces traced elsewhere (a parallel search traces once and hands them to its workers).
+_PIECES: dict[tuple, dict[str, Trace]] = {}
+_COSTS = IdentityCache()
+
+
+def _trace_kwargs(parallel: ParallelConfig, layout: Layout) -> dict:
+    """Everything the tracer is told about the layout (and so everything a trace is cached on)."""
+    return dict(tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+                context_parallel_size=parallel.context_parallel_size,
+                sequence_parallel=layout.sequence_parallel, micro_batch_size=parallel.micro_batch_size,
+                precision=parallel.precision, expert_model_parallel_size=parallel.expert_model_parallel_size,
+                expert_tensor_parallel_size=parallel.expert_tensor_size)
+
+
+def pieces_key(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> tuple:
+    return (model, *sorted(_trace_kwargs(parallel, layout).items()))
+
+
+def seed_pieces(pieces: dict[tuple, dict[str, Trace]]) -> None:
+    """Make pieces traced in another process available here (keys from ``pieces_key``)."""
+    _PIECES.update(pieces)
+
+
+def known_pieces() -> dict[tuple, dict[str, Trace]]:
+    return dict(_PIECES)
 
 
 def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> dict[str, Trace]:
-    """The layer, embedding and output pieces one rank runs (cached by shape in the tracer)."""
-    kwargs = dict(tensor_model_parallel_size=parallel.tensor_model_parallel_size,
-                  context_parallel_size=parallel.context_parallel_size,
-                  sequence_parallel=layout.sequence_parallel, micro_batch_size=parallel.micro_batch_size,
-                  precision=parallel.precision)
+    """The layer, embedding and output pieces one rank runs (cached by shape; torch loads on a miss)."""
+    key = pieces_key(model, parallel, layout)
+    if key in _PIECES:
+        return _PIECES[key]
+    stored = trace_cache.load(key)
+    if stored is not None:
+        _PIECES[key] = stored
+        return stored
+    from echo_tune.workload.tracer import trace_embedding, trace_layer, trace_moe_layer, trace_output
+
+    kwargs = _trace_kwargs(parallel, layout)
+    ep, etp = kwargs.pop("expert_model_parallel_size"), kwargs.pop("expert_tensor_parallel_size")
     pieces = {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
               "output": trace_output(model, **kwargs)}
     if model.is_moe:
-        pieces["moe_layer"] = trace_moe_layer(model, **kwargs,
-                                              expert_model_parallel_size=parallel.expert_model_parallel_size,
-                                              expert_tensor_parallel_size=parallel.expert_tensor_size)
+        pieces["moe_layer"] = trace_moe_layer(model, **kwargs, expert_model_parallel_size=ep,
+                                              expert_tensor_parallel_size=etp)
+    _PIECES[key] = pieces
+    trace_cache.save(key, pieces)
     return pieces
 
 
@@ -50,6 +87,25 @@ def _replayed(trace: Trace, ctx: CostContext, regions: tuple[str, ...]) -> Phase
 
 def pass_costs(pieces: dict[str, Trace], ctx: CostContext,
                regions: tuple[str, ...] = ("core_attention",)) -> PassCosts:
+    """Costs of the pieces' passes (cached: layouts differing only in PP, DP or schedule share them).
+    ``regions``: the traced regions selective recompute replays."""
+    traces = tuple(pieces[name] for name in ("layer", "embedding", "output", "moe_layer") if name in pieces)
+    groups = _COSTS.get(traces, ("groups",), lambda: sorted({op.group for t in traces for op in t.forward + t.backward
+                                                              if op.kind == "collective"}))
+    objects, extra = list(traces), []
+    for f in dataclasses.fields(ctx):  # every field of the context, so a new one is never left out
+        value = getattr(ctx, f.name)
+        if f.name == "groups":  # only the groups the pieces' collectives run on
+            extra.append(tuple((g, value[g]) for g in groups))
+        elif isinstance(value, (str, int, float, bool, type(None))):
+            extra.append(value)
+        else:
+            objects.append(value)
+    extra.append(tuple(regions))
+    return _COSTS.get(tuple(objects), tuple(extra), lambda: _pass_costs(pieces, ctx, regions))
+
+
+def _pass_costs(pieces: dict[str, Trace], ctx: CostContext, regions: tuple[str, ...]) -> PassCosts:
     layer = pieces["layer"]
     moe = {}
     if "moe_layer" in pieces:

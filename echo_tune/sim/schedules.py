@@ -12,6 +12,8 @@ A task is ``(is_backward, micro_batch, chunk)``. Orders follow Megatron-LM's
 
 from __future__ import annotations
 
+import functools
+
 SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
 
 Task = tuple[bool, int, int]
@@ -26,8 +28,13 @@ def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
     return (k // (p * v)) * p + k % p, chunk
 
 
-def stage_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> list[Task]:
-    """The task order of one pipeline stage."""
+@functools.lru_cache(maxsize=4096)
+def stage_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> tuple[Task, ...]:
+    """The task order of one pipeline stage (cached: the same structure recurs across layouts)."""
+    return tuple(_stage_order(schedule, stage, p, m, v))
+
+
+def _stage_order(schedule: str, stage: int, p: int, m: int, v: int) -> list[Task]:
     if schedule == "none":
         return [task for mb in range(m) for task in ((False, mb, 0), (True, mb, 0))]
     if schedule == "gpipe":
@@ -49,7 +56,7 @@ def stage_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> list[T
     raise ValueError(f"unknown schedule {schedule!r}; expected one of {SCHEDULES}")
 
 
-def peak_in_flight(order: list[Task], v: int) -> list[int]:
+def peak_in_flight(order: tuple[Task, ...], v: int) -> list[int]:
     """Most forward passes of each chunk whose backward has not run yet (activations held)."""
     live, peak = [0] * v, [0] * v
     for backward, _, chunk in order:
@@ -58,10 +65,50 @@ def peak_in_flight(order: list[Task], v: int) -> list[int]:
     return peak
 
 
-def peak_in_flight_total(order: list[Task], chunk_bytes: list[float]) -> float:
+def peak_in_flight_total(order: tuple[Task, ...], chunk_bytes: list[float]) -> float:
     """Peak bytes of activations held, weighting each chunk's live micro-batches by its bytes."""
     live = peak = 0.0
     for backward, _, chunk in order:
         live += -chunk_bytes[chunk] if backward else chunk_bytes[chunk]
         peak = max(peak, live)
+    return peak
+
+
+@functools.lru_cache(maxsize=4096)
+def live_count_vectors(schedule: str, stage: int, p: int, m: int, v: int) -> tuple[tuple[int, ...], ...]:
+    """Every distinct number of live micro-batches per chunk after a task of the stage's order.
+
+    The warm-up of 1F1B and interleaving holds at most 2pv forwards; after it the live set cycles with
+    period pv tasks, so the first 4pv + 2 tasks show every state. Vectors dominated by another one are
+    dropped: bytes per chunk are >= 0, so they can never hold the peak.
+    """
+    if schedule in ("1f1b", "interleaved"):
+        # the first 4pv + 2 tasks are the same for every m > 4p + 2 (same warm-up, then steady pairs)
+        order = stage_order(schedule, stage, p, min(m, 4 * p + 3), v)[:4 * p * v + 2]
+    else:
+        order = stage_order(schedule, stage, p, m, v)
+    live, seen = [0] * v, set()
+    for backward, _, chunk in order:
+        live[chunk] += -1 if backward else 1
+        seen.add(tuple(live))
+    if v == 1:
+        return (max(seen),)
+    kept: list[tuple[int, ...]] = []
+    for a in sorted(seen, key=lambda x: (-sum(x), x)):  # a dominator sorts before what it dominates
+        if not any(all(x >= y for x, y in zip(b, a)) for b in kept):
+            kept.append(a)
+    return tuple(sorted(kept))
+
+
+def peak_in_flight_bytes(schedule: str, stage: int, p: int, m: int, v: int, chunk_bytes: list[float]) -> float:
+    """``peak_in_flight_total`` of the stage's order from the cached live-count vectors.
+
+    Equal to the task-by-task sum (exactly, for integral byte counts below 2**53).
+    """
+    peak = 0.0
+    for counts in live_count_vectors(schedule, stage, p, m, v):
+        total = 0.0
+        for n, nbytes in zip(counts, chunk_bytes):
+            total += n * nbytes
+        peak = max(peak, total)
     return peak

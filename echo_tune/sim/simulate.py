@@ -7,6 +7,7 @@ DP reduction and optimizer per stage -> the critical stage's step as a sum of na
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config._checks import require_choice
@@ -15,13 +16,14 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.fp8 import amax_reduction_s
-from echo_tune.cost.profile import CalibrationProfile, check_profile_device, profile_for
+from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
 from echo_tune.sim.layer_mix import chunk_layer_mix, moe_notes, mtp_heads
+from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
@@ -103,7 +105,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     ``memory_headroom_bytes``: a layout fits only if its peak stays this far under the HBM size
     (the CLI and search use ``sim.memory.DEFAULT_MEMORY_HEADROOM_GIB``; validation of measured runs 0)."""
     layout = check_compatible(model, cluster, num_gpus, parallel)
-    profile = profile or profile_for(cluster)
+    profile = profile or profile_for_cluster(cluster)  # built once per cluster, not per layout
     check_profile_device(profile, cluster)
     schedule = schedule or layout.schedule
     require_choice("schedule", schedule, SCHEDULES)
@@ -151,7 +153,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "pipeline_schedule": schedule, "effective_sequence_parallel": layout.sequence_parallel,
               "effective_recompute_method": layout.recompute_method,
               "effective_recompute_num_layers": layout.recompute_num_layers,
-              "model_spec": dataclasses.asdict(model)}
+              "model_spec": dict(_model_spec(model))}
     return StepReport(
         step_time_s=step_time, breakdown_s=parts,
         tokens_per_s=parallel.global_batch_size * model.seq_length / step_time,
@@ -165,6 +167,12 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                                            f"a {memory_headroom_bytes / 2**30:.1f} GiB headroom",)
                                           if memory_headroom_bytes else ()),
         timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
+
+
+@functools.lru_cache(maxsize=64)
+def _model_spec(model: ModelSpec) -> dict:
+    """The model's fields (cached: ``asdict`` costs more than a short simulation)."""
+    return dataclasses.asdict(model)
 
 
 def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, float]]:

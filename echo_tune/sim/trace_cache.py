@@ -1,0 +1,81 @@
+"""Traced pieces kept on disk, so a search over known shapes neither imports torch nor traces.
+
+A trace depends on the model, the shape (TP, CP, sequence parallelism, micro-batch, precision), the
+tracer's code and torch. The file name is a hash of all four (the code as the bytes of every module of
+``echo_tune.workload``, torch as its installed version, read without importing it), so a change to any
+of them misses the cache instead of reading a stale trace.
+
+Where: ``$ECHO_TUNE_CACHE_DIR/traces`` if set, else ``$XDG_CACHE_HOME/echo-tune/traces`` (default
+``~/.cache``). ``ECHO_TUNE_TRACE_CACHE=0`` turns it off. The cache is best-effort: a file that cannot
+be read or written is traced again, never an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+
+def cache_dir() -> Path | None:
+    if os.environ.get("ECHO_TUNE_TRACE_CACHE", "1") == "0":
+        return None
+    root = os.environ.get("ECHO_TUNE_CACHE_DIR")
+    if root:
+        return Path(root) / "traces"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "echo-tune" / "traces"
+
+
+@functools.lru_cache(maxsize=1)
+def _fingerprint() -> str:
+    """Hash of the tracer's code, torch's version and Python's version."""
+    import echo_tune.workload as workload
+
+    h = hashlib.sha256()
+    for path in sorted(Path(workload.__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "none"
+    h.update(f"{torch_version}|{sys.version_info[:2]}".encode())
+    return h.hexdigest()
+
+
+def _path(key: tuple) -> Path | None:
+    root = cache_dir()
+    if root is None:
+        return None
+    digest = hashlib.sha256(f"{_fingerprint()}|{key!r}".encode()).hexdigest()
+    return root / f"{digest}.pkl"
+
+
+def load(key: tuple):
+    """The pieces stored for ``key`` (a ``passes.pieces_key``), or None."""
+    path = _path(key)
+    if path is None or not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as f:
+            stored_key, pieces = pickle.load(f)
+    except Exception:  # noqa: BLE001 - a torn or foreign file: trace again
+        return None
+    return pieces if stored_key == key else None
+
+
+def save(key: tuple, pieces) -> None:
+    path = _path(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
+            pickle.dump((key, pieces), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(f.name, path)  # atomic: concurrent searches never read a half-written file
+    except OSError:
+        pass
