@@ -31,6 +31,8 @@ YAML layout (version 1)::
       compute_slowdown: 1.08          # compute kernels run this much slower while a collective runs
       comm_slowdown: 1.05             # collectives run this much slower beside compute
       slowdown_curves: {}             # optional: measured slowdown vs message size (calibrate fit)
+    op_times: optime.sqlite           # optional: op-time database (``echo-tune profile``), relative to
+                                      # this file; its measured op times come before the surface above
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from echo_tune.optime.db import OpTimes
 
 PROFILE_VERSION = 1
 SCOPES = ("intra_node", "inter_node")
@@ -131,6 +137,10 @@ class CalibrationProfile:
     """Measured slowdown curves behind the two scalars above (written by ``calibrate fit``)."""
     provenance: dict = field(default_factory=dict)
     version: int = PROFILE_VERSION
+    op_times_db: str | None = None
+    """The ``op_times`` key as written: an op-time database file (relative to the profile file)."""
+    op_times: "OpTimes | None" = field(default=None, compare=False, repr=False)
+    """Its measured times for the profile's GPU, loaded with the profile (``optime/db.py``)."""
 
     def __post_init__(self) -> None:
         for name in ("gemm_max_efficiency", "attention_efficiency"):
@@ -164,7 +174,8 @@ class CalibrationProfile:
         if curves:
             interference["slowdown_curves"] = curves
         head = {k: data.pop(k) for k in ("version", "name", "measured", "gpu", "provenance")}
-        return {**head, "compute": compute, "comm": data.pop("comm"), "interference": interference}
+        tail = {"op_times": self.op_times_db} if self.op_times_db else {}
+        return {**head, "compute": compute, "comm": data.pop("comm"), "interference": interference, **tail}
 
 
 def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
@@ -188,19 +199,32 @@ def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
                               f"({cluster.source}) times the DATASHEET_* efficiencies in cost/profile.py"})
 
 
-def profile_from_dict(data: dict, *, where: str = "profile") -> CalibrationProfile:
-    """Parse the YAML layout above; unknown or missing keys give one-line ConfigErrors."""
+def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | None = None) -> CalibrationProfile:
+    """Parse the YAML layout above; unknown or missing keys give one-line ConfigErrors.
+
+    ``op_times`` is read relative to ``base_dir`` (the profile file's folder), else the working folder.
+    """
     from echo_tune.config.loading import check_keys
 
-    check_keys(data, ("version", "name", "measured", "gpu", "provenance", "compute", "comm", "interference"), where)
+    check_keys(data, ("version", "name", "measured", "gpu", "provenance", "compute", "comm", "interference",
+                      "op_times"), where)
     version = data.get("version", PROFILE_VERSION)
     require(version == PROFILE_VERSION, f"{where}: `version == {PROFILE_VERSION}` must hold, but got (version={version})")
+    db = data.get("op_times")
+    require(db is None or isinstance(db, str), f"{where}: `op_times` must be a file path, but got (op_times={db!r})")
+    op_times = None
+    if db is not None:
+        from echo_tune.optime.db import load_op_times
+
+        path = Path(db) if Path(db).is_absolute() or base_dir is None else base_dir / db
+        op_times = load_op_times(path, str(data.get("gpu", "")))
     try:
         comm = {scope: {name: LinkCoefficients(**coeffs) for name, coeffs in table.items()}
                 for scope, table in (data.get("comm") or {}).items()}
         return CalibrationProfile(name=data.get("name", where), gpu=data.get("gpu", ""),
                                   measured=bool(data.get("measured", False)), comm=comm,
                                   provenance=data.get("provenance") or {}, version=version,
+                                  op_times_db=db, op_times=op_times,
                                   **(data.get("compute") or {}), **(data.get("interference") or {}))
     except (TypeError, AttributeError) as exc:
         raise ConfigError(f"{where}: bad profile contents: {exc}") from None
@@ -210,7 +234,7 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     from echo_tune.config.loading import read_yaml
 
     path = Path(path)
-    return profile_from_dict(read_yaml(path, "profile"), where=f"profile {str(path)!r}")
+    return profile_from_dict(read_yaml(path, "profile"), where=f"profile {str(path)!r}", base_dir=path.parent)
 
 
 def save_profile(profile: CalibrationProfile, path: str | Path) -> None:

@@ -16,6 +16,7 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import CalibrationProfile, profile_for
 from echo_tune.errors import ConfigError
+from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
@@ -81,6 +82,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     """Simulate one training step. Raises ConfigError for a layout that breaks a rule."""
     layout = check_compatible(model, cluster, num_gpus, parallel)
     profile = profile or profile_for(cluster)
+    check_op_times_device(profile, cluster)
     schedule = schedule or layout.schedule
     require_choice("schedule", schedule, SCHEDULES)
     if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
@@ -112,7 +114,12 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "effective_recompute_method": layout.recompute_method,
               "effective_recompute_num_layers": layout.recompute_num_layers,
               "model_spec": dataclasses.asdict(model)}
+    share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision)
+    notes = () if share is None else (
+        f"{share:.1%} of the critical stage's compute time comes from op times measured on "
+        f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the fitted surface",)
     return StepReport(
+        measured_compute_share=share, notes=notes,
         step_time_s=step_time, breakdown_s=parts,
         tokens_per_s=parallel.global_batch_size * model.seq_length / step_time,
         model_flops_per_step=flops, model_tflops_per_gpu=flops / step_time / num_gpus / 1e12,

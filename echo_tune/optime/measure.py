@@ -1,0 +1,70 @@
+"""Time one op instance with real tensors on the local device.
+
+The call is rebuilt from its key (``workload/opkey.py``: random normal floats, zero indices and
+masks, the traced strides). On CUDA each call is timed with CUDA events after a warm-up; on CPU with
+``time.perf_counter``. The time kept is the median call; ``spread`` is (p90 - p10) / median.
+Calls repeat until ``min_total_s`` of timed work or ``max_repeats`` (at least ``min_repeats``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+import echo_tune.workload.kernels_real  # noqa: F401  (real echo_tune:: kernels)
+from echo_tune.optime.db import Measurement
+from echo_tune.workload.opkey import materialize, parse_key, resolve_op
+
+WARMUP = 3
+MIN_REPEATS = 5
+MAX_REPEATS = 50
+MIN_TOTAL_S = 0.05
+
+
+def _summary(times: list[float], warmup: int, method: str) -> Measurement:
+    times = sorted(times)
+    median = statistics.median(times)
+    p10, p90 = times[int(0.1 * (len(times) - 1))], times[int(round(0.9 * (len(times) - 1)))]
+    return Measurement(time_s=median, spread=(p90 - p10) / median if median > 0 else 0.0,
+                       repeats=len(times), warmup=warmup, method=method)
+
+
+def prepare(key: str, device: torch.device, seed: int = 0):
+    """A zero-argument callable that runs the keyed op once on ``device``."""
+    name, args, kwargs = parse_key(key)
+    func = resolve_op(name)
+    generator = torch.Generator().manual_seed(seed)
+    real_args = materialize(args, device, generator)
+    real_kwargs = materialize(kwargs, device, generator)
+    return lambda: func(*real_args, **real_kwargs)
+
+
+def time_call(call, device: torch.device, *, warmup: int = WARMUP, min_repeats: int = MIN_REPEATS,
+              max_repeats: int = MAX_REPEATS, min_total_s: float = MIN_TOTAL_S) -> Measurement:
+    """Median time of ``call()`` on ``device``."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            call()
+        times: list[float] = []
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            while len(times) < max_repeats and (len(times) < min_repeats or sum(times) < min_total_s):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                call()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            return _summary(times, warmup, "cuda-events")
+        while len(times) < max_repeats and (len(times) < min_repeats or sum(times) < min_total_s):
+            begin = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - begin)
+    return _summary(times, warmup, "wall-clock")
+
+
+def measure_key(key: str, device: torch.device, **options) -> Measurement:
+    """Build the keyed op's inputs once and time it."""
+    return time_call(prepare(key, device), device, **options)
