@@ -28,7 +28,7 @@ def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str)
     if profile.op_times is not None:
         measured = profile.op_times.times.get(op.key)
         if measured is not None:
-            return measured
+            return measured + profile.op_times.host_overhead_s
     memory_s = op.bytes / (profile.memory_bandwidth_gbyte_s * 1e9)
     peak_flops = gpu.peak_tflops(precision) * 1e12
     if op.kind == "gemm":

@@ -32,10 +32,15 @@ CREATE TABLE IF NOT EXISTS op_times (
     spread REAL NOT NULL,          -- (p90 - p10) / median of the timed calls
     repeats INTEGER NOT NULL,
     warmup INTEGER NOT NULL,
-    method TEXT NOT NULL,          -- cuda-events | wall-clock
+    method TEXT NOT NULL,          -- cuda-events | thread-cpu-time | wall-clock
     host TEXT NOT NULL,
     measured_at TEXT NOT NULL,     -- UTC, ISO 8601
     PRIMARY KEY (device, torch_version, cuda_version, key)
+);
+CREATE TABLE IF NOT EXISTS host_overhead (   -- optime/host.py: framework time per op, one per device
+    device TEXT NOT NULL, torch_version TEXT NOT NULL, cuda_version TEXT NOT NULL,
+    seconds_per_op REAL NOT NULL, ops INTEGER NOT NULL, measured_at TEXT NOT NULL,
+    PRIMARY KEY (device, torch_version, cuda_version)
 );
 """
 
@@ -89,6 +94,12 @@ class OpTimeDB:
                            dtype, m.time_s, m.spread, m.repeats, m.warmup, m.method, socket.gethostname(), now))
         self.conn.commit()
 
+    def set_host_overhead(self, device: DeviceInfo, seconds_per_op: float, ops: int) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        self.conn.execute("INSERT OR REPLACE INTO host_overhead VALUES (?,?,?,?,?,?)",
+                          (device.name, device.torch_version, device.cuda_version, seconds_per_op, ops, now))
+        self.conn.commit()
+
     def devices(self) -> list[tuple[str, str, int]]:
         """(device, kind, rows) of every device in the database, most rows first."""
         return list(self.conn.execute("SELECT device, device_kind, COUNT(*) FROM op_times GROUP BY device, "
@@ -104,6 +115,9 @@ class OpTimes:
     kind: str
     """"cuda" or "cpu"."""
     times: dict[str, float] = field(repr=False)
+    host_overhead_s: float = 0.0
+    """Added to every measured op: the framework's host time per op on a CPU device (``optime/host.py``);
+    zero on CUDA, where the host runs ahead of the GPU."""
 
 
 def load_op_times(path: str | Path, gpu_name: str) -> OpTimes:
@@ -127,4 +141,7 @@ def load_op_times(path: str | Path, gpu_name: str) -> OpTimes:
         name, kind = fitting[0]
         rows = db.conn.execute("SELECT key, time_s FROM op_times WHERE device=? ORDER BY measured_at", (name,))
         times = {key: float(t) for key, t in rows}
-    return OpTimes(path=str(path), device=name, kind=kind, times=times)
+        host = db.conn.execute("SELECT seconds_per_op FROM host_overhead WHERE device=? ORDER BY measured_at DESC",
+                               (name,)).fetchone()
+    overhead = float(host[0]) if host is not None and kind == "cpu" else 0.0
+    return OpTimes(path=str(path), device=name, kind=kind, times=times, host_overhead_s=overhead)

@@ -2,14 +2,17 @@
 
 The call is rebuilt from its key (``workload/opkey.py``: random normal floats, zero indices and
 masks, the traced strides). On CUDA each call is timed with CUDA events after a warm-up; on CPU with
-``time.perf_counter``. The time kept is the median call; ``spread`` is (p90 - p10) / median.
-Calls repeat until ``min_total_s`` of timed work or ``max_repeats`` (at least ``min_repeats``).
+the thread's CPU time when torch runs one intra-op thread (other processes on a shared machine do not
+inflate it; ``emulate`` uses the same clock), else ``time.perf_counter``. The time kept is the median call; ``spread`` is (p90 - p10) / median.
+Calls repeat until ``min_total_s`` of timed work or ``max_repeats`` (at least ``min_repeats``); a cache
+flush (``flush_bytes``) precedes each timed call.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -17,10 +20,29 @@ import echo_tune.workload.kernels_real  # noqa: F401  (real echo_tune:: kernels)
 from echo_tune.optime.db import Measurement
 from echo_tune.workload.opkey import materialize, parse_key, resolve_op
 
+CUDA_FLUSH_BYTES = 256 * 2**20
+"""Written before every timed call on CUDA to clear the L2 cache, as Triton's ``do_bench`` does: an op
+must not find its own inputs in L2 from the previous repeat (in a step they come from other ops)."""
+
+
+def flush_bytes(device: torch.device) -> int:
+    """Bytes to write before each timed call: CUDA_FLUSH_BYTES, or on CPU twice the core's L2 cache
+    (from sysfs; 1 MiB assumed if unreadable), so inputs come from the shared L3 as in a step."""
+    if device.type == "cuda":
+        return CUDA_FLUSH_BYTES
+    l2 = 2**20
+    try:
+        for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+            if (index / "level").read_text().strip() == "2":
+                text = (index / "size").read_text().strip().upper()
+                l2 = int(text.rstrip("KMB")) * {"K": 2**10, "M": 2**20}.get(text.rstrip("B")[-1], 1)
+    except (OSError, ValueError):
+        pass
+    return 2 * l2
 WARMUP = 3
 MIN_REPEATS = 5
-MAX_REPEATS = 50
-MIN_TOTAL_S = 0.05
+MAX_REPEATS = 30
+MIN_TOTAL_S = 0.02
 
 
 def _summary(times: list[float], warmup: int, method: str) -> Measurement:
@@ -43,7 +65,8 @@ def prepare(key: str, device: torch.device, seed: int = 0):
 
 def time_call(call, device: torch.device, *, warmup: int = WARMUP, min_repeats: int = MIN_REPEATS,
               max_repeats: int = MAX_REPEATS, min_total_s: float = MIN_TOTAL_S) -> Measurement:
-    """Median time of ``call()`` on ``device``."""
+    """Median time of ``call()`` on ``device`` (caches flushed before each timed call)."""
+    flush = torch.empty(flush_bytes(device) // 4, dtype=torch.float32, device=device)
     with torch.no_grad():
         for _ in range(warmup):
             call()
@@ -52,19 +75,24 @@ def time_call(call, device: torch.device, *, warmup: int = WARMUP, min_repeats: 
             torch.cuda.synchronize(device)
             while len(times) < max_repeats and (len(times) < min_repeats or sum(times) < min_total_s):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                flush.zero_()
                 start.record()
                 call()
                 end.record()
                 end.synchronize()
                 times.append(start.elapsed_time(end) / 1e3)
             return _summary(times, warmup, "cuda-events")
+        single = torch.get_num_threads() == 1
+        clock = time.thread_time if single else time.perf_counter
         while len(times) < max_repeats and (len(times) < min_repeats or sum(times) < min_total_s):
-            begin = time.perf_counter()
+            flush.zero_()
+            begin = clock()
             call()
-            times.append(time.perf_counter() - begin)
-    return _summary(times, warmup, "wall-clock")
+            times.append(clock() - begin)
+    return _summary(times, warmup, "thread-cpu-time" if single else "wall-clock")
 
 
 def measure_key(key: str, device: torch.device, **options) -> Measurement:
     """Build the keyed op's inputs once and time it."""
     return time_call(prepare(key, device), device, **options)
+

@@ -19,9 +19,15 @@ import torch
 _ENUMS = (torch.dtype, torch.layout, torch.memory_format)
 
 
+def _strides(t: torch.Tensor) -> list[int]:
+    """The tensor's strides, with those of size-1 dimensions (which never move in memory) set to 0:
+    ``contiguous()`` keeps whatever stride such a dimension had, so the same layout can show several."""
+    return [0 if n == 1 else s for n, s in zip(t.shape, t.stride())]
+
+
 def _encode(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return {"t": list(value.shape), "s": list(value.stride()), "d": str(value.dtype).removeprefix("torch.")}
+        return {"t": list(value.shape), "s": _strides(value), "d": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, _ENUMS):
         return {"e": str(value).removeprefix("torch.")}
     if isinstance(value, torch.device):
