@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "bench": "bench",
     "calibrate": "calibrate",
     "validate": "validate",
+    "profile": "profile",
+    "emulate": "emulate",
 }
 
 
