@@ -1,0 +1,44 @@
+"""`echo-tune profile` and `echo-tune emulate` from the command line (small model, CPU)."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from echo_tune.cli.main import main
+
+DATA = Path(__file__).parents[1] / "data"
+SMALL = ["--model", str(DATA / "tiny-llama.yaml"), "--cluster", str(DATA / "cpu-cluster.yaml"), "--num-gpus", "2",
+         "--tensor-model-parallel-size", "2", "--global-batch-size", "2", "--fp32", "--seq-length", "64",
+         "--hidden-size", "64", "--ffn-hidden-size", "128", "--threads", "1"]
+
+
+def test_profile_then_simulate_and_emulate_json(tmp_path, monkeypatch, capsys):
+    threads = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert main(["profile", *SMALL, "--json", "--quiet"]) == 0
+        first = json.loads(capsys.readouterr().out)
+        assert first["measured"] == first["ops"] > 0 and first["already_measured"] == 0
+        assert Path(first["db"]).is_file() and first["db"] == "calibration/cpu-cluster/optime.sqlite"
+        assert main(["profile", *SMALL, "--json", "--quiet"]) == 0  # a second run finds everything measured
+        again = json.loads(capsys.readouterr().out)
+        assert again["measured"] == 0 and again["already_measured"] == first["ops"]
+        profile = first["profile"]
+        sim_args = [a for a in SMALL if a not in ("--threads", "1")]
+        assert main(["simulate", *sim_args, "--profile", profile, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["measured_compute_share"] >= 0.95
+        assert main(["emulate", *SMALL, "--profile", profile, "--repeats", "1", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert set(out["emulated_s"]) == set(out["simulated_s"]) and out["task_order"] == ["F0", "B0", "F1", "B1"]
+        assert main(["emulate", *SMALL, "--profile", profile, "--repeats", "1"]) == 0
+        assert "stage step" in capsys.readouterr().out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_profile_without_targets_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "--model", "gpt-1.7b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "search-space file" in err
