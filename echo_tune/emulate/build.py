@@ -34,7 +34,7 @@ class RealShard(Shard):
         if self.device == "meta":
             return torch.empty(shape, dtype=dtype, device="meta", requires_grad=grad)
         if dtype.is_floating_point:
-            t = (torch.randn(shape, dtype=torch.float32) * INIT_STD).to(device=self.device, dtype=dtype)
+            t = (torch.randn(shape, dtype=torch.float32, device=self.device) * INIT_STD).to(dtype)
         else:
             t = torch.zeros(shape, dtype=dtype, device=self.device)
         return t.requires_grad_(grad)

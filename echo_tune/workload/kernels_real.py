@@ -16,6 +16,8 @@ stay the same op.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from echo_tune.workload import kernels
@@ -88,9 +90,13 @@ def flash_attn_backward_real(dout, q, k, v, out, lse, causal: bool, scale: float
     qb, kb, vb = _bhsd(q, heads), _bhsd(k, heads), _bhsd(v, heads)
     ob, db = _bhsd(out, heads), _bhsd(dout, heads)
     if _use_cuda_flash(q):
-        empty = torch.empty(0, dtype=torch.int64, device=q.device)
-        dq, dk, dv = aten._scaled_dot_product_flash_attention_backward(
-            db, qb, kb, vb, ob, lse, empty, empty, s, k.shape[0], 0.0, causal, empty, empty, scale=scale)
+        try:  # not yet run on a GPU: None passes undefined tensors (no varlen, no dropout RNG state)
+            dq, dk, dv = aten._scaled_dot_product_flash_attention_backward(
+                db, qb, kb, vb, ob, lse, None, None, s, k.shape[0], 0.0, causal, None, None, scale=scale)
+        except RuntimeError as exc:
+            warnings.warn(f"echo_tune::flash_attn_backward: aten's flash backward refused ({exc}); "
+                          f"using the math backward, whose time differs", stacklevel=2)
+            dq, dk, dv = _math_backward(db, qb, kb, vb, ob, lse, causal, scale)
     elif q.is_cuda:
         dq, dk, dv = _math_backward(db, qb, kb, vb, ob, lse, causal, scale)
     else:

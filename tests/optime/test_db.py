@@ -89,3 +89,16 @@ def test_unreadable_database_is_one_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_op_times(path, "cpu-test")
     assert "\n" not in str(err.value)
+
+
+def test_a_search_space_gives_the_ops_of_every_traced_shape():
+    from echo_tune.optime.collect import space_layouts
+
+    model, cluster, by_gpus = space_layouts(CLUSTER.parent / "tiny-space.yaml")
+    layouts = by_gpus[4]
+    shapes = {(p.tensor_model_parallel_size, p.micro_batch_size) for p in layouts}
+    assert shapes == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    ops = distinct_ops(model, cluster, 4, layouts)
+    one = distinct_ops(model, cluster, 4, [layouts[0]])
+    assert len({op.key for op in ops}) == len(ops) > len(one)
+    assert {op.key for op in one} <= {op.key for op in ops}
