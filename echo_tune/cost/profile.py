@@ -161,7 +161,10 @@ class CalibrationProfile:
 
     @property
     def label(self) -> str:
-        return "measured" if self.measured else "datasheet-derived (not measured)"
+        label = "measured" if self.measured else "datasheet-derived (not measured)"
+        if self.op_times is not None:
+            label += f"; op times measured on {self.op_times.device!r}"
+        return label
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
