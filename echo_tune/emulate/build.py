@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 import echo_tune.workload.kernels_real  # noqa: F401  (real echo_tune:: kernels)
 from echo_tune.config.compatibility import Layout
@@ -20,7 +21,8 @@ from echo_tune.workload import heads, layers
 from echo_tune.workload.layers import Shard
 
 INIT_STD = 0.02
-"""Megatron-LM's ``--init-method-std`` default (megatron/training/arguments.py, commit d98e8a64ddf3)."""
+"""Megatron-LM's ``init_method_std`` default (megatron/core/transformer/transformer_config.py, commit
+d98e8a64ddf3)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class Stage:
     received_grad: torch.Tensor
     """A gradient as received from the next stage."""
     params: list[torch.Tensor] = field(default_factory=list)
+    recompute: tuple[str, int] | None = None
+    """Full activation recompute: (``recompute_method``, ``recompute_num_layers``), else None."""
 
 
 def _unit_norms(params: dict) -> None:
@@ -106,15 +110,40 @@ def build_stage(model: ModelSpec, parallel: ParallelConfig, layout: Layout, stag
                  labels=shard.tensor(s, b, dtype=torch.int64),
                  loss_mask=torch.ones(s, b, dtype=torch.float32, device=device),
                  received=shard.tensor(*shard.hidden_shape()), received_grad=shard.tensor(*shard.hidden_shape()),
-                 params=[t for chunk in chunks for t in chunk.parameters()])
+                 params=[t for chunk in chunks for t in chunk.parameters()],
+                 recompute=(layout.recompute_method, layout.recompute_num_layers)
+                 if layout.recompute_granularity == "full" else None)
+
+
+def _run_layers(h: torch.Tensor, group: list[dict], shard: RealShard) -> torch.Tensor:
+    for params in group:
+        h = layers.layer_forward(h, params, shard)
+    return h
+
+
+def _layers_forward(h, chunk_layers: list[dict], shard: RealShard, recompute) -> torch.Tensor:
+    """The chunk's layers, with Megatron's full recompute: ``uniform`` checkpoints the input of each
+    group of ``recompute_num_layers`` layers (all layers are recomputed), ``block`` checkpoints the
+    first ``recompute_num_layers`` layers one by one (Megatron-LM megatron/core/recompute.py, commit
+    d98e8a64ddf3)."""
+    if recompute is None:
+        return _run_layers(h, chunk_layers, shard)
+    method, n = recompute
+    if method == "uniform":
+        for i in range(0, len(chunk_layers), n):
+            h = checkpoint(_run_layers, h, chunk_layers[i:i + n], shard, use_reentrant=False)
+        return h
+    for i, params in enumerate(chunk_layers):
+        h = checkpoint(_run_layers, h, [params], shard, use_reentrant=False) if i < n else \
+            layers.layer_forward(h, params, shard)
+    return h
 
 
 def chunk_forward(stage: Stage, c: int, x: torch.Tensor | None) -> torch.Tensor:
     """Forward of chunk ``c`` for one micro-batch: the hidden output, or the loss on the last chunk."""
     chunk, shard = stage.chunks[c], stage.shard
     h = heads.embedding_forward(stage.ids, stage.position_ids, chunk.embedding, shard) if chunk.embedding else x
-    for params in chunk.layers:
-        h = layers.layer_forward(h, params, shard)
+    h = _layers_forward(h, chunk.layers, shard, stage.recompute)
     if chunk.output is not None:
         return heads.output_forward(h, stage.labels, stage.loss_mask, chunk.output, shard)[1]
     return h

@@ -1,8 +1,8 @@
 """The simulator's view of one stage: its parts, and when its neighbours' tasks end (the p2p waits).
 
 Everything comes from ``simulate`` itself (its timeline, with ``timeline=True``) and from the same
-cost functions (``sim.passes.pass_costs``), so emulate compares against exactly what ``simulate``
-reports.
+pass costs (``sim.passes.pass_costs``, ``simulate._chunk_passes``), so emulate compares against exactly
+what ``simulate`` reports. "compute" includes recompute (``simulate`` reports it as its own part).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.passes import pass_costs, trace_pieces
 from echo_tune.sim.report import StepReport
-from echo_tune.sim.simulate import _p2p_time_s, simulate
+from echo_tune.sim.simulate import _chunk_passes, _p2p_time_s, simulate
 
 _TASK = re.compile(r"^([FB])(\d+)(?:\.(\d+))?$")
 
@@ -37,6 +37,7 @@ class StagePrediction:
     forward: list[PhaseCost]
     """Per chunk: one micro-batch's forward pass on this stage."""
     backward: list[PhaseCost]
+    """Per chunk: one micro-batch's backward pass, with its recompute (full or selective)."""
     pipeline_end_s: float
     """End of the stage's last task."""
     tail_s: float
@@ -68,16 +69,9 @@ def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paralle
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap)
     costs = pass_costs(pieces, ctx)
-    p, counts = len(layout.stage_chunk_layers), layout.stage_chunk_layers[stage]
-    forward, backward = [], []
-    for c, n in enumerate(counts):
-        fwd, bwd = costs.layer_forward.scaled(n), costs.layer_backward.scaled(n)
-        if stage == 0 and c == 0:
-            fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
-        if stage == p - 1 and c == len(counts) - 1:
-            fwd, bwd = fwd + costs.output_forward, bwd + costs.output_backward
-        forward.append(fwd)
-        backward.append(bwd)
+    passes = [_chunk_passes(layout, costs, stage, c) for c in range(layout.virtual_pipeline_size)]
+    forward = [f for f, _, _ in passes]
+    backward = [b + r for _, b, r in passes]  # recompute runs inside the backward pass
     ends = task_end_times(report)
     pipeline_end = max(end for (s, *_), end in ends.items() if s == stage)
     stage_end = max(end for s, *_, end in report.timeline if s == stage)

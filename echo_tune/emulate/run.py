@@ -6,6 +6,7 @@ The stage runs its micro-batches in Megatron's task order for that stage (``sim.
 - p2p: a forward waits until the previous stage's forward of the same micro-batch ended *in the
   simulation* plus one p2p transfer (a backward: the next stage's backward), as NeuronaBox replaces
   the other ranks by their modelled behaviour.
+- Full activation recompute runs as Megatron checkpoints (``build.py``); selective is refused.
 - The step tail (DP gradient reduction, optimizer step) is not run: the simulator's value is added.
 Parameter gradients are dropped after each backward instead of accumulated: Megatron's gradient
 accumulation fusion (``--gradient-accumulation-fusion``, on by default) writes them into the fp32
@@ -70,9 +71,9 @@ class EmulatedRun:
 
 
 def _refuse_unmodelled(parallel: ParallelConfig, layout) -> None:
-    if layout.recompute_granularity is not None:
-        raise ConfigError(f"emulate does not run activation recompute yet, but got (recompute_granularity="
-                          f"{layout.recompute_granularity!r}); drop --recompute-granularity to emulate this stage")
+    if layout.recompute_granularity == "selective":
+        raise ConfigError("emulate runs full activation recompute but not selective yet, but got "
+                          "(recompute_granularity='selective'); use full or none to emulate this stage")
     if parallel.tp_comm_overlap:
         raise ConfigError("emulate waits for TP collectives inline and cannot overlap them, but got "
                           "(tp_comm_overlap=True); drop --tp-comm-overlap to emulate this stage")
