@@ -40,6 +40,13 @@ def _targets(args):
     if args.space:
         from echo_tune.optime.collect import space_layouts
 
+        given = [flag for flag, value in (("--model", args.model), ("--cluster", args.cluster),
+                                          ("--num-gpus", args.num_gpus), ("--megatron-args", args.megatron_args))
+                 if value is not None]
+        if given:
+            raise ConfigError(f"a search-space file fixes the model, cluster and layouts, but got {' '.join(given)} "
+                              f"too; drop them or drop the space file")
+
         return space_layouts(args.space)
     if not args.cluster or args.num_gpus is None:
         raise ConfigError("profile needs a search-space file, or --cluster, --num-gpus and the layout flags "

@@ -117,7 +117,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision)
     notes = () if share is None else (
         f"{share:.1%} of the critical stage's compute time comes from op times measured on "
-        f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's efficiency surface",)
+        f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
+        f"efficiency surface",)
     return StepReport(
         measured_compute_share=share, notes=notes,
         step_time_s=step_time, breakdown_s=parts,

@@ -42,3 +42,10 @@ def test_profile_without_targets_is_one_line(tmp_path, monkeypatch, capsys):
     assert main(["profile", "--model", "gpt-1.7b"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "search-space file" in err
+
+
+def test_space_with_layout_flags_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", str(DATA / "tiny-space.yaml"), "--num-gpus", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--num-gpus" in err
