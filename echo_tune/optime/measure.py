@@ -57,7 +57,7 @@ def prepare(key: str, device: torch.device, seed: int = 0):
     """A zero-argument callable that runs the keyed op once on ``device``."""
     name, args, kwargs = parse_key(key)
     func = resolve_op(name)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     real_args = materialize(args, device, generator)
     real_kwargs = materialize(kwargs, device, generator)
     return lambda: func(*real_args, **real_kwargs)

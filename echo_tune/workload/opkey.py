@@ -83,7 +83,7 @@ def key_summary(key: str) -> tuple[str, str, str]:
 def materialize(encoded: Any, device: torch.device, generator: torch.Generator | None = None) -> Any:
     """Rebuild an encoded argument with real tensors on ``device``.
 
-    Floating tensors are standard normal; integer and boolean tensors are zero (a valid index for
+    Floating tensors are standard normal (``generator`` must live on ``device``); integer and boolean tensors are zero (a valid index for
     every gather, embedding and scatter, a mask that masks nothing). Strided layouts are kept.
     """
     if isinstance(encoded, list):
@@ -94,7 +94,7 @@ def materialize(encoded: Any, device: torch.device, generator: torch.Generator |
             shape, strides = encoded["t"], encoded["s"]
             size = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
             if dtype.is_floating_point:
-                flat = torch.randn(size, dtype=torch.float32, generator=generator).to(device=device, dtype=dtype)
+                flat = torch.randn(size, dtype=torch.float32, device=device, generator=generator).to(dtype)
             else:
                 flat = torch.zeros(size, dtype=dtype, device=device)
             out = torch.as_strided(flat, shape, strides)
