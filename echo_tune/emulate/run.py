@@ -179,7 +179,8 @@ def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Par
             torch.set_flush_denormal(False)
     steps = [r.parts["stage_step"] for r in runs]
     median = sorted(runs, key=lambda r: r.parts["stage_step"])[len(runs) // 2]
-    notes = [f"clock: {clock.kind}", "the step tail (DP gradient reduction, optimizer) is the simulator's value, not run"]
+    notes = [f"clock: {clock.kind}",
+             "the step tail (DP gradient reduction, optimizer) is the simulator's value, not run"]
     if layout.groups["cp"].size > 1:
         notes.append("CP ring exchanges are waited inline; the simulator overlaps them with attention")
     from echo_tune.optime.device import local_device

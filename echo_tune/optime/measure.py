@@ -3,7 +3,8 @@
 The call is rebuilt from its key (``workload/opkey.py``: random normal floats, zero indices and
 masks, the traced strides). On CUDA each call is timed with CUDA events after a warm-up; on CPU with
 the thread's CPU time when torch runs one intra-op thread (other processes on a shared machine do not
-inflate it; ``emulate`` uses the same clock), else ``time.perf_counter``. The time kept is the median call; ``spread`` is (p90 - p10) / median.
+inflate it; ``emulate`` uses the same clock), else ``time.perf_counter``. The time kept is the median
+call; ``spread`` is (p90 - p10) / median.
 Calls repeat until ``min_total_s`` of timed work or ``max_repeats`` (at least ``min_repeats``); a cache
 flush (``flush_bytes``) precedes each timed call.
 """

@@ -83,8 +83,9 @@ def key_summary(key: str) -> tuple[str, str, str]:
 def materialize(encoded: Any, device: torch.device, generator: torch.Generator | None = None) -> Any:
     """Rebuild an encoded argument with real tensors on ``device``.
 
-    Floating tensors are standard normal (``generator`` must live on ``device``); integer and boolean tensors are zero (a valid index for
-    every gather, embedding and scatter, a mask that masks nothing). Strided layouts are kept.
+    Floating tensors are standard normal (``generator`` must live on ``device``); integer and boolean
+    tensors are zero (a valid index for every gather, embedding and scatter; a mask that masks nothing).
+    Strided layouts are kept.
     """
     if isinstance(encoded, list):
         return [materialize(v, device, generator) for v in encoded]

@@ -3,7 +3,6 @@
 import sqlite3
 
 import pytest
-import torch
 
 import echo_tune as et
 from echo_tune.errors import ConfigError
