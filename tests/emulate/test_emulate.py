@@ -76,3 +76,16 @@ def test_full_recompute_is_run_and_predicted(profiled, method, layers):
     assert result.simulated["compute"] > plain.simulated["compute"]
     assert result.emulated["compute"] > plain.emulated["compute"]
     assert abs(result.emulated["compute"] / result.simulated["compute"] - 1) < 0.15
+
+
+def test_later_stage_waits_for_the_simulated_neighbour(profiled):
+    """Stage 1's first forward cannot start before stage 0's simulated F0 has ended and been sent."""
+    from echo_tune.emulate.predict import predict_stage
+
+    model, cluster, layout, profile = profiled
+    checked = et.check_compatible(model, cluster, 4, layout)
+    prediction = predict_stage(model, cluster, 4, layout, checked, profile, stage=1)
+    first_ready = prediction.task_end_s[(0, False, 0, 0)] + prediction.p2p_s
+    assert prediction.p2p_s > 0
+    result = emulate(model, cluster, 4, layout, stage=1, profile=profile, repeats=1, warmup=0)
+    assert result.emulated["pp_wait"] >= first_ready
