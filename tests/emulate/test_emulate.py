@@ -88,4 +88,4 @@ def test_later_stage_waits_for_the_simulated_neighbour(profiled):
     first_ready = prediction.task_end_s[(0, False, 0, 0)] + prediction.p2p_s
     assert prediction.p2p_s > 0
     result = emulate(model, cluster, 4, layout, stage=1, profile=profile, repeats=1, warmup=0)
-    assert result.emulated["pp_wait"] >= first_ready
+    assert result.emulated["pp_wait"] >= first_ready - 1e-4  # less the moment before the first check
