@@ -75,7 +75,7 @@ class Stage:
     """Full activation recompute: (``recompute_method``, ``recompute_num_layers``), else None."""
 
 
-def _unit_norms(params: dict) -> None:
+def unit_norms(params: dict) -> None:
     """Norm weights start at one and biases at zero, as Megatron initialises them."""
     with torch.no_grad():
         for name, group in params.items():
@@ -103,7 +103,7 @@ def build_stage(model: ModelSpec, parallel: ParallelConfig, layout: Layout, stag
         chunks.append(chunk)
     for chunk in chunks:
         for params in chunk.layers + [chunk.output or {}]:
-            _unit_norms(params)
+            unit_norms(params)
     s, b = shard.seq, shard.micro_batch_size
     return Stage(shard=shard, chunks=chunks, ids=shard.tensor(b, s, dtype=torch.int64),
                  position_ids=torch.arange(shard.seq_in, device=device),

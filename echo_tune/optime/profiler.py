@@ -12,7 +12,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.optime.collect import OpInstance, distinct_ops
-from echo_tune.optime.host import host_time_s
+from echo_tune.optime.insitu import measure_in_situ
 from echo_tune.optime.db import Measurement, OpTimeDB
 from echo_tune.optime.device import DeviceInfo
 from echo_tune.optime.measure import measure_key
@@ -66,20 +66,47 @@ def _measure(todo, db, device, info, progress, options) -> float:
     return total_s
 
 
+def _shape(parallel: ParallelConfig) -> tuple:
+    return (parallel.tensor_model_parallel_size, parallel.context_parallel_size, parallel.sequence_parallel,
+            parallel.micro_batch_size, parallel.precision)
+
+
 def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layouts: list[ParallelConfig],
                     db: OpTimeDB, device: torch.device, info: DeviceInfo, *, progress: Progress | None = None,
                     **options) -> ProfileResult:
-    """Measure the distinct ops of ``layouts`` that ``db`` lacks, then the host overhead per op."""
-    result = profile_ops(distinct_ops(model, cluster, num_gpus, layouts), db, device, info, progress=progress,
-                         **options)
-    seen, total_s, total_ops = set(), 0.0, 0
-    for parallel in layouts:
-        shape = (parallel.tensor_model_parallel_size, parallel.context_parallel_size, parallel.sequence_parallel,
-                 parallel.micro_batch_size, parallel.precision)
-        if shape not in seen:
-            seen.add(shape)
-            seconds, ops = host_time_s(model, cluster, num_gpus, parallel)
-            total_s, total_ops = total_s + seconds, total_ops + ops
-    overhead = total_s / max(total_ops, 1)
-    db.set_host_overhead(info, overhead, total_ops)
-    return dataclasses.replace(result, host_overhead_s=overhead)
+    """Measure the ops of ``layouts`` that ``db`` lacks, in place (``insitu.py``: one real micro-batch of
+    each traced shape), an op the real run did not show in isolation (``measure.py``); on a CPU also the
+    host overhead per op. Rows are committed one by one: an interruption loses nothing measured."""
+    known = db.known_keys(info)
+    shapes = {_shape(p): p for p in layouts}
+    needed = {s: distinct_ops(model, cluster, num_gpus, [p]) for s, p in shapes.items()}
+    every = {op.key for ops in needed.values() for op in ops}
+    todo_total = len(every - known)
+    done, total_s, overheads = 0, 0.0, []
+    flush_denormal = torch.set_flush_denormal(True)  # as emulate runs (GPUs do not slow down on them)
+    try:
+        for shape, parallel in shapes.items():
+            todo = [op for op in needed[shape] if op.key not in known]
+            if not todo:
+                continue
+            in_situ = measure_in_situ(model, cluster, num_gpus, parallel, device)
+            overheads.append((in_situ.host_overhead_s, in_situ.ops))
+            for op in todo:
+                measurement = in_situ.times.get(op.key) or measure_key(op.key, device, **options)
+                db.add(info, op.key, measurement)
+                known.add(op.key)
+                done, total_s = done + 1, total_s + measurement.time_s
+                if progress is not None:
+                    progress(done, todo_total, op, measurement)
+            # the next shape may share keys with this one: they are measured now
+            needed = {s: [op for op in ops if op.key not in known] if s != shape else ops
+                      for s, ops in needed.items()}
+        overhead = None
+        if device.type == "cpu" and overheads:  # on CUDA the host runs ahead of the GPU: nothing to add
+            overhead = sum(s * n for s, n in overheads) / sum(n for _, n in overheads)
+            db.set_host_overhead(info, overhead, sum(n for _, n in overheads))
+    finally:
+        if flush_denormal:
+            torch.set_flush_denormal(False)
+    return ProfileResult(device=info.name, total=len(every), already=len(every) - todo_total, measured=done,
+                         measured_time_s=total_s, host_overhead_s=overhead)

@@ -9,7 +9,8 @@ from echo_tune.errors import ConfigError
 from echo_tune.optime.collect import distinct_ops
 from echo_tune.optime.db import Measurement, OpTimeDB, load_op_times
 from echo_tune.optime.device import DeviceInfo, local_device, serves
-from echo_tune.optime.profiler import profile_ops
+from echo_tune.optime.measure import measure_key
+from echo_tune.optime.profiler import profile_layouts
 
 from .conftest import CLUSTER, MODEL, tiny_layout
 
@@ -63,9 +64,9 @@ def test_simulate_refuses_a_cpu_database_for_a_gpu_cluster(profiled):
 
 def test_interrupted_profile_keeps_its_rows_and_resumes(tmp_path, one_thread):
     model, cluster = et.load_model(str(MODEL)), et.load_cluster(str(CLUSTER))
-    ops = distinct_ops(model, cluster, 4, [tiny_layout()])
+    layouts = [tiny_layout(), tiny_layout(micro_batch_size=2)]
+    keys = {op.key for op in distinct_ops(model, cluster, 4, layouts)}
     device, info = local_device("cpu")
-    fast = dict(warmup=1, min_repeats=1, max_repeats=1)
 
     def interrupt_after_five(i, n, op, m):
         if i == 5:
@@ -73,13 +74,25 @@ def test_interrupted_profile_keeps_its_rows_and_resumes(tmp_path, one_thread):
 
     with OpTimeDB(tmp_path / "db.sqlite") as db:
         with pytest.raises(KeyboardInterrupt):
-            profile_ops(ops, db, device, info, progress=interrupt_after_five, **fast)
+            profile_layouts(model, cluster, 4, layouts, db, device, info, progress=interrupt_after_five)
     with OpTimeDB(tmp_path / "db.sqlite") as db:
         assert len(db.known_keys(info)) == 5
         seen = []
-        result = profile_ops(ops, db, device, info, progress=lambda i, n, op, m: seen.append(op.key), **fast)
-        assert (result.already, result.measured, result.total) == (5, len(ops) - 5, len(ops))
-        assert db.known_keys(info) == {op.key for op in ops} and len(set(seen)) == len(ops) - 5
+        result = profile_layouts(model, cluster, 4, layouts, db, device, info,
+                                 progress=lambda i, n, op, m: seen.append(op.key))
+        assert (result.already, result.measured, result.total) == (5, len(keys) - 5, len(keys))
+        assert db.known_keys(info) == keys and len(set(seen)) == len(keys) - 5
+        again = profile_layouts(model, cluster, 4, layouts, db, device, info)
+        assert (again.already, again.measured) == (len(keys), 0)
+
+
+def test_isolated_measurement_of_one_op(one_thread):
+    """The fallback for an op the in-place run does not show: rebuilt from its key and timed alone."""
+    model, cluster = et.load_model(str(MODEL)), et.load_cluster(str(CLUSTER))
+    ops = distinct_ops(model, cluster, 4, [tiny_layout()])
+    gemm = next(op for op in ops if op.kind == "gemm")
+    m = measure_key(gemm.key, local_device("cpu")[0], warmup=1, min_repeats=3, max_repeats=3)
+    assert m.time_s > 0 and m.repeats == 3 and m.method == "thread-cpu-time"
 
 
 def test_unreadable_database_is_one_line(tmp_path):
