@@ -3,10 +3,10 @@
 # NOT YET RUN ON A GPU: written and checked on CPU only (the CPU paths are covered by the tests).
 #
 # 1. profiles a Llama-3 8B layout (TP2 PP4, bf16) and a GPT-3-175B-shaped layer (TP8, bf16) into
-#    calibration/<cluster>/optime.sqlite (CUDA events, warm-up, repeats, L2 flushed before each call);
+#    calibration/<cluster>/optime.sqlite (ops timed in place with CUDA events in real micro-batches);
 # 2. prints measured op times vs the datasheet-derived surface (benchmarks/optime_vs_surface.py);
 # 3. emulates stage 0 and the last stage of the Llama-3 8B layout and prints simulate vs emulate.
-# Expected cost: a few minutes (an estimate: ~100 distinct ops x ~40 timed calls, two stages x 4 runs).
+# Expected cost: a few minutes (an estimate: two shapes x 11 micro-batches of one layer; two stages x 4 runs).
 # Usage: bash benchmarks/device_check.sh            (from the repository root; OUT=dir for the logs)
 set -euo pipefail
 OUT=${OUT:-device-check}
