@@ -8,7 +8,7 @@ with the saturation g(x) = x / (x + x_half): small dimensions leave tensor cores
 quantisation and wave tails). e_max, x_half, the HBM bandwidth and the launch cost come from the
 cluster's calibration profile. When the profile points at an op-time database (``echo-tune
 profile``), an op measured there takes its measured time instead (a dict lookup by the op's key),
-plus the database's host time per op (non-zero for CPU devices only; ``optime/host.py``).
+plus the database's host time per op (non-zero for CPU devices only; ``optime/insitu.py``).
 """
 
 from __future__ import annotations

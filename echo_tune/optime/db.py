@@ -32,12 +32,12 @@ CREATE TABLE IF NOT EXISTS op_times (
     spread REAL NOT NULL,          -- (p90 - p10) / median of the timed calls
     repeats INTEGER NOT NULL,
     warmup INTEGER NOT NULL,
-    method TEXT NOT NULL,          -- cuda-events | thread-cpu-time | wall-clock
+    method TEXT NOT NULL,          -- [in-situ ]cuda-events | thread-cpu-time | wall-clock
     host TEXT NOT NULL,
     measured_at TEXT NOT NULL,     -- UTC, ISO 8601
     PRIMARY KEY (device, torch_version, cuda_version, key)
 );
-CREATE TABLE IF NOT EXISTS host_overhead (   -- optime/host.py: framework time per op, one per device
+CREATE TABLE IF NOT EXISTS host_overhead (   -- optime/insitu.py: framework time per op, one per device
     device TEXT NOT NULL, torch_version TEXT NOT NULL, cuda_version TEXT NOT NULL,
     seconds_per_op REAL NOT NULL, ops INTEGER NOT NULL, measured_at TEXT NOT NULL,
     PRIMARY KEY (device, torch_version, cuda_version)
@@ -116,7 +116,7 @@ class OpTimes:
     """"cuda" or "cpu"."""
     times: dict[str, float] = field(repr=False)
     host_overhead_s: float = 0.0
-    """Added to every measured op: the framework's host time per op on a CPU device (``optime/host.py``);
+    """Added to every measured op: the framework's host time per op on a CPU device (``optime/insitu.py``);
     zero on CUDA, where the host runs ahead of the GPU."""
 
 

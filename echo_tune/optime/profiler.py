@@ -1,9 +1,8 @@
-"""``echo-tune profile``: time every op the database lacks for this device, committing each at once."""
+"""``echo-tune profile``: measure every op the database lacks for this device, committing each at once."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -12,9 +11,9 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.optime.collect import OpInstance, distinct_ops
-from echo_tune.optime.insitu import measure_in_situ
 from echo_tune.optime.db import Measurement, OpTimeDB
 from echo_tune.optime.device import DeviceInfo
+from echo_tune.optime.insitu import measure_in_situ
 from echo_tune.optime.measure import measure_key
 
 Progress = Callable[[int, int, OpInstance, Measurement], None]
@@ -32,38 +31,10 @@ class ProfileResult:
     measured_time_s: float
     """Sum of the measured ops' median times (one call each)."""
     host_overhead_s: float | None = None
-    """Framework host time per op (``optime/host.py``), when measured."""
+    """Framework host time per op on a CPU (``optime/insitu.py``); None on CUDA or when nothing was run."""
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-def profile_ops(ops: list[OpInstance], db: OpTimeDB, device: torch.device, info: DeviceInfo, *,
-                progress: Progress | None = None, **options) -> ProfileResult:
-    """Measure the ops of ``ops`` not yet in ``db`` for ``info``; each row is committed as it is measured,
-    so an interruption (Ctrl-C, a crash) loses at most the op in flight."""
-    known = db.known_keys(info)
-    todo = [op for op in ops if op.key not in known]
-    total_s = 0.0
-    flush_denormal = torch.set_flush_denormal(True)  # as emulate runs (GPUs do not slow down on them)
-    try:
-        total_s = _measure(todo, db, device, info, progress, options)
-    finally:
-        if flush_denormal:
-            torch.set_flush_denormal(False)
-    return ProfileResult(device=info.name, total=len(ops), already=len(ops) - len(todo), measured=len(todo),
-                         measured_time_s=total_s)
-
-
-def _measure(todo, db, device, info, progress, options) -> float:
-    total_s = 0.0
-    for i, op in enumerate(todo, 1):
-        measurement = measure_key(op.key, device, **options)
-        db.add(info, op.key, measurement)
-        total_s += measurement.time_s
-        if progress is not None:
-            progress(i, len(todo), op, measurement)
-    return total_s
 
 
 def _shape(parallel: ParallelConfig) -> tuple:
@@ -98,9 +69,6 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
                 done, total_s = done + 1, total_s + measurement.time_s
                 if progress is not None:
                     progress(done, todo_total, op, measurement)
-            # the next shape may share keys with this one: they are measured now
-            needed = {s: [op for op in ops if op.key not in known] if s != shape else ops
-                      for s, ops in needed.items()}
         overhead = None
         if device.type == "cpu" and overheads:  # on CUDA the host runs ahead of the GPU: nothing to add
             overhead = sum(s * n for s, n in overheads) / sum(n for _, n in overheads)
