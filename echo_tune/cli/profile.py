@@ -15,11 +15,12 @@ from echo_tune.errors import ConfigError
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "profile", help="measure the ops of a search space or layout on this device (op-time database)",
-        description="Collect the distinct ops the simulator needs for a search space (or one layout given by "
-                    "Megatron flags), time each with real tensors on this device (CUDA when present), and store "
-                    "them in an op-time database; an interrupted run resumes where it stopped. Also writes a "
+        description="Collect the distinct ops the simulator needs for a search space, the candidates of a rank "
+                    "file, or one layout given by Megatron flags, time each with real tensors on this device "
+                    "(CUDA when present), and store them in an op-time database; an interrupted run resumes where it stopped. Also writes a "
                     "calibration profile that points at the database.")
-    parser.add_argument("space", nargs="?", help="search-space YAML (else one layout from --model and the flags)")
+    parser.add_argument("space", nargs="?", metavar="FILE",
+                        help="search-space or rank-file YAML (else one layout from --model and the flags)")
     parser.add_argument("--model", help="model preset or YAML file (with layout flags)")
     parser.add_argument("--cluster", help="cluster preset or YAML file (with layout flags)")
     parser.add_argument("--num-gpus", type=int, help="GPUs in the run (with layout flags)")
@@ -35,24 +36,42 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def _targets(args):
-    """(model, cluster, {num_gpus: [layouts]})."""
+def _targets(args) -> list[tuple]:
+    """[(model, cluster, num_gpus, [layouts])]: from a search space, a rank file, or the flags."""
     if args.space:
-        from echo_tune.optime.collect import space_layouts
-
         given = [flag for flag, value in (("--model", args.model), ("--cluster", args.cluster),
                                           ("--num-gpus", args.num_gpus), ("--megatron-args", args.megatron_args))
                  if value is not None]
         if given:
-            raise ConfigError(f"a search-space file fixes the model, cluster and layouts, but got {' '.join(given)} "
-                              f"too; drop them or drop the space file")
-
-        return space_layouts(args.space)
+            raise ConfigError(f"a search-space or rank file fixes the model, cluster and layouts, but got "
+                              f"{' '.join(given)} too; drop them or drop the file")
+        return _file_targets(Path(args.space))
     if not args.cluster or args.num_gpus is None:
-        raise ConfigError("profile needs a search-space file, or --cluster, --num-gpus and the layout flags "
-                          "(--model, --global-batch-size, ...); add them")
+        raise ConfigError("profile needs a search-space or rank file, or --cluster, --num-gpus and the layout "
+                          "flags (--model, --global-batch-size, ...); add them")
     model, parallel, _notes = specs_from_args(args)
-    return model, load_cluster(args.cluster), {args.num_gpus: [parallel]}
+    return [(model, load_cluster(args.cluster), args.num_gpus, [parallel])]
+
+
+def _file_targets(path: Path) -> list[tuple]:
+    from echo_tune.config.loading import read_yaml
+
+    if "candidates" in read_yaml(path, "search-space or rank"):
+        from echo_tune.search.rank import load_rank_file
+
+        groups: dict[tuple, tuple] = {}
+        for c in load_rank_file(path)[0]:
+            group = groups.setdefault((c.model, c.cluster.name, c.num_gpus), (c.model, c.cluster, c.num_gpus, []))
+            group[3].append(c.parallel)
+        gpus = sorted({g[1].gpu.name for g in groups.values()})
+        if len(gpus) > 1:
+            raise ConfigError(f"one device measures for one GPU type, but rank file {str(path)!r} names {gpus}; "
+                              f"profile the candidates of each GPU type from their own file")
+        return list(groups.values())
+    from echo_tune.optime.collect import space_layouts
+
+    model, cluster, by_gpus = space_layouts(path)
+    return [(model, cluster, n, layouts) for n, layouts in sorted(by_gpus.items())]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda was asked for, but torch sees no CUDA device; drop --device or use cpu")
-    model, cluster, by_gpus = _targets(args)
+    targets = _targets(args)
+    cluster = targets[0][1]
     device, info = local_device(args.device)
     folder = Path("calibration") / cluster.name
     db_path = Path(args.db) if args.db else folder / "optime.sqlite"
@@ -84,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
 
     results = []
     with OpTimeDB(db_path) as db:
-        for num_gpus, layouts in sorted(by_gpus.items()):
-            results.append(profile_layouts(model, cluster, num_gpus, layouts, db, device, info, progress=progress))
+        for model, group_cluster, num_gpus, layouts in targets:
+            results.append(profile_layouts(model, group_cluster, num_gpus, layouts, db, device, info,
+                                           progress=progress))
     profile_path = Path(args.write_profile) if args.write_profile else folder / "profile-optime.yaml"
     base = profile_for(cluster)
     relative = _relative(db_path, profile_path.parent)

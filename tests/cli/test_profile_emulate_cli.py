@@ -41,7 +41,7 @@ def test_profile_without_targets_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["profile", "--model", "gpt-1.7b"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "search-space file" in err
+    assert err.count("\n") == 1 and "search-space or rank file" in err
 
 
 def test_space_with_layout_flags_is_refused(tmp_path, monkeypatch, capsys):
@@ -49,3 +49,23 @@ def test_space_with_layout_flags_is_refused(tmp_path, monkeypatch, capsys):
     assert main(["profile", str(DATA / "tiny-space.yaml"), "--num-gpus", "4"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--num-gpus" in err
+
+
+def test_profile_a_rank_file_and_refuse_mixed_gpus(tmp_path, monkeypatch, capsys):
+    threads = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert main(["profile", str(DATA / "tiny-rank.yaml"), "--threads", "1", "--quiet", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["measured"] == out["ops"] > 0
+    finally:
+        torch.set_num_threads(threads)
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text((DATA / "tiny-rank.yaml").read_text().replace("cluster: cpu-cluster.yaml",
+                                                                  f"cluster: {DATA / 'cpu-cluster.yaml'}")
+                     + "  - name: on H100\n    cluster: h100-sxm\n    layout: {tensor_model_parallel_size: 2}\n")
+    mixed_model = mixed.read_text().replace("model: tiny-llama.yaml", f"model: {DATA / 'tiny-llama.yaml'}")
+    mixed.write_text(mixed_model)
+    assert main(["profile", str(mixed)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "h100-sxm" in err
