@@ -16,6 +16,8 @@ from echo_tune.optime.device import DeviceInfo
 from echo_tune.optime.insitu import measure_in_situ
 from echo_tune.optime.measure import measure_key
 
+OUT_OF_MEMORY = (MemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError))
+
 Progress = Callable[[int, int, OpInstance, Measurement], None]
 
 
@@ -46,8 +48,8 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
                     db: OpTimeDB, device: torch.device, info: DeviceInfo, *, progress: Progress | None = None,
                     **options) -> ProfileResult:
     """Measure the ops of ``layouts`` that ``db`` lacks, in place (``insitu.py``: one real micro-batch of
-    each traced shape), an op the real run did not show in isolation (``measure.py``); on a CPU also the
-    host overhead per op. Rows are committed one by one: an interruption loses nothing measured."""
+    each traced shape), an op the real run did not show, or every op of a shape whose pieces do not fit
+    in memory, alone (``measure.py``); on a CPU also the host overhead per op. Rows are committed one by one: an interruption loses nothing measured."""
     known = db.known_keys(info)
     shapes = {_shape(p): p for p in layouts}
     needed = {s: distinct_ops(model, cluster, num_gpus, [p]) for s, p in shapes.items()}
@@ -60,10 +62,14 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
             todo = [op for op in needed[shape] if op.key not in known]
             if not todo:
                 continue
-            in_situ = measure_in_situ(model, cluster, num_gpus, parallel, device)
-            overheads.append((in_situ.host_overhead_s, in_situ.ops))
+            try:
+                in_situ = measure_in_situ(model, cluster, num_gpus, parallel, device)
+                overheads.append((in_situ.host_overhead_s, in_situ.ops))
+                times = in_situ.times
+            except OUT_OF_MEMORY:  # the shape's pieces do not fit: every op is timed alone
+                times = {}
             for op in todo:
-                measurement = in_situ.times.get(op.key) or measure_key(op.key, device, **options)
+                measurement = times.get(op.key) or measure_key(op.key, device, **options)
                 db.add(info, op.key, measurement)
                 known.add(op.key)
                 done, total_s = done + 1, total_s + measurement.time_s

@@ -114,3 +114,20 @@ def test_a_search_space_gives_the_ops_of_every_traced_shape():
     one = distinct_ops(model, cluster, 4, [layouts[0]])
     assert len({op.key for op in ops}) == len(ops) > len(one)
     assert {op.key for op in one} <= {op.key for op in ops}
+
+
+def test_a_shape_that_does_not_fit_is_timed_op_by_op(tmp_path, one_thread, monkeypatch):
+    from echo_tune.optime import profiler
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(profiler, "measure_in_situ", no_memory)
+    model, cluster = et.load_model(str(MODEL)), et.load_cluster(str(CLUSTER))
+    device, info = local_device("cpu")
+    with OpTimeDB(tmp_path / "db.sqlite") as db:
+        result = profile_layouts(model, cluster, 4, [tiny_layout()], db, device, info, warmup=1, min_repeats=1,
+                                 max_repeats=1)
+        assert result.measured == result.total > 0 and result.host_overhead_s is None
+    rows = sqlite3.connect(tmp_path / "db.sqlite").execute("SELECT DISTINCT method FROM op_times").fetchall()
+    assert rows == [("thread-cpu-time",)]
