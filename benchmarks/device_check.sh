@@ -42,7 +42,8 @@ python benchmarks/optime_vs_surface.py --model gpt3-175b --cluster "$cluster" --
 echo "== simulate vs emulate, Llama-3 8B TP2 PP4 ==" | tee -a "$OUT/summary.txt"
 for stage in 0 3; do
   time echo-tune emulate "${LLAMA[@]}" --profile "$PROFILE" --stage "$stage" --repeats 3 | tee -a "$OUT/summary.txt"
-  echo-tune emulate "${LLAMA[@]}" --profile "$PROFILE" --stage "$stage" --repeats 3 --json > "$OUT/emulate-stage$stage.json"
+  echo-tune emulate "${LLAMA[@]}" --profile "$PROFILE" --stage "$stage" --repeats 3 --json \
+    > "$OUT/emulate-stage$stage.json"
 done
 cp calibration/"$cluster"/optime.sqlite "$OUT/" 2>/dev/null || true
 echo "device_check: done, logs in $OUT/"

@@ -17,8 +17,8 @@ def add_parser(subparsers) -> None:
         "profile", help="measure the ops of a search space or layout on this device (op-time database)",
         description="Collect the distinct ops the simulator needs for a search space, the candidates of a rank "
                     "file, or one layout given by Megatron flags, time each with real tensors on this device "
-                    "(CUDA when present), and store them in an op-time database; an interrupted run resumes where it stopped. Also writes a "
-                    "calibration profile that points at the database.")
+                    "(CUDA when present), and store them in an op-time database; an interrupted run resumes "
+                    "where it stopped. Also writes a calibration profile that points at the database.")
     parser.add_argument("space", nargs="?", metavar="FILE",
                         help="search-space or rank-file YAML (else one layout from --model and the flags)")
     parser.add_argument("--model", help="model preset or YAML file (with layout flags)")

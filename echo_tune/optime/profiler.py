@@ -49,7 +49,8 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
                     **options) -> ProfileResult:
     """Measure the ops of ``layouts`` that ``db`` lacks, in place (``insitu.py``: one real micro-batch of
     each traced shape), an op the real run did not show, or every op of a shape whose pieces do not fit
-    in memory, alone (``measure.py``); on a CPU also the host overhead per op. Rows are committed one by one: an interruption loses nothing measured."""
+    in memory, alone (``measure.py``); on a CPU also the host overhead per op. Rows are committed one by
+    one: an interruption loses nothing measured."""
     known = db.known_keys(info)
     shapes = {_shape(p): p for p in layouts}
     needed = {s: distinct_ops(model, cluster, num_gpus, [p]) for s, p in shapes.items()}
