@@ -93,7 +93,7 @@ def flash_attn_backward_real(dout, q, k, v, out, lse, causal: bool, scale: float
         try:  # not yet run on a GPU: None passes undefined tensors (no varlen, no dropout RNG state)
             dq, dk, dv = aten._scaled_dot_product_flash_attention_backward(
                 db, qb, kb, vb, ob, lse, None, None, s, k.shape[0], 0.0, causal, None, None, scale=scale)
-        except RuntimeError as exc:
+        except (RuntimeError, TypeError) as exc:
             warnings.warn(f"echo_tune::flash_attn_backward: aten's flash backward refused ({exc}); "
                           f"using the math backward, whose time differs", stacklevel=2)
             dq, dk, dv = _math_backward(db, qb, kb, vb, ob, lse, causal, scale)
