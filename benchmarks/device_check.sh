@@ -6,7 +6,7 @@
 #    calibration/<cluster>/optime.sqlite (ops timed in place with CUDA events in real micro-batches);
 # 2. prints measured op times vs the datasheet-derived surface (benchmarks/optime_vs_surface.py);
 # 3. emulates stage 0 and the last stage of the Llama-3 8B layout and prints simulate vs emulate.
-# Expected cost: a few minutes (an estimate: two shapes x 11 micro-batches of one layer; two stages x 4 runs).
+# Expected cost: a few minutes (an estimate: two shapes x 20 micro-batches of one layer; two stages x 4 runs).
 # Usage: bash benchmarks/device_check.sh            (from the repository root; OUT=dir for the logs)
 set -euo pipefail
 OUT=${OUT:-device-check}
