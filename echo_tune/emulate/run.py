@@ -6,7 +6,8 @@ The stage runs its micro-batches in Megatron's task order for that stage (``sim.
 - p2p: a forward waits until the previous stage's forward of the same micro-batch ended *in the
   simulation* plus one p2p transfer (a backward: the next stage's backward), as NeuronaBox replaces
   the other ranks by their modelled behaviour.
-- Full activation recompute runs as Megatron checkpoints (``build.py``); selective is refused.
+- Activation recompute runs as Megatron checkpoints: full recompute per layer group (``build.py``),
+  selective recompute of the core-attention region (``Waiter.run_region``).
 - The step tail (DP gradient reduction, optimizer step) is not run: the simulator's value is added.
 Parameter gradients are dropped after each backward instead of accumulated: Megatron's gradient
 accumulation fusion (``--gradient-accumulation-fusion``, on by default) writes them into the fp32
@@ -23,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import check_compatible
@@ -56,6 +58,14 @@ class Waiter:
         self.waited_s = 0.0
         self._durations: dict[tuple[str, str, int], float] = {}
 
+    selective_recompute = False
+    """Megatron's selective recompute: the core-attention region is checkpointed (recomputed in backward)."""
+
+    def run_region(self, name: str, fn, *args):
+        if self.selective_recompute and name == "core_attention":
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
     def add_collective(self, name: str, group: str, size_bytes: int) -> None:
         key = (name, group, size_bytes)
         if key not in self._durations:  # the warm-up run fills this: timed runs pay a dict lookup only
@@ -75,9 +85,6 @@ class EmulatedRun:
 
 
 def _refuse_unmodelled(parallel: ParallelConfig, layout) -> None:
-    if layout.recompute_granularity == "selective":
-        raise ConfigError("emulate runs full activation recompute but not selective yet, but got "
-                          "(recompute_granularity='selective'); use full or none to emulate this stage")
     if parallel.tp_comm_overlap:
         raise ConfigError("emulate waits for TP collectives inline and cannot overlap them, but got "
                           "(tp_comm_overlap=True); drop --tp-comm-overlap to emulate this stage")
@@ -170,6 +177,7 @@ def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Par
     built = build_stage(model, parallel, layout, stage, device, seed)
     order = stage_order(prediction.report.config["pipeline_schedule"], stage, p, m, v)
     waiter = Waiter(layout.groups, profile, clock)
+    waiter.selective_recompute = layout.recompute_granularity == "selective"
     runs = []
     flush = torch.set_flush_denormal(True)
     try:

@@ -55,8 +55,7 @@ def test_tasks_run_in_megatrons_order(one_thread, schedule_layout, stage):
 
 def test_unmodelled_settings_and_bad_stage_are_refused(profiled):
     model, cluster, layout, profile = profiled
-    for changes, word in ((dict(recompute_granularity="selective"), "recompute_granularity"),
-                          (dict(sequence_parallel=True, tp_comm_overlap=True), "tp_comm_overlap")):
+    for changes, word in ((dict(sequence_parallel=True, tp_comm_overlap=True), "tp_comm_overlap"),):
         with pytest.raises(ConfigError) as err:
             emulate(model, cluster, 4, tiny_layout(**changes), profile=profile)
         assert word in str(err.value) and "\n" not in str(err.value)
@@ -64,10 +63,14 @@ def test_unmodelled_settings_and_bad_stage_are_refused(profiled):
         emulate(model, cluster, 4, layout, stage=2, profile=profile)
 
 
-@pytest.mark.parametrize("method, layers", [("uniform", 1), ("block", 1)])
-def test_full_recompute_is_run_and_predicted(profiled, method, layers):
+@pytest.mark.parametrize("recompute", [dict(recompute_granularity="full", recompute_method="uniform",
+                                              recompute_num_layers=1),
+                                         dict(recompute_granularity="full", recompute_method="block",
+                                              recompute_num_layers=1),
+                                         dict(recompute_granularity="selective")])
+def test_recompute_is_run_and_predicted(profiled, recompute):
     model, cluster, _layout, profile = profiled
-    layout = tiny_layout(recompute_granularity="full", recompute_method=method, recompute_num_layers=layers)
+    layout = tiny_layout(**recompute)
     plain = emulate(model, cluster, 4, tiny_layout(), stage=1, profile=profile, repeats=3)
     result = emulate(model, cluster, 4, layout, stage=1, profile=profile, repeats=3)
     report = et.simulate(model, cluster, 4, layout, profile=profile)
