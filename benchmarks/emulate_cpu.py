@@ -30,6 +30,7 @@ VARIANTS = {
     "llama CP2": ({}, dict(context_parallel_size=2)),
     "gpt-style TP2": (GPT_STYLE, dict(tensor_model_parallel_size=2)),
     "llama TP2 full recompute": ({}, dict(tensor_model_parallel_size=2, recompute_granularity="full")),
+    "llama TP2 selective": ({}, dict(tensor_model_parallel_size=2, recompute_granularity="selective")),
 }
 
 
