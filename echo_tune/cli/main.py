@@ -21,6 +21,8 @@ SUBCOMMANDS = {
     "bench": "bench",
     "calibrate": "calibrate",
     "validate": "validate",
+    "profile": "profile",
+    "emulate": "emulate",
 }
 
 

@@ -104,5 +104,5 @@ def print_report(report: "StepReport", notes: list[str], console: Console | None
     style = "green" if report.fits_memory else "bold red"
     console.print(f"[{style}]{report.memory_verdict()}[/{style}]")
     console.print(f"[dim]profile: {report.profile}[/dim]")
-    for note in notes:
+    for note in [*report.notes, *notes]:
         console.print(f"[dim]note: {note}[/dim]")

@@ -6,7 +6,9 @@
 
 with the saturation g(x) = x / (x + x_half): small dimensions leave tensor cores idle (tile
 quantisation and wave tails). e_max, x_half, the HBM bandwidth and the launch cost come from the
-cluster's calibration profile.
+cluster's calibration profile. When the profile points at an op-time database (``echo-tune
+profile``), an op measured there takes its measured time instead (a dict lookup by the op's key),
+plus the database's host time per op (non-zero for CPU devices only; ``optime/insitu.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ def gemm_efficiency(m: float, n: float, k: float, profile: CalibrationProfile) -
 
 def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str) -> float:
     """Time of one compute op on an otherwise idle GPU (collectives are timed in comm.py)."""
+    if profile.op_times is not None:
+        measured = profile.op_times.times.get(op.key)
+        if measured is not None:
+            return measured + profile.op_times.host_overhead_s
     memory_s = op.bytes / (profile.memory_bandwidth_gbyte_s * 1e9)
     peak_flops = gpu.peak_tflops(precision) * 1e12
     if op.kind == "gemm":
@@ -34,3 +40,8 @@ def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str)
     else:
         compute_s = 0.0
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s
+
+
+def is_measured(op: Op, profile: CalibrationProfile) -> bool:
+    """Whether ``op_time_s`` takes this op's time from the op-time database."""
+    return profile.op_times is not None and op.key in profile.op_times.times

@@ -32,6 +32,8 @@ YAML layout (version 1)::
       compute_slowdown: 1.08          # compute kernels run this much slower while a collective runs
       comm_slowdown: 1.05             # collectives run this much slower beside compute
       slowdown_curves: {}             # optional: measured slowdown vs message size (calibrate fit)
+    op_times: optime.sqlite           # optional: op-time database (``echo-tune profile``), relative to
+                                      # this file; its measured op times come before the surface above
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from echo_tune.optime.db import OpTimes
 
 PROFILE_VERSION = 1
 SCOPES = ("intra_node", "inter_node")
@@ -149,6 +155,10 @@ class CalibrationProfile:
     """Where the measurements were taken: ``backend`` (nccl, gloo, nccl-tests), ``device`` (cuda, cpu),
     ``gpu`` (name), and ``cpu_override: true`` when a CPU measurement was allowed for a GPU cluster."""
     version: int = PROFILE_VERSION
+    op_times_db: str | None = None
+    """The ``op_times`` key as written: an op-time database file (relative to the profile file)."""
+    op_times: "OpTimes | None" = field(default=None, compare=False, repr=False)
+    """Its measured times for the profile's GPU, loaded with the profile (``optime/db.py``)."""
 
     def __post_init__(self) -> None:
         for name in ("gemm_max_efficiency", "attention_efficiency", "fp8_gemm_max_efficiency"):
@@ -174,11 +184,15 @@ class CalibrationProfile:
     @property
     def label(self) -> str:
         if not self.measured:
-            return "datasheet-derived (not measured)"
-        if self.measured_on_cpu:
-            return (f"measured on CPU ({self.measured_on.get('backend', 'gloo')}), NOT a GPU measurement: "
-                    f"used by explicit override")
-        return "measured"
+            label = "datasheet-derived (not measured)"
+        elif self.measured_on_cpu:
+            label = (f"measured on CPU ({self.measured_on.get('backend', 'gloo')}), NOT a GPU measurement: "
+                     f"used by explicit override")
+        else:
+            label = "measured"
+        if self.op_times is not None:
+            label += f"; op times measured on {self.op_times.device!r}"
+        return label
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -193,7 +207,8 @@ class CalibrationProfile:
         head = {k: data.pop(k) for k in ("version", "name", "measured", "gpu", "measured_on", "provenance")}
         if not head["measured_on"]:
             del head["measured_on"]
-        return {**head, "compute": compute, "comm": data.pop("comm"), "interference": interference}
+        tail = {"op_times": self.op_times_db} if self.op_times_db else {}
+        return {**head, "compute": compute, "comm": data.pop("comm"), "interference": interference, **tail}
 
 
 def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
@@ -217,14 +232,25 @@ def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
                               f"({cluster.source}) times the DATASHEET_* efficiencies in cost/profile.py"})
 
 
-def profile_from_dict(data: dict, *, where: str = "profile") -> CalibrationProfile:
-    """Parse the YAML layout above; unknown or missing keys give one-line ConfigErrors."""
+def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | None = None) -> CalibrationProfile:
+    """Parse the YAML layout above; unknown or missing keys give one-line ConfigErrors.
+
+    ``op_times`` is read relative to ``base_dir`` (the profile file's folder), else the working folder.
+    """
     from echo_tune.config.loading import check_keys
 
     check_keys(data, ("version", "name", "measured", "gpu", "measured_on", "provenance", "compute", "comm",
-                      "interference"), where)
+                      "interference", "op_times"), where)
     version = data.get("version", PROFILE_VERSION)
     require(version == PROFILE_VERSION, f"{where}: `version == {PROFILE_VERSION}` must hold, but got (version={version})")
+    db = data.get("op_times")
+    require(db is None or isinstance(db, str), f"{where}: `op_times` must be a file path, but got (op_times={db!r})")
+    op_times = None
+    if db is not None:
+        from echo_tune.optime.db import load_op_times
+
+        path = Path(db) if Path(db).is_absolute() or base_dir is None else base_dir / db
+        op_times = load_op_times(path, str(data.get("gpu", "")))
     try:
         comm = {scope: {name: LinkCoefficients(**coeffs) for name, coeffs in table.items()}
                 for scope, table in (data.get("comm") or {}).items()}
@@ -232,6 +258,7 @@ def profile_from_dict(data: dict, *, where: str = "profile") -> CalibrationProfi
                                   measured=bool(data.get("measured", False)), comm=comm,
                                   provenance=data.get("provenance") or {}, version=version,
                                   measured_on=data.get("measured_on") or {},
+                                  op_times_db=db, op_times=op_times,
                                   **(data.get("compute") or {}), **(data.get("interference") or {}))
     except (TypeError, AttributeError) as exc:
         raise ConfigError(f"{where}: bad profile contents: {exc}") from None
@@ -241,7 +268,7 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     from echo_tune.config.loading import read_yaml
 
     path = Path(path)
-    return profile_from_dict(read_yaml(path, "profile"), where=f"profile {str(path)!r}")
+    return profile_from_dict(read_yaml(path, "profile"), where=f"profile {str(path)!r}", base_dir=path.parent)
 
 
 def save_profile(profile: CalibrationProfile, path: str | Path) -> None:

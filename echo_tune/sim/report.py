@@ -40,6 +40,9 @@ class StepReport:
     config: dict
     profile: str
     notes: tuple[str, ...] = ()
+    measured_compute_share: float | None = None
+    """Share of the critical stage's compute time taken from measured op times (``echo-tune profile``);
+    None when the profile has no op-time database."""
     timeline: list = field(default_factory=list, repr=False, compare=False)
     """With ``simulate(..., timeline=True)``: spans (stage, name, category, start_s, end_s)."""
 
@@ -76,5 +79,6 @@ class StepReport:
             "stage_memory_bytes": [dict(dataclasses.asdict(m), total_bytes=m.total_bytes) for m in self.stage_memory],
             "config": dict(self.config),
             "profile": self.profile,
+            "measured_compute_share": self.measured_compute_share,
             "notes": list(self.notes),
         }

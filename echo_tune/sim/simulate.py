@@ -18,6 +18,7 @@ from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.fp8 import amax_reduction_s
 from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
+from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
@@ -107,6 +108,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     layout = check_compatible(model, cluster, num_gpus, parallel)
     profile = profile or profile_for_cluster(cluster)  # built once per cluster, not per layout
     check_profile_device(profile, cluster)
+    check_op_times_device(profile, cluster)
     schedule = schedule or layout.schedule
     require_choice("schedule", schedule, SCHEDULES)
     if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
@@ -154,7 +156,17 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "effective_recompute_method": layout.recompute_method,
               "effective_recompute_num_layers": layout.recompute_num_layers,
               "model_spec": dict(_model_spec(model))}
+    share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision)
+    notes = moe_notes(model, layout)
+    if share is not None:
+        notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
+                  f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
+                  f"efficiency surface",)
+    if memory_headroom_bytes:
+        notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
+                  f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",)
     return StepReport(
+        measured_compute_share=share, notes=notes,
         step_time_s=step_time, breakdown_s=parts,
         tokens_per_s=parallel.global_batch_size * model.seq_length / step_time,
         model_flops_per_step=flops, model_tflops_per_gpu=flops / step_time / num_gpus / 1e12,
@@ -163,9 +175,6 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
-        notes=moe_notes(model, layout) + ((f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less "
-                                           f"a {memory_headroom_bytes / 2**30:.1f} GiB headroom",)
-                                          if memory_headroom_bytes else ()),
         timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
 
 

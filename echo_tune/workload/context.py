@@ -72,9 +72,15 @@ def tag_backward(outputs: Any, name: str) -> None:
 
 
 def in_region(name: str, fn: Callable, *args: Any) -> Any:
-    """Run ``fn(*args)`` with forward region ``name`` and tag its backward nodes with it."""
+    """Run ``fn(*args)`` with forward region ``name`` and tag its backward nodes with it.
+
+    An active object with a ``run_region`` method runs the region itself (``emulate`` checkpoints the
+    core-attention region there for selective recompute)."""
     if _ACTIVE is None:
         return fn(*args)
+    run_region = getattr(_ACTIVE, "run_region", None)
+    if run_region is not None:
+        return run_region(name, fn, *args)
     previous, _ACTIVE.region = _ACTIVE.region, name
     try:
         out = fn(*args)

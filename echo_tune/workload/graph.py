@@ -43,6 +43,9 @@ class Op:
     """For collective: one of GROUPS."""
     size_bytes: int = 0
     """For collective: message size in nccl-tests' convention (see COLLECTIVES above)."""
+    key: str = ""
+    """For compute ops: the op and its arguments' shapes, strides and dtypes (``workload/opkey.py``),
+    under which ``echo-tune profile`` stores a measured time; empty for collectives."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,6 +36,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.workload import context, heads, layers
 from echo_tune.workload.graph import Op, Trace
 from echo_tune.workload.kernels import ATTENTION_FLOPS
+from echo_tune.workload.opkey import op_key
 
 aten = torch.ops.aten
 GEMMS = (aten.mm, aten.addmm, aten.bmm, aten.baddbmm)
@@ -83,7 +84,7 @@ def describe(func, args, kwargs, out, *, phase: str, region: str) -> Op | None:
         nbytes += sum(map(_nbytes, outputs)) - _nbytes(args[0])
     if nbytes == 0:
         return None
-    common = dict(name=str(packet), phase=phase, region=region, bytes=float(nbytes))
+    common = dict(name=str(packet), phase=phase, region=region, bytes=float(nbytes), key=op_key(func, args, kwargs))
     if packet in GEMMS:
         flops = flop_registry[packet](*args, **kwargs, out_val=out)
         return Op(kind="gemm", flops=float(flops), gemm_mnk=_gemm_mnk(packet, args), **common)

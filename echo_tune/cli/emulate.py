@@ -1,0 +1,75 @@
+"""``echo-tune emulate``: run one pipeline stage of a layout for real, next to the simulator's prediction."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from echo_tune.cli.common import add_layout_arguments, human_time, print_json, specs_from_args
+from echo_tune.config.loading import load_cluster
+from echo_tune.errors import ConfigError
+
+PART_NAMES = {"compute": "compute (kernels + host)", "tp_cp_comm": "TP/CP collectives (modelled waits)",
+              "interference": "interference", "pp_wait": "waiting on neighbour stages (bubble + p2p)",
+              "pipeline": "pipeline phase (end of last task)", "tail": "DP reduction + optimizer (modelled)",
+              "stage_step": "stage step"}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "emulate", help="run one pipeline stage of a layout for real, with modelled communication",
+        description="Build one pipeline stage's real sharded modules, run its micro-batches in Megatron's order "
+                    "on this device with every collective and p2p transfer replaced by its modelled wait, and "
+                    "compare with the simulator part by part.")
+    parser.add_argument("--model", help="model preset or YAML file")
+    parser.add_argument("--cluster", required=True, help="cluster preset or YAML file")
+    parser.add_argument("--num-gpus", type=int, required=True, help="GPUs in the run")
+    parser.add_argument("--stage", type=int, default=0, help="pipeline stage to run (default 0)")
+    parser.add_argument("--profile", help="calibration profile YAML (overrides the cluster's), e.g. the one "
+                                          "`echo-tune profile` wrote")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of the stage (median reported)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="where to run (default: cuda when present)")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads on CPU")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_layout_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from echo_tune.cost.profile import load_profile
+    from echo_tune.emulate.run import emulate
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"`threads >= 1` must hold, but got (threads={args.threads})")
+        torch.set_num_threads(args.threads)
+    if args.repeats < 1:
+        raise ConfigError(f"`repeats >= 1` must hold, but got (repeats={args.repeats})")
+    model, parallel, notes = specs_from_args(args)
+    cluster = load_cluster(args.cluster)
+    profile = load_profile(args.profile) if args.profile else None
+    result = emulate(model, cluster, args.num_gpus, parallel, stage=args.stage, profile=profile,
+                     device=args.device, repeats=args.repeats)
+    if args.json:
+        data = result.to_dict()
+        data["notes"] += notes
+        print_json(data)
+        return 0
+    console = Console()
+    console.print(f"[bold]stage {result.stage} of {model.name} on {result.device}[/bold] "
+                  f"(median of {result.repeats} runs)")
+    table = Table(show_header=True)
+    for col in ("part", "simulated", "emulated", "difference"):
+        table.add_column(col, justify="left" if col == "part" else "right")
+    for key, label in PART_NAMES.items():
+        sim, emu = result.simulated[key], result.emulated[key]
+        diff = f"{100 * (emu / sim - 1):+.1f}%" if sim > 0 else "-"
+        table.add_row(label, human_time(sim), human_time(emu), diff)
+    console.print(table)
+    for note in [*result.notes, *notes]:
+        console.print(f"[dim]note: {note}[/dim]")
+    return 0

@@ -1,0 +1,134 @@
+"""``echo-tune profile``: time the distinct ops of a search space (or one layout) on this device."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from echo_tune.cli.common import add_layout_arguments, human_time, print_json, specs_from_args
+from echo_tune.config.loading import load_cluster
+from echo_tune.errors import ConfigError
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "profile", help="measure the ops of a search space or layout on this device (op-time database)",
+        description="Collect the distinct ops the simulator needs for a search space, the candidates of a rank "
+                    "file, or one layout given by Megatron flags, time each with real tensors on this device "
+                    "(CUDA when present), and store them in an op-time database; an interrupted run resumes "
+                    "where it stopped. Also writes a calibration profile that points at the database.")
+    parser.add_argument("space", nargs="?", metavar="FILE",
+                        help="search-space or rank-file YAML (else one layout from --model and the flags)")
+    parser.add_argument("--model", help="model preset or YAML file (with layout flags)")
+    parser.add_argument("--cluster", help="cluster preset or YAML file (with layout flags)")
+    parser.add_argument("--num-gpus", type=int, help="GPUs in the run (with layout flags)")
+    parser.add_argument("--db", help="op-time database (default calibration/<cluster>/optime.sqlite)")
+    parser.add_argument("--write-profile", metavar="YAML",
+                        help="calibration profile to write, pointing at the database (default "
+                             "calibration/<cluster>/profile-optime.yaml)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="where to measure (default: cuda when present)")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads on CPU (part of the device's name)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_layout_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def _targets(args) -> list[tuple]:
+    """[(model, cluster, num_gpus, [layouts])]: from a search space, a rank file, or the flags."""
+    if args.space:
+        given = [flag for flag, value in (("--model", args.model), ("--cluster", args.cluster),
+                                          ("--num-gpus", args.num_gpus), ("--megatron-args", args.megatron_args))
+                 if value is not None]
+        if given:
+            raise ConfigError(f"a search-space or rank file fixes the model, cluster and layouts, but got "
+                              f"{' '.join(given)} too; drop them or drop the file")
+        return _file_targets(Path(args.space))
+    if not args.cluster or args.num_gpus is None:
+        raise ConfigError("profile needs a search-space or rank file, or --cluster, --num-gpus and the layout "
+                          "flags (--model, --global-batch-size, ...); add them")
+    model, parallel, _notes = specs_from_args(args)
+    return [(model, load_cluster(args.cluster), args.num_gpus, [parallel])]
+
+
+def _file_targets(path: Path) -> list[tuple]:
+    from echo_tune.config.loading import read_yaml
+
+    if "candidates" in read_yaml(path, "search-space or rank"):
+        from echo_tune.search.rank import load_rank_file
+
+        groups: dict[tuple, tuple] = {}
+        for c in load_rank_file(path)[0]:
+            group = groups.setdefault((c.model, c.cluster.name, c.num_gpus), (c.model, c.cluster, c.num_gpus, []))
+            group[3].append(c.parallel)
+        gpus = sorted({g[1].gpu.name for g in groups.values()})
+        if len(gpus) > 1:
+            raise ConfigError(f"one device measures for one GPU type, but rank file {str(path)!r} names {gpus}; "
+                              f"profile the candidates of each GPU type from their own file")
+        return list(groups.values())
+    from echo_tune.optime.collect import space_layouts
+
+    model, cluster, by_gpus = space_layouts(path)
+    return [(model, cluster, n, layouts) for n, layouts in sorted(by_gpus.items())]
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from echo_tune.cost.profile import profile_for, save_profile
+    from echo_tune.optime.db import OpTimeDB
+    from echo_tune.optime.device import local_device, serves
+    from echo_tune.optime.profiler import profile_layouts
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"`threads >= 1` must hold, but got (threads={args.threads})")
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for, but torch sees no CUDA device; drop --device or use cpu")
+    targets = _targets(args)
+    cluster = targets[0][1]
+    device, info = local_device(args.device)
+    folder = Path("calibration") / cluster.name
+    db_path = Path(args.db) if args.db else folder / "optime.sqlite"
+    notes = []
+    if not serves(info.name, info.kind, cluster.gpu.name):
+        notes.append(f"measuring on {info.name!r}, which is not cluster {cluster.name!r}'s GPU {cluster.gpu.name!r}: "
+                     f"the simulator will refuse these times for that cluster")
+
+    def progress(i, n, op, m):
+        if not args.quiet:
+            sys.stderr.write(f"[{i}/{n}] {op.name:<40} {human_time(m.time_s):>10}  (spread {m.spread:.0%})\n")
+
+    results = []
+    with OpTimeDB(db_path) as db:
+        for model, group_cluster, num_gpus, layouts in targets:
+            results.append(profile_layouts(model, group_cluster, num_gpus, layouts, db, device, info,
+                                           progress=progress))
+    profile_path = Path(args.write_profile) if args.write_profile else folder / "profile-optime.yaml"
+    base = profile_for(cluster)
+    relative = _relative(db_path, profile_path.parent)
+    save_profile(dataclasses.replace(base, gpu=cluster.gpu.name, op_times_db=str(relative), op_times=None),
+                 profile_path)
+    summary = {"device": info.name, "torch_version": info.torch_version, "cuda_version": info.cuda_version,
+               "db": str(db_path), "profile": str(profile_path),
+               "ops": sum(r.total for r in results), "already_measured": sum(r.already for r in results),
+               "measured": sum(r.measured for r in results),
+               "host_overhead_s": results[-1].host_overhead_s if results else None, "notes": notes}
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"{summary['measured']} ops measured, {summary['already_measured']} already in {db_path} "
+              f"({summary['ops']} distinct ops) on {info.name}")
+        print(f"profile written: {profile_path} (pass it as --profile, or point the cluster's `profile:` at it)")
+        for note in notes:
+            print(f"note: {note}")
+    return 0
+
+
+def _relative(target: Path, start: Path) -> Path:
+    import os
+
+    return Path(os.path.relpath(target.resolve(), start.resolve()))

@@ -1,0 +1,80 @@
+"""The simulator's view of one stage: its parts, and when its neighbours' tasks end (the p2p waits).
+
+Everything comes from ``simulate`` itself (its timeline, with ``timeline=True``) and from the same
+pass costs (``sim.passes.pass_costs``, ``simulate._chunk_passes``), so emulate compares against exactly
+what ``simulate`` reports. "compute" includes recompute (``simulate`` reports it as its own part).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.compatibility import Layout
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
+from echo_tune.sim.passes import pass_costs, trace_pieces
+from echo_tune.sim.report import StepReport
+from echo_tune.sim.simulate import _chunk_passes, _p2p_time_s, simulate
+
+_TASK = re.compile(r"^([FB])(\d+)(?:\.(\d+))?$")
+
+TaskKey = tuple[int, bool, int, int]
+"""(stage, is_backward, micro_batch, chunk)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagePrediction:
+    stage: int
+    report: StepReport
+    task_end_s: dict[TaskKey, float]
+    """Simulated end of every task of every stage."""
+    p2p_s: float
+    """Simulated time of one p2p transfer between neighbouring stages."""
+    forward: list[PhaseCost]
+    """Per chunk: one micro-batch's forward pass on this stage."""
+    backward: list[PhaseCost]
+    """Per chunk: one micro-batch's backward pass, with its recompute (full or selective)."""
+    pipeline_end_s: float
+    """End of the stage's last task."""
+    tail_s: float
+    """After it: exposed DP communication, its interference and the optimizer step."""
+
+    def parts(self, num_micro_batches: int) -> dict[str, float]:
+        """The stage's step as parts, named as ``emulate`` reports them."""
+        total = sum(self.forward + self.backward, ZERO).scaled(num_micro_batches)
+        busy = total.total_s
+        return {"compute": total.compute_s, "tp_cp_comm": total.comm_exposed_s, "interference": total.interference_s,
+                "pp_wait": max(0.0, self.pipeline_end_s - busy), "pipeline": self.pipeline_end_s,
+                "tail": self.tail_s, "stage_step": self.pipeline_end_s + self.tail_s}
+
+
+def task_end_times(report: StepReport) -> dict[TaskKey, float]:
+    """(stage, is_backward, micro_batch, chunk) -> end, from a simulate(..., timeline=True) report."""
+    ends: dict[TaskKey, float] = {}
+    for stage, name, category, _start, end in report.timeline:
+        match = _TASK.match(name)
+        if match and category in ("forward", "backward"):
+            ends[(stage, match[1] == "B", int(match[2]), int(match[3] or 0))] = end
+    return ends
+
+
+def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, layout: Layout,
+                  profile: CalibrationProfile, stage: int) -> StagePrediction:
+    report = simulate(model, cluster, num_gpus, parallel, profile=profile, timeline=True)
+    pieces = trace_pieces(model, parallel, layout)
+    ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
+                      tp_comm_overlap=parallel.tp_comm_overlap)
+    costs = pass_costs(pieces, ctx)
+    passes = [_chunk_passes(layout, costs, stage, c) for c in range(layout.virtual_pipeline_size)]
+    forward = [f for f, _, _ in passes]
+    backward = [b + r for _, b, r in passes]  # recompute runs inside the backward pass
+    ends = task_end_times(report)
+    pipeline_end = max(end for (s, *_), end in ends.items() if s == stage)
+    stage_end = max(end for s, *_, end in report.timeline if s == stage)
+    return StagePrediction(stage=stage, report=report, task_end_s=ends, p2p_s=_p2p_time_s(pieces, layout, profile),
+                           forward=forward, backward=backward, pipeline_end_s=pipeline_end,
+                           tail_s=stage_end - pipeline_end)

@@ -1,0 +1,202 @@
+"""Run one pipeline stage for real, with the network and the other stages replaced by modelled waits.
+
+The stage runs its micro-batches in Megatron's task order for that stage (``sim.schedules.stage_order``).
+- TP/CP collectives: the layer code calls ``context.record_collective`` where each one happens; the
+  ``Waiter`` made active here waits the modelled duration (``cost.comm.collective_time_s``) inline.
+- p2p: a forward waits until the previous stage's forward of the same micro-batch ended *in the
+  simulation* plus one p2p transfer (a backward: the next stage's backward), as NeuronaBox replaces
+  the other ranks by their modelled behaviour.
+- Activation recompute runs as Megatron checkpoints: full recompute per layer group (``build.py``),
+  selective recompute of the core-attention region (``Waiter.run_region``).
+- The step tail (DP gradient reduction, optimizer step) is not run: the simulator's value is added.
+Parameter gradients are dropped after each backward instead of accumulated: Megatron's gradient
+accumulation fusion (``--gradient-accumulation-fusion``, on by default) writes them into the fp32
+main grad inside the weight-gradient GEMM, so there is no separate accumulation kernel to time.
+
+Times and waits go through the clock of ``emulate/clock.py``: on CUDA the host clock with a synchronize
+around every task and wait (the GPU idles during a wait, as it would on the collective); on a CPU with
+one intra-op thread the thread's CPU time, on which a wait simply advances the clock. Denormal floats
+are flushed to zero while the stage runs (GPUs do not slow down on them; x86 CPUs do, by up to 100x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.compatibility import check_compatible
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.profile import CalibrationProfile, profile_for
+from echo_tune.emulate.clock import clock_for
+from echo_tune.emulate.build import Stage, build_stage, chunk_forward
+from echo_tune.emulate.predict import StagePrediction, predict_stage
+from echo_tune.errors import ConfigError
+from echo_tune.sim.schedules import stage_order
+from echo_tune.workload import context
+
+
+class _TagNothing:
+    """``context.tag_backward`` skips nodes already in ``tagged_nodes``; claiming all keeps region
+    tagging (a tracing aid) from adding Python work to the emulated step."""
+
+    def __contains__(self, _node) -> bool:
+        return True
+
+
+class Waiter:
+    """The active 'recorder' during emulation: each collective becomes a wait of its modelled time."""
+
+    def __init__(self, groups, profile: CalibrationProfile, clock) -> None:
+        self.groups, self.profile, self.clock = groups, profile, clock
+        self.region = ""
+        self.tagged_nodes = _TagNothing()
+        self.waited_s = 0.0
+        self._durations: dict[tuple[str, str, int], float] = {}
+
+    selective_recompute = False
+    """Megatron's selective recompute: the core-attention region is checkpointed (recomputed in backward)."""
+
+    def run_region(self, name: str, fn, *args):
+        if self.selective_recompute and name == "core_attention":
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
+    def add_collective(self, name: str, group: str, size_bytes: int) -> None:
+        key = (name, group, size_bytes)
+        if key not in self._durations:  # the warm-up run fills this: timed runs pay a dict lookup only
+            self._durations[key] = collective_time_s(name, size_bytes, self.groups[group], self.profile)
+        duration = self._durations[key]
+        self.clock.wait(duration)
+        self.waited_s += duration
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatedRun:
+    parts: dict[str, float]
+    """compute, tp_cp_comm, pp_wait, pipeline (end of the last task), tail (modelled), stage_step."""
+    order: list[tuple[bool, int, int]]
+    """The tasks as run: (is_backward, micro_batch, chunk)."""
+    task_compute_s: list[float]
+
+
+def _refuse_unmodelled(parallel: ParallelConfig, layout) -> None:
+    if parallel.tp_comm_overlap:
+        raise ConfigError("emulate waits for TP collectives inline and cannot overlap them, but got "
+                          "(tp_comm_overlap=True); drop --tp-comm-overlap to emulate this stage")
+
+
+def _dependency(task, stage: int, p: int, v: int):
+    backward, mb, c = task
+    if not backward:
+        return (stage - 1, False, mb, c) if stage > 0 else ((p - 1, False, mb, c - 1) if c > 0 else None)
+    return (stage + 1, True, mb, c) if stage < p - 1 else ((0, True, mb, c + 1) if c < v - 1 else None)
+
+
+def run_stage_once(stage: Stage, prediction: StagePrediction, order, waiter: Waiter, p: int, v: int) -> EmulatedRun:
+    live: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
+    compute, task_compute, pp_wait = 0.0, [], 0.0
+    waiter.waited_s = 0.0
+    clock = waiter.clock
+    origin = clock.now()
+    for task in order:
+        backward, mb, c = task
+        dep = _dependency(task, prediction.stage, p, v)
+        if dep is not None:
+            ready = origin + prediction.task_end_s[dep] + prediction.p2p_s
+            now = clock.now()
+            if now < ready:
+                pp_wait += ready - now
+                clock.wait_until(ready)
+        waited_before = waiter.waited_s
+        begin = clock.now()
+        if not backward:
+            x = None if dep is None and stage.chunks[c].embedding else stage.received.detach().requires_grad_(True)
+            live[(mb, c)] = (x, chunk_forward(stage, c, x))
+        else:
+            _x, out = live.pop((mb, c))
+            if out.dim() == 0:
+                out.backward()
+            else:
+                out.backward(stage.received_grad)
+        spent = clock.now() - begin - (waiter.waited_s - waited_before)
+        if backward:
+            for param in stage.params:
+                param.grad = None
+        compute += spent
+        task_compute.append(spent)
+    pipeline = clock.now() - origin
+    parts = {"compute": compute, "tp_cp_comm": waiter.waited_s, "interference": 0.0, "pp_wait": pp_wait,
+             "pipeline": pipeline, "tail": prediction.tail_s, "stage_step": pipeline + prediction.tail_s}
+    return EmulatedRun(parts=parts, order=list(order), task_compute_s=task_compute)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulateResult:
+    stage: int
+    device: str
+    repeats: int
+    emulated: dict[str, float]
+    """The median run's parts (by stage step)."""
+    simulated: dict[str, float]
+    runs_stage_step_s: list[float]
+    order: list[tuple[bool, int, int]]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def error(self) -> float:
+        """(emulated - simulated) / simulated of the stage step."""
+        return self.emulated["stage_step"] / self.simulated["stage_step"] - 1.0
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "device": self.device, "repeats": self.repeats,
+                "emulated_s": self.emulated, "simulated_s": self.simulated, "stage_step_error": self.error,
+                "runs_stage_step_s": self.runs_stage_step_s,
+                "task_order": [("B" if b else "F") + f"{mb}" + (f".{c}" if c else "") for b, mb, c in self.order],
+                "notes": list(self.notes)}
+
+
+def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *, stage: int = 0,
+            profile: CalibrationProfile | None = None, device: str | None = None, repeats: int = 3,
+            warmup: int = 1, seed: int = 0) -> EmulateResult:
+    """Emulate pipeline stage ``stage`` of a layout ``repeats`` times (after ``warmup`` runs)."""
+    layout = check_compatible(model, cluster, num_gpus, parallel)
+    _refuse_unmodelled(parallel, layout)
+    p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
+    if not 0 <= stage < p:
+        raise ConfigError(f"`0 <= stage < pipeline_model_parallel_size` must hold, but got (stage={stage}, "
+                          f"pipeline_model_parallel_size={p})")
+    profile = profile or profile_for(cluster)
+    prediction = predict_stage(model, cluster, num_gpus, parallel, layout, profile, stage)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    clock = clock_for(device)
+    built = build_stage(model, parallel, layout, stage, device, seed)
+    order = stage_order(prediction.report.config["pipeline_schedule"], stage, p, m, v)
+    waiter = Waiter(layout.groups, profile, clock)
+    waiter.selective_recompute = layout.recompute_granularity == "selective"
+    runs = []
+    flush = torch.set_flush_denormal(True)
+    try:
+        with context.activate(waiter):
+            for i in range(warmup + repeats):
+                run = run_stage_once(built, prediction, order, waiter, p, v)
+                if i >= warmup:
+                    runs.append(run)
+    finally:
+        if flush:
+            torch.set_flush_denormal(False)
+    steps = [r.parts["stage_step"] for r in runs]
+    median = sorted(runs, key=lambda r: r.parts["stage_step"])[len(runs) // 2]
+    notes = [f"clock: {clock.kind}",
+             "the step tail (DP gradient reduction, optimizer) is the simulator's value, not run"]
+    if layout.groups["cp"].size > 1:
+        notes.append("CP ring exchanges are waited inline; the simulator overlaps them with attention")
+    from echo_tune.optime.device import local_device
+
+    return EmulateResult(stage=stage, device=local_device("cuda" if device.startswith("cuda") else "cpu")[1].name,
+                         repeats=repeats, emulated=median.parts, simulated=prediction.parts(m),
+                         runs_stage_step_s=steps, order=median.order, notes=tuple(notes))

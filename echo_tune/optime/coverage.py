@@ -1,0 +1,52 @@
+"""How much of a simulated step's compute time came from measured op times, and the device rule."""
+
+from __future__ import annotations
+
+from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.compatibility import Layout
+from echo_tune.cost.compute import is_measured, op_time_s
+from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.errors import ConfigError
+from echo_tune.optime.device import serves
+from echo_tune.workload.graph import Op, Trace
+
+
+def check_op_times_device(profile: CalibrationProfile, cluster: ClusterSpec) -> None:
+    """Refuse (one line) a profile whose op-time database was measured on another device than the cluster's."""
+    times = profile.op_times
+    if times is not None and not serves(times.device, times.kind, cluster.gpu.name):
+        raise ConfigError(f"op-time database {times.path!r} was measured on {times.device!r}, not on cluster "
+                          f"{cluster.name!r}'s GPU {cluster.gpu.name!r}; run `echo-tune profile` on that GPU or "
+                          f"use a profile without `op_times`")
+
+
+def _stage_ops(pieces: dict[str, Trace], layout: Layout, stage: int) -> list[tuple[Op, float]]:
+    """(op, how many times the stage runs it per micro-batch), recompute included."""
+    p = len(layout.stage_chunk_layers)
+    layers = sum(layout.stage_chunk_layers[stage])
+    layer = pieces["layer"]
+    weighted = [(op, layers) for op in layer.forward + layer.backward]
+    if layout.recompute_granularity == "full":
+        replayed = layers if layout.recompute_method != "block" else sum(
+            min(n, layout.recompute_num_layers) for n in layout.stage_chunk_layers[stage])
+        weighted += [(op, replayed) for op in layer.forward]
+    elif layout.recompute_granularity == "selective":
+        weighted += [(op, layers) for op in layer.forward if op.region == "core_attention"]
+    for piece, at in (("embedding", 0), ("output", p - 1)):
+        if stage == at:
+            weighted += [(op, 1) for op in pieces[piece].forward + pieces[piece].backward]
+    return [(op, n) for op, n in weighted if op.kind != "collective" and n > 0]
+
+
+def measured_compute_share(pieces: dict[str, Trace], layout: Layout, stage: int, profile: CalibrationProfile,
+                           cluster: ClusterSpec, precision: str) -> float | None:
+    """Share of the stage's compute time whose ops were measured; None without an op-time database."""
+    if profile.op_times is None:
+        return None
+    total = measured = 0.0
+    for op, n in _stage_ops(pieces, layout, stage):
+        t = n * op_time_s(op, profile, cluster.gpu, precision)
+        total += t
+        if is_measured(op, profile):
+            measured += t
+    return measured / total if total > 0 else 0.0
