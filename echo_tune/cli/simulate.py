@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         data["notes"] = list(report.notes) + notes
         print_json(data)
     else:
-        print_report(report, list(report.notes) + notes)
+        print_report(report, notes)
     return 0
 
 
