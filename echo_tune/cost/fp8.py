@@ -6,6 +6,21 @@ inside ``fp8_autocast``. Core attention (``fp8_dot_product_attention`` is off by
 softmax, the embedding and the output layer stay in bf16 (``fp8_output_proj`` is off by default and
 MXFP8-only). In the traced layer those GEMMs are the ``gemm`` ops of the regions in ``FP8_REGIONS``.
 
+MoE layers (megatron/core/transformer/moe/ at d98e8a64ddf3): the routed experts are TE linear layers
+too (``TEGroupedMLP``'s ``TEColumnParallelGroupedLinear`` / ``TERowParallelGroupedLinear`` with
+``--moe-grouped-gemm``, else ``SequentialMLP`` of TE-linear MLPs; experts.py pads each expert's tokens
+to the FP8 alignment under ``config.fp8``), and so is the shared expert (``SharedExpertMLP`` is an MLP of
+TE linears); they run in FP8, with the same per-tensor casts as the dense linears. The router is a plain
+``torch`` linear (router.py: ``router_gating_linear``, in ``--moe-router-dtype`` or bf16): not FP8. The
+dispatch and combine (all-to-all over EP, all-gather / reduce-scatter over ETP) are explicit
+collectives of the token dispatcher on bf16 hidden states: TE's own communication is switched off for
+expert linears (``explicit_expert_comm`` in transformer_engine.py), and the FP8 (MXFP8) dispatch of
+``--moe-dispatch-fwd-dtype`` exists only for the ``ncclep`` flex backend, default bf16
+(transformer_config.py). The shared expert's sequence-parallel all-gather is TE's, so FP8 like the
+dense fc1's. Userbuffer TP overlap is off for expert linears (``is_expert`` disables ``ub_overlap_*``)
+and is not modelled for the shared expert: ``TP_OVERLAP_REGIONS`` stays the dense layer's.
+Assumed: the FP8 alignment padding of each expert's tokens (16 rows) is negligible next to the rows.
+
 Time of an FP8 GEMM: its FLOPs at the GPU's dense FP8 peak times the profile's
 ``fp8_gemm_max_efficiency`` and the same size saturation as bf16 GEMMs; its operands are one byte.
 
@@ -44,8 +59,17 @@ from echo_tune.cost.compute import gemm_efficiency
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.workload.graph import Op, Trace
 
-FP8_REGIONS = ("qkv", "attention_proj", "mlp")
-"""Traced regions whose GEMMs are TE linear layers (run in FP8 under --fp8-format)."""
+FP8_REGIONS = ("qkv", "attention_proj", "mlp", "moe/experts", "moe/shared")
+"""Where TE linear layers' GEMMs are traced, "region" or "region/subregion" (FP8 under --fp8-format)."""
+TP_OVERLAP_REGIONS = ("qkv", "attention_proj", "mlp")
+"""The dense layer's TE linears, whose TP collectives userbuffer overlap (--tp-comm-overlap) pairs."""
+SP_GATHERED_REGIONS = ("qkv", "mlp", "moe/shared")
+"""FP8 linear layers whose first GEMM gathers its input over TP under sequence parallelism."""
+
+
+def where(op: Op) -> str:
+    """The op's "region" or "region/subregion", as FP8_REGIONS names them."""
+    return f"{op.region}/{op.subregion}" if op.subregion else op.region
 
 CAST_BYTES_PER_ELEMENT = {
     "delayed": 4.0,
@@ -57,7 +81,7 @@ CAST_BYTES_PER_ELEMENT = {
 
 
 def is_fp8_gemm(op: Op) -> bool:
-    return op.kind == "gemm" and op.region in FP8_REGIONS
+    return op.kind == "gemm" and where(op) in FP8_REGIONS
 
 
 def fp8_gemm_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec) -> float:
@@ -83,7 +107,7 @@ def fp8_cast_s(op: Op, recipe: str, profile: CalibrationProfile) -> float:
 
 def fp8_collective_bytes(op: Op) -> float:
     """Message size of a TP collective under FP8: all-gathers of an FP8 linear layer move 1-byte data."""
-    if op.collective == "all_gather" and op.region in FP8_REGIONS:
+    if op.collective == "all_gather" and where(op) in FP8_REGIONS:
         return op.size_bytes / 2
     return op.size_bytes
 
@@ -96,16 +120,21 @@ def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, 
         if not is_fp8_gemm(op):
             continue
         m, _, k = op.gemm_mnk
-        gathered = sequence_parallel and op.region in ("qkv", "mlp") and _is_first_in_region(layer, op)
+        gathered = sequence_parallel and where(op) in SP_GATHERED_REGIONS and _is_first_in_region(layer, op)
         saved += m * k / (tensor_model_parallel_size if gathered else 1)
     return saved
 
 
 def _is_first_in_region(layer: Trace, target: Op) -> bool:
     for op in layer.forward:
-        if op.kind == "gemm" and op.region == target.region:
+        if op.kind == "gemm" and where(op) == where(target):
             return op is target
     return False
+
+
+def fp8_linear_param_count(layer: Trace) -> int:
+    """Weights of the layer's FP8 linear layers (what TE keeps FP8 copies of); the router's excluded."""
+    return sum(n for place, n in layer.linear_param_counts.items() if place in FP8_REGIONS)
 
 
 AMAX_TENSORS_PER_LAYER = 4 * 3
