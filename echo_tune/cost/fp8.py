@@ -5,6 +5,9 @@ which Megatron builds from TE modules (megatron/core/extensions/transformer_engi
 inside ``fp8_autocast``. Core attention (``fp8_dot_product_attention`` is off by default), norms,
 softmax, the embedding and the output layer stay in bf16 (``fp8_output_proj`` is off by default and
 MXFP8-only). In the traced layer those GEMMs are the ``gemm`` ops of the regions in ``FP8_REGIONS``.
+Multi-latent attention's projections are TE linears too (the fused down projection is traced in "qkv",
+the up projections in "mla_up_proj"; megatron/core/models/gpt/gpt_layer_specs.py builds them from TE
+modules).
 
 MoE layers (megatron/core/transformer/moe/ at d98e8a64ddf3): the routed experts are TE linear layers
 too (``TEGroupedMLP``'s ``TEColumnParallelGroupedLinear`` / ``TERowParallelGroupedLinear`` with
@@ -59,12 +62,10 @@ from echo_tune.cost.compute import gemm_efficiency
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.workload.graph import Op, Trace
 
-FP8_REGIONS = ("qkv", "attention_proj", "mlp", "moe/experts", "moe/shared")
+FP8_REGIONS = ("qkv", "attention_proj", "mlp", "mla_up_proj", "moe/experts", "moe/shared")
 """Where TE linear layers' GEMMs are traced, "region" or "region/subregion" (FP8 under --fp8-format)."""
 TP_OVERLAP_REGIONS = ("qkv", "attention_proj", "mlp")
 """The dense layer's TE linears, whose TP collectives userbuffer overlap (--tp-comm-overlap) pairs."""
-SP_GATHERED_REGIONS = ("qkv", "mlp", "moe/shared")
-"""FP8 linear layers whose first GEMM gathers its input over TP under sequence parallelism."""
 
 
 def where(op: Op) -> str:
@@ -114,22 +115,16 @@ def fp8_collective_bytes(op: Op) -> float:
 
 def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, sequence_parallel: bool) -> float:
     """Bytes per micro-batch TE saves less than bf16: each FP8 linear layer keeps a 1-byte copy of its
-    input. Under sequence parallelism QKV and fc1 keep their local (un-gathered) input shard."""
-    saved = 0.0
+    input. A GEMM right after its TP all-gather (sequence parallelism) keeps the local, un-gathered shard."""
+    saved, previous = 0.0, None
     for op in layer.forward:
-        if not is_fp8_gemm(op):
-            continue
-        m, _, k = op.gemm_mnk
-        gathered = sequence_parallel and where(op) in SP_GATHERED_REGIONS and _is_first_in_region(layer, op)
-        saved += m * k / (tensor_model_parallel_size if gathered else 1)
+        if is_fp8_gemm(op):
+            m, _, k = op.gemm_mnk
+            gathered = sequence_parallel and previous is not None and previous.kind == "collective" \
+                and previous.collective == "all_gather" and previous.group == "tp"
+            saved += m * k / (tensor_model_parallel_size if gathered else 1)
+        previous = op
     return saved
-
-
-def _is_first_in_region(layer: Trace, target: Op) -> bool:
-    for op in layer.forward:
-        if op.kind == "gemm" and where(op) == where(target):
-            return op is target
-    return False
 
 
 def fp8_linear_param_count(layer: Trace) -> int:

@@ -228,6 +228,10 @@ def linear_param_counts(params: dict) -> dict[str, int]:
     for group, region in where.items():
         if group in params:
             counts[region] = counts.get(region, 0) + params[group]["weight"].numel()
+    for name, weight in params.get("mla", {}).items():  # down projection traced in "qkv", up ones apart
+        if not name.endswith("_norm"):
+            region = "qkv" if name == "down" else "mla_up_proj"
+            counts[region] = counts.get(region, 0) + weight.numel()
     for part, group in params.get("moe", {}).items():
         counts[f"moe/{part}"] = sum(t.numel() for t in _leaves(group))
     return counts

@@ -72,3 +72,17 @@ def test_fp8_moe_saves_activations_and_runs_faster():
 def test_where_names_region_and_subregion():
     t = moe_trace()
     assert {where(op) for op in t.forward if op.kind == "gemm"} >= {"qkv", "moe/router", "moe/experts"}
+
+
+def test_mla_projections_are_fp8_linears_with_their_weight_copies():
+    lite = et.load_model("deepseek-v2-lite")
+    parallel = et.ParallelConfig(tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=4,
+                                 micro_batch_size=1, global_batch_size=16, use_distributed_optimizer=True)
+    layout = check_compatible(lite, H100, 8, parallel)
+    layer = trace_pieces(lite, parallel, layout)["layer"]
+    up = [op for op in layer.forward + layer.backward if op.kind == "gemm" and op.region == "mla_up_proj"]
+    assert up and all(is_fp8_gemm(op) for op in up)
+    counts = layer.linear_param_counts
+    assert counts["mla_up_proj"] > 0 and counts["qkv"] > 0  # down projection (qkv) and up projections
+    norms = sum(t for k, t in counts.items() if "norm" in k)
+    assert norms == 0 and fp8_linear_param_count(layer) == sum(counts.values())

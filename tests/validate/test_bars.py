@@ -3,7 +3,7 @@ row's source file states). Datasheet profiles, nothing fitted to these rows.
 
 Two bars do not hold after honest modelling and are marked ``xfail(strict=True)``, so that a change that
 makes them hold fails here and gets the mark removed: the H100 rows are predicted too fast by ~10-15%
-(the dense rows' mean error is -11.6% with the sources' settings, every dgxc-benchmarking row negative), and
+(with the sources' settings the 17 dense dgxc-benchmarking rows average -11.5%, every one negative), and
 the Grok-1 rows with the alltoall dispatcher their source states follow that same offset."""
 
 from __future__ import annotations
