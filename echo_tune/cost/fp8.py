@@ -113,12 +113,14 @@ def fp8_collective_bytes(op: Op) -> float:
     return op.size_bytes
 
 
-def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, sequence_parallel: bool) -> float:
+def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, sequence_parallel: bool,
+                                 recomputed_regions: tuple[str, ...] = ()) -> float:
     """Bytes per micro-batch TE saves less than bf16: each FP8 linear layer keeps a 1-byte copy of its
-    input. A GEMM right after its TP all-gather (sequence parallelism) keeps the local, un-gathered shard."""
+    input. A GEMM right after its TP all-gather (sequence parallelism) keeps the local, un-gathered shard.
+    GEMMs of ``recomputed_regions`` (selective recompute) save nothing across the pass: no saving."""
     saved, previous = 0.0, None
     for op in layer.forward:
-        if is_fp8_gemm(op):
+        if is_fp8_gemm(op) and op.region not in recomputed_regions:
             m, _, k = op.gemm_mnk
             gathered = sequence_parallel and previous is not None and previous.kind == "collective" \
                 and previous.collective == "all_gather" and previous.group == "tp"

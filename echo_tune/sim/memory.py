@@ -123,21 +123,21 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
 
-    def fp8_saved(piece: str) -> float:  # FP8 linears (dense and MoE alike) save their inputs in FP8
-        if not parallel.fp8 or layout.recompute_granularity == "full":
-            return 0.0
-        return fp8_activation_savings_bytes(pieces[piece], parallel.tensor_model_parallel_size,
-                                            layout.sequence_parallel)
-
+    # FP8 linears (dense and MoE alike) save their inputs in FP8; not what full or selective recompute drops
+    recomputed = layout.recompute_regions if layout.recompute_granularity == "selective" else ()
+    fp8_saved = {piece: fp8_activation_savings_bytes(pieces[piece], parallel.tensor_model_parallel_size,
+                                                     layout.sequence_parallel, recomputed)
+                 if parallel.fp8 and layout.recompute_granularity != "full" and piece in pieces else 0.0
+                 for piece in ("layer", "moe_layer")}
     dense_layers = moe_layers = 0
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
         dense, moe = mix[chunk] if mix else (layers, 0)
         dense_layers, moe_layers = dense_layers + dense, moe_layers + moe
         kept, extra = layer_activation_bytes(pieces["layer"], layout, dense) if dense else (0.0, 0.0)
-        kept -= dense * fp8_saved("layer")
+        kept -= dense * fp8_saved["layer"]
         if moe:
             moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
-            kept, extra = kept + moe_kept - moe * fp8_saved("moe_layer"), max(extra, moe_extra)
+            kept, extra = kept + moe_kept - moe * fp8_saved["moe_layer"], max(extra, moe_extra)
         if stage == 0 and chunk == 0:
             kept += pieces["embedding"].activation_bytes
         if stage == p - 1 and chunk == v - 1:

@@ -86,3 +86,18 @@ def test_mla_projections_are_fp8_linears_with_their_weight_copies():
     assert counts["mla_up_proj"] > 0 and counts["qkv"] > 0  # down projection (qkv) and up projections
     norms = sum(t for k, t in counts.items() if "norm" in k)
     assert norms == 0 and fp8_linear_param_count(layer) == sum(counts.values())
+
+
+def test_fp8_savings_leave_out_what_selective_recompute_already_drops():
+    from echo_tune.cost.fp8 import fp8_activation_savings_bytes
+
+    t = moe_trace()
+    full = fp8_activation_savings_bytes(t, 2, True)
+    without_moe = fp8_activation_savings_bytes(t, 2, True, ("moe",))
+    expert_inputs = sum(op.gemm_mnk[0] * op.gemm_mnk[2] for op in t.forward
+                        if is_fp8_gemm(op) and op.subregion == "experts")
+    assert 0 < without_moe < full and full - without_moe >= expert_inputs
+    # under SP the QKV GEMM follows its TP all-gather: it saves the local shard, 1/TP of its input
+    qkv = next(op for op in t.forward if is_fp8_gemm(op) and op.region == "qkv")
+    only_qkv = fp8_activation_savings_bytes(t, 2, True, ("attention_proj", "mlp", "moe"))
+    assert only_qkv == qkv.gemm_mnk[0] * qkv.gemm_mnk[2] / 2
