@@ -135,10 +135,18 @@ def fp8_linear_param_count(layer: Trace) -> int:
 
 
 AMAX_TENSORS_PER_LAYER = 4 * 3
-"""FP8 tensors whose amax a layer records in forward: input, weight and output of its 4 linear layers."""
+"""FP8 tensors whose amax a dense layer records in forward: input, weight and output of its 4 linears."""
 
 
-def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationProfile, layers: int) -> float:
+def amax_tensors_per_layer(pieces: dict[str, Trace]) -> int:
+    """Input, weight and output of every FP8 linear of the larger layer (a MoE layer's local experts and
+    shared expert count, one TE linear per forward FP8 GEMM)."""
+    return max(3 * sum(1 for op in pieces[name].forward if is_fp8_gemm(op))
+               for name in ("layer", "moe_layer") if name in pieces)
+
+
+def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationProfile, layers: int,
+                     tensors_per_layer: int = AMAX_TENSORS_PER_LAYER) -> float:
     """One amax all-reduce of a chunk of ``layers`` layers over TP x DP x CP (delayed scaling)."""
     g = layout.groups
     size = g["tp"].size * g["cp"].size * g["dp"].size
@@ -146,4 +154,4 @@ def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationP
         return 0.0
     domain = cluster.nvlink_domain_gpus  # the group is the innermost TP x CP x DP ranks: contiguous
     placement = GroupPlacement(size=size, ranks_per_node=min(size, domain), num_nodes=-(-size // domain))
-    return collective_time_s("all_reduce", 4 * AMAX_TENSORS_PER_LAYER * max(layers, 1), placement, profile)
+    return collective_time_s("all_reduce", 4 * tensors_per_layer * max(layers, 1), placement, profile)

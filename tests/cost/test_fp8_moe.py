@@ -101,3 +101,14 @@ def test_fp8_savings_leave_out_what_selective_recompute_already_drops():
     qkv = next(op for op in t.forward if is_fp8_gemm(op) and op.region == "qkv")
     only_qkv = fp8_activation_savings_bytes(t, 2, True, ("attention_proj", "mlp", "moe"))
     assert only_qkv == qkv.gemm_mnk[0] * qkv.gemm_mnk[2] / 2
+
+
+def test_amax_reduction_counts_the_moe_layers_fp8_tensors():
+    from echo_tune.cost.fp8 import AMAX_TENSORS_PER_LAYER, amax_tensors_per_layer
+
+    layout = check_compatible(MOE, H100, 8, FP8)
+    pieces = trace_pieces(MOE, FP8, layout)
+    dense_only = {"layer": pieces["layer"]}
+    assert amax_tensors_per_layer(dense_only) == AMAX_TENSORS_PER_LAYER  # qkv, proj, fc1, fc2
+    # attention (2) + 4 local experts x 2 + shared expert (2) linears, 3 tensors each
+    assert amax_tensors_per_layer(pieces) == 3 * (2 + 8 + 2)
