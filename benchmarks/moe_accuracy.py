@@ -1,6 +1,8 @@
-"""Accuracy on the BF16 MoE rows of runs_modern.csv (Grok-1 314B and proxies, H100, dgxc-benchmarking
+"""Accuracy on the MoE rows of runs_modern.csv (Grok-1 314B and proxies, H100, dgxc-benchmarking
 v24.11.1): measured vs simulated step time, as the CSV reads (no dispatcher column: Megatron's default
-allgather) and with the alltoall dispatcher the rows' assumptions state. Datasheet profile, nothing fitted.
+allgather; ``--no-errata``) and with the settings the rows' source file states (the errata:
+alltoall dispatcher, capacity 1.0 padded, no dropout, no biases, bf16 gradient reduction). Datasheet
+profile, nothing fitted.
 
     python benchmarks/moe_accuracy.py [path/to/runs_modern.csv]
 """
@@ -17,14 +19,15 @@ DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "publ
 
 
 def main(path: Path) -> None:
+    plain = {c.name: c for c in read_runs(path, errata=False)}
     cases = [c for c in read_runs(path) if c.error is None and c.model.is_moe]
-    print(f"{'run':38s} {'measured s':>10s} {'as CSV s':>9s} {'err':>7s} {'alltoall s':>10s} {'err':>7s} fits")
-    errors = {"csv": [], "alltoall": []}
+    print(f"{'run':38s} {'measured s':>10s} {'as CSV s':>9s} {'err':>7s} {'errata s':>10s} {'err':>7s} fits")
+    errors = {"csv": [], "errata": []}
     for c in cases:
         row = [f"{c.name:38s}", f"{c.measured_step_time_s:10.2f}"]
         fits = True
-        for key, model in (("csv", c.model), ("alltoall", c.model.replace(moe_token_dispatcher_type="alltoall"))):
-            report = simulate(model, c.cluster, c.num_gpus, c.parallel)
+        for key, case in (("csv", plain[c.name]), ("errata", c)):
+            report = simulate(case.model, case.cluster, case.num_gpus, case.parallel)
             err = 100 * (report.step_time_s / c.measured_step_time_s - 1)
             errors[key].append(abs(err))
             fits = fits and report.fits_memory

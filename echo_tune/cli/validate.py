@@ -17,6 +17,9 @@ def add_parser(subparsers) -> None:
                                                "columns) and compare with its measured_step_time_s.")
     parser.add_argument("runs", help="CSV of measured runs (format of shared/data/published-runs/runs_megatron.csv)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--no-errata", dest="errata", action="store_false",
+                        help="leave out the dataset's errata (settings each row's source states that the CSV "
+                             "has no column for; echo_tune/validate/errata/<csv name>.yaml)")
     parser.set_defaults(run=run)
 
 
@@ -25,11 +28,12 @@ def _fmt(value, spec: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows, summary, sources = validate(args.runs)
+    rows, summary, sources = validate(args.runs, errata=args.errata)
     if args.json:
         print_json({"rows": [{"name": r.name, "source": r.source, "predicted_step_time_s": r.predicted_step_time_s,
                               "measured_step_time_s": r.measured_step_time_s, "error_pct": r.error_pct,
                               "fits_memory": r.fits_memory, "assumed_flags": list(r.assumed_flags),
+                              "errata": list(r.errata),
                               "error": r.error} for r in rows],
                     "mape_pct": summary["mape_pct"], "max_abs_error_pct": summary["max_abs_error_pct"],
                     "worst_row": summary["worst_row"], "spearman": summary["spearman"], "by_source": sources})
@@ -58,4 +62,12 @@ def run(args: argparse.Namespace) -> int:
     assumed = sorted({flag for r in rows for flag in r.assumed_flags})
     if assumed:
         console.print(f"[dim]flags applied from the assumptions column: {' '.join(assumed)}[/dim]")
+    by_errata: dict[tuple[str, ...], list[str]] = {}
+    for r in rows:
+        if r.errata:
+            by_errata.setdefault(r.errata, []).append(r.name)
+    for errata, names in by_errata.items():
+        console.print(f"[dim]errata applied to {', '.join(names)}:[/dim]")
+        for line in errata:
+            console.print(f"[dim]  {line}[/dim]")
     return 0

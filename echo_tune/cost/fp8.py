@@ -5,6 +5,24 @@ which Megatron builds from TE modules (megatron/core/extensions/transformer_engi
 inside ``fp8_autocast``. Core attention (``fp8_dot_product_attention`` is off by default), norms,
 softmax, the embedding and the output layer stay in bf16 (``fp8_output_proj`` is off by default and
 MXFP8-only). In the traced layer those GEMMs are the ``gemm`` ops of the regions in ``FP8_REGIONS``.
+Multi-latent attention's projections are TE linears too (the fused down projection is traced in "qkv",
+the up projections in "mla_up_proj"; megatron/core/models/gpt/gpt_layer_specs.py builds them from TE
+modules).
+
+MoE layers (megatron/core/transformer/moe/ at d98e8a64ddf3): the routed experts are TE linear layers
+too (``TEGroupedMLP``'s ``TEColumnParallelGroupedLinear`` / ``TERowParallelGroupedLinear`` with
+``--moe-grouped-gemm``, else ``SequentialMLP`` of TE-linear MLPs; experts.py pads each expert's tokens
+to the FP8 alignment under ``config.fp8``), and so is the shared expert (``SharedExpertMLP`` is an MLP of
+TE linears); they run in FP8, with the same per-tensor casts as the dense linears. The router is a plain
+``torch`` linear (router.py: ``router_gating_linear``, in ``--moe-router-dtype`` or bf16): not FP8. The
+dispatch and combine (all-to-all over EP, all-gather / reduce-scatter over ETP) are explicit
+collectives of the token dispatcher on bf16 hidden states: TE's own communication is switched off for
+expert linears (``explicit_expert_comm`` in transformer_engine.py), and the FP8 (MXFP8) dispatch of
+``--moe-dispatch-fwd-dtype`` exists only for the ``ncclep`` flex backend, default bf16
+(transformer_config.py). The shared expert's sequence-parallel all-gather is TE's, so FP8 like the
+dense fc1's. Userbuffer TP overlap is off for expert linears (``is_expert`` disables ``ub_overlap_*``)
+and is not modelled for the shared expert: ``TP_OVERLAP_REGIONS`` stays the dense layer's.
+Assumed: the FP8 alignment padding of each expert's tokens (16 rows) is negligible next to the rows.
 
 Time of an FP8 GEMM: its FLOPs at the GPU's dense FP8 peak times the profile's
 ``fp8_gemm_max_efficiency`` and the same size saturation as bf16 GEMMs; its operands are one byte.
@@ -44,8 +62,15 @@ from echo_tune.cost.compute import gemm_efficiency
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.workload.graph import Op, Trace
 
-FP8_REGIONS = ("qkv", "attention_proj", "mlp")
-"""Traced regions whose GEMMs are TE linear layers (run in FP8 under --fp8-format)."""
+FP8_REGIONS = ("qkv", "attention_proj", "mlp", "mla_up_proj", "moe/experts", "moe/shared")
+"""Where TE linear layers' GEMMs are traced, "region" or "region/subregion" (FP8 under --fp8-format)."""
+TP_OVERLAP_REGIONS = ("qkv", "attention_proj", "mlp")
+"""The dense layer's TE linears, whose TP collectives userbuffer overlap (--tp-comm-overlap) pairs."""
+
+
+def where(op: Op) -> str:
+    """The op's "region" or "region/subregion", as FP8_REGIONS names them."""
+    return f"{op.region}/{op.subregion}" if op.subregion else op.region
 
 CAST_BYTES_PER_ELEMENT = {
     "delayed": 4.0,
@@ -57,7 +82,7 @@ CAST_BYTES_PER_ELEMENT = {
 
 
 def is_fp8_gemm(op: Op) -> bool:
-    return op.kind == "gemm" and op.region in FP8_REGIONS
+    return op.kind == "gemm" and where(op) in FP8_REGIONS
 
 
 def fp8_gemm_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec) -> float:
@@ -83,36 +108,45 @@ def fp8_cast_s(op: Op, recipe: str, profile: CalibrationProfile) -> float:
 
 def fp8_collective_bytes(op: Op) -> float:
     """Message size of a TP collective under FP8: all-gathers of an FP8 linear layer move 1-byte data."""
-    if op.collective == "all_gather" and op.region in FP8_REGIONS:
+    if op.collective == "all_gather" and where(op) in FP8_REGIONS:
         return op.size_bytes / 2
     return op.size_bytes
 
 
-def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, sequence_parallel: bool) -> float:
+def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, sequence_parallel: bool,
+                                 recomputed_regions: tuple[str, ...] = ()) -> float:
     """Bytes per micro-batch TE saves less than bf16: each FP8 linear layer keeps a 1-byte copy of its
-    input. Under sequence parallelism QKV and fc1 keep their local (un-gathered) input shard."""
-    saved = 0.0
+    input. A GEMM right after its TP all-gather (sequence parallelism) keeps the local, un-gathered shard.
+    GEMMs of ``recomputed_regions`` (selective recompute) save nothing across the pass: no saving."""
+    saved, previous = 0.0, None
     for op in layer.forward:
-        if not is_fp8_gemm(op):
-            continue
-        m, _, k = op.gemm_mnk
-        gathered = sequence_parallel and op.region in ("qkv", "mlp") and _is_first_in_region(layer, op)
-        saved += m * k / (tensor_model_parallel_size if gathered else 1)
+        if is_fp8_gemm(op) and op.region not in recomputed_regions:
+            m, _, k = op.gemm_mnk
+            gathered = sequence_parallel and previous is not None and previous.kind == "collective" \
+                and previous.collective == "all_gather" and previous.group == "tp"
+            saved += m * k / (tensor_model_parallel_size if gathered else 1)
+        previous = op
     return saved
 
 
-def _is_first_in_region(layer: Trace, target: Op) -> bool:
-    for op in layer.forward:
-        if op.kind == "gemm" and op.region == target.region:
-            return op is target
-    return False
+def fp8_linear_param_count(layer: Trace) -> int:
+    """Weights of the layer's FP8 linear layers (what TE keeps FP8 copies of); the router's excluded."""
+    return sum(n for place, n in layer.linear_param_counts.items() if place in FP8_REGIONS)
 
 
 AMAX_TENSORS_PER_LAYER = 4 * 3
-"""FP8 tensors whose amax a layer records in forward: input, weight and output of its 4 linear layers."""
+"""FP8 tensors whose amax a dense layer records in forward: input, weight and output of its 4 linears."""
 
 
-def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationProfile, layers: int) -> float:
+def amax_tensors_per_layer(pieces: dict[str, Trace]) -> int:
+    """Input, weight and output of every FP8 linear of the larger layer (a MoE layer's local experts and
+    shared expert count, one TE linear per forward FP8 GEMM)."""
+    return max(3 * sum(1 for op in pieces[name].forward if is_fp8_gemm(op))
+               for name in ("layer", "moe_layer") if name in pieces)
+
+
+def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationProfile, layers: int,
+                     tensors_per_layer: int = AMAX_TENSORS_PER_LAYER) -> float:
     """One amax all-reduce of a chunk of ``layers`` layers over TP x DP x CP (delayed scaling)."""
     g = layout.groups
     size = g["tp"].size * g["cp"].size * g["dp"].size
@@ -120,4 +154,4 @@ def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationP
         return 0.0
     domain = cluster.nvlink_domain_gpus  # the group is the innermost TP x CP x DP ranks: contiguous
     placement = GroupPlacement(size=size, ranks_per_node=min(size, domain), num_nodes=-(-size // domain))
-    return collective_time_s("all_reduce", 4 * AMAX_TENSORS_PER_LAYER * max(layers, 1), placement, profile)
+    return collective_time_s("all_reduce", 4 * tensors_per_layer * max(layers, 1), placement, profile)

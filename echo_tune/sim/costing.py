@@ -17,7 +17,7 @@ from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import op_time_s
-from echo_tune.cost.fp8 import FP8_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
+from echo_tune.cost.fp8 import TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
 from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.workload.graph import Op
@@ -110,7 +110,7 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     paired = {}
     if ctx.tp_comm_overlap:
         # userbuffer overlap covers the TE linear layers of a transformer layer only
-        paired = {c: (g, method) for c, g, method in pair_methods(ops) if ops[c].region in FP8_REGIONS}
+        paired = {c: (g, method) for c, g, method in pair_methods(ops) if ops[c].region in TP_OVERLAP_REGIONS}
     exposed = extra = 0.0
     tp = ctx.groups["tp"].size
     sm_count = ctx.gpu.sm_count or DEFAULT_SM_COUNT

@@ -26,7 +26,10 @@ micro-batches whose backward has not run yet under the stage's schedule (from th
 same count as theoretical_memory_usage.py's interleaved penalty). Full recompute keeps only each
 checkpoint's input, plus one recompute unit materialised at a time; selective recompute drops the
 tensors created and saved inside the recomputed regions (core attention by default;
-``--recompute-modules``); FP8 linear layers save their input in FP8 (``cost/fp8.py``).
+``--recompute-modules``); FP8 linear layers save their input in FP8 (``cost/fp8.py``), in MoE layers
+too (routed and shared experts), and TE's FP8 weight copies are counted on each layer's FP8 linear
+weights as traced (``Trace.linear_param_counts``: a MoE layer's local experts and shared expert, not
+its router or norms).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
-from echo_tune.cost.fp8 import fp8_activation_savings_bytes
+from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
 from echo_tune.sim.schedules import peak_in_flight_bytes
 from echo_tune.workload.graph import Trace
 
@@ -119,16 +122,22 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     """
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
-    fp8_saved = fp8_activation_savings_bytes(pieces["layer"], parallel.tensor_model_parallel_size,
-                                             layout.sequence_parallel) if parallel.fp8 else 0.0
+
+    # FP8 linears (dense and MoE alike) save their inputs in FP8; not what full or selective recompute drops
+    recomputed = layout.recompute_regions if layout.recompute_granularity == "selective" else ()
+    fp8_saved = {piece: fp8_activation_savings_bytes(pieces[piece], parallel.tensor_model_parallel_size,
+                                                     layout.sequence_parallel, recomputed)
+                 if parallel.fp8 and layout.recompute_granularity != "full" and piece in pieces else 0.0
+                 for piece in ("layer", "moe_layer")}
+    dense_layers = moe_layers = 0
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
         dense, moe = mix[chunk] if mix else (layers, 0)
+        dense_layers, moe_layers = dense_layers + dense, moe_layers + moe
         kept, extra = layer_activation_bytes(pieces["layer"], layout, dense) if dense else (0.0, 0.0)
-        if layout.recompute_granularity != "full":
-            kept -= dense * fp8_saved
+        kept -= dense * fp8_saved["layer"]
         if moe:
             moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
-            kept, extra = kept + moe_kept, max(extra, moe_extra)
+            kept, extra = kept + moe_kept - moe * fp8_saved["moe_layer"], max(extra, moe_extra)
         if stage == 0 and chunk == 0:
             kept += pieces["embedding"].activation_bytes
         if stage == p - 1 and chunk == v - 1:
@@ -139,7 +148,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     # live micro-batches per chunk over the stage's schedule (cached per pipeline structure)
     activations = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v, chunk_bytes) + transient
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
-    linear_params = pieces["layer"].param_count * sum(layout.stage_chunk_layers[stage])
+    linear_params = fp8_linear_param_count(pieces["layer"]) * dense_layers
+    if moe_layers:
+        linear_params += fp8_linear_param_count(pieces["moe_layer"]) * moe_layers
     weights = w * params_on_rank + fp8_weight_bytes_per_param(parallel) * linear_params
     optimizer = o * (params_on_rank - expert_params_on_rank)
     if expert_params_on_rank:

@@ -15,7 +15,7 @@ from echo_tune.config.compatibility import GroupPlacement, Layout, check_compati
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.fp8 import amax_reduction_s
+from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer
 from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
@@ -126,7 +126,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     amax = ZERO
     if parallel.fp8 and parallel.fp8_recipe == "delayed":
         chunk_layers = max(max(row) for row in layout.stage_chunk_layers)
-        amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers))
+        amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers,
+                                                         amax_tensors_per_layer(pieces)))
     mix = chunk_layer_mix(model, layout)
     passes = [[_chunk_passes(layout, costs, s, c, mix[s][c], bf16, amax) for c in range(v)] for s in range(p)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]

@@ -17,6 +17,7 @@ class RowResult:
     predicted_step_time_s: float | None = None
     fits_memory: bool | None = None
     assumed_flags: tuple[str, ...] = ()
+    errata: tuple[str, ...] = ()
     error: str | None = None
 
     @property
@@ -30,7 +31,7 @@ def simulate_case(case: RunCase) -> RowResult:
     from echo_tune.sim.simulate import simulate
 
     common = dict(name=case.name, source=case.source, measured_step_time_s=case.measured_step_time_s,
-                  assumed_flags=case.assumed_flags)
+                  assumed_flags=case.assumed_flags, errata=case.errata)
     if case.error:
         return RowResult(**common, error=case.error)
     try:

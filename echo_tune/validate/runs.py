@@ -6,7 +6,8 @@ preset, or a cluster YAML path relative to the CSV), ``num_gpus``, ``precision``
 step-shaping Megatron setting echo-tune does not model (``fp8_format``, ...) refuses its row; other
 unknown columns are ignored.
 Megatron-LM flags written in ``assumptions`` (e.g. ``--overlap-grad-reduce``) are applied as assumed
-settings where no column sets them, and reported.
+settings where no column sets them, and reported. Then the dataset's errata (``validate/errata.py``:
+settings the row's own source states, with file, commit and quote) where neither sets the field.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, UnmodelledError, harmless_reason, refusal, \
     refuse_if_unmodelled
 from echo_tune.errors import ConfigError, EchoTuneError
+from echo_tune.validate.errata import Erratum, errata_path_for, errata_settings, load_errata
 
 REQUIRED_COLUMNS = ("name", "cluster", "num_gpus", "measured_step_time_s", "num_layers", "hidden_size",
                     "num_attention_heads", "seq_length", "vocab_size", "global_batch_size")
@@ -43,6 +45,8 @@ class RunCase:
     num_gpus: int = 0
     parallel: ParallelConfig | None = None
     assumed_flags: tuple[str, ...] = ()
+    errata: tuple[str, ...] = ()
+    """Source-stated settings applied from the dataset's errata file, each with its source and quote."""
     error: str | None = None
 
 
@@ -110,7 +114,7 @@ def _refused_columns(row: dict) -> None:
                 refuse_if_unmodelled(flag, (text,))
 
 
-def _case(row: dict, base_dir: Path) -> RunCase:
+def _case(row: dict, base_dir: Path, errata: dict[str, tuple[Erratum, ...]]) -> RunCase:
     name = row["name"].strip()
     measured = _value("measured_step_time_s", row["measured_step_time_s"], "float")
     if measured is None or measured <= 0:
@@ -120,6 +124,9 @@ def _case(row: dict, base_dir: Path) -> RunCase:
         _refused_columns(row)
         model_fields, parallel_fields = _fields(row, MODEL_FIELDS), _fields(row, PARALLEL_FIELDS)
         model_extra, parallel_extra, flags = _assumed(row, model_fields, parallel_fields)
+        taken = {*model_fields, *parallel_fields, *model_extra, *parallel_extra}
+        model_errata, parallel_errata, applied = errata_settings(errata.get(name, ()), taken)
+        model_extra, parallel_extra = {**model_extra, **model_errata}, {**parallel_extra, **parallel_errata}
         parallel = build(ParallelConfig, {**parallel_fields, **parallel_extra}, f"row {name!r} layout")
         if (model_fields.get("num_experts") and "add_bias_linear" not in {**model_fields, **model_extra}
                 and parallel.expert_tensor_size > 1):
@@ -131,15 +138,18 @@ def _case(row: dict, base_dir: Path) -> RunCase:
         cluster = load_cluster(base_dir / ref if ref.endswith((".yaml", ".yml")) else ref)
         num_gpus = _value("num_gpus", row["num_gpus"], "int")
         return RunCase(**common, model=model, cluster=cluster, num_gpus=num_gpus, parallel=parallel,
-                       assumed_flags=tuple(flags))
+                       assumed_flags=tuple(flags), errata=tuple(applied))
     except UnmodelledError as exc:
         return RunCase(**common, error=f"refused: {exc}")
     except EchoTuneError as exc:
         return RunCase(**common, error=str(exc))
 
 
-def read_runs(path: str | Path) -> list[RunCase]:
-    """Read a runs CSV. A missing file or column is an error; a row that breaks a rule is kept with it."""
+def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCase]:
+    """Read a runs CSV. A missing file or column is an error; a row that breaks a rule is kept with it.
+
+    ``errata``: True applies the dataset's errata file if there is one (``errata/<csv stem>.yaml``), a path
+    applies that file, False none."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"runs file {str(path)!r} does not exist; give a CSV like "
@@ -155,4 +165,7 @@ def read_runs(path: str | Path) -> list[RunCase]:
         rows = list(reader)
     if not rows:
         raise ConfigError(f"runs file {str(path)!r} has a header but no rows")
-    return [_case(row, path.parent) for row in rows]
+    if errata is True:
+        errata = errata_path_for(path) or False
+    table = load_errata(errata) if errata else {}
+    return [_case(row, path.parent, table) for row in rows]

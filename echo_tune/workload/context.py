@@ -9,6 +9,11 @@ recorder's region set to ``name``, then walks the autograd graph back from ``fn`
 puts a pre-hook on every node not tagged yet (nodes of earlier regions are tagged already, so the
 walk stops there). In backward, each node's pre-hook sets the recorder's region before the node runs,
 so every aten op and collective that node dispatches is tagged with the region that created it.
+
+Sub-regions (``in_subregion``) name a part of a region in the same way, forward and backward, without
+changing the region itself (so recompute and the per-region activation bytes still see the whole
+region): the MoE block tags its router, dispatch, experts, combine and shared expert, so that the cost
+layer can tell Transformer Engine linear layers (FP8 under ``--fp8-format``) from the router.
 """
 
 from __future__ import annotations
@@ -50,15 +55,17 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _set_region_hook(name: str) -> Callable:
+def _set_region_hook(name: str, subregion: str) -> Callable:
     def hook(_grad_outputs):
         if _ACTIVE is not None:
             _ACTIVE.region = name
+            _ACTIVE.subregion = subregion
     return hook
 
 
-def tag_backward(outputs: Any, name: str) -> None:
-    """Pre-hook every untagged autograd node reachable from ``outputs`` with region ``name``."""
+def tag_backward(outputs: Any, name: str, subregion: str = "") -> None:
+    """Pre-hook every untagged autograd node reachable from ``outputs`` with region ``name`` (and
+    ``subregion``)."""
     if _ACTIVE is None:
         return
     stack = [t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None]
@@ -67,7 +74,7 @@ def tag_backward(outputs: Any, name: str) -> None:
         if node is None or node in _ACTIVE.tagged_nodes:
             continue
         _ACTIVE.tagged_nodes.add(node)  # node wrappers are stable objects, hashable by identity
-        node.register_prehook(_set_region_hook(name))
+        node.register_prehook(_set_region_hook(name, subregion))
         stack.extend(next_node for next_node, _ in node.next_functions)
 
 
@@ -82,9 +89,26 @@ def in_region(name: str, fn: Callable, *args: Any) -> Any:
     if run_region is not None:
         return run_region(name, fn, *args)
     previous, _ACTIVE.region = _ACTIVE.region, name
+    previous_sub, _ACTIVE.subregion = getattr(_ACTIVE, "subregion", ""), ""
     try:
         out = fn(*args)
     finally:
-        _ACTIVE.region = previous
+        _ACTIVE.region, _ACTIVE.subregion = previous, previous_sub
     tag_backward(out, name)
+    return out
+
+
+def in_subregion(name: str, fn: Callable, *args: Any) -> Any:
+    """Run ``fn(*args)`` as sub-region ``name`` of the current region, forward and backward.
+
+    Call the parts of a region in forward order, each through this function: the backward walk stops at
+    nodes tagged by an earlier part, so each part tags only its own nodes."""
+    if _ACTIVE is None:
+        return fn(*args)
+    previous, _ACTIVE.subregion = getattr(_ACTIVE, "subregion", ""), name
+    try:
+        out = fn(*args)
+    finally:
+        _ACTIVE.subregion = previous
+    tag_backward(out, _ACTIVE.region, name)
     return out

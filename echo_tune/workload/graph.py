@@ -31,6 +31,9 @@ class Op:
     """"fwd" or "bwd"."""
     region: str
     """Which part of the model recorded it, e.g. "core_attention" (what selective recompute replays)."""
+    subregion: str = ""
+    """The part of the region that recorded it, where the region tags parts (the MoE block: "router",
+    "dispatch", "experts", "combine", "shared"); empty elsewhere."""
     flops: float = 0.0
     """Floating-point operations (a multiply-add counts 2)."""
     bytes: float = 0.0
@@ -79,6 +82,10 @@ class Trace:
     expert_param_count: int = 0
     """Of ``param_count``, the routed experts' (MoE layers): sharded over EP x ETP, their gradients
     reduced and optimizer states sharded over the expert-data-parallel group."""
+    linear_param_counts: dict[str, int] = field(default_factory=dict)
+    """Weights of this rank's linear layers by where their GEMMs run, "region" or "region/subregion"
+    ("qkv", "attention_proj", "mlp", "moe/router", "moe/experts", "moe/shared"): what FP8 weight copies
+    are counted on (``cost/fp8.py``)."""
 
     @property
     def forward_flops(self) -> float:

@@ -221,6 +221,22 @@ def expert_parameters(params: dict) -> list[torch.Tensor]:
     return list(params.get("moe", {}).get("experts", {}).values())
 
 
+def linear_param_counts(params: dict) -> dict[str, int]:
+    """Weights of the layer's linear layers keyed by where their GEMMs are traced (``Trace.linear_param_counts``)."""
+    where = {"qkv": "qkv", "proj": "attention_proj", "fc1": "mlp", "fc2": "mlp"}
+    counts: dict[str, int] = {}
+    for group, region in where.items():
+        if group in params:
+            counts[region] = counts.get(region, 0) + params[group]["weight"].numel()
+    for name, weight in params.get("mla", {}).items():  # down projection traced in "qkv", up ones apart
+        if not name.endswith("_norm"):
+            region = "qkv" if name == "down" else "mla_up_proj"
+            counts[region] = counts.get(region, 0) + weight.numel()
+    for part, group in params.get("moe", {}).items():
+        counts[f"moe/{part}"] = sum(t.numel() for t in _leaves(group))
+    return counts
+
+
 def constants(params: dict) -> list[torch.Tensor]:
     """Parameters and buffers: tensors that live across steps, so they are not activations."""
     return [t for group in params.values() for t in _leaves(group)]

@@ -30,7 +30,7 @@ import torch
 from torch.autograd import Function
 
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
-from echo_tune.workload.context import record_collective
+from echo_tune.workload.context import in_subregion, record_collective
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
@@ -160,33 +160,53 @@ def _received_rows(tokens: int, shard) -> int:
     return max(1, math.ceil(tokens * shard.model.moe_router_topk * busiest_share(shard.model) / n)) * n
 
 
+def _dispatch_alltoall(tokens, indices, recv: int, shard):
+    """Permute the top-k copies by expert, all-to-all over EP, all-gather over ETP, regroup by local expert."""
+    permuted = tokens.index_select(0, indices.reshape(-1))  # [T*k, h], grouped by expert
+    received = _AllToAll.apply(permuted, "ep", shard.ep, recv)
+    expert_in = _gather(received, "etp", shard.etp)
+    if local_experts(shard) > 1:
+        expert_in = expert_in.clone()  # sort_chunks_by_idxs: copies regrouped by local expert
+    return expert_in
+
+
+def _combine_alltoall(expert_out, tokens, probs, indices, shard):
+    """Reduce-scatter over ETP, all-to-all back, un-permute weighting each copy by its probability."""
+    flat = indices.reshape(-1)
+    back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
+    weighted = back * probs.reshape(-1, 1)
+    return tokens.new_zeros(tokens.shape).index_add(0, flat, weighted)
+
+
+def _shared(x, params, shard):
+    p = params["shared"]
+    hidden = column_parallel_linear(x, p["fc1"], None, shard.tp, shard.sequence_parallel)
+    return row_parallel_linear(_activation(hidden, shard), p["fc2"], shard.tp, shard.sequence_parallel)
+
+
 def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
-    """One MoE MLP on this rank; ``x`` is the post-attention-norm hidden [seq_in, b, h]."""
+    """One MoE MLP on this rank; ``x`` is the post-attention-norm hidden [seq_in, b, h].
+
+    Each part runs as a sub-region of "moe" (``context.in_subregion``), in forward order: "router",
+    "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP), "combine" and
+    "shared" (a TE-linear MLP)."""
     m = shard.model
     s, b, h = x.shape
     tokens = x.reshape(s * b, h)
-    probs, indices = _router(tokens, params, shard)
+    probs, indices = in_subregion("router", _router, tokens, params, shard)
     recv = _received_rows(s * b, shard)
     if m.moe_token_dispatcher_type in ("alltoall", "flex"):
-        flat = indices.reshape(-1)
-        permuted = tokens.index_select(0, flat)  # [T*k, h], grouped by expert
-        received = _AllToAll.apply(permuted, "ep", shard.ep, recv)
-        expert_in = _gather(received, "etp", shard.etp)
-        if local_experts(shard) > 1:
-            expert_in = expert_in.clone()  # sort_chunks_by_idxs: copies regrouped by local expert
-        expert_out = _experts(expert_in, params, shard)
-        back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
-        weighted = back * probs.reshape(-1, 1)  # un-permute: weight each copy by its probability
-        out = tokens.new_zeros(tokens.shape).index_add(0, flat, weighted).view(s, b, h)
+        expert_in = in_subregion("dispatch", _dispatch_alltoall, tokens, indices, recv, shard)
+        expert_out = in_subregion("experts", _experts, expert_in, params, shard)
+        out = in_subregion("combine", _combine_alltoall, expert_out, tokens, probs, indices, shard).view(s, b, h)
     else:  # allgather: every rank of the ETP x EP group sees all of the group's tokens
         group_size = shard.ep * shard.etp
-        gathered = _gather(tokens, "tpep", group_size)
         rows = torch.zeros(recv * shard.etp, dtype=torch.int64, device=x.device)
-        expert_out = _experts(gathered.index_select(0, rows), params, shard)
-        combined = gathered.new_zeros(gathered.shape).index_add(0, rows, expert_out)
-        out = _scatter(combined, "tpep", group_size).view(s, b, h)
+        gathered = in_subregion("dispatch", lambda t: _gather(t, "tpep", group_size), tokens)
+        expert_in = in_subregion("dispatch", lambda g: g.index_select(0, rows), gathered)
+        expert_out = in_subregion("experts", _experts, expert_in, params, shard)
+        out = in_subregion("combine", lambda g, e: _scatter(g.new_zeros(g.shape).index_add(0, rows, e), "tpep",
+                                                             group_size), gathered, expert_out).view(s, b, h)
     if "shared" in params:
-        p = params["shared"]
-        hidden = column_parallel_linear(x, p["fc1"], None, shard.tp, shard.sequence_parallel)
-        out = out + row_parallel_linear(_activation(hidden, shard), p["fc2"], shard.tp, shard.sequence_parallel)
+        out = out + in_subregion("shared", _shared, x, params, shard)
     return out

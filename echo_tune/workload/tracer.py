@@ -71,7 +71,7 @@ def _gemm_mnk(packet, args) -> tuple[int, int, int]:
     return a.shape[0], b.shape[1], a.shape[1]
 
 
-def describe(func, args, kwargs, out, *, phase: str, region: str) -> Op | None:
+def describe(func, args, kwargs, out, *, phase: str, region: str, subregion: str = "") -> Op | None:
     """The ``Op`` for one dispatched call, or None when it moves no data."""
     packet = func.overloadpacket
     if packet in ALLOCATIONS or packet in METADATA:
@@ -84,7 +84,7 @@ def describe(func, args, kwargs, out, *, phase: str, region: str) -> Op | None:
         nbytes += sum(map(_nbytes, outputs)) - _nbytes(args[0])
     if nbytes == 0:
         return None
-    common = dict(name=str(packet), phase=phase, region=region, bytes=float(nbytes), key=op_key(func, args, kwargs))
+    common = dict(name=str(packet), phase=phase, region=region, subregion=subregion, bytes=float(nbytes), key=op_key(func, args, kwargs))
     if packet in GEMMS:
         flops = flop_registry[packet](*args, **kwargs, out_val=out)
         return Op(kind="gemm", flops=float(flops), gemm_mnk=_gemm_mnk(packet, args), **common)
@@ -100,6 +100,7 @@ class TraceRecorder(TorchDispatchMode):
         super().__init__()
         self.phase = "fwd"
         self.region = region
+        self.subregion = ""
         self.ops: dict[str, list[Op]] = {"fwd": [], "bwd": []}
         self.tagged_nodes: set = set()
         self.created_in: dict[int, str] = {}
@@ -110,7 +111,7 @@ class TraceRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if self.phase == "fwd":
             self._note_new_storages(args, kwargs, out)
-        op = describe(func, args, kwargs, out, phase=self.phase, region=self.region)
+        op = describe(func, args, kwargs, out, phase=self.phase, region=self.region, subregion=self.subregion)
         if op is not None:
             self.ops[self.phase].append(op)
         return out
@@ -125,6 +126,7 @@ class TraceRecorder(TorchDispatchMode):
 
     def add_collective(self, name: str, group: str, size_bytes: int) -> None:
         self.ops[self.phase].append(Op(name=name, kind="collective", phase=self.phase, region=self.region,
+                                       subregion=self.subregion,
                                        collective=name, group=group, size_bytes=size_bytes))
 
 
@@ -178,7 +180,7 @@ class SavedTensorMeter:
 
 
 def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_param_count: int = 0,
-         expert_param_count: int = 0) -> Trace:
+         expert_param_count: int = 0, linear_param_counts: dict[str, int] | None = None) -> Trace:
     """Trace ``forward(*inputs)`` and backward from its output (a tensor, or (output, loss))."""
     recorder = TraceRecorder(region)
     meter = SavedTensorMeter(recorder, layers.constants(params))
@@ -194,7 +196,7 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
                  region_internal_bytes=meter.internal_by_region(), region_created_bytes=meter.created_by_region(),
                  input_bytes=_nbytes(inputs[0]), output_bytes=_nbytes(output),
                  param_count=sum(t.numel() for t in layers.parameters(params)), tied_param_count=tied_param_count,
-                 expert_param_count=expert_param_count)
+                 expert_param_count=expert_param_count, linear_param_counts=linear_param_counts or {})
 
 
 def _trace_piece(piece: str, shard: layers.Shard) -> Trace:
@@ -204,7 +206,7 @@ def _trace_piece(piece: str, shard: layers.Shard) -> Trace:
         x = shard.tensor(*shard.hidden_shape(), grad=True)
         experts = sum(t.numel() for t in layers.expert_parameters(params))
         return _run(piece, lambda x: layers.layer_forward(x, params, shard), (x,), params, region="input_norm",
-                    expert_param_count=experts)
+                    expert_param_count=experts, linear_param_counts=layers.linear_param_counts(params))
     if piece == "embedding":
         params = heads.embedding_params(shard)
         ids = shard.tensor(b, s, dtype=torch.int64)

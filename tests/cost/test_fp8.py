@@ -4,7 +4,7 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config import check_compatible
-from echo_tune.cost.fp8 import CAST_BYTES_PER_ELEMENT, FP8_REGIONS, is_fp8_gemm
+from echo_tune.cost.fp8 import CAST_BYTES_PER_ELEMENT, TP_OVERLAP_REGIONS, is_fp8_gemm
 from echo_tune.errors import ConfigError
 from echo_tune.workload import trace_layer
 
@@ -21,7 +21,7 @@ def test_only_linear_layers_run_in_fp8():
                         micro_batch_size=1, precision="bf16")
     fp8 = [op for op in layer.forward + layer.backward if is_fp8_gemm(op)]
     assert len(fp8) == 12  # qkv, proj, fc1, fc2: forward + dgrad + wgrad
-    assert {op.region for op in fp8} == set(FP8_REGIONS)
+    assert {op.region for op in fp8} == set(TP_OVERLAP_REGIONS)  # the dense layer: its 4 TE linears
     assert not any(is_fp8_gemm(op) for op in layer.forward if op.region == "core_attention")
 
 

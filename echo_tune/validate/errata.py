@@ -1,0 +1,116 @@
+"""Errata for the published-runs datasets: settings a row's own source states but its CSV has no column for.
+
+The shared CSVs cannot be edited, and some of what shapes a run is not in them (dropout, biases, the
+gradient-buffer dtype, the MoE dispatcher...). An errata file, ``errata/<csv stem>.yaml`` beside this
+module, names for each row the source files that state such settings, each setting as the Megatron-LM
+flag(s) it maps to, with the source file at a commit and the quoted key. ``echo-tune validate`` applies
+them by default where no CSV column (and no flag of the row's ``assumptions``) sets the field, lists
+them per row, and leaves them out with ``--no-errata``.
+
+File format::
+
+    dataset: runs_modern.csv
+    sources:
+      <source id>:
+        source: "<owner/repo>@<commit> <path>"
+        settings:
+          - flags: "--hidden-dropout 0.0 --attention-dropout 0.0"   # Megatron-LM flags
+            quote: "model.hidden_dropout: 0.0; model.attention_dropout: 0.0"   # what the source says
+            note: "how the source's key maps to the flag, when it is not a rename"   # optional
+    rows:
+      <row name>: [<source id>, ...]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from echo_tune.errors import ConfigError
+
+ERRATA_DIR = Path(__file__).resolve().parent / "errata"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Erratum:
+    """One source-stated setting, as Megatron-LM flags."""
+
+    flags: str
+    """The Megatron-LM flag(s), as on a launch line (``--hidden-dropout 0.0``)."""
+    source: str
+    """``owner/repo@commit path`` of the file that states it."""
+    quote: str
+    """The source's own key(s) and value(s)."""
+    note: str = ""
+    """How the source's setting maps to the flag, where that is not a plain rename."""
+
+    def describe(self) -> str:
+        return f"{self.flags} ({self.source}: {self.quote})"
+
+
+def errata_path_for(csv_path: str | Path) -> Path | None:
+    """The errata file of a runs CSV (by its file name), or None when there is none."""
+    path = ERRATA_DIR / f"{Path(csv_path).stem}.yaml"
+    return path if path.is_file() else None
+
+
+def _require(condition: bool, path: Path, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"errata file {str(path)!r}: {message}")
+
+
+def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
+    """Row name -> its errata, read and checked (every flag must be one echo-tune reads)."""
+    from echo_tune.config.megatron_args import parse_megatron_line
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"errata file {str(path)!r} cannot be read: {exc}".splitlines()[0]) from None
+    _require(isinstance(data, dict) and isinstance(data.get("sources"), dict) and isinstance(data.get("rows"), dict),
+             path, "must map `sources` and `rows`; see echo_tune/validate/errata.py for the format")
+    sources: dict[str, tuple[Erratum, ...]] = {}
+    for key, entry in data["sources"].items():
+        _require(isinstance(entry, dict) and isinstance(entry.get("source"), str) and "@" in entry["source"]
+                 and isinstance(entry.get("settings"), list) and entry["settings"], path,
+                 f"source {key!r} needs `source: owner/repo@commit path` and a list of `settings`")
+        items = []
+        for setting in entry["settings"]:
+            _require(isinstance(setting, dict) and isinstance(setting.get("flags"), str)
+                     and isinstance(setting.get("quote"), str), path,
+                     f"each setting of {key!r} needs `flags` and `quote` (text)")
+            # an unknown or malformed flag is a ConfigError here; one that sets no field would be dropped
+            model, parallel, precision, ignored = parse_megatron_line(setting["flags"])
+            _require((model or parallel) and precision is None and not ignored, path,
+                     f"flags {setting['flags']!r} of {key!r} must set model or layout fields only, but "
+                     f"{ignored or 'none'} set nothing")
+            items.append(Erratum(flags=setting["flags"], source=entry["source"], quote=setting["quote"],
+                                 note=str(setting.get("note") or "")))
+        sources[key] = tuple(items)
+    rows = {}
+    for row, keys in data["rows"].items():
+        keys = [keys] if isinstance(keys, str) else keys
+        _require(isinstance(keys, list) and all(k in sources for k in keys), path,
+                 f"row {row!r} must list source ids of `sources`, but got {keys!r}")
+        rows[str(row)] = tuple(e for k in keys for e in sources[k])
+    return rows
+
+
+def errata_settings(errata: tuple[Erratum, ...], taken: set[str]) -> tuple[dict, dict, list[str]]:
+    """(model fields, parallel fields, applied errata descriptions) of a row's errata, leaving out every
+    field in ``taken`` (set by a CSV column or by the row's assumptions)."""
+    from echo_tune.config.megatron_args import parse_megatron_line
+
+    model, parallel, applied = {}, {}, []
+    for erratum in errata:
+        m, p, _, _ = parse_megatron_line(erratum.flags)
+        m = {k: v for k, v in m.items() if k not in taken}
+        p = {k: v for k, v in p.items() if k not in taken}
+        if m or p:
+            model.update(m)
+            parallel.update(p)
+            applied.append(erratum.describe())
+    return model, parallel, applied

@@ -1,0 +1,110 @@
+"""Errata of the published-runs datasets (validate/errata.py): source-stated settings the CSVs have no
+column for, each with its source file, commit and quoted key; applied by default, listed, switchable off."""
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from echo_tune.cli.main import main
+from echo_tune.errors import ConfigError
+from echo_tune.validate import read_runs
+from echo_tune.validate.errata import ERRATA_DIR, errata_path_for, load_errata
+
+MODERN = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "published-runs" / "runs_modern.csv"
+HEADER = ["name", "source", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size", "cluster",
+          "num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size", "micro_batch_size",
+          "global_batch_size", "precision", "measured_step_time_s", "assumptions"]
+ROW = ["tiny", "test", "4", "1024", "16", "1024", "32000", "a100-80gb", "8", "2", "2", "1", "16", "bf16", "0.5", ""]
+ERRATA = """
+dataset: runs.csv
+sources:
+  recipe:
+    source: "example/repo@0123456789ab conf/tiny.yaml"
+    settings:
+      - flags: "--hidden-dropout 0.0 --attention-dropout 0.0"
+        quote: "hidden_dropout: 0.0; attention_dropout: 0.0"
+      - flags: "--grad-reduce-in-bf16"
+        quote: "optim.grad_sync_dtype: bf16"
+      - flags: "--micro-batch-size 4"
+        quote: "micro_batch_size: 4"
+rows:
+  tiny: [recipe]
+"""
+
+
+def write(tmp_path, rows, header=HEADER):
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    errata = tmp_path / "errata.yaml"
+    errata.write_text(ERRATA)
+    return path, errata
+
+
+def test_errata_apply_where_no_column_sets_the_field_and_are_listed(tmp_path):
+    path, errata = write(tmp_path, [ROW])
+    (case,) = read_runs(path, errata)
+    assert case.error is None
+    assert case.model.hidden_dropout == case.model.attention_dropout == 0.0 and case.parallel.grad_reduce_in_bf16
+    assert case.parallel.micro_batch_size == 1  # the CSV's column wins over the erratum
+    assert len(case.errata) == 2 and all("example/repo@0123456789ab conf/tiny.yaml" in e for e in case.errata)
+    (plain,) = read_runs(path, errata=False)
+    assert plain.errata == () and plain.model.hidden_dropout == 0.1 and not plain.parallel.grad_reduce_in_bf16
+
+
+def test_the_rows_assumptions_win_over_the_errata(tmp_path):
+    row = ROW[:-1] + ["flags: --hidden-dropout 0.2"]
+    path, errata = write(tmp_path, [row])
+    (case,) = read_runs(path, errata)
+    assert case.model.hidden_dropout == 0.2 and case.model.attention_dropout == 0.0
+
+
+@pytest.mark.parametrize("text, named", [
+    ("sources: {}\n", "`sources` and `rows`"),
+    ("sources: {a: {source: x@1 f, settings: [{flags: --no-such-flag, quote: q}]}}\nrows: {}\n", "--no-such-flag"),
+    ("sources: {a: {source: x@1 f, settings: [{flags: --log-interval 1, quote: q}]}}\nrows: {}\n", "set nothing"),
+    ("sources: {a: {source: x@1 f, settings: [{flags: --hidden-dropout 0.0, quote: q}]}}\nrows: {r: [b]}\n", "'r'"),
+])
+def test_a_broken_errata_file_is_one_line_naming_the_problem(tmp_path, text, named):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_errata(path)
+    assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_shipped_errata_cite_a_commit_and_parse():
+    files = sorted(ERRATA_DIR.glob("*.yaml"))
+    assert files
+    for path in files:
+        for row, errata in load_errata(path).items():
+            assert errata
+            for e in errata:
+                assert re.search(r"^[\w.-]+/[\w.-]+@[0-9a-f]{12,40} \S", e.source), e.source
+                assert e.quote and e.flags.startswith("--")
+
+
+@pytest.mark.skipif(not MODERN.is_file(), reason="shared/data not beside the checkout")
+def test_runs_modern_errata_name_existing_rows_and_are_listed_by_the_cli(capsys):
+    assert errata_path_for(MODERN) == ERRATA_DIR / "runs_modern.yaml"
+    with MODERN.open(newline="") as handle:
+        names = {row["name"] for row in csv.DictReader(handle)}
+    table = load_errata(errata_path_for(MODERN))
+    assert set(table) <= names
+    # the Grok-1 rows' dispatcher as their source file states it, and the CSV's default without errata
+    cases = {c.name: c for c in read_runs(MODERN)}
+    plain = {c.name: c for c in read_runs(MODERN, errata=False)}
+    grok = "dgxc2411-grok1-314b-bf16-512gpu"
+    assert cases[grok].model.moe_token_dispatcher_type == "alltoall"
+    assert plain[grok].model.moe_token_dispatcher_type == "allgather" and not plain[grok].errata
+    assert cases["dgxc2411-nemotron4-340b-bf16-128gpu"].parallel.exp_avg_dtype == "bf16"
+    assert main(["validate", str(MODERN), "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert any("grok1/grok1_314b.yaml" in e and "alltoall" in e for e in rows[grok]["errata"])
+    assert main(["validate", str(MODERN), "--json", "--no-errata"]) == 0
+    assert all(not r["errata"] for r in json.loads(capsys.readouterr().out)["rows"])
