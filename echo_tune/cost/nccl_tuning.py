@@ -52,9 +52,11 @@ RING_SIMPLE_PLATEAU = 1.4
 
 # --- NCCL's own algorithm choice (ncclTopoTuneModel + ncclTopoGetAlgoTime, NCCL 2.30.7) ---------------
 # NCCL runs the (algorithm, protocol) its tuner *estimates* fastest, with its own constants; the
-# model times that choice with the fitted terms. The same constants are in NCCL 2.18.3 (the
-# generation the held-out logs' tooling points to: NetX-lab/Echo pins torch 2.1.2), except that
-# 2.18.3 counts 2N network steps of a ring all-reduce where 2.30.7 counts 2(N-1).
+# model times that choice with the fitted terms. The A100 logs name no NCCL release (no NCCL_DEBUG
+# lines; the nccl-tests layout predates the "Group" rank column); NetX-lab/Echo's environment pins
+# torch 2.1.2, whose CUDA 12 wheels ship NCCL 2.18. NCCL 2.18.3 has the same latencies, tree
+# factors, treeCorrectionFactor and per-node-count regimes, except that it counts 2N network steps
+# of a ring all-reduce where 2.30.7 counts 2(N-1), and rates ring LL at busBw / 4 (2.30.7: * .5).
 # baseLatencies (us), ncclTunerConstantsDefaults: Tree {LL 6.8, LL128 14.0, Simple 8.4}, Ring {6.6, 14.0, 8.4}.
 BASE_LATENCY_US = {"tree": {"ll": 6.8, "ll128": 14.0, "simple": 8.4}, "ring": {"ll": 6.6, "ll128": 14.0, "simple": 8.4}}
 # hwLatencies (us) per hop: NVLINK Tree {.6, 1.25, 4.0} Ring {.6, 1.9, 3.4}; NET Tree {5.0, 8.5, 14} Ring {2.7, 4.0, 14.0}.
