@@ -133,15 +133,19 @@ def _tree_time_s(protocol: str, size_bytes: float, place: GroupPlacement, intra:
     relief = 2.0 if place.num_nodes == 2 else 1.0
     links_bps = min(intra.bus_bandwidth_gbyte_s * 1e9 * inter.tree_efficiency,
                     relief * _network_bandwidth_bps(intra, inter, place))
-    bandwidth = links_bps * TREE_ALGBW_RATIO * TREE_VS_RING_BANDWIDTH[protocol] * tree_correction(protocol, size_bytes)
-    return latency + size_bytes / bandwidth
+    ratio = TREE_ALGBW_RATIO * TREE_VS_RING_BANDWIDTH[protocol] * tree_correction(protocol, size_bytes)
+    return latency + size_bytes / (links_bps * ratio)
 
 
 def _nccl_runs_tree(protocol: str, size_bytes: float, place: GroupPlacement, intra: LinkCoefficients,
                     inter: LinkCoefficients) -> bool:
     """NCCL runs the tree when its tuner, on its own constants, estimates it faster than the ring."""
-    graph_bps = intra.bus_bandwidth_gbyte_s * 1e9 if place.num_nodes <= 2 else _network_bandwidth_bps(intra, inter, place)
-    return nccl_picks_tree(protocol, size_bytes, place.size, place.num_nodes, place.ranks_per_node, graph_bps * 1e-6)
+    if place.num_nodes <= 2:
+        graph_bps = intra.bus_bandwidth_gbyte_s * 1e9
+    else:
+        graph_bps = _network_bandwidth_bps(intra, inter, place)
+    return nccl_picks_tree(protocol, size_bytes, place.size, place.num_nodes, place.ranks_per_node,
+                           graph_bps * 1e-6)
 
 
 def _tier_pairs(profile: CalibrationProfile, collective: str,
@@ -177,7 +181,8 @@ def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
         return 0.0
     best = math.inf
     for protocol, intra, inter in _tier_pairs(profile, collective, place):
-        if inter is not None and collective == "all_reduce" and _nccl_runs_tree(protocol, size_bytes, place, intra, inter):
+        tree = inter is not None and collective == "all_reduce"
+        if tree and _nccl_runs_tree(protocol, size_bytes, place, intra, inter):
             best = min(best, _tree_time_s(protocol, size_bytes, place, intra, inter))
         else:
             best = min(best, _ring_time_s(collective, protocol, size_bytes, place, intra, inter))

@@ -50,7 +50,7 @@ _TREE_CORRECTION = {
 RING_SIMPLE_PLATEAU = 1.4
 
 
-# --- NCCL's own algorithm choice (ncclTopoTuneModel + ncclTopoGetAlgoTime, NCCL 2.30.7) ---------------
+# --- NCCL's own algorithm choice (ncclTopoTuneModel + ncclTopoGetAlgoTime, NCCL 2.30.7) ---
 # NCCL runs the (algorithm, protocol) its tuner *estimates* fastest, with its own constants; the
 # model times that choice with the fitted terms. The A100 logs name no NCCL release (no NCCL_DEBUG
 # lines; the nccl-tests layout predates the "Group" rank column); NetX-lab/Echo's environment pins
@@ -59,7 +59,8 @@ RING_SIMPLE_PLATEAU = 1.4
 # of a ring all-reduce where 2.30.7 counts 2(N-1), and rates ring LL at busBw / 4 (2.30.7: * .5).
 # baseLatencies (us), ncclTunerConstantsDefaults: Tree {LL 6.8, LL128 14.0, Simple 8.4}, Ring {6.6, 14.0, 8.4}.
 BASE_LATENCY_US = {"tree": {"ll": 6.8, "ll128": 14.0, "simple": 8.4}, "ring": {"ll": 6.6, "ll128": 14.0, "simple": 8.4}}
-# hwLatencies (us) per hop: NVLINK Tree {.6, 1.25, 4.0} Ring {.6, 1.9, 3.4}; NET Tree {5.0, 8.5, 14} Ring {2.7, 4.0, 14.0}.
+# hwLatencies (us) per hop: NVLINK Tree {.6, 1.25, 4.0} Ring {.6, 1.9, 3.4};
+# NET Tree {5.0, 8.5, 14} Ring {2.7, 4.0, 14.0} (LL, LL128, Simple).
 NVLINK_HOP_US = {"tree": {"ll": 0.6, "ll128": 1.25, "simple": 4.0}, "ring": {"ll": 0.6, "ll128": 1.9, "simple": 3.4}}
 NET_HOP_US = {"tree": {"ll": 5.0, "ll128": 8.5, "simple": 14.0}, "ring": {"ll": 2.7, "ll128": 4.0, "simple": 14.0}}
 # getNetOverhead (us): 1.0 on Intel and other CPUs (2.0 on AMD), x3 for Simple; every intra-node step
@@ -88,8 +89,8 @@ def nccl_picks_tree(protocol: str, size_bytes: float, size: int, num_nodes: int,
         NVLINK_HOP_US["ring"][protocol], overhead) + network_steps * NET_HOP_US["ring"][protocol]
     if protocol == "simple":
         ring_latency *= RING_SIMPLE_PLATEAU
-    tree_latency = BASE_LATENCY_US["tree"][protocol] + 2 * (
-        (ranks_per_node - 1) * NVLINK_HOP_US["tree"][protocol] + int(math.log2(num_nodes)) * NET_HOP_US["tree"][protocol])
+    tree_latency = BASE_LATENCY_US["tree"][protocol] + 2 * ((ranks_per_node - 1) * NVLINK_HOP_US["tree"][protocol]
+                                                            + int(math.log2(num_nodes)) * NET_HOP_US["tree"][protocol])
     ring_bw = graph_bus_bytes_per_us * RING_PROTOCOL_BANDWIDTH[protocol] * size / steps
     tree_bw = (graph_bus_bytes_per_us * TREE_PROTOCOL_BANDWIDTH[protocol] * TREE_ALGBW_RATIO
                * tree_correction(protocol, size_bytes))
