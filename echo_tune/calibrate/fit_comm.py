@@ -7,9 +7,11 @@ what the simulator reads. Per collective:
   per-ring-step latency and a bus bandwidth, fitted by least squares on log(predicted / measured)
   over every group size inside one node. The number of tiers is chosen by BIC.
 * inter_node, with measurements of groups that span nodes: each tier's per-call latency, one NIC
-  efficiency over the tiers' derived NIC shares and the tree efficiency are fitted with the
-  intra-node tiers held fixed; the network hop latency too when two or more node counts are
-  measured, else it stays NCCL's default (two nodes cannot tell it from the per-call latency).
+  efficiency over the tiers' derived NIC shares and the tree efficiency (the two-node tree's
+  NVLink-chain bandwidth relative to the NVLink ring's; past two nodes the network binds the tree
+  and it is not read) are fitted with the intra-node tiers held fixed; the network hop latency
+  too when two or more node counts are measured, else it stays NCCL's default (two nodes cannot
+  tell it from the per-call latency).
 * inter_node, without such measurements: derived. A tier's NIC bandwidth is the cluster's datasheet
   NIC rate per GPU times the efficiency the same tier reached on NVLink (fitted bus bandwidth /
   datasheet NVLink bandwidth): the protocol's overhead (flags, chunking) is the same on both links.

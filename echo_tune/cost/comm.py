@@ -7,7 +7,9 @@ per collective, every enabled (algorithm, protocol) pair has
 
     time = latency + size_bytes / algorithm_bandwidth
 
-and the collective takes the fastest pair, as NCCL's tuner does. The profile gives one *tier* per
+and, per protocol tier, NCCL's own choice of algorithm: an all-reduce across nodes runs as a tree
+where NCCL's tuner, on its own constants (``nccl_tuning.nccl_picks_tree``), estimates the tree
+faster, else as a ring; the collective then takes the fastest tier. The profile gives one *tier* per
 protocol measured (``simple``, ``ll128``, ``ll``) and per scope (``intra_node`` = NVLink inside a
 node, ``inter_node`` = the network), each with a per-call latency, a per-hop latency and a bus
 bandwidth (inter_node: one GPU's share of its node's NICs). From those:
@@ -20,7 +22,11 @@ bandwidth (inter_node: one GPU's share of its node's NICs). From those:
 * **tree** (all-reduce across nodes): a chain inside each node and a double binary tree across
   nodes, 2((g-1) NVLink hops + log2(N) network hops) at NCCL's tree/ring hop-latency ratios, moving
   the buffer twice at NCCL's tree/ring bandwidth ratio per protocol times NCCL's medium-size
-  ``treeCorrectionFactor`` times the fabric's fitted ``tree_efficiency``, never past the links.
+  ``treeCorrectionFactor``. What binds it depends on the node count, as in NCCL's tuner (``bw =
+  nNodes <= 2 ? bwIntra : bwInter``): with two nodes each node's NICs carry half the buffer per
+  phase, so the NVLink chain binds, at the fitted ``tree_efficiency`` (chain bandwidth / NVLink
+  ring bandwidth), unless twice the network is slower; past two nodes the network binds, as for a
+  ring. This is the measured step of 4-8 MiB all-reduces from 2 to 4 nodes.
 * **all_to_all**: NCCL runs it as send/recv with every peer at once, so across nodes the share of
   a rank's buffer bound for other nodes, (n-g)/n, goes through that rank's own NIC share (the
   node's NICs are not shared out g-fold as by a ring); the NVLink share (g-1)/n goes in parallel.
@@ -32,7 +38,10 @@ has its network bandwidth divided by ``spine_oversubscription``. A "node" here i
 ``GroupPlacement`` calls one: the NVLink domain of the intra_node coefficients.
 
 Not modelled: NVLS / NVLS-tree / CollNet / PAT (no such hardware in the calibration data), NCCL's
-per-channel tree caps and its size-dependent channel count (the fitted tiers absorb the latter).
+per-channel caps (perChMaxTreeBws, llMaxBws: they need NCCL's channel count and do not bind at
+NIC-bound rates of ~8 GB/s per channel), its size-dependent channel count (the fitted tiers absorb
+it), NCCL's protocol choice (the tiers are fitted curves, taken at their fastest) and the CPU
+vendor's network overhead (NCCL's default, 1 us, is used).
 
 The function is pure and cheap (no allocation beyond a few floats), so callers may cache it.
 """
@@ -43,8 +52,8 @@ import math
 
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.nccl_tuning import (RING_SIMPLE_PLATEAU, TREE_ALGBW_RATIO, TREE_VS_RING_BANDWIDTH,
-                                        TREE_VS_RING_NET_HOP, TREE_VS_RING_NVLINK_HOP, tier_protocol,
-                                        tree_correction)
+                                        TREE_VS_RING_NET_HOP, TREE_VS_RING_NVLINK_HOP, nccl_picks_tree,
+                                        tier_protocol, tree_correction)
 from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
@@ -115,14 +124,28 @@ def _tree_time_s(protocol: str, size_bytes: float, place: GroupPlacement, intra:
     latency = inter.base_latency_s + 2 * (
         math.ceil(math.log2(place.num_nodes)) * inter.latency_s * TREE_VS_RING_NET_HOP[protocol]
         + (place.ranks_per_node - 1) * intra.latency_s * TREE_VS_RING_NVLINK_HOP[protocol])
-    # The links cap the tree: past two nodes every node of NCCL's double binary tree is an inner node
-    # (two children, one parent) of one tree and a leaf of the other, so its NICs carry the whole
-    # buffer in each phase, as a ring's do (cap 1); with two nodes each carries half (cap 2).
-    cap = 2.0 if place.num_nodes == 2 else 1.0
-    efficiency = min(cap, TREE_VS_RING_BANDWIDTH[protocol] * tree_correction(protocol, size_bytes)
-                     * inter.tree_efficiency)
-    bandwidth = _network_bandwidth_bps(intra, inter, place) * TREE_ALGBW_RATIO * efficiency
-    return latency + size_bytes / bandwidth
+    # What binds the tree depends on the node count (NCCL's tuner: ``bw = nNodes <= 2 ? bwIntra :
+    # bwInter``, and NVLS-tree's ``bwInter * 2`` at nNodes <= 2). With two nodes each node is the root
+    # of one binary tree and the leaf of the other, so its NICs carry half the buffer per phase and the
+    # NVLink chain inside the node binds (at the fitted tree_efficiency of that chain); past two nodes
+    # each node is an inner node (two children, one parent) of one tree, its NICs carry the whole
+    # buffer as a ring's do, and the network binds at NCCL's tree/ring ratio.
+    relief = 2.0 if place.num_nodes == 2 else 1.0
+    links_bps = min(intra.bus_bandwidth_gbyte_s * 1e9 * inter.tree_efficiency,
+                    relief * _network_bandwidth_bps(intra, inter, place))
+    ratio = TREE_ALGBW_RATIO * TREE_VS_RING_BANDWIDTH[protocol] * tree_correction(protocol, size_bytes)
+    return latency + size_bytes / (links_bps * ratio)
+
+
+def _nccl_runs_tree(protocol: str, size_bytes: float, place: GroupPlacement, intra: LinkCoefficients,
+                    inter: LinkCoefficients) -> bool:
+    """NCCL runs the tree when its tuner, on its own constants, estimates it faster than the ring."""
+    if place.num_nodes <= 2:
+        graph_bps = intra.bus_bandwidth_gbyte_s * 1e9
+    else:
+        graph_bps = _network_bandwidth_bps(intra, inter, place)
+    return nccl_picks_tree(protocol, size_bytes, place.size, place.num_nodes, place.ranks_per_node,
+                           graph_bps * 1e-6)
 
 
 def _tier_pairs(profile: CalibrationProfile, collective: str,
@@ -158,7 +181,9 @@ def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
         return 0.0
     best = math.inf
     for protocol, intra, inter in _tier_pairs(profile, collective, place):
-        best = min(best, _ring_time_s(collective, protocol, size_bytes, place, intra, inter))
-        if inter is not None and collective == "all_reduce":
+        tree = inter is not None and collective == "all_reduce"
+        if tree and _nccl_runs_tree(protocol, size_bytes, place, intra, inter):
             best = min(best, _tree_time_s(protocol, size_bytes, place, intra, inter))
+        else:
+            best = min(best, _ring_time_s(collective, protocol, size_bytes, place, intra, inter))
     return best

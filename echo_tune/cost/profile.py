@@ -95,8 +95,9 @@ class LinkCoefficients:
     base_latency_s: float = 0.0
     """Fixed cost of one call (launch, protocol setup), paid once whatever the group size."""
     tree_efficiency: float = 1.0
-    """inter_node only: how far the tree all-reduce reaches NCCL's tree bandwidth model on this fabric
-    (1 = NCCL's own tree/ring ratio and treeCorrectionFactor hold; fitted from measurements across nodes)."""
+    """inter_node only: bandwidth of a two-node tree all-reduce's NVLink chain relative to the NVLink ring
+    (1 = NCCL's own tree/ring ratio and treeCorrectionFactor hold; fitted from two-node measurements;
+    past two nodes the network binds the tree and this is not read, see cost/comm.py)."""
     protocols: dict[str, "LinkCoefficients"] = field(default_factory=dict, hash=False)
     """Extra protocol tiers (NCCL's LL, LL128) with their own coefficients; the fields above are the
     large-message (Simple) tier. A collective takes its fastest tier, as NCCL's tuner picks the

@@ -14,14 +14,16 @@ from .conftest import A100_DIR, LOGS
 MIB = 1 << 20
 
 
-def test_one_node_fit_predicts_two_nodes_within_35_percent(one_node_fit, a100_cluster):
-    # Derived (not measured) network terms: NCCL 2.30.7's default Simple network hop (14 us) and
-    # ring plateau overrate two nodes' latency at 1-8 MiB (+24..+32 %); large messages within 15 %.
+def test_one_node_fit_predicts_two_nodes_within_25_percent(one_node_fit, a100_cluster):
+    # Derived (not measured) network terms: NCCL 2.30.7's default network hops overrate two nodes'
+    # latency at 1-2 MiB (+21 %, +10 %); 4-8 MiB within 10 % (the two-node tree, NVLink-bound);
+    # large messages within 15 % (NCCL's tuner runs them as rings).
     result = check_log(a100_cluster, one_node_fit.profile, LOGS[16])
     big = [p for p in result.points if p.size_bytes >= MIB]
     assert len(big) == 15
     errors = {p.size_bytes: round(p.relative_error, 3) for p in big}
-    assert all(abs(e) <= 0.35 for e in errors.values()), errors
+    assert all(abs(e) <= 0.25 for e in errors.values()), errors
+    assert all(abs(e) <= 0.10 for size, e in errors.items() if 4 * MIB <= size <= 8 * MIB), errors
     assert all(abs(e) <= 0.15 for size, e in errors.items() if size >= 16 * MIB), errors
     assert result.warnings and "extrapolates to 2 nodes" in result.warnings[0]
 

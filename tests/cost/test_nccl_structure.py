@@ -9,7 +9,7 @@ import pytest
 
 from echo_tune.config import GroupPlacement, check_compatible, load_cluster, load_model
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.cost import comm
+from echo_tune.cost import comm, nccl_tuning
 from echo_tune.cost.nccl_tuning import NCCL_VERSION, tree_correction
 from echo_tune.cost.profile import LinkCoefficients, load_profile
 from echo_tune.errors import ConfigError
@@ -39,14 +39,16 @@ def test_tree_correction_follows_ncclTopoGetAlgoTime():
 
 
 def _winner(size: float, place: GroupPlacement) -> str:
+    """The algorithm of the fastest tier, each tier running what NCCL's tuner picks."""
     best = None
     for protocol, intra, inter in comm._tier_pairs(FITTED, "all_reduce", place):
-        options = [("ring", comm._ring_time_s("all_reduce", protocol, size, place, intra, inter))]
-        if inter is not None:
-            options.append(("tree", comm._tree_time_s(protocol, size, place, intra, inter)))
-        for algo, t in options:
-            if best is None or t < best[0]:
-                best = (t, algo)
+        if inter is not None and comm._nccl_runs_tree(protocol, size, place, intra, inter):
+            option = (comm._tree_time_s(protocol, size, place, intra, inter), "tree")
+        else:
+            option = (comm._ring_time_s("all_reduce", protocol, size, place, intra, inter), "ring")
+        if best is None or option[0] < best[0]:
+            best = option
+    assert best[0] == comm.collective_time_s("all_reduce", size, place, FITTED)
     return best[1]
 
 
@@ -60,6 +62,36 @@ def test_algorithm_choice_by_size_and_node_count():
     tree = {n: comm._tree_time_s("simple", 1, _place(n), *simple) for n in (2, 4, 16)}
     assert ring[16] - ring[2] > 4 * (ring[4] - ring[2])
     assert tree[16] - tree[2] == pytest.approx(3 * (tree[4] - tree[2]), rel=1e-6)
+
+
+def test_nccl_tuner_choice_by_size_and_node_count():
+    # NCCL's tuner (its own latencies and bandwidth ratios): with two nodes the tree for medium
+    # sizes, the ring once the tree's lower bandwidth (.92 x .5 x treeCorrectionFactor vs the ring's
+    # n / 2(n-1)) outweighs its latency; the ring's latency grows with 2(N-1) network hops, so at 16
+    # nodes the tree runs up to much larger sizes
+    assert [_winner(s * MIB, _place(2)) for s in (1, 8, 64, 1024)] == ["tree", "tree", "ring", "ring"]
+    assert [_winner(s * MIB, _place(16)) for s in (1, 8, 64, 128)] == ["tree"] * 4
+    assert _winner(4096 * MIB, _place(16)) == "ring"
+    # the estimate itself: ring Simple at 16 GPUs on 2 nodes, 28 NVLink steps at max(3.4, 3 x 1.0) us
+    # and 2 network steps at 14 us, times the 1.4 plateau, against the tree's 8.4 + 2 (7 x 4 + 14) us
+    # at 1 byte; 100 GB/s of graph bandwidth
+    assert nccl_tuning.nccl_picks_tree("simple", 1, 16, 2, 8, 1e5)
+    assert not nccl_tuning.nccl_picks_tree("simple", 1 << 30, 16, 2, 8, 1e5)
+
+
+def test_two_node_tree_is_bound_by_nvlink_past_two_by_the_network():
+    intra, inter = FITTED.link("intra_node", "all_reduce"), FITTED.link("inter_node", "all_reduce")
+    size = 1 << 30  # treeCorrectionFactor 1: the slope is the bound
+
+    def slope(nodes: int) -> float:
+        return (comm._tree_time_s("simple", 2 * size, _place(nodes), intra, inter)
+                - comm._tree_time_s("simple", size, _place(nodes), intra, inter))
+
+    nvlink = intra.bus_bandwidth_gbyte_s * inter.tree_efficiency
+    network = 8 * inter.bus_bandwidth_gbyte_s
+    assert nvlink < 2 * network  # the fitted two-node tree is NVLink-bound
+    assert slope(4) / slope(2) == pytest.approx(nvlink / network, rel=1e-6)
+    assert slope(16) == pytest.approx(slope(4), rel=1e-6)
 
 
 def test_tree_never_beats_the_links():
