@@ -108,22 +108,33 @@ def fit_gemm(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec,
 
 
 def fit_attention(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec) -> tuple[CalibrationProfile, FitResult]:
-    """One fused-attention efficiency, forward and backward together."""
+    """Fused-attention efficiencies: the forward's and, when backward rows are measured, the backward's
+    (one efficiency for both when only one phase is measured)."""
     dtype = rows[0]["dtype"]
     ops = [_op("attention", r, flops=float(r["flops"]), bytes=float(4 * r["batch"] * r["heads"] * r["seq_len"]
                                                                       * r["head_dim"] * ELEMENT_BYTES[dtype]))
            for r in rows]
     measured = np.array([r["time_us"] * 1e-6 for r in rows])
+    phases = {op.phase for op in ops}
+    split = phases == {"fwd", "bwd"}
 
     def make(x: np.ndarray) -> CalibrationProfile:
-        return dataclasses.replace(profile, attention_efficiency=float(np.exp(x[0])))
+        backward = float(np.exp(x[1])) if split else None
+        return dataclasses.replace(profile, attention_efficiency=float(np.exp(x[0])),
+                                   attention_backward_efficiency=backward)
 
-    implied = statistics.median(r["flops"] / (r["time_us"] * 1e-6) / (gpu.peak_tflops(dtype) * 1e12) for r in rows)
+    def implied(phase: str | None) -> float:
+        return min(1.0, statistics.median(r["flops"] / (r["time_us"] * 1e-6) / (gpu.peak_tflops(dtype) * 1e12)
+                                          for r in rows if phase is None or r.get("phase", "fwd") == phase))
+
+    start = [math.log(implied("fwd")), math.log(implied("bwd"))] if split else [math.log(implied(None))]
     x = _fit(lambda x: np.log(_times_s(ops, make(x), gpu, dtype) / measured),
-             [math.log(min(implied, 1.0))], [math.log(1e-9)], [0.0])
+             start, [math.log(1e-9)] * len(start), [0.0] * len(start))
     fitted = make(x)
-    result = FitResult(quantity=f"attention {dtype}", method="least squares",
-                       params={"attention_efficiency": round(fitted.attention_efficiency, 4)},
+    params = {"attention_efficiency": round(fitted.attention_efficiency, 4)}
+    if split:
+        params["attention_backward_efficiency"] = round(fitted.attention_bwd_efficiency, 4)
+    result = FitResult(quantity=f"attention {dtype}", method="least squares", params=params,
                        points=_points(rows, _times_s(ops, fitted, gpu, dtype), f"attention {dtype}",
                                       lambda r: f"{r['phase']} seq={r['seq_len']}"))
     _peak_note(result, gpu, rows)

@@ -2,6 +2,7 @@
 
     gemm:      time = max(flops / (peak * e_max * g(m) g(n) g(k)), bytes / hbm) + launch
     attention: time = max(flops / (peak * attention_efficiency), bytes / hbm) + launch
+               (backward: ``attention_backward_efficiency``, when the profile sets it)
     memory:    time = bytes / hbm + launch
 
 with the saturation g(x) = x / (x + x_half): small dimensions leave tensor cores idle (tile
@@ -36,7 +37,8 @@ def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str)
         m, n, k = op.gemm_mnk or (4096, 4096, 4096)
         compute_s = op.flops / (peak_flops * gemm_efficiency(m, n, k, profile))
     elif op.kind == "attention":
-        compute_s = op.flops / (peak_flops * profile.attention_efficiency)
+        efficiency = profile.attention_bwd_efficiency if op.phase == "bwd" else profile.attention_efficiency
+        compute_s = op.flops / (peak_flops * efficiency)
     else:
         compute_s = 0.0
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s

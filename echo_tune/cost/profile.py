@@ -15,7 +15,8 @@ YAML layout (version 1)::
       gemm_half_saturation_dim: 128   # a GEMM dimension this size halves that dimension's efficiency
       memory_bandwidth_gbyte_s: 1800  # achieved HBM bandwidth of memory-bound kernels
       kernel_launch_overhead_s: 4.0e-6
-      attention_efficiency: 0.6       # fused (flash) attention: fraction of dense peak
+      attention_efficiency: 0.6       # fused (flash) attention forward: fraction of dense peak
+      attention_backward_efficiency: 0.5  # optional: its backward (default: attention_efficiency)
       fp8_gemm_max_efficiency: 0.7    # optional: fraction of dense FP8 peak reached by large FP8 GEMMs
     comm:
       intra_node:                     # collective -> coefficients; "default" is the fallback
@@ -71,8 +72,15 @@ DATASHEET_GEMM_HALF_SATURATION_DIM = 128.0
 DATASHEET_MEMORY_EFFICIENCY = 0.85
 # - CUDA kernel launch + tail cost ~4 us per kernel in an eager PyTorch step.
 DATASHEET_KERNEL_LAUNCH_S = 4.0e-6
-# - FlashAttention-2 forward+backward reaches ~50-70% of peak on A100/H100 (Dao 2023, arXiv 2307.08691).
-DATASHEET_ATTENTION_EFFICIENCY = 0.55
+# - Fused attention (Transformer Engine's cuDNN backend, what Megatron-Core runs by default) on H100 SXM5,
+#   head dim 128, sequence 2k/4k/8k: forward 617/609/600 TFLOP/s, backward 465/499/518 TFLOP/s (cuDNN bars
+#   of Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, attention speed figures; backward FLOPs
+#   counted as 2.5x forward, as here). Forward ~0.61 and backward ~0.50 of the 989 TFLOP/s peak: the
+#   backward's five matmuls, dQ accumulation and recomputed softmax keep it ~18% below the forward.
+#   FlashAttention-2 on A100 shows the same split (Dao 2023, arXiv 2307.08691: forward up to ~73% of
+#   peak, backward lower).
+DATASHEET_ATTENTION_EFFICIENCY = 0.61
+DATASHEET_ATTENTION_BACKWARD_EFFICIENCY = 0.50
 # - NCCL's bus bandwidth reaches ~80% of NVLink one-direction line rate, and of NIC line rate.
 DATASHEET_LINK_EFFICIENCY = 0.80
 # - Per-step latency of a ring step: ~5 us inside a node (NVLink), ~10 us across nodes (IB).
@@ -147,6 +155,9 @@ class CalibrationProfile:
     comm: dict[str, dict[str, LinkCoefficients]]
     fp8_gemm_max_efficiency: float = DATASHEET_FP8_GEMM_EFFICIENCY
     """Fraction of the dense FP8 peak large FP8 GEMMs reach (``gemm_max_efficiency`` for FP8)."""
+    attention_backward_efficiency: float | None = None
+    """Fraction of dense peak the fused attention *backward* reaches; None = ``attention_efficiency``
+    (which is then the forward's and the backward's)."""
     compute_slowdown: float = 1.0
     comm_slowdown: float = 1.0
     slowdown_curves: dict = field(default_factory=dict)
@@ -162,8 +173,11 @@ class CalibrationProfile:
     """Its measured times for the profile's GPU, loaded with the profile (``optime/db.py``)."""
 
     def __post_init__(self) -> None:
-        for name in ("gemm_max_efficiency", "attention_efficiency", "fp8_gemm_max_efficiency"):
+        for name in ("gemm_max_efficiency", "attention_efficiency", "fp8_gemm_max_efficiency",
+                     "attention_backward_efficiency"):
             value = getattr(self, name)
+            if value is None and name == "attention_backward_efficiency":
+                continue
             require(0 < value <= 1, f"`0 < {name} <= 1` must hold, but got ({name}={value})")
         for name in ("gemm_half_saturation_dim", "memory_bandwidth_gbyte_s"):
             require_positive(name, getattr(self, name))
@@ -173,6 +187,11 @@ class CalibrationProfile:
         for scope in SCOPES:
             require(scope in self.comm and "default" in self.comm[scope],
                     f"profile {self.name!r} needs comm.{scope}.default coefficients")
+
+    @property
+    def attention_bwd_efficiency(self) -> float:
+        """The fused-attention backward efficiency in use (``attention_efficiency`` when not set)."""
+        return self.attention_backward_efficiency or self.attention_efficiency
 
     def link(self, scope: str, collective: str) -> LinkCoefficients:
         table = self.comm[scope]
@@ -201,6 +220,9 @@ class CalibrationProfile:
         compute = {k: data.pop(k) for k in ("gemm_max_efficiency", "gemm_half_saturation_dim",
                                             "memory_bandwidth_gbyte_s", "kernel_launch_overhead_s",
                                             "attention_efficiency", "fp8_gemm_max_efficiency")}
+        backward = data.pop("attention_backward_efficiency")
+        if backward is not None:
+            compute["attention_backward_efficiency"] = backward
         interference = {k: data.pop(k) for k in ("compute_slowdown", "comm_slowdown")}
         curves = data.pop("slowdown_curves")
         if curves:
@@ -227,6 +249,7 @@ def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
         memory_bandwidth_gbyte_s=gpu.memory_bandwidth_gbyte_s * DATASHEET_MEMORY_EFFICIENCY,
         kernel_launch_overhead_s=DATASHEET_KERNEL_LAUNCH_S,
         attention_efficiency=DATASHEET_ATTENTION_EFFICIENCY,
+        attention_backward_efficiency=DATASHEET_ATTENTION_BACKWARD_EFFICIENCY,
         comm={"intra_node": {"default": intra}, "inter_node": {"default": inter}},
         compute_slowdown=DATASHEET_COMPUTE_SLOWDOWN, comm_slowdown=DATASHEET_COMM_SLOWDOWN,
         provenance={"source": f"datasheet numbers of {gpu.name} ({gpu.source}) and {cluster.name} "

@@ -1,0 +1,79 @@
+"""Compute-op time: the fused-attention forward and backward efficiencies (cost/compute.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from echo_tune.calibrate.fit_compute import fit_attention
+from echo_tune.config.loading import load_cluster
+from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.profile import default_profile, profile_from_dict
+from echo_tune.errors import ConfigError
+from echo_tune.workload.graph import Op
+
+CLUSTER = load_cluster("h100-sxm")
+GPU = CLUSTER.gpu
+FLOPS = 2e12
+LAUNCH_S = default_profile(CLUSTER).kernel_launch_overhead_s
+
+
+def _attention(phase: str, flops: float = FLOPS) -> Op:
+    return Op(name="echo_tune.flash_attn", kind="attention", phase=phase, region="core_attention",
+              flops=flops, bytes=1e6)
+
+
+def test_backward_attention_runs_at_its_own_efficiency():
+    profile = default_profile(CLUSTER)
+    peak = GPU.peak_tflops("bf16") * 1e12
+    launch = profile.kernel_launch_overhead_s
+    fwd, bwd = op_time_s(_attention("fwd"), profile, GPU, "bf16"), op_time_s(_attention("bwd"), profile, GPU, "bf16")
+    assert fwd == pytest.approx(FLOPS / (peak * profile.attention_efficiency) + launch)
+    assert bwd == pytest.approx(FLOPS / (peak * profile.attention_backward_efficiency) + launch)
+    assert profile.attention_backward_efficiency < profile.attention_efficiency  # cuDNN: backward slower per FLOP
+
+
+def test_profile_without_backward_efficiency_uses_the_forward_one():
+    profile = dataclasses.replace(default_profile(CLUSTER), attention_backward_efficiency=None)
+    assert op_time_s(_attention("bwd"), profile, GPU, "bf16") == op_time_s(_attention("fwd"), profile, GPU, "bf16")
+    data = profile.to_dict()
+    assert "attention_backward_efficiency" not in data["compute"]  # old YAML stays as it was
+    assert profile_from_dict(data) == profile
+
+
+def test_backward_efficiency_round_trips_and_is_checked():
+    profile = default_profile(CLUSTER)
+    data = profile.to_dict()
+    assert data["compute"]["attention_backward_efficiency"] == profile.attention_backward_efficiency
+    assert profile_from_dict(data) == profile
+    data["compute"]["attention_backward_efficiency"] = 1.5
+    with pytest.raises(ConfigError, match="attention_backward_efficiency"):
+        profile_from_dict(data)
+
+
+def _rows(fwd_eff: float, bwd_eff: float | None) -> list[dict]:
+    peak = GPU.peak_tflops("bf16") * 1e12
+    rows = []
+    for seq in (2048, 4096, 8192):
+        flops = 4.0 * 2 * 16 * seq * seq * 128 * 0.5
+        for phase, eff, factor in (("fwd", fwd_eff, 1.0), ("bwd", bwd_eff, 2.5)):
+            if eff is None:
+                continue
+            rows.append({"dtype": "bf16", "batch": 2, "heads": 16, "seq_len": seq, "head_dim": 128, "phase": phase,
+                         "_source": "synthetic", "flops": factor * flops, "time_us": (factor * flops / (peak * eff) + LAUNCH_S) * 1e6})
+    return rows
+
+
+def test_fit_recovers_forward_and_backward_efficiencies():
+    fitted, result = fit_attention(_rows(0.62, 0.47), default_profile(CLUSTER), GPU)
+    assert fitted.attention_efficiency == pytest.approx(0.62, rel=0.02)
+    assert fitted.attention_backward_efficiency == pytest.approx(0.47, rel=0.02)
+    assert set(result.params) == {"attention_efficiency", "attention_backward_efficiency"}
+
+
+def test_fit_of_one_phase_sets_one_efficiency_for_both():
+    fitted, _ = fit_attention(_rows(0.58, None), default_profile(CLUSTER), GPU)
+    assert fitted.attention_efficiency == pytest.approx(0.58, rel=0.02)
+    assert fitted.attention_backward_efficiency is None
+    assert fitted.attention_bwd_efficiency == fitted.attention_efficiency
