@@ -47,7 +47,7 @@ def test_dense_rows_no_row_worse_than_20_percent(rows):
     assert max(abs(r.error_pct) for r in dense(rows)) <= 20.0
 
 
-@pytest.mark.xfail(strict=True, reason="systematic H100 under-prediction: dense MAPE 10.3% with the sources' settings")
+@pytest.mark.xfail(strict=True, reason="systematic H100 under-prediction: dense MAPE 10.04% with the sources' settings (benchmarks/step_audit.py)")
 def test_dense_rows_mape_at_most_10_percent(rows):
     assert mean_abs(dense(rows)) <= 10.0
 
@@ -57,7 +57,7 @@ def test_bf16_moe_rows_no_row_worse_than_25_percent(rows):
     assert max(abs(r.error_pct) for r in moe(rows, "bf16")) <= 25.0
 
 
-@pytest.mark.xfail(strict=True, reason="BF16 MoE MAE 13.9% with the alltoall dispatcher the rows' source states")
+@pytest.mark.xfail(strict=True, reason="BF16 MoE MAE 13.8% with the alltoall dispatcher the rows' source states")
 def test_bf16_moe_rows_mae_at_most_12_percent(rows):
     assert mean_abs(moe(rows, "bf16")) <= 12.0
 
