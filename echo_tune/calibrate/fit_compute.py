@@ -109,10 +109,13 @@ def fit_gemm(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec,
 
 def fit_attention(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec) -> tuple[CalibrationProfile, FitResult]:
     """Fused-attention efficiencies: the forward's and, when backward rows are measured, the backward's
-    (one efficiency for both when only one phase is measured)."""
+    (one efficiency for both when only one phase is measured). The bench's kernels are causal, so the
+    fitted (unmasked) forward efficiency is the measured rate over the profile's ``attention_causal_factor``:
+    the simulator's causal kernels then take exactly the measured rates."""
     dtype = rows[0]["dtype"]
     ops = [_op("attention", r, flops=float(r["flops"]), bytes=float(4 * r["batch"] * r["heads"] * r["seq_len"]
-                                                                      * r["head_dim"] * ELEMENT_BYTES[dtype]))
+                                                                      * r["head_dim"] * ELEMENT_BYTES[dtype]),
+               causal=str(r.get("causal", True)).lower() in ("true", "1"))
            for r in rows]
     measured = np.array([r["time_us"] * 1e-6 for r in rows])
     phases = {op.phase for op in ops}
@@ -123,9 +126,10 @@ def fit_attention(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec) -
         return dataclasses.replace(profile, attention_efficiency=float(np.exp(x[0])),
                                    attention_backward_efficiency=backward)
 
-    def implied(phase: str | None) -> float:
+    def implied(phase: str | None) -> float:  # unmasked start value: causal rows over the causal factor
         return min(1.0, statistics.median(r["flops"] / (r["time_us"] * 1e-6) / (gpu.peak_tflops(dtype) * 1e12)
-                                          for r in rows if phase is None or r.get("phase", "fwd") == phase))
+                                          / (profile.attention_causal_factor if op.causal and op.phase == "fwd" else 1.0)
+                                          for r, op in zip(rows, ops) if phase is None or op.phase == phase))
 
     start = [math.log(implied("fwd")), math.log(implied("bwd"))] if split else [math.log(implied(None))]
     x = _fit(lambda x: np.log(_times_s(ops, make(x), gpu, dtype) / measured),

@@ -2,7 +2,8 @@
 
     gemm:      time = max(flops / (peak * e_max * g(m) g(n) g(k)), bytes / hbm) + launch
     attention: time = max(flops / (peak * attention_efficiency), bytes / hbm) + launch
-               (backward: ``attention_backward_efficiency``, when the profile sets it)
+               (backward: ``attention_backward_efficiency``, when the profile sets it; a causal-masked
+               forward at ``attention_causal_factor`` of that)
     memory:    time = bytes / hbm + launch
 
 with the saturation g(x) = x / (x + x_half): small dimensions leave tensor cores idle (tile
@@ -38,6 +39,8 @@ def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str)
         compute_s = op.flops / (peak_flops * gemm_efficiency(m, n, k, profile))
     elif op.kind == "attention":
         efficiency = profile.attention_bwd_efficiency if op.phase == "bwd" else profile.attention_efficiency
+        if op.causal and op.phase == "fwd":
+            efficiency *= profile.attention_causal_factor
         compute_s = op.flops / (peak_flops * efficiency)
     else:
         compute_s = 0.0

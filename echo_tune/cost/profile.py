@@ -17,6 +17,7 @@ YAML layout (version 1)::
       kernel_launch_overhead_s: 4.0e-6
       attention_efficiency: 0.6       # fused (flash) attention forward: fraction of dense peak
       attention_backward_efficiency: 0.5  # optional: its backward (default: attention_efficiency)
+      attention_causal_factor: 0.85   # optional: a causal-masked forward's rate over an unmasked one's
       fp8_gemm_max_efficiency: 0.7    # optional: fraction of dense FP8 peak reached by large FP8 GEMMs
     comm:
       intra_node:                     # collective -> coefficients; "default" is the fallback
@@ -79,8 +80,14 @@ DATASHEET_KERNEL_LAUNCH_S = 4.0e-6
 #   backward's five matmuls, dQ accumulation and recomputed softmax keep it ~18% below the forward.
 #   FlashAttention-2 on A100 shows the same split (Dao 2023, arXiv 2307.08691: forward up to ~73% of
 #   peak, backward lower).
+#   Those are kernels without the causal mask. With it (FLOPs counted as the unmasked half), the same
+#   paper's causal forward bars are 484/518/529 TFLOP/s at 2k/4k/8k, 0.85 of the unmasked rate at 4k
+#   (0.78-0.88 over 2k-8k): diagonal tiles half wasted and a triangle of work spread unevenly over the
+#   SMs. The paper shows no causal backward, so the factor applies to forward kernels only (applying the
+#   forward's ratio to the backward too is an extrapolation left out; benchmarks/step_audit.py, README).
 DATASHEET_ATTENTION_EFFICIENCY = 0.61
 DATASHEET_ATTENTION_BACKWARD_EFFICIENCY = 0.50
+DATASHEET_ATTENTION_CAUSAL_FACTOR = 0.85
 # - NCCL's bus bandwidth reaches ~80% of NVLink one-direction line rate, and of NIC line rate.
 DATASHEET_LINK_EFFICIENCY = 0.80
 # - Per-step latency of a ring step: ~5 us inside a node (NVLink), ~10 us across nodes (IB).
@@ -158,6 +165,10 @@ class CalibrationProfile:
     attention_backward_efficiency: float | None = None
     """Fraction of dense peak the fused attention *backward* reaches; None = ``attention_efficiency``
     (which is then the forward's and the backward's)."""
+    attention_causal_factor: float = 1.0
+    """Rate of a causal-masked fused-attention *forward* kernel relative to an unmasked one (the two
+    efficiencies above are the unmasked kernels'); 1 = no difference. Backward kernels: no causal factor
+    (no public measurement of a causal backward to take it from)."""
     compute_slowdown: float = 1.0
     comm_slowdown: float = 1.0
     slowdown_curves: dict = field(default_factory=dict)
@@ -174,7 +185,7 @@ class CalibrationProfile:
 
     def __post_init__(self) -> None:
         for name in ("gemm_max_efficiency", "attention_efficiency", "fp8_gemm_max_efficiency",
-                     "attention_backward_efficiency"):
+                     "attention_backward_efficiency", "attention_causal_factor"):
             value = getattr(self, name)
             if value is None and name == "attention_backward_efficiency":
                 continue
@@ -223,6 +234,9 @@ class CalibrationProfile:
         backward = data.pop("attention_backward_efficiency")
         if backward is not None:
             compute["attention_backward_efficiency"] = backward
+        causal = data.pop("attention_causal_factor")
+        if causal != 1.0:
+            compute["attention_causal_factor"] = causal
         interference = {k: data.pop(k) for k in ("compute_slowdown", "comm_slowdown")}
         curves = data.pop("slowdown_curves")
         if curves:
@@ -250,6 +264,7 @@ def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
         kernel_launch_overhead_s=DATASHEET_KERNEL_LAUNCH_S,
         attention_efficiency=DATASHEET_ATTENTION_EFFICIENCY,
         attention_backward_efficiency=DATASHEET_ATTENTION_BACKWARD_EFFICIENCY,
+        attention_causal_factor=DATASHEET_ATTENTION_CAUSAL_FACTOR,
         comm={"intra_node": {"default": intra}, "inter_node": {"default": inter}},
         compute_slowdown=DATASHEET_COMPUTE_SLOWDOWN, comm_slowdown=DATASHEET_COMM_SLOWDOWN,
         provenance={"source": f"datasheet numbers of {gpu.name} ({gpu.source}) and {cluster.name} "

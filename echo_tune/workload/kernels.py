@@ -160,6 +160,12 @@ def _flash_bwd_flops(args) -> float:
     return FLASH_BACKWARD_FACTOR * flash_forward_flops(q.shape, k.shape, causal, v.shape)
 
 
+ATTENTION_CAUSAL_ARG = {
+    torch.ops.echo_tune.flash_attn: 3,
+    torch.ops.echo_tune.flash_attn_backward: 6,
+}
+"""Position of the ``causal`` argument of each attention op."""
+
 ATTENTION_FLOPS = {
     torch.ops.echo_tune.flash_attn: _flash_fwd_flops,
     torch.ops.echo_tune.flash_attn_backward: _flash_bwd_flops,

@@ -35,7 +35,7 @@ from torch.utils.flop_counter import flop_registry
 from echo_tune.config.model import ModelSpec
 from echo_tune.workload import context, heads, layers
 from echo_tune.workload.graph import Op, Trace
-from echo_tune.workload.kernels import ATTENTION_FLOPS
+from echo_tune.workload.kernels import ATTENTION_CAUSAL_ARG, ATTENTION_FLOPS
 from echo_tune.workload.opkey import op_key
 
 aten = torch.ops.aten
@@ -89,7 +89,8 @@ def describe(func, args, kwargs, out, *, phase: str, region: str, subregion: str
         flops = flop_registry[packet](*args, **kwargs, out_val=out)
         return Op(kind="gemm", flops=float(flops), gemm_mnk=_gemm_mnk(packet, args), **common)
     if packet in ATTENTION_FLOPS:
-        return Op(kind="attention", flops=float(ATTENTION_FLOPS[packet](args)), **common)
+        return Op(kind="attention", flops=float(ATTENTION_FLOPS[packet](args)),
+                  causal=bool(args[ATTENTION_CAUSAL_ARG[packet]]), **common)
     return Op(kind="memory", flops=float(sum(t.numel() for t in outputs)), **common)
 
 

@@ -17,11 +17,12 @@ CLUSTER = load_cluster("h100-sxm")
 GPU = CLUSTER.gpu
 FLOPS = 2e12
 LAUNCH_S = default_profile(CLUSTER).kernel_launch_overhead_s
+CAUSAL = default_profile(CLUSTER).attention_causal_factor
 
 
-def _attention(phase: str, flops: float = FLOPS) -> Op:
+def _attention(phase: str, flops: float = FLOPS, causal: bool = False) -> Op:
     return Op(name="echo_tune.flash_attn", kind="attention", phase=phase, region="core_attention",
-              flops=flops, bytes=1e6)
+              flops=flops, bytes=1e6, causal=causal)
 
 
 def test_backward_attention_runs_at_its_own_efficiency():
@@ -52,6 +53,30 @@ def test_backward_efficiency_round_trips_and_is_checked():
         profile_from_dict(data)
 
 
+def test_causal_forward_runs_at_the_causal_factor_backward_does_not():
+    profile = default_profile(CLUSTER)
+    launch = profile.kernel_launch_overhead_s
+    plain, masked = (op_time_s(_attention("fwd", causal=c), profile, GPU, "bf16") - launch for c in (False, True))
+    assert masked == pytest.approx(plain / profile.attention_causal_factor)
+    assert profile.attention_causal_factor < 1
+    assert op_time_s(_attention("bwd", causal=True), profile, GPU, "bf16") == \
+        op_time_s(_attention("bwd"), profile, GPU, "bf16")
+
+
+def test_traced_flash_attention_carries_its_mask():
+    from echo_tune.config.model import ModelSpec
+    from echo_tune.workload.tracer import trace_layer
+
+    model = ModelSpec(name="t", num_layers=1, hidden_size=256, num_attention_heads=4, seq_length=512,
+                      vocab_size=1000, attention_backend="flash")
+    plain = trace_layer(model, tensor_model_parallel_size=1)
+    ring = trace_layer(model, tensor_model_parallel_size=1, context_parallel_size=2)
+    kinds = lambda t: [(op.phase, op.causal) for op in t.forward + t.backward if op.kind == "attention"]
+    assert kinds(plain) == [("fwd", True), ("bwd", True)]
+    # ring attention: the diagonal block is causal, the remote half-blocks are not
+    assert sorted(kinds(ring)) == [("bwd", False), ("bwd", True), ("fwd", False), ("fwd", True)]
+
+
 def _rows(fwd_eff: float, bwd_eff: float | None) -> list[dict]:
     peak = GPU.peak_tflops("bf16") * 1e12
     rows = []
@@ -60,7 +85,10 @@ def _rows(fwd_eff: float, bwd_eff: float | None) -> list[dict]:
         for phase, eff, factor in (("fwd", fwd_eff, 1.0), ("bwd", bwd_eff, 2.5)):
             if eff is None:
                 continue
+            if phase == "fwd":  # the bench's kernels are causal: the forward runs at the causal factor
+                eff *= CAUSAL
             rows.append({"dtype": "bf16", "batch": 2, "heads": 16, "seq_len": seq, "head_dim": 128, "phase": phase,
+                         "causal": True,
                          "_source": "synthetic", "flops": factor * flops, "time_us": (factor * flops / (peak * eff) + LAUNCH_S) * 1e6})
     return rows
 
