@@ -37,7 +37,8 @@ from echo_tune.sim.simulate import simulate
 from echo_tune.validate.runs import read_runs
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "published-runs"
-DEFAULT_ROWS = (("runs_modern.csv", "dgxc2411-llama31-8b-bf16-8gpu"), ("runs_modern.csv", "dgxc2411-gpt3-175b-bf16-128gpu"),
+DEFAULT_ROWS = (("runs_modern.csv", "dgxc2411-llama31-8b-bf16-8gpu"),
+                ("runs_modern.csv", "dgxc2411-gpt3-175b-bf16-128gpu"),
                 ("runs_megatron.csv", "row41-GPT-1.7B"), ("runs_megatron.csv", "row42-GPT-7.1B"))
 HOST_LAUNCH_S = (11.3e-6, 17.7e-6)
 """Python-issued launch cost of one small PyTorch GEMM, min and max of the dgxc-benchmarking example output."""
@@ -124,7 +125,8 @@ def audit(csv: str, name: str) -> None:
           f"weights per layer: <= {serial_s:.3f} s if never overlapped ({100 * serial_s / measured:.1f}% of "
           f"measured); 0 under the roofline (each weight-gradient GEMM is compute-bound)")
     host = [kinds["launch"][0] * c for c in HOST_LAUNCH_S]
-    print(f"     host: {kinds['launch'][0]} kernels per layer x {HOST_LAUNCH_S[0] * 1e6:.1f}-{HOST_LAUNCH_S[1] * 1e6:.1f} us "
+    low_us, high_us = (c * 1e6 for c in HOST_LAUNCH_S)
+    print(f"     host: {kinds['launch'][0]} kernels per layer x {low_us:.1f}-{high_us:.1f} us "
           f"= {host[0] * 1e3:.2f}-{host[1] * 1e3:.2f} ms vs {total * 1e3:.2f} ms of GPU work: "
           f"{'host-bound' if host[1] > total else 'GPU-bound (host runs ahead)'}")
 

@@ -126,10 +126,11 @@ def fit_attention(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec) -
         return dataclasses.replace(profile, attention_efficiency=float(np.exp(x[0])),
                                    attention_backward_efficiency=backward)
 
-    def implied(phase: str | None) -> float:  # unmasked start value: causal rows over the causal factor
+    def implied(phase: str | None) -> float:  # unmasked start value: causal forwards over the causal factor
+        def factor(op) -> float:
+            return profile.attention_causal_factor if op.causal and op.phase == "fwd" else 1.0
         return min(1.0, statistics.median(r["flops"] / (r["time_us"] * 1e-6) / (gpu.peak_tflops(dtype) * 1e12)
-                                          / (profile.attention_causal_factor if op.causal and op.phase == "fwd" else 1.0)
-                                          for r, op in zip(rows, ops) if phase is None or op.phase == phase))
+                                          / factor(op) for r, op in zip(rows, ops) if phase is None or op.phase == phase))
 
     start = [math.log(implied("fwd")), math.log(implied("bwd"))] if split else [math.log(implied(None))]
     x = _fit(lambda x: np.log(_times_s(ops, make(x), gpu, dtype) / measured),

@@ -89,7 +89,8 @@ def _rows(fwd_eff: float, bwd_eff: float | None) -> list[dict]:
                 eff *= CAUSAL
             rows.append({"dtype": "bf16", "batch": 2, "heads": 16, "seq_len": seq, "head_dim": 128, "phase": phase,
                          "causal": True,
-                         "_source": "synthetic", "flops": factor * flops, "time_us": (factor * flops / (peak * eff) + LAUNCH_S) * 1e6})
+                         "_source": "synthetic", "flops": factor * flops,
+                         "time_us": (factor * flops / (peak * eff) + LAUNCH_S) * 1e6})
     return rows
 
 
