@@ -23,6 +23,8 @@ SUBCOMMANDS = {
     "validate": "validate",
     "profile": "profile",
     "emulate": "emulate",
+    "presets": "presets",
+    "plan": "plan",
 }
 
 
@@ -36,6 +38,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="echo-tune", description="Find the fastest Megatron-LM layout before booking GPUs.")
+    from echo_tune import __version__
+
+    parser.add_argument("--version", action="version", version=f"echo-tune {__version__}",
+                        help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
         try:
