@@ -10,7 +10,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from echo_tune.cli.common import human_bytes, human_time, print_json
-from echo_tune.search.space import OBJECTIVES, load_space, with_overrides
+from echo_tune.errors import ConfigError
+from echo_tune.search.auto_space import CAPS_HELP, auto_space_dict, write_space
+from echo_tune.search.space import OBJECTIVES, load_space, space_from_dict, with_overrides
 from echo_tune.search.sampler import SAMPLERS
 from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, SearchResult, run_search
 
@@ -22,7 +24,16 @@ def add_parser(subparsers) -> None:
                     "RESULTS_DIR/STUDY_NAME/: trials.csv, best.json, megatron_args.txt, best_trace.json (and "
                     "pareto.csv/.svg for several objectives); the study itself is stored there as journal.log "
                     "(optuna-dashboard opens it). Exit code 1 when no layout fits in memory.")
-    parser.add_argument("space", help="search-space YAML file (see search_spaces/)")
+    parser.add_argument("space", nargs="?", default=None,
+                        help="search-space YAML file (see search_spaces/); or leave it out and give --model, "
+                             "--cluster, --num-gpus and --global-batch-size")
+    zero = parser.add_argument_group("search without a space file")
+    zero.add_argument("--model", help="model preset, YAML file or Hugging Face config.json")
+    zero.add_argument("--cluster", help="cluster preset or YAML file")
+    zero.add_argument("--num-gpus", type=int, help="GPUs in the run")
+    zero.add_argument("--global-batch-size", type=int, help="sequences per step (Megatron --global-batch-size)")
+    zero.add_argument("--write-space", metavar="FILE", help="also save the built space as YAML, to edit and reuse. "
+                                                            + CAPS_HELP)
     parser.add_argument("--sampler", default="tpe", choices=sorted(SAMPLERS),
                         help="tpe (default), random, nsga2 (multi-objective) or exhaustive (every valid layout)")
     parser.add_argument("--n-trials", type=int, default=None,
@@ -59,8 +70,30 @@ def _progress_bar(console: Console, label: str):
                     transient=False, disable=not console.is_terminal)
 
 
+def space_of_args(args: argparse.Namespace):
+    """The space file, or the space built from --model/--cluster/--num-gpus/--global-batch-size."""
+    zero = {k: getattr(args, k) for k in ("model", "cluster", "num_gpus", "global_batch_size")}
+    if args.space is not None:
+        given = [f"--{k.replace('_', '-')}" for k, v in zero.items() if v is not None]
+        if given or args.write_space:
+            raise ConfigError(f"give a space file or {', '.join(given or ['--write-space'])}, not both; the "
+                              f"file names the model, cluster, GPUs and batch itself")
+        return load_space(args.space)
+    missing = [f"--{k.replace('_', '-')}" for k, v in zero.items() if v is None]
+    if missing:
+        raise ConfigError(f"without a space file, search needs --model, --cluster, --num-gpus and "
+                          f"--global-batch-size, but {', '.join(missing)} is missing")
+    for key in ("num_gpus", "global_batch_size"):
+        if zero[key] <= 0:
+            raise ConfigError(f"`--{key.replace('_', '-')} > 0` must hold, but got ({zero[key]})")
+    data = auto_space_dict(args.model, args.cluster, args.num_gpus, args.global_batch_size)
+    if args.write_space:
+        write_space(data, args.write_space)
+    return space_from_dict(data, name=data["name"], source=data["name"])
+
+
 def run(args: argparse.Namespace) -> int:
-    space = load_space(args.space)
+    space = space_of_args(args)
     objectives = tuple(o.strip() for o in args.objectives.split(",")) if args.objectives else None
     space = with_overrides(space, objectives=objectives, gpu_hour_cost=args.gpu_hour_cost,
                            memory_headroom_gib=args.memory_headroom_gib)

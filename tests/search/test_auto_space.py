@@ -1,0 +1,51 @@
+"""Zero-YAML spaces: built from model, cluster, GPUs and batch, with stated caps; --write-space round-trips."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from echo_tune.cli.main import main
+from echo_tune.search.auto_space import MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH, auto_space, auto_space_dict
+from echo_tune.search.space import load_space
+
+HF = Path(__file__).resolve().parents[1] / "config" / "data" / "hf"
+
+
+def test_caps_on_micro_batch_and_context_parallel():
+    space = auto_space("llama3.1-8b", "h100", 64, 512)
+    assert max(space.choices["micro_batch_size"]) == MAX_MICRO_BATCH
+    assert all(512 % m == 0 for m in space.choices["micro_batch_size"])
+    cps = space.choices["context_parallel_size"]
+    assert max(cps) <= MAX_CONTEXT_PARALLEL and all(8192 // c >= 1024 for c in cps)
+    assert set(space.choices["tensor_model_parallel_size"]) <= {1, 2, 4, 8}
+    assert space.choices["use_distributed_optimizer"] == (True,)
+    assert space.choices["expert_model_parallel_size"] == (1,)
+
+
+def test_short_sequence_limits_cp_and_moe_gets_ep():
+    space = auto_space("mixtral-8x7b", "h100", 64, 256)
+    assert max(space.choices["context_parallel_size"]) == 4  # 4096 tokens, >= 1024 per CP rank
+    assert set(space.choices["expert_model_parallel_size"]) == {1, 2, 4, 8}
+
+
+def test_write_space_round_trips_and_config_json_model(tmp_path):
+    out = tmp_path / "sub" / "space.yaml"
+    assert main(["search", "--model", str(HF / "llama-3.1-70b.json"), "--cluster", "h100", "--num-gpus", "64",
+                 "--global-batch-size", "128", "--write-space", str(out), "--n-trials", "3", "--no-baselines",
+                 "--results-dir", str(tmp_path / "r"), "--json"]) in (0, 1)
+    space = load_space(out)
+    assert space.model.hidden_size == 8192 and space.name == "llama-3.1-70b-64xh100"
+    assert space.choices == auto_space(str(HF / "llama-3.1-70b.json"), "h100", 64, 128).choices
+    assert "micro-batch 1-8" in out.read_text()
+
+
+def test_missing_pieces_and_both_given_are_one_line_errors(capsys, tmp_path):
+    assert main(["search", "--model", "llama3.1-8b", "--cluster", "h100", "--num-gpus", "8"]) == 2
+    assert "--global-batch-size is missing" in capsys.readouterr().err
+    space = tmp_path / "s.yaml"
+    space.write_text(json.dumps(auto_space_dict("llama3.1-8b", "h100", 8, 16)))
+    assert main(["search", str(space), "--model", "llama3.1-8b"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["search", "--model", "llama3.1-8b", "--cluster", "h100", "--num-gpus", "0",
+                 "--global-batch-size", "8"]) == 2
