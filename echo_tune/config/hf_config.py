@@ -257,7 +257,8 @@ def load_hf_config(path: str | Path, *, seq_length: int | None = None, name: str
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"model file {str(path)!r} is not valid JSON: {exc}") from None
     fields, _ = model_fields_from_hf(cfg, seq_length=seq_length)
-    default = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+    named = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1]
+    default = path.stem if path.stem != "config" else (named or path.resolve().parent.name or "config")
     return build(ModelSpec, {"name": name or default, **fields}, f"model of {path}")
 
 

@@ -21,12 +21,14 @@ def plan_table(rows: list[dict], currency: str, title: str) -> Table:
     cols = ["#", "candidate", "layout", "step", "tokens/s", "MFU", "headroom", "days", "GPU-hours",
             f"cost ({currency})", "error band", "notes"]
     for col in cols:
-        table.add_column(col, justify="left" if col in ("candidate", "layout", "notes", "error band") else "right",
-                         overflow="fold")
+        table.add_column(col, justify="left" if col in ("candidate", "layout", "notes") else "right",
+                         overflow="fold", no_wrap=col in ("candidate", "step", "MFU", "headroom", "error band"))
     for i, r in enumerate(rows, 1):
         band = r["error_band"]
-        band_text = f"±{band['mean_abs_error_pct']:.0f}% ({band['match']}: {band['family']}, n={band['n_runs']})"
-        notes = []
+        band_text = f"±{band['mean_abs_error_pct']:.0f}% (n={band['n_runs']})"
+        notes = [] if band["match"] == "exact" else [
+            f"band of nearest validated family {band['family']}" if band["match"] == "nearest"
+            else "outside every validated family (band of all runs)"]
         if not r["feasible"]:
             miss = r["closest_miss"]
             notes.append("infeasible: no layout fits in memory" + (
