@@ -18,7 +18,8 @@ from optuna.trial import TrialState, create_trial
 
 from echo_tune.search.layouts import Candidate, RejectedLayout
 from echo_tune.search.params import full_params, search_distributions
-from echo_tune.search.objective import REJECTED_CONSTRAINTS, constraints, evaluate, objective_values
+from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, constraint_sequence, constraints,
+                                       evaluate, flat_attrs, told_values)
 from echo_tune.search.space import SearchSpace
 
 MAX_BATCH = 128  # layouts per batch at most: the progress bar and an interrupt see a batch at a time
@@ -81,12 +82,14 @@ def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]
     params = full_params(space, candidate)
     kind, payload = result
     if kind == "ok":
-        return create_trial(state=TrialState.COMPLETE, values=objective_values(space, payload),
+        return create_trial(state=TrialState.COMPLETE, values=told_values(space, payload),
                             params=params, distributions=distributions,
-                            user_attrs={"record": payload}, constraints=constraints(payload))
+                            user_attrs={"record": payload, **flat_attrs(payload)}, constraints=constraints(payload),
+                            system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(payload)})
     return create_trial(state=TrialState.PRUNED, params=params, distributions=distributions,
                         user_attrs={"rejected_rule": payload, "config": candidate.config},
-                        constraints=dict(REJECTED_CONSTRAINTS))
+                        constraints=dict(REJECTED_CONSTRAINTS),
+                        system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
 
 
 def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n_jobs: int = 1, profile=None,
