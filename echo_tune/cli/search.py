@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from echo_tune.cli.common import human_bytes, human_time, print_json
+from echo_tune.cli.progress import PlainProgress
 from echo_tune.errors import ConfigError
 from echo_tune.search.auto_space import CAPS_HELP, auto_space_dict, write_space
 from echo_tune.search.space import OBJECTIVES, load_space, space_from_dict, with_overrides
@@ -103,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
                          baselines=args.baselines)
     err = Console(stderr=True)
     best_seen = [None]
+    plain = None if err.is_terminal else PlainProgress(f"search {space.name}")
+    if plain is not None:
+        plain.start(f"{args.sampler} sampler, {space.product_size} combinations of the listed values "
+                    f"(valid layouts are counted while enumerating)")
     with _progress_bar(err, args.sampler) as bar:
         task = bar.add_task(f"{args.sampler} {space.name}", total=None, best="-")
 
@@ -112,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
                 best_seen[0] = record["step_time_s"]
             bar.update(task, completed=done, total=total,
                        best=human_time(best_seen[0]) if best_seen[0] is not None else "-")
+            if plain is not None:
+                plain.update(done, total, best_seen[0])
         result = run_search(space, opts, progress=progress)
     if args.json:
         print_json(result.to_dict())

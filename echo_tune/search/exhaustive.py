@@ -93,7 +93,7 @@ def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]
 
 
 def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n_jobs: int = 1, profile=None,
-                   deadline: float | None = None, on_trials: Callable[[int], None] | None = None) -> int:
+                   deadline: float | None = None, on_trials: Callable[[int, dict | None], None] | None = None) -> int:
     """Simulate ``todo`` and store each as a trial; returns how many were stored.
 
     Stops early (keeping what is stored) when ``deadline`` (time.monotonic) passes.
@@ -145,8 +145,9 @@ def _store(study, store, results, deadline, on_trials) -> int:
         with store.batch():
             study.add_trials(trials)
         stored += len(trials)
-        if on_trials is not None:
-            on_trials(len(trials))
+        if on_trials is not None:  # with the batch's fastest fitting record, for best-so-far
+            fitting = [t.user_attrs["record"] for t in trials if t.user_attrs.get("record", {}).get("fits_memory")]
+            on_trials(len(trials), min(fitting, key=lambda r: r["step_time_s"]) if fitting else None)
         if deadline is not None and time.monotonic() > deadline:
             break
     return stored

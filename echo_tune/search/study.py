@@ -198,10 +198,10 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
     todo = [c for c in valid if c.key not in stored][:max(0, target - done_before)]
     count = [0]
 
-    def on_trials(n: int) -> None:
+    def on_trials(n: int, best: dict | None = None) -> None:
         count[0] += n
         if progress is not None:
-            progress(count[0], len(todo), None)
+            progress(count[0], len(todo), best)
     if shares_work(opts.storage):  # a database: this process is one of possibly many workers
         run_shared_exhaustive(space, study, store, valid, todo, n_jobs=opts.n_jobs, profile=profile,
                               deadline=deadline, on_trials=on_trials)
