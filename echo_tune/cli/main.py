@@ -57,7 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _terminate(signum, frame) -> None:
-    """SIGTERM (a job scheduler's time limit) is handled like Ctrl-C: finished work is kept, outputs written."""
+    """SIGTERM (a job scheduler's time limit) is handled like Ctrl-C: finished work is kept, outputs written.
+    During a search it waits for the trial in hand to be stored (see cli/progress.py ``STOP``)."""
+    from echo_tune.cli.progress import STOP
+
+    if STOP.deferred:
+        STOP.requested = True
+        return
     raise KeyboardInterrupt
 
 
@@ -71,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+            from echo_tune.cli.progress import STOP
+
+            STOP.deferred = STOP.requested = False
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from echo_tune.cli.common import print_json
+from echo_tune.cli.progress import STOP
 from echo_tune.plan.planner import SORT_KEYS, PlanOptions, parse_candidate, plan
 from echo_tune.search.auto_space import CAPS_HELP
 
@@ -57,6 +58,7 @@ def _progress():
             best = f"{state['best']:.3f} s" if state["best"] is not None else "none fits yet"
             sys.stderr.write(f"plan: {name}: {done}/{total} trials, best step {best}\n")
         sys.stderr.flush()
+        STOP.check()  # SIGTERM stops here, after the trial in hand is stored
     return update
 
 

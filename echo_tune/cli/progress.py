@@ -33,3 +33,23 @@ class PlainProgress:
         best = human_time(best_s) if best_s is not None else "none fits yet"
         self.stream.write(f"{self.label}: {done}/{total if total else '?'} trials, best step {best}\n")
         self.stream.flush()
+
+
+class _StopRequest:
+    """SIGTERM, handled like Ctrl-C but never inside a write: while a search is between its first and last
+    trial (``deferred``), the signal only sets ``requested`` and the search's progress callback raises
+    KeyboardInterrupt after the trial or batch in hand is stored; otherwise it interrupts at once."""
+
+    def __init__(self) -> None:
+        self.deferred = False
+        self.requested = False
+
+    def check(self) -> None:
+        """Called from progress callbacks (a safe point): stop now if SIGTERM arrived."""
+        self.deferred = True
+        if self.requested:
+            self.requested, self.deferred = False, False
+            raise KeyboardInterrupt
+
+
+STOP = _StopRequest()

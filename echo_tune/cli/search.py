@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from echo_tune.cli.common import human_bytes, human_time, print_json
-from echo_tune.cli.progress import PlainProgress
+from echo_tune.cli.progress import STOP, PlainProgress
 from echo_tune.errors import ConfigError
 from echo_tune.search.auto_space import CAPS_HELP, auto_space_dict, write_space
 from echo_tune.search.space import OBJECTIVES, load_space, space_from_dict, with_overrides
@@ -119,7 +119,11 @@ def run(args: argparse.Namespace) -> int:
                        best=human_time(best_seen[0]) if best_seen[0] is not None else "-")
             if plain is not None:
                 plain.update(done, total, best_seen[0])
-        result = run_search(space, opts, progress=progress)
+            STOP.check()  # a safe point: SIGTERM stops the search here, like Ctrl-C
+        try:
+            result = run_search(space, opts, progress=progress)
+        finally:
+            STOP.deferred = False
     if args.json:
         print_json(result.to_dict())
     else:

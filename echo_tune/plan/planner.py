@@ -182,6 +182,8 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
         space = space_from_dict(data, name=data["name"], source=data["name"])
         bar = None if progress is None else (lambda done, total, rec, _n=c.name: progress(_n, done, total, rec))
         result, recs = _search(space, opts, bar)
+        if result.interrupted:  # Ctrl-C or SIGTERM: the finished trials are stored; a rerun resumes them
+            raise KeyboardInterrupt
         rows.append(_row(c, space, result, recs, opts))
         spaces[c.name], records[c.name] = space, recs
     return PlanResult(model=spec.name, tokens=opts.tokens, global_batch_size=gbs, currency=opts.currency,
