@@ -15,8 +15,10 @@ class PlainProgress:
     def __init__(self, label: str, *, every_s: float = 10.0, stream=None):
         self.label, self.every_s, self.stream = label, every_s, stream or sys.stderr
         self._tenth, self._last = -1, 0.0
+        self.fresh = True
 
     def start(self, what: str) -> None:
+        self.fresh = False
         self.stream.write(f"{self.label}: {what}\n")
         self.stream.flush()
 

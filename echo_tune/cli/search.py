@@ -93,6 +93,10 @@ def space_of_args(args: argparse.Namespace):
     return space_from_dict(data, name=data["name"], source=data["name"])
 
 
+def result_total(total: int | None) -> str:
+    return str(total) if total is not None else "an unknown number of"
+
+
 def run(args: argparse.Namespace) -> int:
     space = space_of_args(args)
     objectives = tuple(o.strip() for o in args.objectives.split(",")) if args.objectives else None
@@ -105,9 +109,6 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     best_seen = [None]
     plain = None if err.is_terminal else PlainProgress(f"search {space.name}")
-    if plain is not None:
-        plain.start(f"{args.sampler} sampler, {space.product_size} combinations of the listed values "
-                    f"(valid layouts are counted while enumerating)")
     with _progress_bar(err, args.sampler) as bar:
         task = bar.add_task(f"{args.sampler} {space.name}", total=None, best="-")
 
@@ -118,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total,
                        best=human_time(best_seen[0]) if best_seen[0] is not None else "-")
             if plain is not None:
+                if plain.fresh:
+                    plain.start(f"{args.sampler} sampler, {result_total(total)} trials to run")
                 plain.update(done, total, best_seen[0])
             STOP.check()  # a safe point: SIGTERM stops the search here, like Ctrl-C
         try:
