@@ -212,7 +212,8 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
 
 def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
                     profile, progress) -> None:
-    target = opts.n_trials or DEFAULT_N_TRIALS
+    # the wrapped samplers propose unseen valid layouts only: once every one is simulated, stop
+    target = min(opts.n_trials or DEFAULT_N_TRIALS, max(len(valid), done_before))
     total = max(0, target - done_before)
     if not existed and opts.baselines:
         for c in baselines(space, valid)[:total]:

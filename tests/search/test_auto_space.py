@@ -49,3 +49,15 @@ def test_missing_pieces_and_both_given_are_one_line_errors(capsys, tmp_path):
     assert "not both" in capsys.readouterr().err
     assert main(["search", "--model", "llama3.1-8b", "--cluster", "h100", "--num-gpus", "0",
                  "--global-batch-size", "8"]) == 2
+
+
+def test_random_sampler_stops_when_every_layout_is_simulated(tmp_path):
+    from echo_tune.search.layouts import check_space
+    from echo_tune.search.space import load_space
+    from echo_tune.search.study import SearchOptions, run_search
+
+    space = load_space(Path(__file__).resolve().parents[1] / "data" / "tiny-space.yaml")
+    valid, _ = check_space(space)
+    result = run_search(space, SearchOptions(sampler="random", n_trials=10_000, results_dir=tmp_path))
+    assert result.n_trials == len(valid)
+    assert result.n_feasible + result.n_infeasible == len(valid)  # each layout once, none repeated
