@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from echo_tune.cli.common import human_bytes, human_time, print_json
 from echo_tune.cli.progress import STOP, PlainProgress
+from echo_tune.plan.labels import short_labels
 from echo_tune.errors import ConfigError
 from echo_tune.search.auto_space import CAPS_HELP, auto_space_dict, write_space
 from echo_tune.search.space import OBJECTIVES, load_space, space_from_dict, with_overrides
@@ -62,7 +64,23 @@ def add_parser(subparsers) -> None:
                         help="do not seed the study with the obvious baseline layouts")
     parser.add_argument("--top", type=int, default=10, help="rows in the table of best layouts (default 10)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--no-explain", dest="explain", action="store_false",
+                        help="skip the explanation: the best layout of each TP x PP x CP family beside the winner's "
+                             "breakdown, why it wins, and the ranking with overlap, interference and efficiency "
+                             "assumptions off or worse (single-objective searches)")
     parser.set_defaults(run=run)
+
+
+def explain_search(space, result) -> dict | None:
+    """The planner's explanation for a finished single-objective search (its stored trials)."""
+    if len(space.objectives) > 1:
+        return None
+    from echo_tune.plan.explain import explain
+    from echo_tune.plan.planner import study_records
+    from echo_tune.search.storage import open_storage
+
+    store = open_storage(Path(result.results_dir), result.storage)
+    return explain(space, study_records(space, store.storage, result.study_name))
 
 
 def _progress_bar(console: Console, label: str):
@@ -127,10 +145,20 @@ def run(args: argparse.Namespace) -> int:
             result = run_search(space, opts, progress=progress)
         finally:
             STOP.deferred = False
+    explanation = None
+    if args.explain and result.best is not None and not result.interrupted:
+        explanation = explain_search(space, result)
     if args.json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), **({"explanation": explanation} if explanation else {})})
     else:
         print_result(space, result, top=args.top)
+        if explanation is not None:
+            from echo_tune.plan.report import explanation_tables
+
+            console = Console()
+            for table in explanation_tables(explanation):
+                console.print(table)
+            console.print(explanation["why"], highlight=False)
     if result.interrupted:
         sys.stderr.write(f"echo-tune search: interrupted; {result.n_trials} finished trial(s) kept in "
                          f"{result.storage}; continue with --resume\n")
@@ -163,7 +191,10 @@ def print_result(space, result: SearchResult, *, top: int = 10, console: Console
     console = console or Console()
     several_gpus = len(space.choices["num_gpus"]) > 1
     cost = "cost" in space.objectives or space.gpu_hour_cost is not None
-    table = Table(title=f"{space.name}: best {min(top, len(result.top))} of {result.n_feasible} feasible layouts")
+    shown = result.top[:top]
+    labels, common = short_labels([r["config"] for r in shown], [r["derived"].get("data_parallel_size") for r in shown])
+    table = Table(title=f"{space.name}: best {min(top, len(result.top))} of {result.n_feasible} feasible layouts",
+                  caption=f"every layout: {common}" if common else None)
     cols = ["#", "trial", "step time", "MFU", "peak mem"] + (["GPUs"] if several_gpus else []) + \
         (["cost/step"] if cost else []) + ["layout"]
     for col in cols:
@@ -174,7 +205,7 @@ def print_result(space, result: SearchResult, *, top: int = 10, console: Console
                human_bytes(rec["peak_memory_bytes"])]
         row += [str(cfg["num_gpus"])] if several_gpus else []
         row += [f"{rec['cost_per_step']:.4g}"] if cost else []
-        row.append(layout_label(cfg, rec["derived"].get("data_parallel_size")))
+        row.append(labels[i - 1])
         table.add_row(*row)
     console.print(table)
     if result.pareto:

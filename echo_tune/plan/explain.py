@@ -121,6 +121,11 @@ def explain(space: SearchSpace, records: list[dict], *, limit: int = 4) -> dict 
         f"only the {layouts[0]['family']} family has a layout that fits in memory.")
     sens = sensitivity(space, bests[:3])
     failing = [s["assumption"] for s in sens if not s["winner_holds"]]
+    worst = max((s for s in sens[1:] if s["step_time_s"][0] is not None),
+                key=lambda s: s["step_time_s"][0], default=None)
+    if worst is not None and worst["step_time_s"][0] > sens[0]["step_time_s"][0]:
+        text += (f" Its step time depends most on the assumption tested as '{worst['assumption']}' "
+                 f"(+{worst['step_time_s'][0] - sens[0]['step_time_s'][0]:.3f} s if it fails).")
     text += (" The winner stays fastest under every assumption tested." if not failing else
              " If " + " or ".join(failing) + ", another family is faster (see the sensitivity table): "
              "fall back to it.")

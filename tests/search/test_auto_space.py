@@ -61,3 +61,17 @@ def test_random_sampler_stops_when_every_layout_is_simulated(tmp_path):
     result = run_search(space, SearchOptions(sampler="random", n_trials=10_000, results_dir=tmp_path))
     assert result.n_trials == len(valid)
     assert result.n_feasible + result.n_infeasible == len(valid)  # each layout once, none repeated
+
+
+def test_search_json_carries_the_explanation(tmp_path, capsys):
+    space = Path(__file__).resolve().parents[2] / "search_spaces" / "small-gpt7b-16xa100.yaml"
+    assert main(["search", str(space), "--n-trials", "40", "--results-dir", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    ex = data["explanation"]
+    assert ex["families"][0]["step_time_s"] == pytest.approx(data["best"]["step_time_s"])
+    fams = [f["family"] for f in ex["families"]]
+    assert len(set(fams)) == len(fams)  # one row per TP x PP x CP family
+    assert [s["assumption"] for s in ex["sensitivity"]][:2] == ["as modelled", "tp_comm_overlap off"]
+    assert ex["sensitivity"][0]["step_time_s"][0] == pytest.approx(data["best"]["step_time_s"])
+    labels = [f["label"] for f in ex["families"]]
+    assert len(set(labels)) == len(labels)
