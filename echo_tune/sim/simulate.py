@@ -175,7 +175,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
-        timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
+        timeline=_timeline(run.events, run.end_s, tails, passes) if timeline else [])
 
 
 @functools.lru_cache(maxsize=64)
@@ -184,16 +184,24 @@ def _model_spec(model: ModelSpec) -> dict:
     return dataclasses.asdict(model)
 
 
-def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, float]]:
-    """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail."""
+def _timeline(events, compute_end_s, tails, passes) -> list[tuple[int, str, str, float, float]]:
+    """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail; and on each
+    stage's communication track (``COMM_TRACK + stage``) the exposed parts of each pass (see trace_tracks.py),
+    so that the blocks of the critical stage add up to its breakdown."""
+    from echo_tune.sim.trace_tracks import pass_part_spans
+
     spans = [(stage, f"{'B' if backward else 'F'}{mb}" + (f".{chunk}" if chunk else ""),
               "backward" if backward else "forward", start, end)
              for stage, backward, mb, chunk, start, end in events]
+    spans += pass_part_spans(events, passes)
     for stage, (end, tail) in enumerate(zip(compute_end_s, tails)):
-        dp_end = end + tail.dp_exposed_s + tail.interference_s
+        dp_end = end + tail.dp_exposed_s
         if dp_end > end:
             spans.append((stage, "gradient reduction (exposed)", "dp_comm", end, dp_end))
-        spans.append((stage, "optimizer step", "optimizer", dp_end, dp_end + tail.optimizer_s))
+        if tail.interference_s > 0:
+            spans.append((stage, "DP overlap slow-down", "interference", dp_end, dp_end + tail.interference_s))
+        opt_start = dp_end + tail.interference_s
+        spans.append((stage, "optimizer step", "optimizer", opt_start, opt_start + tail.optimizer_s))
     return spans
 
 
