@@ -51,9 +51,10 @@ def add_parser(subparsers) -> None:
     predict = sub.add_parser("predict", help="predicted collective times for a group of whole nodes")
     predict.add_argument("--cluster", required=True, help="cluster preset or YAML file")
     predict.add_argument("--profile", help="profile YAML (default: the cluster's own, else its datasheet values)")
-    predict.add_argument("--collective", default="all_reduce")
-    predict.add_argument("--num-gpus", type=int, required=True, nargs="+")
-    predict.add_argument("--json", action="store_true")
+    predict.add_argument("--collective", default="all_reduce",
+                         help="collective to predict (default all_reduce; all_gather, reduce_scatter, ...)")
+    predict.add_argument("--num-gpus", type=int, required=True, nargs="+", help="group sizes to predict for")
+    predict.add_argument("--json", action="store_true", help="print one JSON object")
     predict.set_defaults(run=run_predict)
 
 
