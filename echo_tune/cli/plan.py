@@ -8,6 +8,7 @@ import sys
 
 from echo_tune.cli.common import print_json
 from echo_tune.cli.progress import STOP
+from echo_tune.errors import ConfigError
 from echo_tune.plan.planner import SORT_KEYS, PlanOptions, parse_candidate, plan
 from echo_tune.search.auto_space import CAPS_HELP
 
@@ -38,6 +39,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--results-dir", default="results", help="where the studies go (default results/)")
     parser.add_argument("--no-explain", dest="explain", action="store_false",
                         help="skip the explanation (family breakdowns, why, sensitivity)")
+    parser.add_argument("--plot", metavar="FILE.png", default=None,
+                        help="also draw the explanation's breakdowns (winner beside each other family's best) "
+                             "with matplotlib (pip install -e '.[plot]')")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.set_defaults(run=run)
 
@@ -75,6 +79,15 @@ def run(args: argparse.Namespace) -> int:
         from echo_tune.plan.explain import explain
 
         explanation = explain(result.spaces[winner["candidate"]], result.records[winner["candidate"]])
+    if args.plot:
+        from echo_tune.plots import available, plot_breakdowns
+
+        if not available():
+            raise ConfigError("--plot needs matplotlib; install it with pip install -e '.[plot]' or drop --plot")
+        if explanation is not None:
+            plot_breakdowns(explanation["families"], args.plot,
+                            title=f"{result.model} on {winner['candidate']}: the winner and the best of each other "
+                                  f"TP x PP x CP family\n(every layout: {explanation['families'][0]['common']})")
     if args.json:
         print_json({"model": result.model, "tokens": result.tokens, "global_batch_size": result.global_batch_size,
                     "currency": result.currency, "sort": args.sort, "rows": result.rows,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.plan.labels import full_label, short_labels
 from echo_tune.plan.planner import PlanOptions, parse_candidate, plan, sort_rows
 
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = str(DATA / "tiny-llama.yaml")
 
@@ -71,7 +73,8 @@ def test_cli_json_with_explanation(tmp_path, clusters, capsys):
     big, small = clusters
     code = main(["plan", "--model", MODEL, "--tokens", "1e9", "--candidate", f"{big}:8:2", "--candidate",
                  f"{small}:4", "--global-batch-size", "8", "--n-trials", "20", "--memory-headroom-gib", "0",
-                 "--currency", "EUR", "--results-dir", str(tmp_path / "r"), "--json"])
+                 "--currency", "EUR", "--results-dir", str(tmp_path / "r"), "--json"]
+                + (["--plot", str(tmp_path / "plan.png")] if HAVE_MPL else []))
     captured = capsys.readouterr()
     assert code == 0
     data = json.loads(captured.out)
@@ -81,6 +84,7 @@ def test_cli_json_with_explanation(tmp_path, clusters, capsys):
     assert ex["families"][0]["step_time_s"] == data["rows"][0]["step_time_s"]
     assert ex["why"] and ex["sensitivity"][0]["assumption"] == "as modelled"
     assert ex["sensitivity"][0]["step_time_s"][0] == pytest.approx(data["rows"][0]["step_time_s"])
+    assert not HAVE_MPL or (tmp_path / "plan.png").stat().st_size > 5000
     assert "plan: searching" in captured.err and "trials, best step" in captured.err  # plain progress lines
 
 
