@@ -71,6 +71,25 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
+def closest_miss(result) -> dict | None:
+    """The simulated layout that overflows memory the least, when none fits."""
+    import optuna
+
+    from echo_tune.plan.labels import full_label
+    from echo_tune.search.results import trial_record
+    from echo_tune.search.storage import open_storage
+
+    store = open_storage(Path(result.results_dir), result.storage)
+    study = optuna.load_study(study_name=result.study_name, storage=store.storage)
+    over = [(t.number, r) for t in study.get_trials(deepcopy=False) if (r := trial_record(t)) is not None
+            and not r["fits_memory"]]
+    if not over:
+        return None
+    number, rec = min(over, key=lambda nr: nr[1]["memory_overshoot_bytes"])
+    return {"trial": number, "layout": full_label(rec["config"], rec["derived"].get("data_parallel_size")),
+            "over_gib": rec["memory_overshoot_bytes"] / 2**30, "config": rec["config"]}
+
+
 def explain_search(space, result) -> dict | None:
     """The planner's explanation for a finished single-objective search (its stored trials)."""
     if len(space.objectives) > 1:
@@ -128,9 +147,14 @@ def run(args: argparse.Namespace) -> int:
     best_seen = [None]
     plain = None if err.is_terminal else PlainProgress(f"search {space.name}")
     with _progress_bar(err, args.sampler) as bar:
-        task = bar.add_task(f"{args.sampler} {space.name}", total=None, best="-")
+        # phase 1 (no count yet): enumerating the valid layouts of the listed values and tracing their shapes
+        task = bar.add_task(f"enumerating layouts of {space.product_size} combinations", total=None, best="-")
+        simulating = [False]
 
         def progress(done: int, total: int | None, record: dict | None) -> None:
+            if not simulating[0]:  # phase 2: simulating, with counts
+                simulating[0] = True
+                bar.update(task, description=f"{args.sampler} {space.name}: simulating")
             if record is not None and record["fits_memory"] and (best_seen[0] is None
                                                                   or record["step_time_s"] < best_seen[0]):
                 best_seen[0] = record["step_time_s"]
@@ -145,13 +169,19 @@ def run(args: argparse.Namespace) -> int:
             result = run_search(space, opts, progress=progress)
         finally:
             STOP.deferred = False
-    explanation = None
+    explanation, miss = None, None
     if args.explain and result.best is not None and not result.interrupted:
         explanation = explain_search(space, result)
+    if result.best is None and result.n_trials:
+        miss = closest_miss(result)
     if args.json:
-        print_json({**result.to_dict(), **({"explanation": explanation} if explanation else {})})
+        print_json({**result.to_dict(), **({"explanation": explanation} if explanation else {}),
+                    **({"closest_miss": miss} if miss else {})})
     else:
         print_result(space, result, top=args.top)
+        if miss is not None:
+            Console().print(f"closest miss: {miss['layout']} needs {miss['over_gib']:.1f} GiB more than the limit "
+                            f"(trial {miss['trial']})", highlight=False)
         if explanation is not None:
             from echo_tune.plan.report import explanation_tables
 

@@ -75,3 +75,11 @@ def test_search_json_carries_the_explanation(tmp_path, capsys):
     assert ex["sensitivity"][0]["step_time_s"][0] == pytest.approx(data["best"]["step_time_s"])
     labels = [f["label"] for f in ex["families"]]
     assert len(set(labels)) == len(labels)
+
+
+def test_no_fit_names_the_closest_miss(tmp_path, capsys):
+    assert main(["search", "--model", "llama3.1-70b", "--cluster", "a100-40gb", "--num-gpus", "8",
+                 "--global-batch-size", "8", "--n-trials", "15", "--results-dir", str(tmp_path), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["best"] is None and data["closest_miss"]["over_gib"] > 0
+    assert data["closest_miss"]["layout"].startswith("TP")
