@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"model": result.model, "tokens": result.tokens, "global_batch_size": result.global_batch_size,
                     "currency": result.currency, "sort": args.sort, "rows": result.rows,
-                    "winner": winner["candidate"] if winner else None, "explanation": explanation})
+                    "winner": winner["candidate"] if winner else None, "explanation": explanation,
+                    "notes": result.notes})
     else:
         from echo_tune.plan.report import print_plan
 

@@ -83,6 +83,8 @@ class PlanResult:
     spaces: dict[str, SearchSpace] = field(default_factory=dict, repr=False)
     records: dict[str, list[dict]] = field(default_factory=dict, repr=False)
     """Candidate name -> every simulated record of its study (for the explanation)."""
+    notes: list[str] = field(default_factory=list)
+    """What was assumed reading the model (a config.json's training length, dispatcher, ...)."""
 
     @property
     def winner(self) -> dict | None:
@@ -186,5 +188,13 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
             raise KeyboardInterrupt
         rows.append(_row(c, space, result, recs, opts))
         spaces[c.name], records[c.name] = space, recs
+    notes = []
+    if str(model).endswith(".json"):
+        from echo_tune.config.hf_config import hf_notes
+
+        notes = [f"{model}: {n}" for n in hf_notes(model)]
+    if opts.global_batch_size is None:
+        notes.append(f"global batch {gbs} sequences = {gbs * spec.seq_length:,} tokens (about 4M, Llama 3's "
+                     f"starting batch); set --global-batch-size for another")
     return PlanResult(model=spec.name, tokens=opts.tokens, global_batch_size=gbs, currency=opts.currency,
-                      rows=sort_rows(rows, opts.sort), spaces=spaces, records=records)
+                      rows=sort_rows(rows, opts.sort), spaces=spaces, records=records, notes=notes)

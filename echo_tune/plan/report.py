@@ -25,8 +25,8 @@ def plan_table(rows: list[dict], currency: str, title: str) -> Table:
                          overflow="fold", no_wrap=col in ("candidate", "step", "MFU", "headroom", "error band"))
     for i, r in enumerate(rows, 1):
         band = r["error_band"]
-        band_text = f"±{band['mean_abs_error_pct']:.0f}% (n={band['n_runs']})"
-        notes = [] if band["match"] == "exact" else [
+        band_text = f"±{band['mean_abs_error_pct']:.0f}% (n={band['n_runs']})" if r["feasible"] else "-"
+        notes = [] if band["match"] == "exact" or not r["feasible"] else [
             f"band of nearest validated family {band['family']}" if band["match"] == "nearest"
             else "outside every validated family (band of all runs)"]
         if not r["feasible"]:
@@ -91,4 +91,6 @@ def print_plan(result, explanation: dict | None, *, sort: str, console: Console 
         console.print(breakdown)
         console.print(explanation["why"], highlight=False)
         console.print(sens)
+    for note in result.notes:
+        console.print(f"[dim]note: {note}[/dim]", highlight=False)
     console.print(f"[dim]studies in {', '.join(r['study'] for r in result.rows)} (run again to reuse them)[/dim]")

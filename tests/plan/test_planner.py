@@ -79,6 +79,7 @@ def test_cli_json_with_explanation(tmp_path, clusters, capsys):
     assert code == 0
     data = json.loads(captured.out)
     assert data["currency"] == "EUR" and data["winner"] == data["rows"][0]["candidate"]
+    assert data["global_batch_size"] == 8 and isinstance(data["notes"], list)
     assert data["rows"][1]["cost"] is None and not data["rows"][1]["feasible"]
     ex = data["explanation"]
     assert ex["families"][0]["step_time_s"] == data["rows"][0]["step_time_s"]
