@@ -38,7 +38,7 @@ HARMLESS = frozenset("""architectures model_type _name_or_path transformers_vers
     reorder_and_upcast_attn scale_attn_by_inverse_layer_idx n_ctx output_router_logits router_aux_loss_coef
     router_jitter_noise norm_topk_prob aux_loss_alpha seq_aux topk_method scoring_func routed_scaling_factor
     n_group topk_group ep_size moe_layer_freq max_window_layers use_sliding_window sliding_window
-    quantization_config auto_map rope_interleave classifier_dropout use_mrope bias hidden_act head_dim
+    quantization_config auto_map rope_interleave classifier_dropout use_mrope hidden_act head_dim
     attention_bias mlp_bias intermediate_size num_key_value_heads""".split())
 """Read where they matter (hidden_act, sliding_window, attention_bias, ...) and otherwise harmless."""
 
@@ -83,6 +83,9 @@ def _check_refused(cfg: dict, model_type: str, seq_length: int) -> None:
         if key == "shared_expert_intermediate_size" and model_type != "qwen2_moe":
             continue
         _refuse(key, value, why)
+    if model_type.startswith("deepseek") and cfg.get("moe_layer_freq", 1) != 1:
+        _refuse("moe_layer_freq", cfg["moe_layer_freq"], "MoE layers every few layers after the dense ones, "
+                                                         "not mapped to --moe-layer-freq by echo-tune")
     window = cfg.get("sliding_window")
     on = cfg.get("use_sliding_window", True)
     if window is not None and on and int(window) < seq_length:

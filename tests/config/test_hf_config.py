@@ -85,6 +85,11 @@ def test_step_shaping_or_unknown_keys_are_refused(key, value, word):
         model_fields_from_hf(cfg)
 
 
+def test_deepseek_sparse_moe_layer_frequency_is_refused():
+    with pytest.raises(UnmodelledError, match="moe_layer_freq"):
+        model_fields_from_hf(_cfg("deepseek-v3.json") | {"moe_layer_freq": 2})
+
+
 def test_unsupported_model_type_and_bad_json(tmp_path):
     with pytest.raises(ConfigError, match="model_type"):
         model_fields_from_hf({"model_type": "bert"})
