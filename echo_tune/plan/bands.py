@@ -10,7 +10,8 @@ published-runs CSVs by::
 (the command and the simulator's version are stored in the file). Each family keeps its row count, its mean
 absolute error and its mean signed error in percent. A prediction takes the band of its own family; if no
 validated run shares it, the nearest family with the same GPU, dense/MoE and precision (another scale),
-then the same dense/MoE and precision (another GPU); outside all of those it says so and takes the band of
+then the same GPU architecture (Ampere, Hopper, Blackwell), then the same dense/MoE and precision (any GPU);
+outside all of those it says so and takes the band of
 all rows.
 """
 
@@ -22,6 +23,9 @@ from importlib import resources
 from pathlib import Path
 
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
+# GPU architecture of the GPU presets (NVIDIA datasheets): a family of the same architecture is nearer.
+ARCHITECTURES = {"a100-40gb": "ampere", "a100-80gb": "ampere", "h100-sxm": "hopper", "h800-sxm": "hopper",
+                 "h200-sxm": "hopper", "b200": "blackwell", "gb200": "blackwell"}
 BANDS_FILE = "error_bands.json"
 
 
@@ -82,7 +86,11 @@ def band_for(gpu: str, moe: bool, fp8: bool, num_gpus: int, bands: dict | None =
     key = family_key(want)
     if key in fams:
         return {**fams[key], "family": key, "match": "exact", "note": f"validated family {key}"}
-    tiers = (("gpu", "kind", "precision"), ("kind", "precision"))
+    arch = ARCHITECTURES.get(gpu)
+    for f in fams.values():
+        f.setdefault("arch", ARCHITECTURES.get(f["gpu"]))
+    want["arch"] = arch
+    tiers = (("gpu", "kind", "precision"), ("arch", "kind", "precision"), ("kind", "precision"))
     order = [label for _, label in SCALES]
     for fields in tiers:
         near = [k for k, f in fams.items() if all(f[x] == want[x] for x in fields)]

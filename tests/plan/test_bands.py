@@ -24,7 +24,9 @@ def test_exact_nearest_and_outside():
     assert exact["match"] == "exact" and exact["mean_abs_error_pct"] == 10.0
     other_scale = band_for("h100-sxm", False, False, 1024, BANDS)
     assert other_scale["match"] == "nearest" and other_scale["family"] == "h100-sxm/dense/bf16/<=64"
-    other_gpu = band_for("h200-sxm", False, False, 1024, BANDS)
+    same_arch = band_for("h200-sxm", False, False, 1024, BANDS)  # Hopper: the H100 family, though at 64 GPUs
+    assert same_arch["match"] == "nearest" and same_arch["family"] == "h100-sxm/dense/bf16/<=64"
+    other_gpu = band_for("b200", False, False, 1024, BANDS)
     assert other_gpu["match"] == "nearest" and other_gpu["family"] == "a100-80gb/dense/bf16/>512"
     moe = band_for("h100-sxm", True, False, 64, BANDS)
     assert moe["match"] == "outside" and "outside every validated family" in moe["note"]
