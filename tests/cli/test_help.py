@@ -29,3 +29,12 @@ def test_text_settings_list_their_values():
     assert simulate["--recompute-granularity"].metavar == "{full,selective}"
     assert "RMSNorm" in simulate["--normalization"].metavar
     assert "number of transformer layers" in simulate["--num-layers"].help
+
+
+def test_every_command_has_json():
+    actions = []
+    _walk(build_parser(), [], actions)
+    commands = {cmd for cmd, _ in actions if cmd != ""}
+    commands -= {"calibrate"}  # a group: its actions (fit, check, predict) are the commands
+    with_json = {cmd for cmd, a in actions if "--json" in a.option_strings}
+    assert commands <= with_json, commands - with_json
