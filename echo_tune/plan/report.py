@@ -83,6 +83,11 @@ def print_plan(result, explanation: dict | None, *, sort: str, console: Console 
         console.print("[bold red]no candidate has a layout that fits in memory[/bold red]")
         return
     cost = "" if winner["cost"] is None else f", {winner['cost']:,.0f} {result.currency}"
+    misses = [text for key, text in (("meets_deadline", "misses the deadline"), ("within_budget", "is over budget"))
+              if winner.get(key) is False]
+    if misses:
+        console.print(f"[bold yellow]no candidate meets the deadline and budget; the fastest one "
+                      f"{' and '.join(misses)}[/bold yellow]")
     console.print(f"[bold green]recommended: {winner['candidate']}[/bold green] with {winner['layout']}: "
                   f"{winner['days']:.1f} days{cost} ({winner['error_band']['note']})", highlight=False)
     console.print(f"Megatron-LM flags: {winner['megatron_args']}", highlight=False, markup=False)
