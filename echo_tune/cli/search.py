@@ -174,11 +174,22 @@ def run(args: argparse.Namespace) -> int:
         explanation = explain_search(space, result)
     if result.best is None and result.n_trials:
         miss = closest_miss(result)
+    band = None
+    if result.best is not None:
+        from echo_tune.plan.bands import band_for
+
+        cfg = result.best["config"]
+        band = band_for(space.cluster.gpu.name, space.model.is_moe, bool(cfg.get("fp8_format")), cfg["num_gpus"])
+        band = {k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct")}
+        result.best["error_band"] = band
     if args.json:
         print_json({**result.to_dict(), **({"explanation": explanation} if explanation else {}),
                     **({"closest_miss": miss} if miss else {})})
     else:
         print_result(space, result, top=args.top)
+        if band is not None:
+            Console().print(f"error band: ±{band['mean_abs_error_pct']:.0f}% ({band['note']}, "
+                            f"{band['n_runs']} validated runs)", highlight=False)
         if miss is not None:
             Console().print(f"closest miss: {miss['layout']} needs {miss['over_gib']:.1f} GiB more than the limit "
                             f"(trial {miss['trial']})", highlight=False)

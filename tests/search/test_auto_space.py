@@ -67,6 +67,7 @@ def test_search_json_carries_the_explanation(tmp_path, capsys):
     space = Path(__file__).resolve().parents[2] / "search_spaces" / "small-gpt7b-16xa100.yaml"
     assert main(["search", str(space), "--n-trials", "40", "--results-dir", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
+    assert data["best"]["error_band"]["mean_abs_error_pct"] > 0 and data["best"]["error_band"]["family"]
     ex = data["explanation"]
     assert ex["families"][0]["step_time_s"] == pytest.approx(data["best"]["step_time_s"])
     fams = [f["family"] for f in ex["families"]]
