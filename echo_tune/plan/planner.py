@@ -93,6 +93,18 @@ class PlanResult:
         return ok[0] if ok else next((r for r in self.rows if r["feasible"]), None)
 
 
+def _fingerprint(spec, cluster: str, headroom_gib: float | None) -> str:
+    """8 hex digits of everything a reused study must share besides its name's parts: the model's fields, the
+    cluster's and the memory headroom (an edited config.json or cluster file starts a new study)."""
+    import dataclasses
+    import hashlib
+    import json
+
+    cl = dataclasses.asdict(load_cluster(cluster))
+    text = json.dumps([dataclasses.asdict(spec), cl, headroom_gib], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
 def default_global_batch_size(seq_length: int) -> int:
     return max(1, 2**22 // seq_length)
 
@@ -178,7 +190,8 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     rows, spaces, records = [], {}, {}
     for c in candidates:
         data = auto_space_dict(model, c.cluster, c.num_gpus, gbs, gpu_hour_cost=c.gpu_hour_price,
-                               name=f"plan-{stem}-{c.num_gpus}x{Path(c.cluster).stem}-gbs{gbs}")
+                               name=f"plan-{stem}-{c.num_gpus}x{Path(c.cluster).stem}-gbs{gbs}-"
+                                    f"{_fingerprint(spec, c.cluster, opts.memory_headroom_gib)}")
         if opts.memory_headroom_gib is not None:
             data["memory_headroom_gib"] = opts.memory_headroom_gib
         space = space_from_dict(data, name=data["name"], source=data["name"])

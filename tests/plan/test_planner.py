@@ -102,3 +102,17 @@ def test_labels_write_every_differing_setting():
     labels, common = short_labels([a, b], [4, 4])
     assert labels[0] != labels[1] and "noTPoverlap" in labels[1] and "SP" in common
     assert "recompute=none" in full_label(a)
+
+
+def test_a_changed_model_or_headroom_starts_a_new_study(tmp_path, clusters):
+    big, _ = clusters
+    cands = [parse_candidate(f"{big}:4:1")]
+    first = plan(MODEL, cands, PlanOptions(tokens=1e9, global_batch_size=8, n_trials=5, results_dir=tmp_path))
+    other = plan(MODEL, cands, PlanOptions(tokens=1e9, global_batch_size=8, n_trials=5, results_dir=tmp_path,
+                                           memory_headroom_gib=0.5))
+    assert first.rows[0]["study"] != other.rows[0]["study"]
+    edited = tmp_path / "m" / "tiny-llama.yaml"  # same name, other shape
+    edited.parent.mkdir()
+    edited.write_text(Path(MODEL).read_text().replace("ffn_hidden_size: 512", "ffn_hidden_size: 768"))
+    again = plan(str(edited), cands, PlanOptions(tokens=1e9, global_batch_size=8, n_trials=5, results_dir=tmp_path))
+    assert again.rows[0]["study"] not in (first.rows[0]["study"], other.rows[0]["study"])
