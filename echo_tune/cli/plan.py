@@ -25,6 +25,9 @@ def add_parser(subparsers) -> None:
                         help="a cluster preset or file, its GPU count and optionally the price of one GPU-hour "
                              "(repeat the flag for each candidate), e.g. h100:256:2.49")
     parser.add_argument("--currency", default="USD", help="currency of the prices (default USD)")
+    parser.add_argument("--seq-length", type=int, default=None,
+                        help="training sequence length (default: the model's; for a config.json its pre-training "
+                             "length, rope_scaling.original_max_position_embeddings, else max_position_embeddings)")
     parser.add_argument("--global-batch-size", type=int, default=None,
                         help="sequences per step (default: about 4M tokens, 2^22 / seq_length)")
     parser.add_argument("--deadline-days", type=float, default=None, help="mark candidates that take longer")
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     opts = PlanOptions(tokens=args.tokens, global_batch_size=args.global_batch_size, currency=args.currency,
                        deadline_days=args.deadline_days, budget=args.budget, n_trials=args.n_trials, seed=args.seed,
                        sampler=args.sampler, results_dir=args.results_dir, sort=args.sort,
-                       memory_headroom_gib=args.memory_headroom_gib)
+                       memory_headroom_gib=args.memory_headroom_gib, seq_length=args.seq_length)
     result = plan(args.model, candidates, opts, progress=_progress())
     explanation = None
     winner = result.winner

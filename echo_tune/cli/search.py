@@ -35,6 +35,7 @@ def add_parser(subparsers) -> None:
     zero.add_argument("--cluster", help="cluster preset or YAML file")
     zero.add_argument("--num-gpus", type=int, help="GPUs in the run")
     zero.add_argument("--global-batch-size", type=int, help="sequences per step (Megatron --global-batch-size)")
+    zero.add_argument("--seq-length", type=int, help="training sequence length (default: the model's)")
     zero.add_argument("--write-space", metavar="FILE", help="also save the built space as YAML, to edit and reuse. "
                                                             + CAPS_HELP)
     parser.add_argument("--sampler", default="tpe", choices=sorted(SAMPLERS),
@@ -112,10 +113,11 @@ def space_of_args(args: argparse.Namespace):
     """The space file, or the space built from --model/--cluster/--num-gpus/--global-batch-size."""
     zero = {k: getattr(args, k) for k in ("model", "cluster", "num_gpus", "global_batch_size")}
     if args.space is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in zero.items() if v is not None]
-        if given or args.write_space:
-            raise ConfigError(f"give a space file or {', '.join(given or ['--write-space'])}, not both; the "
-                              f"file names the model, cluster, GPUs and batch itself")
+        given = [f"--{k.replace('_', '-')}" for k, v in {**zero, "seq_length": args.seq_length,
+                                                        "write_space": args.write_space}.items() if v is not None]
+        if given:
+            raise ConfigError(f"give a space file or {', '.join(given)}, not both; the file names the model, "
+                              f"cluster, GPUs and batch itself")
         return load_space(args.space)
     missing = [f"--{k.replace('_', '-')}" for k, v in zero.items() if v is None]
     if missing:
@@ -124,7 +126,8 @@ def space_of_args(args: argparse.Namespace):
     for key in ("num_gpus", "global_batch_size"):
         if zero[key] <= 0:
             raise ConfigError(f"`--{key.replace('_', '-')} > 0` must hold, but got ({zero[key]})")
-    data = auto_space_dict(args.model, args.cluster, args.num_gpus, args.global_batch_size)
+    data = auto_space_dict(args.model, args.cluster, args.num_gpus, args.global_batch_size,
+                           seq_length=args.seq_length)
     if args.write_space:
         write_space(data, args.write_space)
     return space_from_dict(data, name=data["name"], source=data["name"])

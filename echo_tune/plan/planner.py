@@ -20,7 +20,7 @@ from echo_tune.config.loading import load_cluster, load_model
 from echo_tune.errors import ConfigError
 from echo_tune.plan.bands import band_for
 from echo_tune.plan.labels import full_label
-from echo_tune.search.auto_space import auto_space_dict
+from echo_tune.search.auto_space import auto_space_dict, load_model_at
 from echo_tune.search.results import trial_record
 from echo_tune.search.space import SearchSpace, space_from_dict
 
@@ -71,6 +71,8 @@ class PlanOptions:
     results_dir: str | Path = "results"
     sort: str = "time"
     memory_headroom_gib: float | None = None
+    seq_length: int | None = None
+    """Training sequence length; None: the model's (a config.json's pre-training length)."""
 
 
 @dataclass
@@ -181,7 +183,7 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     for name, value in (("--deadline-days", opts.deadline_days), ("--budget", opts.budget)):
         if value is not None and value <= 0:
             raise ConfigError(f"`{name} > 0` must hold, but got ({value})")
-    spec = load_model(model)
+    spec = load_model_at(model, opts.seq_length)
     gbs = opts.global_batch_size or default_global_batch_size(spec.seq_length)
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
@@ -190,6 +192,7 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     rows, spaces, records = [], {}, {}
     for c in candidates:
         data = auto_space_dict(model, c.cluster, c.num_gpus, gbs, gpu_hour_cost=c.gpu_hour_price,
+                               seq_length=opts.seq_length,
                                name=f"plan-{stem}-{c.num_gpus}x{Path(c.cluster).stem}-gbs{gbs}-"
                                     f"{_fingerprint(spec, c.cluster, opts.memory_headroom_gib)}")
         if opts.memory_headroom_gib is not None:
@@ -205,7 +208,7 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     if str(model).endswith(".json"):
         from echo_tune.config.hf_config import hf_notes
 
-        notes = [f"{model}: {n}" for n in hf_notes(model)]
+        notes = [f"{model}: {n}" for n in hf_notes(model, seq_length=opts.seq_length)]
     if opts.global_batch_size is None:
         notes.append(f"global batch {gbs} sequences = {gbs * spec.seq_length:,} tokens (about 4M, Llama 3's "
                      f"starting batch); set --global-batch-size for another")

@@ -17,11 +17,13 @@ the sampler's trials on layouts people run (stated in ``--help`` by ``CAPS_HELP`
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
 
 from echo_tune.config.loading import load_cluster, load_model
+from echo_tune.errors import ConfigError
 from echo_tune.search.space import SearchSpace, space_from_dict
 
 MAX_MICRO_BATCH = 8
@@ -37,10 +39,26 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def load_model_at(model: str, seq_length: int | None = None):
+    """A model reference with an optional training length (a config.json is re-read with it, so its
+    sliding-window check sees the length trained)."""
+    if seq_length is None:
+        return load_model(model)
+    if seq_length <= 0:
+        raise ConfigError(f"`--seq-length > 0` must hold, but got ({seq_length})")
+    if str(model).endswith(".json"):
+        from echo_tune.config.hf_config import load_hf_config
+
+        return load_hf_config(model, seq_length=seq_length)
+    return load_model(model).replace(seq_length=seq_length)
+
+
 def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: int, *,
-                    name: str | None = None, gpu_hour_cost: float | None = None, fp8: bool = False) -> dict:
-    """The mapping of a space file (what ``--write-space`` saves); values listed, caps applied."""
-    spec = load_model(model)
+                    name: str | None = None, gpu_hour_cost: float | None = None, fp8: bool = False,
+                    seq_length: int | None = None) -> dict:
+    """The mapping of a space file (what ``--write-space`` saves); values listed, caps applied. With
+    ``seq_length`` the model is written as its full mapping of fields (the length changed)."""
+    spec = load_model_at(model, seq_length)
     load_cluster(cluster)  # fail early on a bad cluster, with its one-line error
     seq = spec.seq_length
     cp = [d for d in _divisors(num_gpus) if d <= MAX_CONTEXT_PARALLEL
@@ -62,10 +80,12 @@ def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: 
     if fp8:
         layout["fp8_format"] = "hybrid"
     cluster_stem = Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster
+    if seq_length is not None:
+        stem = f"{stem}-seq{seq_length}"
     data = {"name": name or f"{stem}-{num_gpus}x{cluster_stem}",
             "description": f"built by echo-tune from --model {model} --cluster {cluster} --num-gpus {num_gpus} "
                            f"--global-batch-size {global_batch_size}",
-            "model": model, "cluster": cluster, "num_gpus": num_gpus, "global_batch_size": global_batch_size,
+            "model": model if seq_length is None else dataclasses.asdict(spec), "cluster": cluster, "num_gpus": num_gpus, "global_batch_size": global_batch_size,
             "precision": "bf16", "objectives": ["step_time"], "layout": layout}
     if gpu_hour_cost is not None:
         data["gpu_hour_cost"] = gpu_hour_cost
