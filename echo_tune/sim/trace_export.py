@@ -14,11 +14,12 @@ def chrome_trace_events(report: StepReport) -> list[dict]:
     events = []
     stages = {e[0] for e in report.timeline}
     for tid in sorted(stages):
-        name = f"pipeline stage {tid}" if tid < COMM_TRACK else \
-            f"pipeline stage {tid - COMM_TRACK}: exposed communication, interference, recompute"
+        stage, track = tid % COMM_TRACK, tid // COMM_TRACK
+        name = (f"pipeline stage {stage}", f"pipeline stage {stage}: exposed communication, interference, "
+                f"recompute", f"pipeline stage {stage}: DP gradient buckets")[track]
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid,
-                       "args": {"sort_index": 2 * (tid % COMM_TRACK) + (tid >= COMM_TRACK)}})
+                       "args": {"sort_index": 3 * stage + track}})
     for stage, name, category, start_s, end_s in report.timeline:
         events.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": stage,
                        "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6})

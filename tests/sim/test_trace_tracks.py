@@ -7,7 +7,7 @@ import pytest
 from echo_tune.config import ParallelConfig, load_cluster, load_model
 from echo_tune.sim.simulate import simulate
 from echo_tune.sim.trace_export import write_chrome_trace
-from echo_tune.sim.trace_tracks import COMM_TRACK
+from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK
 
 
 @pytest.mark.parametrize("model, cluster, gpus, layout", [
@@ -30,6 +30,14 @@ def test_trace_blocks_equal_the_breakdown(tmp_path, model, cluster, gpus, layout
     # the passes' spans hold compute plus the blocks drawn on the communication track
     comm_track = sum(e - s for t, _, _, s, e in report.timeline if t == COMM_TRACK + crit)
     assert sums["forward"] + sums["backward"] - comm_track == pytest.approx(report.breakdown_s["compute"], rel=1e-9)
+    # DP buckets: back to back on one stream, the last one ending where the exposed reduction ends
+    buckets = sorted((s, e) for t, _, c, s, e in report.timeline if t == DP_TRACK + crit)
+    assert buckets and all(b[1] <= n[0] + 1e-12 for b, n in zip(buckets, buckets[1:]))
+    exposed = [(s, e) for t, _, c, s, e in report.timeline if t == crit and c == "dp_comm"]
+    untied = report.config["model_spec"]["untie_embeddings_and_output_weights"]  # no tied-embedding sync
+    assert untied
+    if exposed and exposed[0][1] - exposed[0][0] > 1e-9:
+        assert buckets[-1][1] == pytest.approx(exposed[0][1], rel=1e-9)
     path = tmp_path / "trace.json"
     write_chrome_trace(report, path)
     names = [e["args"]["name"] for e in json.loads(path.read_text())["traceEvents"] if e["name"] == "thread_name"]
