@@ -15,7 +15,7 @@ from echo_tune.cli.progress import STOP, PlainProgress
 from echo_tune.plan.labels import short_labels
 from echo_tune.errors import ConfigError
 from echo_tune.search.auto_space import CAPS_HELP, auto_space_dict, write_space
-from echo_tune.search.space import OBJECTIVES, load_space, space_from_dict, with_overrides
+from echo_tune.search.space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
 from echo_tune.search.sampler import SAMPLERS
 from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, SearchResult, run_search
 
@@ -28,8 +28,8 @@ def add_parser(subparsers) -> None:
                     "pareto.csv/.svg for several objectives); the study itself is stored there as journal.log "
                     "(optuna-dashboard opens it). Exit code 1 when no layout fits in memory.")
     parser.add_argument("space", nargs="?", default=None,
-                        help="search-space YAML file (see search_spaces/); or leave it out and give --model, "
-                             "--cluster, --num-gpus and --global-batch-size")
+                        help="search-space YAML file (see search_spaces/; " + AUTO_CAPS + "); or leave it out and "
+                             "give --model, --cluster, --num-gpus and --global-batch-size")
     zero = parser.add_argument_group("search without a space file")
     zero.add_argument("--model", help="model preset, YAML file or Hugging Face config.json")
     zero.add_argument("--cluster", help="cluster preset or YAML file")

@@ -24,11 +24,9 @@ import yaml
 
 from echo_tune.config.loading import load_cluster, load_model
 from echo_tune.errors import ConfigError
-from echo_tune.search.space import SearchSpace, space_from_dict
+from echo_tune.search.space import (MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH, MIN_TOKENS_PER_CP_RANK, SearchSpace,
+                                    space_from_dict)
 
-MAX_MICRO_BATCH = 8
-MAX_CONTEXT_PARALLEL = 8
-MIN_TOKENS_PER_CP_RANK = 1024
 CAPS_HELP = (f"the space searched: TP inside a node, PP dividing the layers, VPP, CP up to {MAX_CONTEXT_PARALLEL} "
              f"(at least {MIN_TOKENS_PER_CP_RANK} tokens per CP rank), micro-batch 1-{MAX_MICRO_BATCH} dividing the "
              f"global batch, recompute none/selective/full, TP-comm overlap off/on, sequence parallel, distributed "
