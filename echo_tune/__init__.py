@@ -18,7 +18,7 @@ from echo_tune.errors import CalibrationError, ConfigError, EchoTuneError, Infea
 
 # The simulator imports torch (for tracing); load it on first use so light commands stay fast.
 _LAZY = {"simulate": "echo_tune.sim.simulate", "StepReport": "echo_tune.sim.report",
-         "BREAKDOWN_PARTS": "echo_tune.sim.report"}
+         "BREAKDOWN_PARTS": "echo_tune.sim.report", "load_results": "echo_tune.results_api"}
 
 
 def __getattr__(name: str):
@@ -33,6 +33,6 @@ __version__ = "0.1.0"
 __all__ = [
     "BREAKDOWN_PARTS", "CalibrationError", "CalibrationProfile", "ClusterSpec", "ConfigError", "EchoTuneError",
     "GPUSpec", "InfeasibleConfigError", "Layout", "ModelSpec", "ParallelConfig", "StepReport", "check_compatible",
-    "default_profile", "load_cluster", "load_gpu", "load_model", "load_profile", "preset_names", "profile_for",
+    "default_profile", "load_cluster", "load_gpu", "load_model", "load_profile", "load_results", "preset_names", "profile_for",
     "save_profile", "simulate",
 ]

@@ -26,7 +26,22 @@ def add_parser(subparsers) -> None:
     add_bench_arguments(parser)
     parser.add_argument("--nproc-per-node", type=int, default=None,
                         help="launch torchrun --standalone with this many processes on this node")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (the output folder and the files written) instead of a line")
     parser.set_defaults(run=run)
+
+
+def _report(args: argparse.Namespace, out) -> None:
+    from pathlib import Path
+
+    from echo_tune.cli.common import print_json
+
+    out = Path(out)
+    if args.json:
+        files = sorted(str(p) for p in out.rglob("*") if p.is_file()) if out.is_dir() else []
+        print_json({"output_dir": str(out), "files": files})
+    else:
+        print(f"echo-tune bench: wrote {out}")
 
 
 def _torchrun_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
@@ -51,10 +66,16 @@ def run(args: argparse.Namespace) -> int:
     if args.nproc_per_node is not None and "RANK" not in os.environ:
         if args.nproc_per_node < 1:
             raise CalibrationError(f"`--nproc-per-node >= 1` must hold, but got (nproc_per_node={args.nproc_per_node})")
-        return subprocess.call(_torchrun_command(args, _forwarded_argv(args)))
+        code = subprocess.call(_torchrun_command(args, _forwarded_argv(args)),
+                               stdout=subprocess.DEVNULL if args.json else None)
+        if code == 0 and args.json:
+            from pathlib import Path
+
+            _report(args, Path(args.output_root) / args.name)
+        return code
     from echo_tune.calibrate.microbench import run_bench  # imports torch
 
     out = run_bench(args)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"echo-tune bench: wrote {out}")
+        _report(args, out)
     return 0

@@ -37,6 +37,8 @@ def add_parser(subparsers) -> None:
                      help="use logs whose GPU is not the cluster's GPU (refused by default)")
     fit.add_argument("--allow-cpu-bench", action="store_true",
                      help="fit a GPU cluster from a CPU (gloo) bench; the profile and every report then say so")
+    fit.add_argument("--json", action="store_true",
+                     help="print one JSON object (profile written, fit quality per quantity, warnings) instead of tables")
     fit.set_defaults(run=run_fit)
     check = sub.add_parser("check", help="compare a profile's predictions with an nccl-tests log")
     check.add_argument("--cluster", required=True, help="cluster preset or YAML file")
@@ -51,9 +53,10 @@ def add_parser(subparsers) -> None:
     predict = sub.add_parser("predict", help="predicted collective times for a group of whole nodes")
     predict.add_argument("--cluster", required=True, help="cluster preset or YAML file")
     predict.add_argument("--profile", help="profile YAML (default: the cluster's own, else its datasheet values)")
-    predict.add_argument("--collective", default="all_reduce")
-    predict.add_argument("--num-gpus", type=int, required=True, nargs="+")
-    predict.add_argument("--json", action="store_true")
+    predict.add_argument("--collective", default="all_reduce",
+                         help="collective to predict (default all_reduce; all_gather, reduce_scatter, ...)")
+    predict.add_argument("--num-gpus", type=int, required=True, nargs="+", help="group sizes to predict for")
+    predict.add_argument("--json", action="store_true", help="print one JSON object")
     predict.set_defaults(run=run_predict)
 
 
@@ -105,6 +108,15 @@ def run_fit(args: argparse.Namespace) -> int:
                           allow_cpu_bench=args.allow_cpu_bench)
     save_profile(outcome.profile, args.out)
     residuals = write_residuals(outcome.results, Path(args.out).with_suffix(".residuals.csv"))
+    if getattr(args, "json", False):
+        from echo_tune.cli.common import print_json
+
+        print_json({"profile": str(args.out), "residuals": str(residuals), "warnings": list(outcome.warnings),
+                    "fits": [{"quantity": r.quantity, "method": r.method, "points": len(r.points),
+                              "rms_relative_error": r.rms_relative_error, "max_relative_error": r.max_relative_error,
+                              "coefficients": _params_text(r), "warnings": list(r.warnings)}
+                             for r in outcome.results]})
+        return 0
     console = _console()
     console.print(fit_table(outcome.results))
     if args.show_points:

@@ -21,15 +21,20 @@ def _freq(raw: str) -> int | str:
 
 
 def _add_flag(parser: argparse.ArgumentParser, field: str, flag: str, kind: str, extra: tuple[str, ...] = ()) -> None:
+    from echo_tune.cli.field_help import choices_of, help_for
+
+    text = help_for(field, flag)
+    choices = choices_of(field)
+    metavar = "{" + ",".join(choices) + "}" if choices else field.upper()
     if kind == "flag":
-        parser.add_argument(flag, *extra, dest=field, action="store_const", const=True, default=None)
+        parser.add_argument(flag, *extra, dest=field, action="store_const", const=True, default=None, help=text)
     elif kind == "not_flag":
-        parser.add_argument(flag, dest=field, action="store_const", const=False, default=None)
+        parser.add_argument(flag, dest=field, action="store_const", const=False, default=None, help=text)
     elif kind == "list":
-        parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=field.upper())
+        parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=field.upper(), help=text)
     else:
         parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str, "freq": _freq}[kind],
-                            default=None, metavar=field.upper())
+                            default=None, metavar=metavar, help=text)
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from echo_tune.errors import EchoTuneError
 
@@ -23,6 +25,8 @@ SUBCOMMANDS = {
     "validate": "validate",
     "profile": "profile",
     "emulate": "emulate",
+    "presets": "presets",
+    "plan": "plan",
 }
 
 
@@ -36,6 +40,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="echo-tune", description="Find the fastest Megatron-LM layout before booking GPUs.")
+    from echo_tune import __version__
+
+    parser.add_argument("--version", action="version", version=f"echo-tune {__version__}",
+                        help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
         try:
@@ -48,9 +56,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM (a job scheduler's time limit) is handled like Ctrl-C: finished work is kept, outputs written.
+    During a search it waits for the trial in hand to be stored (see cli/progress.py ``STOP``)."""
+    from echo_tune.cli.progress import STOP
+
+    if STOP.deferred:
+        STOP.requested = True
+        return
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    try:
+        return _dispatch(args)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+            from echo_tune.cli.progress import STOP
+
+            STOP.deferred = STOP.requested = False
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.run(args) or 0)
     except EchoTuneError as exc:

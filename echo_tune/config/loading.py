@@ -94,12 +94,15 @@ def build(cls: type, data: dict[str, Any], what: str):
 
 
 def _is_path(ref: str) -> bool:
-    return ref.endswith((".yaml", ".yml")) or "/" in ref
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref
 
 
 def load_model(ref: str | Path) -> ModelSpec:
-    """A model preset name (``gpt3-175b``) or a YAML file of ModelSpec fields."""
+    """A model preset name (``gpt3-175b``), a YAML file of ModelSpec fields or a Hugging Face config.json."""
     ref = str(ref)
+    if ref.endswith(".json"):
+        from echo_tune.config.hf_config import load_hf_config
+        return load_hf_config(ref)
     if _is_path(ref):
         data = read_yaml(Path(ref), "model")
         data.setdefault("name", Path(ref).stem)

@@ -18,7 +18,8 @@ from optuna.trial import TrialState, create_trial
 
 from echo_tune.search.layouts import Candidate, RejectedLayout
 from echo_tune.search.params import full_params, search_distributions
-from echo_tune.search.objective import REJECTED_CONSTRAINTS, constraints, evaluate, objective_values
+from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, constraint_sequence, constraints,
+                                       evaluate, flat_attrs, told_values)
 from echo_tune.search.space import SearchSpace
 
 MAX_BATCH = 128  # layouts per batch at most: the progress bar and an interrupt see a batch at a time
@@ -81,16 +82,18 @@ def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]
     params = full_params(space, candidate)
     kind, payload = result
     if kind == "ok":
-        return create_trial(state=TrialState.COMPLETE, values=objective_values(space, payload),
+        return create_trial(state=TrialState.COMPLETE, values=told_values(space, payload),
                             params=params, distributions=distributions,
-                            user_attrs={"record": payload}, constraints=constraints(payload))
+                            user_attrs={"record": payload, **flat_attrs(payload)}, constraints=constraints(payload),
+                            system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(payload)})
     return create_trial(state=TrialState.PRUNED, params=params, distributions=distributions,
                         user_attrs={"rejected_rule": payload, "config": candidate.config},
-                        constraints=dict(REJECTED_CONSTRAINTS))
+                        constraints=dict(REJECTED_CONSTRAINTS),
+                        system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
 
 
 def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n_jobs: int = 1, profile=None,
-                   deadline: float | None = None, on_trials: Callable[[int], None] | None = None) -> int:
+                   deadline: float | None = None, on_trials: Callable[[int, dict | None], None] | None = None) -> int:
     """Simulate ``todo`` and store each as a trial; returns how many were stored.
 
     Stops early (keeping what is stored) when ``deadline`` (time.monotonic) passes.
@@ -142,8 +145,9 @@ def _store(study, store, results, deadline, on_trials) -> int:
         with store.batch():
             study.add_trials(trials)
         stored += len(trials)
-        if on_trials is not None:
-            on_trials(len(trials))
+        if on_trials is not None:  # with the batch's fastest fitting record, for best-so-far
+            fitting = [t.user_attrs["record"] for t in trials if t.user_attrs.get("record", {}).get("fits_memory")]
+            on_trials(len(trials), min(fitting, key=lambda r: r["step_time_s"]) if fitting else None)
         if deadline is not None and time.monotonic() > deadline:
             break
     return stored

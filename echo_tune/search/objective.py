@@ -108,3 +108,38 @@ class Evaluator:
             self._cache[key] = evaluate(self.space, candidate, profile=self.profile)[0]
             self.simulated += 1
         return self._cache[key]
+
+
+# --- how a trial is stored for Optuna's and optuna-dashboard's own readers --------------------------------
+# optuna-dashboard 0.21 reads a trial's constraints from the system attribute "constraints" (a sequence, the
+# format Optuna's ``constraints_func`` writes) and takes the best trial from ``storage.get_best_trial``, which
+# ignores constraints; it cuts a non-string user attribute at 1024 characters (``MAX_ATTR_LENGTH`` in its
+# ``_serializer.py``). So a trial also gets: the constraint as that sequence, +inf as the stored value of a
+# layout that does not fit (its real numbers stay in the record and the flat attributes), and the record's
+# numbers as flat scalar attributes, which the dashboard shows whole.
+CONSTRAINTS_SYSTEM_ATTR = "constraints"
+
+
+def told_values(space: SearchSpace, record: dict) -> list[float]:
+    """The values stored in Optuna: the objectives, or +inf for a layout that does not fit, so that
+    ``study.best_trial``, the dashboard's best trial and ``trials_dataframe().sort_values("value")`` never
+    put an out-of-memory layout first."""
+    if not record["fits_memory"]:
+        return [float("inf")] * len(space.objectives)
+    return objective_values(space, record)
+
+
+def constraint_sequence(record: dict | None) -> tuple[float, ...]:
+    """The trial's constraints as the sequence optuna-dashboard reads (> 0: infeasible)."""
+    values = constraints(record) if record is not None else REJECTED_CONSTRAINTS
+    return tuple(float(v) for v in values.values())
+
+
+def flat_attrs(record: dict) -> dict:
+    """The record's numbers as scalar user attributes (never cut by the dashboard)."""
+    out = {key: record[key] for key in ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits_memory",
+                                        "cost_per_step", "num_gpus")}
+    out["memory_overshoot_gib"] = record["memory_overshoot_bytes"] / GIB
+    out.update({f"breakdown_{part}_s": seconds for part, seconds in record["breakdown_s"].items()})
+    out.update({f"derived_{k}": v for k, v in record["derived"].items() if isinstance(v, (int, float, str, bool))})
+    return out

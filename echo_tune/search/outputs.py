@@ -68,6 +68,10 @@ def write_pareto(space: SearchSpace, pareto: list[dict], all_points: list[tuple[
     labels = [objective_label(o, space.gpu_hour_cost) for o in objs]
     svg_path.write_text(pareto_svg([p[:2] for p in all_points], front, labels,
                                    title=f"{space.name}: feasible layouts and Pareto front"))
+    from echo_tune.plots import plot_pareto  # matplotlib, when installed (the `plot` extra)
+
+    plot_pareto([p[:2] for p in all_points], front, labels, svg_path.with_suffix(".png"),
+                title=f"{space.name}: feasible layouts and Pareto front")
 
 
 def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None, pareto: list[dict],
@@ -95,5 +99,26 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
                   if t.state.name == "COMPLETE" and t.user_attrs.get("record", {}).get("fits_memory")]
         csv_path, svg_path = out_dir / "pareto.csv", out_dir / "pareto.svg"
         write_pareto(space, pareto, points, csv_path, svg_path)
-        files += [csv_path, svg_path]
+        files += [csv_path, svg_path] + ([svg_path.with_suffix(".png")] if svg_path.with_suffix(".png").exists() else [])
+    png = _top_breakdowns(space, trials, out_dir / "breakdowns.png")
+    if png is not None:
+        files.append(png)
     return [str(f) for f in files]
+
+
+def _top_breakdowns(space: SearchSpace, trials, path: Path, top: int = 8):
+    """The best feasible layouts' breakdowns as stacked bars (matplotlib, when installed)."""
+    from echo_tune.plan.labels import short_labels
+    from echo_tune.plots import available, plot_breakdowns
+
+    if not available():
+        return None
+    records = sorted((t.user_attrs["record"] for t in trials if t.state.name == "COMPLETE"
+                      and t.user_attrs.get("record", {}).get("fits_memory")), key=lambda r: r["step_time_s"])[:top]
+    if not records:
+        return None
+    labels, common = short_labels([r["config"] for r in records], [r["derived"].get("data_parallel_size")
+                                                                  for r in records])
+    return plot_breakdowns([{"label": label, "breakdown_s": r["breakdown_s"]} for label, r in zip(labels, records)],
+                           path, title=f"{space.name}: best layouts' step time by part" + (
+                               f"\n(every layout: {common})" if common else ""))

@@ -168,9 +168,14 @@ def load_rank_file(path: str | Path) -> tuple[list[RankCandidate], float | None]
     return parsed, tokens
 
 
-def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: float = 2.0) -> list[dict]:
-    """Simulate every candidate; fitting ones fastest first, then the ones that do not fit (a candidate
-    fits when it leaves ``memory_headroom_gib`` free, as in ``search``)."""
+def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: float = 2.0, *,
+         sort: str = "time") -> list[dict]:
+    """Simulate every candidate; fitting ones first (fastest, or cheapest with ``sort="cost"``), then the ones
+    that do not fit, with no time or cost (a candidate fits when it leaves ``memory_headroom_gib`` free, as in
+    ``search``). Each row carries the planner's columns: headroom, days, GPU-hours, cost, error band."""
+    from echo_tune.plan.bands import band_for
+    from echo_tune.plan.planner import sort_rows
+
     from echo_tune.cost.profile import load_profile
     from echo_tune.sim.simulate import simulate
 
@@ -188,13 +193,20 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
             continue
         except ConfigError as exc:
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
-        seconds = tokens / report.tokens_per_s
-        gpu_hours = seconds * c.num_gpus / 3600.0
+        fits = report.fits_memory
+        seconds = tokens / report.tokens_per_s if fits else None  # a layout that does not fit has no time
+        gpu_hours = seconds * c.num_gpus / 3600.0 if fits else None
+        band = band_for(c.cluster.gpu.name, c.model.is_moe, c.parallel.fp8_format is not None, c.num_gpus)
         row = {"name": c.name, **report.to_dict(), "tokens": tokens, "time_to_train_s": seconds,
-               "time_to_train_days": seconds / 86400.0, "gpu_hours": gpu_hours, "gpu_hour_cost": c.gpu_hour_cost,
-               "cost": gpu_hours * c.gpu_hour_cost if c.gpu_hour_cost is not None else None}
+               "time_to_train_days": seconds / 86400.0 if fits else None, "gpu_hours": gpu_hours,
+               "gpu_hour_cost": c.gpu_hour_cost,
+               "cost": gpu_hours * c.gpu_hour_cost if fits and c.gpu_hour_cost is not None else None,
+               "headroom_gib": (c.cluster.gpu.memory_bytes - report.peak_memory_bytes) / 2**30,
+               "error_band": {k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct")}}
         rows.append(row)
-    rows.sort(key=lambda r: (not r["fits_memory"], r["step_time_s"]))
+    for r in rows:  # the planner's sort keys
+        r["feasible"], r["days"] = r["fits_memory"], r["time_to_train_days"]
+    rows = sort_rows(rows, sort)
     for i, r in enumerate(rows, 1):
         r["rank"] = i
     return rows + refused

@@ -82,7 +82,7 @@ def _claim(storage, study_id: int):
 
 def run_shared_exhaustive(space: SearchSpace, study, store, valid: list[Candidate], todo: list[Candidate], *,
                           n_jobs: int = 1, profile=None, deadline: float | None = None,
-                          on_trials: Callable[[int], None] | None = None) -> int:
+                          on_trials: Callable[[int, dict | None], None] | None = None) -> int:
     """Claim batches of layouts until none is left; returns how many trials this worker stored."""
     storage = store.storage
     tickets = _open_tickets(storage, study.study_name + CLAIMS_SUFFIX, valid, todo)

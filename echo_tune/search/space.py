@@ -12,7 +12,8 @@ A space file names the model, the cluster, the GPU count(s), the global batch si
     objectives: [step_time]       # or [step_time, peak_memory] / [step_time, num_gpus] / [step_time, cost]
     gpu_hour_cost: 2.0            # optional, price of one GPU-hour (for the cost objective)
     layout:
-      tensor_model_parallel_size: auto       # auto: every value a rule allows
+      tensor_model_parallel_size: auto       # auto: every value a rule allows (micro-batch and CP capped,
+                                             # see AUTO_CAPS)
       pipeline_model_parallel_size: [8, 16]  # a list: these values
       recompute_granularity: [none, selective, full]
       use_distributed_optimizer: true        # one value: fixed
@@ -68,6 +69,15 @@ OPTIONAL_INT_FIELDS = ("expert_tensor_parallel_size", "decoder_first_pipeline_nu
                        "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
                        "recompute_num_layers")
 NONE_WORDS = ("none", "null", "off")
+
+# Caps on `auto` (list the values to go past them): a micro-batch past 8 sequences only grows activation
+# memory once the GEMMs are large; context parallelism past 8, or under 1024 tokens per CP rank, splits the
+# sequence finer than the attention kernels stay efficient at -- such values wasted a third of TPE's trials.
+MAX_MICRO_BATCH = 8
+MAX_CONTEXT_PARALLEL = 8
+MIN_TOKENS_PER_CP_RANK = 1024
+AUTO_CAPS = (f"auto: micro-batch sizes up to {MAX_MICRO_BATCH}; CP up to {MAX_CONTEXT_PARALLEL} with at least "
+             f"{MIN_TOKENS_PER_CP_RANK} tokens per CP rank")
 
 OBJECTIVES = ("step_time", "peak_memory", "num_gpus", "cost")
 SPACE_KEYS = ("name", "description", "model", "cluster", "num_gpus", "global_batch_size", "precision",
@@ -190,8 +200,10 @@ def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpu
                      and model.ffn_size % d == 0)
     if field_name == "pipeline_model_parallel_size":  # even stages that divide the GPU count
         return tuple(d for d in _divisors(model.num_layers) if any(n % d == 0 for n in num_gpus))
-    if field_name == "context_parallel_size":  # Megatron splits the sequence into 2*CP chunks
-        return tuple(d for d in _divisors(max(num_gpus)) if d == 1 or model.seq_length % (2 * d) == 0)
+    if field_name == "context_parallel_size":  # Megatron splits the sequence into 2*CP chunks; capped (AUTO_CAPS)
+        return tuple(d for d in _divisors(max(num_gpus)) if d == 1 or (
+            model.seq_length % (2 * d) == 0 and d <= MAX_CONTEXT_PARALLEL
+            and model.seq_length // d >= MIN_TOKENS_PER_CP_RANK))
     if field_name == "expert_model_parallel_size":  # divisors of the expert count (1 for a dense model)
         if not model.is_moe:
             return (1,)
@@ -201,8 +213,8 @@ def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpu
             return (None,)
         return (None,) + tuple(d for d in _divisors(node) if model.moe_ffn_size % d == 0
                                and any(n % d == 0 for n in num_gpus))
-    if field_name == "micro_batch_size":
-        return tuple(_divisors(gbs))
+    if field_name == "micro_batch_size":  # capped (AUTO_CAPS)
+        return tuple(d for d in _divisors(gbs) if d <= MAX_MICRO_BATCH)
     stage_layers = sorted({model.num_layers // p for p in choices.get("pipeline_model_parallel_size", (1,))
                            if p > 1 and model.num_layers % p == 0})
     if field_name == "virtual_pipeline_model_parallel_size":

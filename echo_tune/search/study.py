@@ -28,7 +28,8 @@ from echo_tune.search.results import SearchResult
 from echo_tune.search.exhaustive import run_exhaustive
 from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.params import full_params, suggest_layout
-from echo_tune.search.objective import REJECTED_CONSTRAINTS, Evaluator, constraints, objective_values
+from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
+                                       constraints, flat_attrs, told_values)
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
 from echo_tune.search.shared import run_shared_exhaustive, shares_work
 from echo_tune.search.space import SearchSpace
@@ -109,6 +110,7 @@ def _tell_rejected(study, trial, exc: RejectedLayout) -> None:
     trial.set_user_attr("config", {k: v for k, v in exc.config.items()})
     for key, value in REJECTED_CONSTRAINTS.items():
         trial.set_constraint(key, value)
+    study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_SYSTEM_ATTR, constraint_sequence(None))
     study.tell(trial, state=TrialState.PRUNED)
 
 
@@ -137,9 +139,12 @@ def run_one_trial(space: SearchSpace, study, store: StudyStorage, evaluator: Eva
             return None
         with store.batch():
             trial.set_user_attr("record", record)
+            for key, value in flat_attrs(record).items():
+                trial.set_user_attr(key, value)
             for key, value in constraints(record).items():
                 trial.set_constraint(key, value)
-            study.tell(trial, objective_values(space, record))
+            study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_SYSTEM_ATTR, constraint_sequence(record))
+            study.tell(trial, told_values(space, record))
         told = True
         return record
     finally:
@@ -193,10 +198,10 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
     todo = [c for c in valid if c.key not in stored][:max(0, target - done_before)]
     count = [0]
 
-    def on_trials(n: int) -> None:
+    def on_trials(n: int, best: dict | None = None) -> None:
         count[0] += n
         if progress is not None:
-            progress(count[0], len(todo), None)
+            progress(count[0], len(todo), best)
     if shares_work(opts.storage):  # a database: this process is one of possibly many workers
         run_shared_exhaustive(space, study, store, valid, todo, n_jobs=opts.n_jobs, profile=profile,
                               deadline=deadline, on_trials=on_trials)
@@ -207,7 +212,8 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
 
 def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
                     profile, progress) -> None:
-    target = opts.n_trials or DEFAULT_N_TRIALS
+    # the wrapped samplers propose unseen valid layouts only: once every one is simulated, stop
+    target = min(opts.n_trials or DEFAULT_N_TRIALS, max(len(valid), done_before))
     total = max(0, target - done_before)
     if not existed and opts.baselines:
         for c in baselines(space, valid)[:total]:

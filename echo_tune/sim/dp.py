@@ -48,13 +48,15 @@ def grad_bytes_per_param(parallel: ParallelConfig) -> float:
 def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: CalibrationProfile,
                chunk_params: list[int], chunk_backward: list[tuple[float, float]], compute_end_s: float,
                embedding_sync_s: float = 0.0, expert_chunk_params: list[int] | None = None,
-               edp: GroupPlacement | None = None) -> StageTail:
+               edp: GroupPlacement | None = None, spans: list | None = None) -> StageTail:
     """Exposed DP communication, its interference and the optimizer step of one stage.
 
     ``chunk_backward[c]`` is (start, end) of the last micro-batch's backward of chunk c.
     MoE: ``expert_chunk_params[c]`` of chunk c's parameters (included in ``chunk_params[c]``) are
     routed experts; Megatron-Core keeps them in separate buckets reduced over the expert-data-parallel
     group ``edp`` (and shards their optimizer states over it). They share the one DP stream here.
+    ``spans``: if a list, each bucket's reduction is appended as (begin_s, end_s, params) (for the trace;
+    the bucket-by-bucket loop is used then, equal to the closed form up to rounding).
     """
     collective = "reduce_scatter" if parallel.use_distributed_optimizer else "all_reduce"
     grad_bytes = grad_bytes_per_param(parallel)
@@ -74,12 +76,12 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Calibra
     if expert_total:
         comm_end, overlap = _reduce_with_experts(parallel.overlap_grad_reduce, chunk_params, experts,
                                                  chunk_backward, bucket, (collective, grad_bytes, dp, edp),
-                                                 compute_end_s, profile)
-    elif parallel.overlap_grad_reduce and _in_time_order(chunks, bucket):
+                                                 compute_end_s, profile, spans)
+    elif parallel.overlap_grad_reduce and _in_time_order(chunks, bucket) and spans is None:
         comm_end, overlap = _reduce_closed_form(chunks, bucket, duration, compute_end_s, profile.comm_slowdown)
     else:
         comm_end, overlap = _reduce_bucket_by_bucket(parallel.overlap_grad_reduce, chunk_params, chunk_backward,
-                                                     bucket, duration, compute_end_s, profile.comm_slowdown)
+                                                     bucket, duration, compute_end_s, profile.comm_slowdown, spans)
     dp_exposed = max(0.0, comm_end - compute_end_s) + embedding_sync_s
     dense_total = total_params - expert_total
     owned = (dense_total / dp.size + (expert_total / edp.size if expert_total else 0.0)) \
@@ -102,7 +104,8 @@ def _ready_s(start: float, end: float, i: int, n: int) -> float:
 
 
 def _reduce_bucket_by_bucket(overlap_grad_reduce: bool, chunk_params, chunk_backward, bucket: int, duration,
-                             compute_end_s: float, comm_slowdown: float) -> tuple[float, float]:
+                             compute_end_s: float, comm_slowdown: float, spans: list | None = None
+                             ) -> tuple[float, float]:
     """(end of the last reduction, time it overlapped compute), one bucket at a time in ready order."""
     buckets: list[tuple[float, int]] = []  # (ready time, params)
     for params, (start, end) in zip(chunk_params, chunk_backward):
@@ -112,12 +115,16 @@ def _reduce_bucket_by_bucket(overlap_grad_reduce: bool, chunk_params, chunk_back
             buckets.append((ready, min(bucket, params - i * bucket)))
     comm_end, overlap = 0.0, 0.0
     for ready, params in sorted(buckets):
+        before = comm_end
         comm_end, overlap = _one_bucket(ready, duration(params), comm_end, overlap, compute_end_s, comm_slowdown)
+        if spans is not None:
+            spans.append((max(ready, before), comm_end, params))
     return comm_end, overlap
 
 
 def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk_backward, bucket: int,
-                         groups, compute_end_s: float, profile: CalibrationProfile) -> tuple[float, float]:
+                         groups, compute_end_s: float, profile: CalibrationProfile,
+                         spans: list | None = None) -> tuple[float, float]:
     """``_reduce_bucket_by_bucket`` when a chunk's routed-expert gradients reduce over their own group."""
     collective, grad_bytes, dp, edp = groups
     buckets: list[tuple[float, int, GroupPlacement]] = []  # (ready time, params, group)
@@ -132,7 +139,10 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
     comm_end, overlap = 0.0, 0.0
     for ready, params, group in sorted(buckets, key=lambda b: (b[0], b[1])):
         duration = collective_time_s(collective, params * grad_bytes, group, profile)
+        before = comm_end
         comm_end, overlap = _one_bucket(ready, duration, comm_end, overlap, compute_end_s, profile.comm_slowdown)
+        if spans is not None:
+            spans.append((max(ready, before), comm_end, params))
     return comm_end, overlap
 
 

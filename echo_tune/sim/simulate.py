@@ -140,8 +140,9 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     # layer shares the main one's weights (megatron/core/transformer/multi_token_prediction.py)
     h = model.hidden_size
     mtp_params = mtp_heads(model) * (2 * h * h // parallel.tensor_model_parallel_size + 2 * h)
+    buckets = [] if timeline else None
     stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix,
-                                                              mtp_params)
+                                                              mtp_params, buckets)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time)
@@ -176,7 +177,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
-        timeline=_timeline(run.events, run.end_s, tails) if timeline else [])
+        timeline=_timeline(run.events, run.end_s, tails, passes, buckets) if timeline else [])
 
 
 @functools.lru_cache(maxsize=64)
@@ -185,22 +186,31 @@ def _model_spec(model: ModelSpec) -> dict:
     return dataclasses.asdict(model)
 
 
-def _timeline(events, compute_end_s, tails) -> list[tuple[int, str, str, float, float]]:
-    """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail."""
+def _timeline(events, compute_end_s, tails, passes, buckets) -> list[tuple[int, str, str, float, float]]:
+    """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail; and on each
+    stage's communication track (``COMM_TRACK + stage``) the exposed parts of each pass (see trace_tracks.py),
+    so that the blocks of the critical stage add up to its breakdown."""
+    from echo_tune.sim.trace_tracks import bucket_spans, pass_part_spans
+
     spans = [(stage, f"{'B' if backward else 'F'}{mb}" + (f".{chunk}" if chunk else ""),
               "backward" if backward else "forward", start, end)
              for stage, backward, mb, chunk, start, end in events]
+    spans += pass_part_spans(events, passes) + bucket_spans(buckets)
     for stage, (end, tail) in enumerate(zip(compute_end_s, tails)):
-        dp_end = end + tail.dp_exposed_s + tail.interference_s
+        dp_end = end + tail.dp_exposed_s
         if dp_end > end:
             spans.append((stage, "gradient reduction (exposed)", "dp_comm", end, dp_end))
-        spans.append((stage, "optimizer step", "optimizer", dp_end, dp_end + tail.optimizer_s))
+        if tail.interference_s > 0:
+            spans.append((stage, "DP overlap slow-down", "interference", dp_end, dp_end + tail.interference_s))
+        opt_start = dp_end + tail.interference_s
+        spans.append((stage, "optimizer step", "optimizer", opt_start, opt_start + tail.optimizer_s))
     return spans
 
 
-def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0):
+def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None):
     """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
-    backward, and when its step ends."""
+    backward, and when its step ends. ``bucket_spans``: a list to receive, per stage, its DP buckets'
+    (begin_s, end_s, params) for the trace (the tail itself is computed as without it)."""
     p = len(layout.stage_chunk_layers)
     layer_params = pieces["layer"].param_count
     moe = pieces.get("moe_layer")
@@ -219,11 +229,14 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
         stage_params.append(sum(chunk_params))
         stage_experts.append(sum(chunk_experts))
         last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
-        tail = stage_tail(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,
-                          chunk_backward=last_bwd, compute_end_s=run.end_s[s],
-                          embedding_sync_s=emb_sync if s in (0, p - 1) else 0.0,
-                          expert_chunk_params=chunk_experts if moe else None,
-                          edp=layout.groups["edp"] if moe else None)
+        kwargs = dict(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,
+                      chunk_backward=last_bwd, compute_end_s=run.end_s[s],
+                      embedding_sync_s=emb_sync if s in (0, p - 1) else 0.0,
+                      expert_chunk_params=chunk_experts if moe else None, edp=layout.groups["edp"] if moe else None)
+        tail = stage_tail(**kwargs)
+        if bucket_spans is not None:
+            bucket_spans.append([])
+            stage_tail(**kwargs, spans=bucket_spans[-1])
         tails.append(tail)
         finals.append(run.end_s[s] + tail.dp_exposed_s + tail.interference_s + tail.optimizer_s)
     return stage_params, stage_experts, tails, finals

@@ -1,4 +1,5 @@
-"""Chrome-trace (Perfetto) export of a simulated timeline: one track per pipeline stage."""
+"""Chrome-trace (Perfetto) export of a simulated timeline: per pipeline stage a track of passes and step tail,
+and a track of each pass's exposed communication, interference and recompute (``trace_tracks.py``)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,19 @@ import json
 from pathlib import Path
 
 from echo_tune.sim.report import StepReport
+from echo_tune.sim.trace_tracks import COMM_TRACK
 
 
 def chrome_trace_events(report: StepReport) -> list[dict]:
     events = []
     stages = {e[0] for e in report.timeline}
-    for stage in sorted(stages):
-        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": stage,
-                       "args": {"name": f"pipeline stage {stage}"}})
+    for tid in sorted(stages):
+        stage, track = tid % COMM_TRACK, tid // COMM_TRACK
+        name = (f"pipeline stage {stage}", f"pipeline stage {stage}: exposed communication, interference, "
+                f"recompute", f"pipeline stage {stage}: DP gradient buckets")[track]
+        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid,
+                       "args": {"sort_index": 3 * stage + track}})
     for stage, name, category, start_s, end_s in report.timeline:
         events.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": stage,
                        "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6})

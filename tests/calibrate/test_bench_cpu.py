@@ -110,3 +110,10 @@ def test_single_process_bench_measures_compute_only(tmp_path):
 def test_bench_rejects_unknown_part(tmp_path, capsys):
     assert main(["bench", "--quick", "--output-root", str(tmp_path), "--skip", "gpus"]) == 2
     assert "unknown --skip part(s) ['gpus']" in capsys.readouterr().err
+
+
+def test_bench_json_lists_the_files(tmp_path, capsys):
+    assert main(["bench", "--quick", "--name", "js", "--output-root", str(tmp_path), "--skip",
+                 "attention,gemm", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["output_dir"].endswith("raw") and any(f.endswith("env.json") for f in data["files"])

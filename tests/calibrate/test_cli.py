@@ -40,6 +40,15 @@ def test_fit_writes_profile_residuals_and_table(tmp_path, capsys):
     assert rows[0].startswith("quantity,source,point") and len(rows) == 1 + 56
 
 
+def test_fit_json(tmp_path, capsys):
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", "fit", "--cluster", CLUSTER, "--nccl-tests", str(LOGS[2]), str(LOGS[4]),
+                 "--max-tiers", "1", "--out", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["profile"] == str(out) and out.is_file() and data["residuals"].endswith(".residuals.csv")
+    assert sum(f["points"] for f in data["fits"]) == 56 and all("rms_relative_error" in f for f in data["fits"])
+
+
 def test_predict_many_nodes(capsys):
     assert main(["calibrate", "predict", "--cluster", CLUSTER, "--num-gpus", "16", "128", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -36,12 +36,24 @@ def test_example_ranks_by_step_time(capsys):
     for r in rows:
         assert {"name", "step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes", "fits_memory", "config",
                 "time_to_train_s", "gpu_hours", "cost"} <= set(r)
-        assert r["time_to_train_s"] == pytest.approx(1e12 / r["tokens_per_s"])
-        assert r["cost"] == pytest.approx(r["gpu_hours"] * r["gpu_hour_cost"])
+        if r["fits_memory"]:
+            assert r["time_to_train_s"] == pytest.approx(1e12 / r["tokens_per_s"])
+            assert r["cost"] == pytest.approx(r["gpu_hours"] * r["gpu_hour_cost"]) and r["currency"] == "USD"
+        else:  # a layout that does not fit shows no time and no cost
+            assert r["time_to_train_s"] is None and r["cost"] is None and r["gpu_hours"] is None
+        assert r["error_band"]["mean_abs_error_pct"] > 0 and "headroom_gib" in r
     assert {r["config"]["cluster"] for r in rows} == {"h800-sxm", "a100-80gb"}
 
 
-def test_table_output(capsys):
+def test_sort_by_cost(capsys):
+    rows = rank_json(capsys, str(EXAMPLE), "--tokens", "1e12", "--sort", "cost", "--currency", "EUR")
+    fits = [r for r in rows if r["fits_memory"]]
+    assert [r["cost"] for r in fits] == sorted(r["cost"] for r in fits)
+    assert all(r["currency"] == "EUR" for r in fits)
+
+
+def test_table_output(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # 13 columns: names fold on an 80-column terminal
     assert main(["rank", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out
     assert "fastest first" in out and "H800" in out and "yes" in out

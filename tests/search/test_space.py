@@ -99,3 +99,12 @@ def test_model_file_relative_to_the_space(tmp_path):
                                                           "num_gpus": 8, "global_batch_size": 16}))
     space = load_space(tmp_path / "space.yaml")
     assert space.model.num_layers == 4 and space.name == "space"
+
+
+def test_auto_caps_micro_batch_and_context_parallel():
+    space = space_from_dict({**BASE, "model": "llama3-70b", "num_gpus": 1024, "global_batch_size": 1024,
+                             "layout": {"micro_batch_size": "auto", "context_parallel_size": "auto"}})
+    assert space.choices["micro_batch_size"] == (1, 2, 4, 8)  # not up to 1024
+    assert space.choices["context_parallel_size"] == (1, 2, 4, 8)  # not up to 64; 8192 / 8 = 1024 tokens per rank
+    listed = space_from_dict({**BASE, "global_batch_size": 1024, "layout": {"micro_batch_size": [16, 32]}})
+    assert listed.choices["micro_batch_size"] == (16, 32)  # listed values are taken as they are

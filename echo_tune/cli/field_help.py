@@ -1,0 +1,48 @@
+"""Help lines for the Megatron flags, from the spec dataclasses' field docstrings (one source of truth), with
+the allowed values where a field has a fixed set of them."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+
+from echo_tune.config import model as model_mod
+from echo_tune.config import moe_fields, parallel as parallel_mod
+
+
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """Field name -> its docstring (the string literal right after the annotated field)."""
+    docs: dict[str, str] = {}
+    for cls in (model_mod.ModelSpec, moe_fields.MoEFields, moe_fields.MLAFields, parallel_mod.ParallelConfig):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        body = tree.body[0].body
+        for node, nxt in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr) \
+                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                docs.setdefault(node.target.id, " ".join(nxt.value.value.split()))
+    return docs
+
+
+CHOICES = {
+    "normalization": model_mod.NORMALIZATIONS, "attention_backend": model_mod.ATTENTION_BACKENDS,
+    "position_embedding_type": model_mod.POSITION_EMBEDDING_TYPES,
+    "moe_token_dispatcher_type": moe_fields.DISPATCHERS, "moe_router_load_balancing_type": moe_fields.LOAD_BALANCING,
+    "moe_router_dtype": tuple(c for c in moe_fields.ROUTER_DTYPES if c),
+    "recompute_granularity": tuple(c for c in parallel_mod.RECOMPUTE_GRANULARITIES if c),
+    "recompute_method": tuple(c for c in parallel_mod.RECOMPUTE_METHODS if c),
+    "fp8_format": tuple(c for c in parallel_mod.FP8_FORMATS if c), "fp8_recipe": parallel_mod.FP8_RECIPES,
+}
+
+
+def choices_of(field: str) -> tuple[str, ...] | None:
+    """The allowed values of a text field (None if any text, or for numbers and switches)."""
+    return tuple(CHOICES[field]) if field in CHOICES else None
+
+
+def help_for(field: str, flag: str) -> str:
+    doc = field_docs().get(field, "")
+    text = doc.split("``: ", 1)[1] if doc.startswith("``") and "``: " in doc else (doc or f"Megatron-LM {flag}")
+    return text.replace("%", "%%")

@@ -1,0 +1,271 @@
+"""Read a Hugging Face ``config.json`` as a ModelSpec (Megatron-LM argument names).
+
+Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3,
+gpt2, gpt_neox. Each key of the file is either *mapped* to a Megatron argument, *harmless* (it does not
+change a training step's compute, memory or communication: token ids, initialisation, RoPE base and
+scaling, cache flags, ...), or *refused by name*: a step-shaping setting echo-tune does not model
+(sliding-window attention shorter than the sequence, partial rotary, a parallel residual, dense MLP layers
+mixed into a Qwen MoE, ...), and an unknown key is refused too, as echo-tune cannot tell whether it shapes
+the step. Field meanings: the transformers configuration classes (``LlamaConfig``, ``MixtralConfig``,
+``Qwen2Config``, ``Qwen3MoeConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``); Megatron
+names as in ``megatron/training/arguments.py`` of NVIDIA/Megatron-LM d98e8a64ddf3.
+
+The training sequence length is not in a config.json (``max_position_embeddings`` is the longest context
+the model supports, 131072 for Llama 3.1): it is taken from ``seq_length`` when given, else from
+``rope_scaling.original_max_position_embeddings`` (the pre-training length of a context-extended model),
+else ``max_position_embeddings`` -- and the choice is stated in the returned notes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from echo_tune.config.loading import build
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.errors import ConfigError
+
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+             "gpt2", "gpt_neox")
+
+# Keys that do not shape a training step (ids, initialisation, numerics constants, inference settings).
+HARMLESS = frozenset("""architectures model_type _name_or_path transformers_version torch_dtype dtype use_cache
+    bos_token_id eos_token_id pad_token_id initializer_range rms_norm_eps layer_norm_eps layer_norm_epsilon
+    rope_theta rope_scaling rotary_emb_base pretraining_tp tie_word_embeddings max_position_embeddings
+    attention_dropout hidden_dropout resid_pdrop attn_pdrop embd_pdrop summary_activation summary_first_dropout
+    summary_proj_to_labels summary_type summary_use_proj task_specific_params scale_attn_weights
+    reorder_and_upcast_attn scale_attn_by_inverse_layer_idx n_ctx output_router_logits router_aux_loss_coef
+    router_jitter_noise norm_topk_prob aux_loss_alpha seq_aux topk_method scoring_func routed_scaling_factor
+    n_group topk_group ep_size moe_layer_freq max_window_layers use_sliding_window sliding_window
+    quantization_config auto_map rope_interleave classifier_dropout use_mrope hidden_act head_dim
+    attention_bias mlp_bias intermediate_size num_key_value_heads""".split())
+"""Read where they matter (hidden_act, sliding_window, attention_bias, ...) and otherwise harmless."""
+
+_STEP_SHAPING = {  # HF key -> (Megatron flag, rule: the values echo-tune models)
+    "rotary_pct": "--rotary-percent", "partial_rotary_factor": "--rotary-percent",
+    "use_parallel_residual": "parallel attention + MLP residual",
+    "mlp_only_layers": "dense MLP layers inside an MoE model (Qwen mlp_only_layers)",
+    "decoder_sparse_step": "--moe-layer-freq", "shared_expert_intermediate_size":
+        "a gated shared expert (Qwen2-MoE)", "moe_shared_expert_overlap": "--moe-shared-expert-overlap",
+    "layer_types": "per-layer attention types (sliding / full)",
+}
+
+
+def _refuse(key: str, value, why: str) -> None:
+    raise UnmodelledError(f"config.json key {key!r} ({key}={value!r}) shapes the step ({why}) but is not "
+                          f"modelled by echo-tune; use a model whose config does not need it")
+
+
+def _need(cfg: dict, key: str, model_type: str):
+    if key not in cfg:
+        raise ConfigError(f"config.json of model_type {model_type!r} must set {key!r}; the file looks incomplete")
+    return cfg[key]
+
+
+def _gated(cfg: dict, model_type: str) -> bool:
+    act = str(cfg.get("hidden_act", "silu"))
+    if act in ("silu", "swish"):
+        return True
+    raise ConfigError(f"config.json: `hidden_act` of a {model_type} model must be silu (SwiGLU), but got "
+                      f"(hidden_act={act!r})")
+
+
+def _check_refused(cfg: dict, model_type: str, seq_length: int) -> None:
+    for key, why in _STEP_SHAPING.items():
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        neutral = {"rotary_pct": 1.0, "partial_rotary_factor": 1.0, "use_parallel_residual": False,
+                   "mlp_only_layers": [], "decoder_sparse_step": 1, "moe_shared_expert_overlap": False}
+        if key in neutral and value == neutral[key]:
+            continue
+        if key == "shared_expert_intermediate_size" and model_type != "qwen2_moe":
+            continue
+        _refuse(key, value, why)
+    if model_type.startswith("deepseek") and cfg.get("moe_layer_freq", 1) != 1:
+        _refuse("moe_layer_freq", cfg["moe_layer_freq"], "MoE layers every few layers after the dense ones, "
+                                                         "not mapped to --moe-layer-freq by echo-tune")
+    window = cfg.get("sliding_window")
+    on = cfg.get("use_sliding_window", True)
+    if window is not None and on and int(window) < seq_length:
+        raise UnmodelledError(f"config.json key 'sliding_window' (sliding_window={window}) is shorter than the "
+                              f"sequence (seq_length={seq_length}): sliding-window attention (--window-size) "
+                              f"is not modelled by echo-tune; train with seq_length <= {window} or another model")
+    if bool(cfg.get("attention_bias", False)) and model_type in ("llama", "mistral") \
+            and not bool(cfg.get("mlp_bias", False)):
+        _refuse("attention_bias", True, "biases on the attention linears only")
+
+
+def _seq_length(cfg: dict, seq_length: int | None, notes: list[str]) -> int:
+    if seq_length is not None:
+        return seq_length
+    scaling = cfg.get("rope_scaling") or {}
+    if isinstance(scaling, dict) and scaling.get("original_max_position_embeddings"):
+        value = int(scaling["original_max_position_embeddings"])
+        notes.append(f"seq_length {value} from rope_scaling.original_max_position_embeddings (the pre-training "
+                     f"length); set --seq-length for another")
+        return value
+    value = cfg.get("max_position_embeddings", cfg.get("n_positions"))
+    if value is None:
+        raise ConfigError("config.json has no max_position_embeddings; give the training length with --seq-length")
+    notes.append(f"seq_length {value} from max_position_embeddings; set --seq-length for another")
+    return int(value)
+
+
+def _common(cfg: dict, model_type: str, seq: int) -> dict:
+    h, a = int(_need(cfg, "hidden_size", model_type)), int(_need(cfg, "num_attention_heads", model_type))
+    out = {"num_layers": int(_need(cfg, "num_hidden_layers", model_type)), "hidden_size": h,
+           "num_attention_heads": a, "seq_length": seq, "vocab_size": int(_need(cfg, "vocab_size", model_type)),
+           "normalization": "RMSNorm", "position_embedding_type": "rope", "add_bias_linear": False,
+           "untie_embeddings_and_output_weights": not bool(cfg.get("tie_word_embeddings", False)),
+           "hidden_dropout": 0.0, "attention_dropout": float(cfg.get("attention_dropout", 0.0) or 0.0),
+           "attention_backend": "auto"}
+    groups = cfg.get("num_key_value_heads")
+    if groups is not None and int(groups) != a:
+        out["num_query_groups"] = int(groups)
+    head_dim = cfg.get("head_dim")
+    if head_dim is not None and int(head_dim) * a != h:
+        out["kv_channels"] = int(head_dim)
+    return out
+
+
+def _llama_like(cfg: dict, model_type: str, seq: int, notes: list[str]) -> dict:
+    out = _common(cfg, model_type, seq)
+    out["swiglu"] = _gated(cfg, model_type)
+    out["ffn_hidden_size"] = int(_need(cfg, "intermediate_size", model_type))
+    if bool(cfg.get("mlp_bias", False)) and bool(cfg.get("attention_bias", False)):
+        out["add_bias_linear"] = True
+    if model_type == "qwen2":  # Qwen2Attention: q/k/v projections with bias, the others without
+        notes.append("Qwen2's QKV bias ((a+2g)·d values per layer, added in the QKV GEMM's epilogue) is not "
+                     "timed separately")
+    if model_type in ("qwen3", "qwen3_moe"):  # Qwen3Attention: RMSNorm on each query and key head
+        out["qk_layernorm"] = True
+    if model_type in ("mixtral", "qwen3_moe"):
+        # Expert-dispatch choices are not in a config.json: the all-to-all dispatcher with grouped GEMMs, as
+        # Megatron-LM's examples/mixtral script and the Qwen3 MoE conf of d98e8a64ddf3 launch them.
+        out.update(moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True)
+        if model_type == "mixtral":
+            out.update(num_experts=int(_need(cfg, "num_local_experts", model_type)),
+                       moe_router_topk=int(_need(cfg, "num_experts_per_tok", model_type)))
+        else:
+            out.update(num_experts=int(_need(cfg, "num_experts", model_type)),
+                       moe_router_topk=int(_need(cfg, "num_experts_per_tok", model_type)),
+                       moe_ffn_hidden_size=int(_need(cfg, "moe_intermediate_size", model_type)),
+                       moe_router_dtype="fp32")
+        notes.append("MoE dispatch assumed as Megatron-LM's examples launch it: --moe-token-dispatcher-type "
+                     "alltoall --moe-grouped-gemm")
+    return out
+
+
+def _deepseek(cfg: dict, model_type: str, seq: int, notes: list[str]) -> dict:
+    out = _common(cfg, model_type, seq)
+    out.pop("num_query_groups", None)
+    out.pop("kv_channels", None)
+    out["swiglu"] = _gated(cfg, model_type)
+    layers = out["num_layers"]
+    dense = int(cfg.get("first_k_dense_replace", 0))
+    shared = int(cfg.get("n_shared_experts") or 0) * int(_need(cfg, "moe_intermediate_size", model_type))
+    q_lora = cfg.get("q_lora_rank")
+    out.update(ffn_hidden_size=int(_need(cfg, "intermediate_size", model_type)),
+               num_experts=int(_need(cfg, "n_routed_experts", model_type)),
+               moe_router_topk=int(_need(cfg, "num_experts_per_tok", model_type)),
+               moe_ffn_hidden_size=int(cfg["moe_intermediate_size"]),
+               moe_shared_expert_intermediate_size=shared or None,
+               moe_layer_freq=f"([0]*{dense}+[1]*{layers - dense})" if dense else 1,
+               moe_router_load_balancing_type="seq_aux_loss", moe_token_dispatcher_type="alltoall",
+               moe_grouped_gemm=True, moe_router_dtype="fp32", multi_latent_attention=True,
+               q_lora_rank=int(q_lora) if q_lora else None,
+               kv_lora_rank=int(_need(cfg, "kv_lora_rank", model_type)),
+               qk_head_dim=int(_need(cfg, "qk_nope_head_dim", model_type)),
+               qk_pos_emb_head_dim=int(_need(cfg, "qk_rope_head_dim", model_type)),
+               v_head_dim=int(_need(cfg, "v_head_dim", model_type)), qk_layernorm=True)
+    if cfg.get("num_nextn_predict_layers"):
+        out["mtp_num_layers"] = int(cfg["num_nextn_predict_layers"])
+    notes.append("MLA latent norms as --qk-layernorm, dispatch as Megatron-LM's DeepSeek examples launch it "
+                 "(alltoall, grouped GEMM, fp32 router)")
+    return out
+
+
+def _gpt2(cfg: dict, seq: int) -> dict:
+    act = str(cfg.get("activation_function", "gelu_new"))
+    if not act.startswith("gelu"):
+        raise ConfigError(f"config.json: `activation_function` of a gpt2 model must be a GeLU, but got ({act!r})")
+    h = int(_need(cfg, "n_embd", "gpt2"))
+    return {"num_layers": int(_need(cfg, "n_layer", "gpt2")), "hidden_size": h,
+            "num_attention_heads": int(_need(cfg, "n_head", "gpt2")),
+            "ffn_hidden_size": int(cfg.get("n_inner") or 4 * h), "seq_length": seq,
+            "vocab_size": int(_need(cfg, "vocab_size", "gpt2")), "normalization": "LayerNorm",
+            "position_embedding_type": "learned_absolute", "add_bias_linear": True,
+            "untie_embeddings_and_output_weights": not bool(cfg.get("tie_word_embeddings", True)),
+            "hidden_dropout": float(cfg.get("resid_pdrop", 0.1)), "attention_dropout": float(cfg.get("attn_pdrop", 0.1))}
+
+
+def _neox(cfg: dict, seq: int) -> dict:
+    act = str(cfg.get("hidden_act", "gelu"))
+    if not act.startswith("gelu"):
+        raise ConfigError(f"config.json: `hidden_act` of a gpt_neox model must be a GeLU, but got ({act!r})")
+    out = _common(cfg, "gpt_neox", seq)
+    out.update(ffn_hidden_size=int(_need(cfg, "intermediate_size", "gpt_neox")), normalization="LayerNorm",
+               add_bias_linear=True, hidden_dropout=float(cfg.get("hidden_dropout", 0.0) or 0.0))
+    return out
+
+
+_EXTRA_KEYS = {  # model-type keys that are mapped (beyond the common ones)
+    "mixtral": "num_local_experts num_experts_per_tok", "qwen3_moe": "num_experts num_experts_per_tok "
+    "moe_intermediate_size", "deepseek_v2": "first_k_dense_replace n_shared_experts moe_intermediate_size "
+    "n_routed_experts num_experts_per_tok q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim v_head_dim",
+    "gpt2": "n_embd n_layer n_head n_inner n_positions activation_function",
+}
+_EXTRA_KEYS["deepseek_v3"] = _EXTRA_KEYS["deepseek_v2"] + " num_nextn_predict_layers"
+_COMMON = frozenset("hidden_size num_attention_heads num_hidden_layers vocab_size".split())
+
+
+def model_fields_from_hf(cfg: dict, *, seq_length: int | None = None) -> tuple[dict, list[str]]:
+    """Megatron ModelSpec fields of a parsed config.json, and notes on what was assumed."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config.json must hold a JSON object, but got {type(cfg).__name__}")
+    model_type = cfg.get("model_type")
+    if model_type not in SUPPORTED:
+        raise ConfigError(f"config.json `model_type` must be one of {list(SUPPORTED)}, but got "
+                          f"(model_type={model_type!r}); describe the model in a YAML file instead")
+    known = HARMLESS | _COMMON | set(_STEP_SHAPING) | set(_EXTRA_KEYS.get(model_type, "").split())
+    unknown = sorted(k for k in cfg if k not in known)
+    if unknown:
+        raise UnmodelledError(f"config.json key(s) {unknown} are not known to echo-tune (neither mapped to a "
+                              f"Megatron setting nor listed as harmless in config/hf_config.py), so it cannot "
+                              f"tell whether they shape the step; remove them")
+    notes: list[str] = []
+    seq = _seq_length(cfg, seq_length, notes)
+    _check_refused(cfg, model_type, seq)
+    if model_type == "gpt2":
+        fields = _gpt2(cfg, seq)
+    elif model_type == "gpt_neox":
+        fields = _neox(cfg, seq)
+    elif model_type.startswith("deepseek"):
+        fields = _deepseek(cfg, model_type, seq, notes)
+    else:
+        fields = _llama_like(cfg, model_type, seq, notes)
+    return fields, notes
+
+
+def load_hf_config(path: str | Path, *, seq_length: int | None = None, name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json (see the module docstring)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"model file {str(path)!r} does not exist; give a preset name, a YAML file or a "
+                          f"Hugging Face config.json")
+    try:
+        cfg = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"model file {str(path)!r} is not valid JSON: {exc}") from None
+    fields, _ = model_fields_from_hf(cfg, seq_length=seq_length)
+    named = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1]
+    default = path.stem if path.stem != "config" else (named or path.resolve().parent.name or "config")
+    return build(ModelSpec, {"name": name or default, **fields}, f"model of {path}")
+
+
+def hf_notes(path: str | Path, *, seq_length: int | None = None) -> list[str]:
+    """The assumptions ``load_hf_config`` makes for this file (for reports)."""
+    cfg = json.loads(Path(path).read_text())
+    return model_fields_from_hf(cfg, seq_length=seq_length)[1]

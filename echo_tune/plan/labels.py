@@ -1,0 +1,58 @@
+"""Layout labels that show every setting that can differ between two layouts of one search."""
+
+from __future__ import annotations
+
+
+def full_label(cfg: dict, dp: int | None = None) -> str:
+    """TP4 PP8 CP2 DP4 EP8 ETP1 VPP5 mbs1 recompute=selective SP DistOpt TPoverlap DPoverlap fp8=hybrid.
+
+    Unlike the search table's short label, nothing that differs is left out: recompute ``none`` is written,
+    and so is every overlap flag and the FP8 format.
+    """
+    parts = [f"TP{cfg.get('tensor_model_parallel_size', 1)}", f"PP{cfg.get('pipeline_model_parallel_size', 1)}",
+             f"CP{cfg.get('context_parallel_size', 1)}"]
+    if dp is not None:
+        parts.append(f"DP{dp}")
+    if cfg.get("expert_model_parallel_size", 1) > 1:
+        parts.append(f"EP{cfg['expert_model_parallel_size']}")
+    if cfg.get("expert_tensor_parallel_size") is not None:
+        parts.append(f"ETP{cfg['expert_tensor_parallel_size']}")
+    if cfg.get("virtual_pipeline_model_parallel_size"):
+        parts.append(f"VPP{cfg['virtual_pipeline_model_parallel_size']}")
+    for key, short in (("decoder_first_pipeline_num_layers", "first"), ("decoder_last_pipeline_num_layers", "last")):
+        if cfg.get(key) is not None:
+            parts.append(f"{short}{cfg[key]}")
+    parts.append(f"mbs{cfg.get('micro_batch_size', 1)}")
+    recompute = cfg.get("recompute_granularity")
+    if recompute == "full":
+        parts.append(f"recompute=full-{cfg.get('recompute_method') or 'uniform'}{cfg.get('recompute_num_layers') or 1}")
+    else:
+        parts.append(f"recompute={recompute or 'none'}")
+    for key, short in (("sequence_parallel", "SP"), ("use_distributed_optimizer", "DistOpt"),
+                       ("tp_comm_overlap", "TPoverlap"), ("overlap_grad_reduce", "GradOverlap"),
+                       ("overlap_param_gather", "ParamOverlap"), ("fp8_param_gather", "FP8gather")):
+        parts.append(short if cfg.get(key) else f"no{short}")
+    if cfg.get("fp8_format"):
+        parts.append(f"fp8={cfg['fp8_format']}")
+    return " ".join(parts)
+
+
+_FLAGS = (("sequence_parallel", "SP"), ("use_distributed_optimizer", "DistOpt"), ("tp_comm_overlap", "TPoverlap"),
+          ("overlap_grad_reduce", "GradOverlap"), ("overlap_param_gather", "ParamOverlap"),
+          ("fp8_param_gather", "FP8gather"))
+
+
+def short_labels(configs: list[dict], dps: list[int | None]) -> tuple[list[str], str]:
+    """Labels for several layouts shown together, and one line of the on/off settings they all share.
+
+    Sizes, micro-batch and recompute are always written; an on/off flag is written (as ``X`` or ``noX``) only
+    when it differs between the layouts, so two rows never print the same label for different settings.
+    """
+    full = [full_label(c, d).split() for c, d in zip(configs, dps)]
+    shared_tokens = [short for key, short in _FLAGS]
+    varying = {short for key, short in _FLAGS if len({bool(c.get(key)) for c in configs}) > 1}
+    labels = [" ".join(t for t in toks if t.removeprefix("no") not in shared_tokens
+                       or t.removeprefix("no") in varying) for toks in full]
+    common = [short if configs and configs[0].get(key) else f"no{short}" for key, short in _FLAGS
+              if short not in varying] if configs else []
+    return labels, " ".join(common)

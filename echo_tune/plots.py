@@ -1,0 +1,79 @@
+"""Figures with matplotlib (the optional ``plot`` extra: ``pip install -e '.[plot]'``), labelled and with legends.
+
+- ``plot_pareto``: every feasible layout and the Pareto front of the first two objectives (``pareto.png`` of
+  a multi-objective search);
+- ``plot_breakdowns``: the step-time breakdown of several layouts as stacked bars, one colour per part
+  (``breakdowns.png`` of a search: its best layouts; ``echo-tune plan --plot``: the winner beside the best of
+  each other TP x PP x CP family).
+
+Without matplotlib these return None and the outputs that need it are skipped (the search still writes its
+dependency-free ``pareto.svg``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_pareto(points: list[tuple[float, float]], front: list[tuple[float, float]], labels: list[str],
+                path: str | Path, *, title: str = "") -> Path | None:
+    if not available():
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    if points:
+        ax.scatter([p[0] for p in points], [p[1] for p in points], s=12, c="0.65", label="feasible layouts")
+    front = sorted(front)
+    ax.plot([p[0] for p in front], [p[1] for p in front], "o-", color="tab:red", ms=5, drawstyle="steps-post",
+            label="Pareto front")
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_breakdowns(layouts: list[dict], path: str | Path, *, title: str = "") -> Path | None:
+    """``layouts``: dicts with ``label`` and ``breakdown_s`` (part -> seconds); parts that are zero everywhere
+    are left out of the legend."""
+    if not available() or not layouts:
+        return None
+    plt = _pyplot()
+    parts = [p for p in layouts[0]["breakdown_s"] if any(abs(l["breakdown_s"].get(p, 0.0)) > 1e-12 for l in layouts)]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.55 * len(layouts)))
+    left = [0.0] * len(layouts)
+    ys = list(range(len(layouts)))[::-1]
+    cmap = plt.get_cmap("tab10")
+    for i, part in enumerate(parts):
+        widths = [max(0.0, l["breakdown_s"].get(part, 0.0)) for l in layouts]
+        ax.barh(ys, widths, left=left, color=cmap(i % 10), label=part)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(ys, [l["label"] for l in layouts], fontsize=8)
+    ax.set_xlabel("seconds per step")
+    ax.set_title(title)
+    ax.legend(ncol=min(5, len(parts)), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.1 / len(layouts)))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,104 @@
+"""A search space from a model, a cluster, a GPU count and a global batch size: no YAML needed.
+
+``echo-tune search --model M --cluster C --num-gpus N --global-batch-size G`` (and ``echo-tune plan``)
+build their space here. The values searched are every value the rules allow, with these caps, which keep
+the sampler's trials on layouts people run (stated in ``--help`` by ``CAPS_HELP``):
+
+- micro-batch size: divisors of the global batch up to ``MAX_MICRO_BATCH`` (8): larger micro-batches
+  only grow activation memory once the GEMMs are large (tokens per micro-batch = mbs x seq_length);
+- context parallel: up to ``MAX_CONTEXT_PARALLEL`` (8) and at least ``MIN_TOKENS_PER_CP_RANK`` (1024)
+  tokens per CP rank, as Megatron splits the sequence into 2 x CP chunks for load balance;
+- TP inside one NVLink domain, PP dividing the layers, VPP every divisor of the layers per stage;
+- sequence parallel, the distributed optimizer and both DP overlaps on (Megatron-LM's recommended
+  performance flags: docs of ``--overlap-grad-reduce``/``--overlap-param-gather``, d98e8a64ddf3);
+  ``--tp-comm-overlap`` off and on; recompute none, selective or full (uniform, one layer);
+- MoE: EP every divisor of the expert count, ETP = TP or 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from echo_tune.config.loading import load_cluster, load_model
+from echo_tune.errors import ConfigError
+from echo_tune.search.space import (MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH, MIN_TOKENS_PER_CP_RANK, SearchSpace,
+                                    space_from_dict)
+
+CAPS_HELP = (f"the space searched: TP inside a node, PP dividing the layers, VPP, CP up to {MAX_CONTEXT_PARALLEL} "
+             f"(at least {MIN_TOKENS_PER_CP_RANK} tokens per CP rank), micro-batch 1-{MAX_MICRO_BATCH} dividing the "
+             f"global batch, recompute none/selective/full, TP-comm overlap off/on, sequence parallel, distributed "
+             f"optimizer and DP overlaps on; MoE: EP every divisor of the experts, ETP = TP or 1")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def load_model_at(model: str, seq_length: int | None = None):
+    """A model reference with an optional training length (a config.json is re-read with it, so its
+    sliding-window check sees the length trained)."""
+    if seq_length is None:
+        return load_model(model)
+    if seq_length <= 0:
+        raise ConfigError(f"`--seq-length > 0` must hold, but got ({seq_length})")
+    if str(model).endswith(".json"):
+        from echo_tune.config.hf_config import load_hf_config
+
+        return load_hf_config(model, seq_length=seq_length)
+    return load_model(model).replace(seq_length=seq_length)
+
+
+def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: int, *,
+                    name: str | None = None, gpu_hour_cost: float | None = None, fp8: bool = False,
+                    seq_length: int | None = None) -> dict:
+    """The mapping of a space file (what ``--write-space`` saves); values listed, caps applied. With
+    ``seq_length`` the model is written as its full mapping of fields (the length changed)."""
+    spec = load_model_at(model, seq_length)
+    load_cluster(cluster)  # fail early on a bad cluster, with its one-line error
+    seq = spec.seq_length
+    cp = [d for d in _divisors(num_gpus) if d <= MAX_CONTEXT_PARALLEL
+          and (d == 1 or (seq % (2 * d) == 0 and seq // d >= MIN_TOKENS_PER_CP_RANK))]
+    mbs = [d for d in _divisors(global_batch_size) if d <= MAX_MICRO_BATCH]
+    is_file = model.endswith((".json", ".yaml", ".yml")) or "/" in model
+    if is_file:  # an absolute path, so the written space file works from any folder
+        model = str(Path(model).resolve())
+    stem = (Path(model).parent.name if model.endswith("config.json") else Path(model).stem) if is_file else model
+    layout = {
+        "tensor_model_parallel_size": "auto", "pipeline_model_parallel_size": "auto", "context_parallel_size": cp,
+        "micro_batch_size": mbs, "virtual_pipeline_model_parallel_size": "auto", "sequence_parallel": True,
+        "tp_comm_overlap": [False, True], "recompute_granularity": ["none", "selective", "full"],
+        "use_distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True,
+    }
+    if spec.is_moe:
+        layout["expert_model_parallel_size"] = "auto"
+        layout["expert_tensor_parallel_size"] = ["none", 1]
+    if fp8:
+        layout["fp8_format"] = "hybrid"
+    cluster_stem = Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster
+    if seq_length is not None:
+        stem = f"{stem}-seq{seq_length}"
+    data = {"name": name or f"{stem}-{num_gpus}x{cluster_stem}",
+            "description": f"built by echo-tune from --model {model} --cluster {cluster} --num-gpus {num_gpus} "
+                           f"--global-batch-size {global_batch_size}",
+            "model": model if seq_length is None else dataclasses.asdict(spec), "cluster": cluster, "num_gpus": num_gpus, "global_batch_size": global_batch_size,
+            "precision": "bf16", "objectives": ["step_time"], "layout": layout}
+    if gpu_hour_cost is not None:
+        data["gpu_hour_cost"] = gpu_hour_cost
+    return data
+
+
+def auto_space(model: str, cluster: str, num_gpus: int, global_batch_size: int, **kw) -> SearchSpace:
+    data = auto_space_dict(model, cluster, num_gpus, global_batch_size, **kw)
+    return space_from_dict(data, name=data["name"], source=data["name"])
+
+
+def write_space(data: dict, path: str | Path) -> Path:
+    """Save a space mapping as a YAML file a user can edit and pass back to ``echo-tune search``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = (f"# {data['description']}\n# {CAPS_HELP}\n# Edit the values and run: echo-tune search {path.name}\n")
+    path.write_text(head + yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,30 @@
+"""`echo-tune presets` and `--version`."""
+
+import json
+
+import pytest
+
+from echo_tune.cli.main import main
+from echo_tune.config.loading import preset_names
+
+
+def test_presets_json_lists_every_model_gpu_and_cluster(capsys):
+    assert main(["presets", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for kind in ("models", "gpus", "clusters"):
+        assert [r["name"] for r in data[kind]] == preset_names(kind)
+    llama = next(r for r in data["models"] if r["name"] == "llama3.1-70b")
+    assert 70 < llama["params_billion"] < 71 and llama["num_query_groups"] == 8
+    assert any(r["alias"] == "h100" for r in data["clusters"])
+
+
+def test_presets_one_kind_table(capsys):
+    assert main(["presets", "clusters"]) == 0
+    out = capsys.readouterr().out
+    assert "h100-sxm" in out and "gb200-nvl72" in out and "llama" not in out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and "echo-tune 0.1.0" in capsys.readouterr().out

@@ -1,0 +1,101 @@
+"""Hugging Face config.json -> Megatron ModelSpec, with real configs' values (sources in data/hf/SOURCES.md)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from echo_tune.config.hf_config import load_hf_config, model_fields_from_hf
+from echo_tune.config.loading import load_model
+from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.errors import ConfigError
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def _cfg(name: str) -> dict:
+    return json.loads((HF / name).read_text())
+
+
+def test_llama_31_70b_maps_to_megatron_names_and_matches_the_preset_shape():
+    model = load_model(str(HF / "llama-3.1-70b.json"))
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads) == (80, 8192, 64)
+    assert model.num_query_groups == 8 and model.ffn_hidden_size == 28672 and model.vocab_size == 128256
+    assert model.swiglu and model.normalization == "RMSNorm" and model.position_embedding_type == "rope"
+    assert model.untie_embeddings_and_output_weights and not model.add_bias_linear
+    assert model.seq_length == 8192  # rope_scaling.original_max_position_embeddings, not 131072
+    preset = load_model("llama3.1-70b")
+    assert model.num_params() == preset.num_params()
+
+
+def test_seq_length_override_and_note():
+    fields, notes = model_fields_from_hf(_cfg("llama-3.1-70b.json"))
+    assert any("original_max_position_embeddings" in n for n in notes)
+    assert load_hf_config(HF / "llama-3.1-70b.json", seq_length=4096).seq_length == 4096
+
+
+def test_mixtral_is_moe_with_megatron_expert_names():
+    model = load_model(str(HF / "mixtral-8x7b.json"))
+    assert model.num_experts == 8 and model.moe_router_topk == 2 and model.ffn_hidden_size == 14336
+    assert model.num_params() == load_model("mixtral-8x7b").replace(seq_length=32768).num_params()
+
+
+def test_qwen25_has_gqa_and_its_vocabulary():
+    model = load_model(str(HF / "qwen2.5-7b.json"))
+    assert (model.num_layers, model.hidden_size, model.num_query_groups, model.ffn_hidden_size) == (28, 3584, 4, 18944)
+    assert model.vocab_size == 152064 and model.seq_length == 131072
+
+
+def test_qwen3_moe_head_dim_and_qk_norm():
+    model = load_hf_config(HF / "qwen3-30b-a3b.json", seq_length=4096)
+    preset = load_model("qwen3-30b-a3b")
+    for f in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "num_experts",
+              "moe_router_topk", "moe_ffn_hidden_size", "qk_layernorm", "vocab_size"):
+        assert getattr(model, f) == getattr(preset, f), f
+
+
+def test_deepseek_v3_mla_dense_first_layers_and_mtp():
+    model = load_hf_config(HF / "deepseek-v3.json")
+    preset = load_model("deepseek-v3")
+    assert model.seq_length == 4096 and model.moe_pattern == preset.moe_pattern
+    for f in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+              "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers"):
+        assert getattr(model, f) == getattr(preset, f), f
+
+
+def test_gpt2_learned_positions_layernorm_biases_tied():
+    model = load_model(str(HF / "gpt2.json"))
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.seq_length) == (12, 768, 12, 1024)
+    assert model.ffn_size == 3072 and model.normalization == "LayerNorm" and model.add_bias_linear
+    assert not model.untie_embeddings_and_output_weights and model.position_embedding_type == "learned_absolute"
+
+
+def test_sliding_window_shorter_than_the_sequence_is_refused_by_name():
+    with pytest.raises(UnmodelledError, match="sliding_window"):
+        load_hf_config(HF / "mistral-7b-v0.1.json")
+    assert load_hf_config(HF / "mistral-7b-v0.1.json", seq_length=4096).seq_length == 4096
+
+
+@pytest.mark.parametrize("key,value,word", [("rotary_pct", 0.25, "rotary"), ("use_parallel_residual", True, "parallel"),
+                                            ("mlp_only_layers", [0, 1], "mlp_only_layers"),
+                                            ("some_new_knob", 3, "not known")])
+def test_step_shaping_or_unknown_keys_are_refused(key, value, word):
+    cfg = _cfg("llama-3.1-70b.json") | {key: value}
+    with pytest.raises(UnmodelledError, match=word):
+        model_fields_from_hf(cfg)
+
+
+def test_deepseek_sparse_moe_layer_frequency_is_refused():
+    with pytest.raises(UnmodelledError, match="moe_layer_freq"):
+        model_fields_from_hf(_cfg("deepseek-v3.json") | {"moe_layer_freq": 2})
+
+
+def test_unsupported_model_type_and_bad_json(tmp_path):
+    with pytest.raises(ConfigError, match="model_type"):
+        model_fields_from_hf({"model_type": "bert"})
+    bad = tmp_path / "config.json"
+    bad.write_text("{nope")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_model(str(bad))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_model(str(tmp_path / "missing.json"))

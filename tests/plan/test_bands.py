@@ -1,0 +1,50 @@
+"""Error bands: a prediction carries its validated family's error, the nearest one, or says it is outside."""
+
+from pathlib import Path
+
+import pytest
+
+from echo_tune.plan.bands import band_for, build_bands, family_key, load_bands, scale_of
+
+REPO = Path(__file__).resolve().parents[2]
+BANDS = {"families": {
+    "h100-sxm/dense/bf16/<=64": {"gpu": "h100-sxm", "kind": "dense", "precision": "bf16", "scale": "<=64",
+                                 "n_runs": 3, "mean_abs_error_pct": 10.0, "mean_signed_error_pct": -5.0},
+    "a100-80gb/dense/bf16/>512": {"gpu": "a100-80gb", "kind": "dense", "precision": "bf16", "scale": ">512",
+                                  "n_runs": 9, "mean_abs_error_pct": 2.0, "mean_signed_error_pct": 1.0}},
+    "all": {"n_runs": 12, "mean_abs_error_pct": 4.0, "mean_signed_error_pct": 0.0}}
+
+
+def test_scales():
+    assert [scale_of(n) for n in (8, 64, 65, 512, 513)] == ["<=64", "<=64", "<=512", "<=512", ">512"]
+
+
+def test_exact_nearest_and_outside():
+    exact = band_for("h100-sxm", False, False, 32, BANDS)
+    assert exact["match"] == "exact" and exact["mean_abs_error_pct"] == 10.0
+    other_scale = band_for("h100-sxm", False, False, 1024, BANDS)
+    assert other_scale["match"] == "nearest" and other_scale["family"] == "h100-sxm/dense/bf16/<=64"
+    same_arch = band_for("h200-sxm", False, False, 1024, BANDS)  # Hopper: the H100 family, though at 64 GPUs
+    assert same_arch["match"] == "nearest" and same_arch["family"] == "h100-sxm/dense/bf16/<=64"
+    other_gpu = band_for("b200", False, False, 1024, BANDS)
+    assert other_gpu["match"] == "nearest" and other_gpu["family"] == "a100-80gb/dense/bf16/>512"
+    moe = band_for("h100-sxm", True, False, 64, BANDS)
+    assert moe["match"] == "outside" and "outside every validated family" in moe["note"]
+    assert moe["mean_abs_error_pct"] == 4.0
+
+
+def test_shipped_table_is_consistent_and_names_its_command():
+    bands = load_bands()
+    assert bands["command"].startswith("python -m echo_tune.plan.bands")
+    assert sum(f["n_runs"] for f in bands["families"].values()) == bands["all"]["n_runs"] > 0
+    for key, fam in bands["families"].items():
+        assert key == family_key(fam) and fam["mean_abs_error_pct"] >= abs(fam["mean_signed_error_pct"]) - 1e-9
+
+
+def test_build_from_a_runs_csv_groups_rows_by_family():
+    csv = REPO.parent / "shared" / "data" / "published-runs" / "runs_megatron.csv"
+    if not csv.is_file():
+        pytest.skip("shared published runs not on this machine")
+    bands = build_bands([str(csv)])
+    assert bands["all"]["n_runs"] >= 10
+    assert all(k.startswith(("a100", "h100", "h800", "h200", "b200", "gb200")) for k in bands["families"])

@@ -1,0 +1,44 @@
+"""The Chrome trace's blocks add up to the breakdown on the critical stage."""
+
+import json
+
+import pytest
+
+from echo_tune.config import ParallelConfig, load_cluster, load_model
+from echo_tune.sim.simulate import simulate
+from echo_tune.sim.trace_export import write_chrome_trace
+from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK
+
+
+@pytest.mark.parametrize("model, cluster, gpus, layout", [
+    ("llama3.1-8b", "h100", 16, dict(tensor_model_parallel_size=4, pipeline_model_parallel_size=2,
+                                      virtual_pipeline_model_parallel_size=2, sequence_parallel=True,
+                                      tp_comm_overlap=True, use_distributed_optimizer=True, overlap_grad_reduce=True,
+                                      recompute_granularity="full", global_batch_size=32)),
+    ("mixtral-8x7b", "h100", 32, dict(pipeline_model_parallel_size=4, expert_model_parallel_size=8,
+                                       use_distributed_optimizer=True, global_batch_size=64)),
+])
+def test_trace_blocks_equal_the_breakdown(tmp_path, model, cluster, gpus, layout):
+    report = simulate(load_model(model), load_cluster(cluster), gpus, ParallelConfig(**layout), timeline=True)
+    crit = report.critical_stage
+    sums: dict[str, float] = {}
+    for tid, _, category, start, end in report.timeline:
+        if tid in (crit, COMM_TRACK + crit):
+            sums[category] = sums.get(category, 0.0) + (end - start)
+    for part in ("tp_cp_comm", "ep_comm", "interference", "recompute", "dp_comm", "optimizer"):
+        assert sums.get(part, 0.0) == pytest.approx(report.breakdown_s[part], rel=1e-9, abs=1e-12), part
+    # the passes' spans hold compute plus the blocks drawn on the communication track
+    comm_track = sum(e - s for t, _, _, s, e in report.timeline if t == COMM_TRACK + crit)
+    assert sums["forward"] + sums["backward"] - comm_track == pytest.approx(report.breakdown_s["compute"], rel=1e-9)
+    # DP buckets: back to back on one stream, the last one ending where the exposed reduction ends
+    buckets = sorted((s, e) for t, _, c, s, e in report.timeline if t == DP_TRACK + crit)
+    assert buckets and all(b[1] <= n[0] + 1e-12 for b, n in zip(buckets, buckets[1:]))
+    exposed = [(s, e) for t, _, c, s, e in report.timeline if t == crit and c == "dp_comm"]
+    untied = report.config["model_spec"]["untie_embeddings_and_output_weights"]  # no tied-embedding sync
+    assert untied
+    if exposed and exposed[0][1] - exposed[0][0] > 1e-9:
+        assert buckets[-1][1] == pytest.approx(exposed[0][1], rel=1e-9)
+    path = tmp_path / "trace.json"
+    write_chrome_trace(report, path)
+    names = [e["args"]["name"] for e in json.loads(path.read_text())["traceEvents"] if e["name"] == "thread_name"]
+    assert any("exposed communication" in n for n in names)
