@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+
+from echo_tune.console import make_console
 from rich.table import Table
 
 from echo_tune.calibrate.check import check_log, extrapolation_warnings, placement_for, predict_us
@@ -123,15 +125,14 @@ def run_fit(args: argparse.Namespace) -> int:
         console.print(points_table(outcome.results))
     err = _console(stderr=True)
     for warning in outcome.warnings:
-        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     console.print(f"wrote {args.out} (residuals per point: {residuals})", highlight=False)
     return 0
 
 
 def _console(stderr: bool = False) -> Console:
-    """Rich console; 120 columns when not writing to a terminal (logs, pipes, tests)."""
-    console = Console(stderr=stderr)
-    return console if console.is_terminal else Console(stderr=stderr, width=120)
+    """Rich console (wide when not writing to a terminal: logs, pipes, tests)."""
+    return make_console(stderr=stderr)
 
 
 def _profile(args: argparse.Namespace, cluster):
@@ -170,7 +171,7 @@ def run_check(args: argparse.Namespace) -> int:
                               f"all sizes: {r.max_abs_error():.1%}", highlight=False)
     for r in results:
         for warning in r.warnings:
-            _console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+            _console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     if args.max_error_pct is not None:
         over = [(r, p) for r in results for p in r.points_over(args.max_error_pct / 100)]
         for r, p in over:
@@ -185,7 +186,7 @@ def run_predict(args: argparse.Namespace) -> int:
     profile = _profile(args, cluster)
     sizes = [1 << p for p in range(10, 35, 2)]
     for warning in profile_warnings(profile, cluster):
-        _console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        _console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     rows = {}
     for num_gpus in args.num_gpus:
         place = placement_for(cluster, num_gpus)
@@ -210,5 +211,5 @@ def run_predict(args: argparse.Namespace) -> int:
     _console().print(table)
     for _, (_, _, warnings) in rows.items():
         for warning in warnings:
-            _console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+            _console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     return 0

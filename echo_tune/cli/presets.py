@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from echo_tune.cli.common import print_json
+from echo_tune.console import make_console
 from echo_tune.config.loading import PRESET_ALIASES, load_cluster, load_gpu, load_model, preset_names
 
 KINDS = ("models", "gpus", "clusters")
@@ -61,10 +62,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     for kind, rows in data.items():
         table = Table(title=f"{kind} ({len(rows)})")
         cols = [k for k in rows[0] if k != "source"]

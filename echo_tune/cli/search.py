@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+
+from echo_tune.console import make_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -146,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
                          n_jobs=args.n_jobs, study_name=args.study_name, results_dir=args.results_dir,
                          storage=args.storage, resume=args.resume, overwrite=args.overwrite,
                          baselines=args.baselines)
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     best_seen = [None]
     plain = None if err.is_terminal else PlainProgress(f"search {space.name}")
     with _progress_bar(err, args.sampler) as bar:
@@ -191,15 +193,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_result(space, result, top=args.top)
         if band is not None:
-            Console().print(f"error band: ±{band['mean_abs_error_pct']:.0f}% ({band['note']}, "
+            make_console().print(f"error band: ±{band['mean_abs_error_pct']:.0f}% ({band['note']}, "
                             f"{band['n_runs']} validated runs)", highlight=False)
         if miss is not None:
-            Console().print(f"closest miss: {miss['layout']} needs {miss['over_gib']:.1f} GiB more than the limit "
+            make_console().print(f"closest miss: {miss['layout']} needs {miss['over_gib']:.1f} GiB more than the limit "
                             f"(trial {miss['trial']})", highlight=False)
         if explanation is not None:
             from echo_tune.plan.report import explanation_tables
 
-            console = Console()
+            console = make_console()
             for table in explanation_tables(explanation):
                 console.print(table)
             console.print(explanation["why"], highlight=False)
@@ -232,7 +234,7 @@ def layout_label(cfg: dict, dp: int | None = None) -> str:
 
 
 def print_result(space, result: SearchResult, *, top: int = 10, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     several_gpus = len(space.choices["num_gpus"]) > 1
     cost = "cost" in space.objectives or space.gpu_hour_cost is not None
     shown = result.top[:top]

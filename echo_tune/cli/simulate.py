@@ -6,6 +6,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+from echo_tune.console import make_console
 from rich.table import Table
 
 from echo_tune.cli.common import add_layout_arguments, human_bytes, human_time, print_json, specs_from_args
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_report(report: "StepReport", notes: list[str], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     cfg = report.config
     title = (f"{cfg['model']} on {cfg['num_gpus']} x {cfg['cluster']}: TP{cfg['tensor_model_parallel_size']} "
              f"PP{cfg['pipeline_model_parallel_size']} CP{cfg['context_parallel_size']} DP{cfg['data_parallel_size']}, "
@@ -105,4 +107,4 @@ def print_report(report: "StepReport", notes: list[str], console: Console | None
     console.print(f"[{style}]{report.memory_verdict()}[/{style}]")
     console.print(f"[dim]profile: {report.profile}[/dim]")
     for note in [*report.notes, *notes]:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {note}[/dim]", soft_wrap=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import optuna
 
-from echo_tune.config.loading import load_cluster, load_model
+from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
 from echo_tune.plan.bands import band_for
 from echo_tune.plan.labels import full_label

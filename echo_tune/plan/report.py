@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
+
+from echo_tune.console import make_console
 from rich.table import Table
 
 
@@ -74,7 +76,7 @@ def explanation_tables(explanation: dict) -> tuple[Table, Table]:
 
 
 def print_plan(result, explanation: dict | None, *, sort: str, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     title = (f"plan: {result.model}, {result.tokens:.3g} tokens, global batch {result.global_batch_size}, "
              f"sorted by {sort}")
     console.print(plan_table(result.rows, result.currency, title))

@@ -19,7 +19,7 @@ from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer
 from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
-from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
+from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
