@@ -126,6 +126,20 @@ def _gather_rows(rows: list[dict]) -> list[dict]:
     return [row for part in everyone for row in part]
 
 
+def _progress(rank: int, message: str) -> None:
+    """One plain line per phase on rank 0's stderr (a batch job's log shows how far the bench got)."""
+    if rank == 0:
+        print(f"echo-tune bench: {message}", file=sys.stderr, flush=True)
+
+
+def _phase(rank: int, index: int, total: int, part: str, fn):
+    started = time.perf_counter()
+    _progress(rank, f"[{index}/{total}] {part} ...")
+    rows = fn()
+    _progress(rank, f"[{index}/{total}] {part}: {len(rows)} rows in {time.perf_counter() - started:.1f} s")
+    return rows
+
+
 def run_bench(args: argparse.Namespace) -> Path:
     """Run the selected parts on every rank; rank 0 writes the raw files and returns their folder."""
     started = time.perf_counter()
@@ -144,16 +158,24 @@ def run_bench(args: argparse.Namespace) -> Path:
         cplan, mplan = compute_plan(device, args.quick, dtypes), comm_plan(device, args.quick)
         timer, rank = bench_compute.Timer(device), dist.get_rank()
         tables = {}
+        specs = build_groups(node_of) if dist.get_world_size() > 1 else []
+        todo = [p for p in PARTS if p not in skip and (specs or p not in ("collectives", "interference"))]
+        _progress(rank, f"{len(todo)} part(s) ({', '.join(todo)}) on {dist.get_world_size()} rank(s), "
+                        f"{device.type}{' (quick)' if args.quick else ''}")
+        step = iter(range(1, len(todo) + 1))
         for part, fn in (("gemm", bench_compute.gemm_rows), ("attention", bench_compute.attention_rows),
                          ("memory", bench_compute.memory_rows)):
-            if part not in skip:
-                tables[part] = _gather_rows(fn(cplan, device, timer, rank))
-        specs = build_groups(node_of) if dist.get_world_size() > 1 else []
+            if part in todo:
+                tables[part] = _phase(rank, next(step), len(todo), part,
+                                      lambda fn=fn: _gather_rows(fn(cplan, device, timer, rank)))
         side_group = dist.new_group(list(range(dist.get_world_size()))) if specs and device.type == "cpu" else None
-        if specs and "collectives" not in skip:
-            tables["collectives"] = bench_comm.collective_rows(specs, mplan, timer, device)
-        if specs and "interference" not in skip:
-            tables["interference"] = bench_comm.interference_rows(specs[0], side_group, mplan, timer, device)
+        if "collectives" in todo:
+            tables["collectives"] = _phase(rank, next(step), len(todo), "collectives",
+                                           lambda: bench_comm.collective_rows(specs, mplan, timer, device))
+        if "interference" in todo:
+            tables["interference"] = _phase(
+                rank, next(step), len(todo), "interference",
+                lambda: bench_comm.interference_rows(specs[0], side_group, mplan, timer, device))
         env = environment(device, node_of, args)
         out = raw.raw_dir(args.output_root, args.name)
         if rank == 0:

@@ -14,7 +14,7 @@ from .conftest import tiny_layout
 def test_emulated_stage_agrees_with_simulate_within_15_percent(profiled, stage):
     """Same process, same CPU op-time database (thread CPU clock, medians of 3 runs)."""
     model, cluster, layout, profile = profiled
-    for attempt in range(3):  # wall-clock timings on a shared machine: up to three tries (see below)
+    for _ in range(3):  # wall-clock timings on a shared machine: up to three tries (see below)
         result = emulate(model, cluster, 4, layout, stage=stage, profile=profile, repeats=3)
         emulated, simulated = result.emulated, result.simulated
         if abs(result.error) < 0.15 and abs(emulated["compute"] / simulated["compute"] - 1) < 0.15:
