@@ -14,6 +14,7 @@ from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
 from echo_tune.errors import ConfigError
+from echo_tune.io import read_text
 
 CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node",
                 "nic_bandwidth_gbit_s", "nvlink_domain_size", "nodes_per_leaf",
@@ -40,7 +41,7 @@ def read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():
         raise ConfigError(f"{what} file {str(path)!r} does not exist; give a preset name or an existing YAML path")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_text(path, f"{what} file"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

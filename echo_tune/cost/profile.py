@@ -272,9 +272,9 @@ def load_profile(path: str | Path) -> CalibrationProfile:
 
 
 def save_profile(profile: CalibrationProfile, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
+    from echo_tune.io import write_text
+
+    write_text(path, yaml.safe_dump(profile.to_dict(), sort_keys=False), "profile")
 
 
 def profile_for(cluster: ClusterSpec) -> CalibrationProfile:
