@@ -57,6 +57,8 @@ LIMITS: dict[str, Limit] = {
     "max_error_pct": Limit(low=0, high=1e6, reason="percent"),
     "threads": Limit(low=1, high=4096, integer=True, reason="CPU threads on one machine"),
     "max_tiers": Limit(low=1, high=3, integer=True, reason="protocol tiers NCCL has (LL, LL128, Simple)"),
+    "kernel_launch_overhead_s": Limit(low=0, high=1e-2, reason="a CUDA launch costs ~2-10 us (CUDA C++ Best "
+                                                                "Practices Guide); 10 ms is 1000x that"),
     "measured_step_time_s": Limit(low=0, high=86400.0, low_open=True,
                                   reason="one training step; a day per step is a typo"),
     # Megatron-LM model and layout sizes: far above any published model (the largest dense

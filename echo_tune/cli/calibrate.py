@@ -14,6 +14,7 @@ from echo_tune.calibrate.check import check_log, extrapolation_warnings, placeme
 from echo_tune.calibrate.fit import fit_profile, write_residuals
 from echo_tune.calibrate.results import FitResult
 from echo_tune.config.loading import load_cluster
+from echo_tune.cost.comm import COLLECTIVES
 from echo_tune.cost.profile import load_profile, profile_for, profile_warnings, save_profile
 from echo_tune.errors import ConfigError
 
@@ -51,7 +52,7 @@ def add_parser(subparsers) -> None:
     predict = sub.add_parser("predict", help="predicted collective times for a group of whole nodes")
     predict.add_argument("--cluster", required=True, help="cluster preset or YAML file")
     predict.add_argument("--profile", help="profile YAML (default: the cluster's own, else its datasheet values)")
-    predict.add_argument("--collective", default="all_reduce")
+    predict.add_argument("--collective", default="all_reduce", choices=COLLECTIVES)
     predict.add_argument("--num-gpus", type=int, required=True, nargs="+")
     predict.add_argument("--json", action="store_true")
     predict.set_defaults(run=run_predict)

@@ -48,6 +48,7 @@ import yaml
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.errors import ConfigError
+from echo_tune.limits import check_number
 
 if TYPE_CHECKING:
     from echo_tune.optime.db import OpTimes
@@ -166,6 +167,7 @@ class CalibrationProfile:
             require(0 < value <= 1, f"`0 < {name} <= 1` must hold, but got ({name}={value})")
         for name in ("gemm_half_saturation_dim", "memory_bandwidth_gbyte_s"):
             require_positive(name, getattr(self, name))
+        check_number("kernel_launch_overhead_s", self.kernel_launch_overhead_s)  # >= 0: issue 10
         for name in ("compute_slowdown", "comm_slowdown"):
             value = getattr(self, name)
             require(value >= 1, f"`{name} >= 1` must hold, but got ({name}={value})")
