@@ -59,6 +59,12 @@ LIMITS: dict[str, Limit] = {
     "max_tiers": Limit(low=1, high=3, integer=True, reason="protocol tiers NCCL has (LL, LL128, Simple)"),
     "kernel_launch_overhead_s": Limit(low=0, high=1e-2, reason="a CUDA launch costs ~2-10 us (CUDA C++ Best "
                                                                 "Practices Guide); 10 ms is 1000x that"),
+    "hidden_dropout": Limit(low=0, high=1, reason="a probability"),
+    "attention_dropout": Limit(low=0, high=1, reason="a probability"),
+    "repeats": Limit(low=1, high=10**4, integer=True, reason="timed runs of one stage"),
+    "stage": Limit(low=0, high=2**14, integer=True, reason="a pipeline stage index (< num_layers)"),
+    "ranks_per_node": Limit(low=1, high=4096, integer=True, reason="GPUs of one node (72 in an NVL72 rack)"),
+    "nproc_per_node": Limit(low=1, high=4096, integer=True, reason="GPUs of one node (72 in an NVL72 rack)"),
     "measured_step_time_s": Limit(low=0, high=86400.0, low_open=True,
                                   reason="one training step; a day per step is a typo"),
     # Megatron-LM model and layout sizes: far above any published model (the largest dense

@@ -105,7 +105,13 @@ class DurableJournalFile(BaseJournalBackend):
                 if not line.endswith(b"\n"):
                     break  # another process is writing this line right now
                 if number >= log_number_from:
-                    logs.append(json.loads(line))
+                    try:
+                        logs.append(json.loads(line))
+                    except ValueError:  # JSONDecodeError and UnicodeDecodeError: a corrupt line (issue 10)
+                        raise ConfigError(
+                            f"journal {str(self.path)!r} line {number + 1} is not a JSON record "
+                            f"({line[:40]!r}...); a disk or copy error damaged it: remove that line (the trial it "
+                            f"belonged to is then lost) and --resume, or start over with --overwrite") from None
                 offset += len(line)
                 number += 1
         self._resume_at = (number, offset)

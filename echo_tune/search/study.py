@@ -23,6 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from echo_tune.errors import ConfigError
+from echo_tune.io import ensure_dir
 from echo_tune.search import results as res
 from echo_tune.search.results import SearchResult
 from echo_tune.search.exhaustive import run_exhaustive
@@ -259,6 +260,8 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
         raise ConfigError(f"the study name must be a plain folder name, but got ({name!r}); use --study-name")
     valid, notes = check_space(space)
     out_dir = Path(opts.results_dir) / name
+    if opts.write_files or opts.storage is None:  # a file or read-only folder: one line, not a traceback
+        ensure_dir(out_dir, "results folder (--results-dir)")
     store, existed = _open_study(space, opts, name, out_dir)
     before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
     if before is not None:
