@@ -70,7 +70,7 @@ _TOKEN = st.one_of(st.sampled_from(["nan", "inf", "-1", "0", "N/A", "", "sum", "
                    st.integers(-10**12, 10**12).map(str), st.text(max_size=6))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(row=st.integers(0, 2), column=st.integers(0, 12), token=_TOKEN, drop_line=st.integers(-1, 12))
 def test_mangled_logs_parse_or_refuse(tmp_path, row, column, token, drop_line):
     rows = [r.split() for r in ROWS_2]
