@@ -89,6 +89,10 @@ LIMITS: dict[str, Limit] = {
 # run; when it must simulate every task (a recorded timeline, or a pipeline whose steady state is
 # not exactly periodic), this many micro-batches at most, so memory stays ~100 MB.
 MAX_SIMULATED_MICRO_BATCHES = 2**16
+# A search space is enumerated into its valid layouts up front (~75 us and ~1 KB each here): 500k is
+# ~40 s and ~0.5 GB, 17x the largest shipped example (deepseek/gpt3 spaces hold <= 30k); more is refused
+# with the way to narrow it, instead of running for minutes with nothing printed.
+MAX_VALID_LAYOUTS = 500_000
 
 
 def check_number(key: str, value: object, limit: Limit | None = None, *, flag: str | None = None) -> None:
