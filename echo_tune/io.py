@@ -22,7 +22,7 @@ def os_error_message(exc: OSError, what: str = "file") -> str:
         "NotADirectoryError": "a part of the path is a file; give a directory path",
         "FileNotFoundError": "check the path",
         "PermissionError": "choose a path you can write to, or fix its permissions",
-        "FileExistsError": "remove it or choose another path",
+        "FileExistsError": "a file stands where a folder is needed; remove it or choose another path",
     }
     hint = hints.get(type(exc).__name__, "check the path and the disk")
     return f"{what} {str(path)!r}: {exc.strerror or exc}; {hint}"
@@ -57,12 +57,12 @@ def write_text(path: str | Path, text: str, what: str = "file") -> Path:
 def ensure_dir(path: str | Path, what: str = "folder") -> Path:
     """Create ``path`` as a folder we can write into, or raise a one-line ConfigError."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a file, not a folder; give a folder path")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(os_error_message(exc, what)) from None
-    if not path.is_dir():
-        raise ConfigError(f"{what} {str(path)!r} is a file, not a folder; give a folder path")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(f"{what} {str(path)!r} is not writable; choose another folder or fix its permissions")
     return path

@@ -111,3 +111,16 @@ def check_number(key: str, value: object, limit: Limit | None = None, *, flag: s
     if not low_ok or value > limit.high:
         raise ConfigError(f"{limit.rule(name)} must hold, but got ({name}={value!r}); give a value in range "
                           f"({limit.reason})")
+
+
+def first_non_finite(data, where: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinity in a nested dict/list, as (dotted key, value)."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        name = f"{where}.{key}" if where else str(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            return name, value
+        found = first_non_finite(value, name) if isinstance(value, (dict, list)) else None
+        if found:
+            return found
+    return None

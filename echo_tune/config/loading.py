@@ -15,6 +15,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
 from echo_tune.errors import ConfigError
 from echo_tune.io import read_text
+from echo_tune.limits import LIMITS, check_number
 
 CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node",
                 "nic_bandwidth_gbit_s", "nvlink_domain_size", "nodes_per_leaf",
@@ -84,6 +85,11 @@ def build(cls: type, data: dict[str, Any], what: str):
     check_keys(data, list(fields), what)
     for name, value in data.items():
         check_type(name, value, fields[name].type, what)
+        if name in LIMITS and value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
+            try:  # the generous ranges of echo_tune.limits, for files as for flags (issue 10)
+                check_number(name, value)
+            except ConfigError as exc:
+                raise ConfigError(f"{what}: {exc}") from None
     missing = sorted(n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
                      and f.default_factory is dataclasses.MISSING)
     if missing:

@@ -48,7 +48,7 @@ import yaml
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.errors import ConfigError
-from echo_tune.limits import check_number
+from echo_tune.limits import check_number, first_non_finite
 
 if TYPE_CHECKING:
     from echo_tune.optime.db import OpTimes
@@ -276,7 +276,13 @@ def load_profile(path: str | Path) -> CalibrationProfile:
 def save_profile(profile: CalibrationProfile, path: str | Path) -> None:
     from echo_tune.io import write_text
 
-    write_text(path, yaml.safe_dump(profile.to_dict(), sort_keys=False), "profile")
+    data = profile.to_dict()
+    bad = first_non_finite(data)
+    if bad:  # never write a profile of NaNs (a fit that diverged): issue 10
+        raise ConfigError(f"profile {profile.name!r}: `{bad[0]}` is {bad[1]!r}, not a finite number; the fit did "
+                          f"not converge: check the inputs' residuals (--show-points) or fit fewer tiers")
+    write_text(path, yaml.safe_dump(data, sort_keys=False), "profile")
+
 
 
 def profile_for(cluster: ClusterSpec) -> CalibrationProfile:
