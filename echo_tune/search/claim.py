@@ -27,8 +27,6 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from optuna.trial import TrialState
-
 WORKER_ATTR = "worker"
 _HOST = socket.gethostname()
 
@@ -55,6 +53,8 @@ def _alive(worker: str | None) -> bool:
 
 def started_count(study, finished_states: tuple) -> int:
     """Trials finished, or running in a live worker: what counts toward the study's target."""
+    from optuna.trial import TrialState  # here, so pool workers importing die_with_parent skip optuna
+
     count = 0
     for t in study.get_trials(deepcopy=False, states=finished_states + (TrialState.RUNNING,)):
         if t.state != TrialState.RUNNING or _alive(t.user_attrs.get(WORKER_ATTR)):
@@ -103,9 +103,14 @@ def claim(store) -> Iterator[None]:
     yield
 
 
-def die_with_parent(poll_s: float = 0.5) -> None:
-    """In a worker process: exit as soon as the parent is gone (SIGKILLed parents run no clean-up)."""
-    parent = os.getppid()
+def die_with_parent(parent: int | None = None, poll_s: float = 0.5) -> None:
+    """In a worker process: exit as soon as the parent is gone (SIGKILLed parents run no clean-up).
+
+    ``parent``: the pid of the process that started this one, passed from there (the parent may have
+    died before this runs, and then ``os.getppid()`` already names the reaper)."""
+    parent = os.getppid() if parent is None else parent
+    if os.getppid() != parent:
+        os._exit(1)
 
     def watch() -> None:
         while True:

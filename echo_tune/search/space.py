@@ -35,7 +35,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
 from echo_tune.errors import ConfigError
-from echo_tune.limits import check_number
+from echo_tune.limits import LIMITS, check_number
 
 # Searched settings in the order layouts are drawn (see layouts.py): each later choice may depend on
 # the earlier ones. "num_gpus" is the world size; the rest are ParallelConfig fields (Megatron names).
@@ -188,6 +188,8 @@ def _normalize(field_name: str, value, where: str, gbs: int):
         return None
     try:
         ParallelConfig(global_batch_size=gbs, **{field_name: value})
+        if field_name in LIMITS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            check_number(field_name, value)
     except ConfigError as exc:
         raise _err(where, str(exc)) from None
     if field_name not in ("recompute_granularity", "recompute_method", "fp8_format") and (
@@ -217,8 +219,8 @@ def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpu
             return (None,)
         return (None,) + tuple(d for d in _divisors(node) if model.moe_ffn_size % d == 0
                                and any(n % d == 0 for n in num_gpus))
-    if field_name == "micro_batch_size":
-        return tuple(_divisors(gbs))
+    if field_name == "micro_batch_size":  # within the generous limit (echo_tune.limits): issue 10
+        return tuple(d for d in _divisors(gbs) if d <= LIMITS["micro_batch_size"].high)
     stage_layers = sorted({model.num_layers // p for p in choices.get("pipeline_model_parallel_size", (1,))
                            if p > 1 and model.num_layers % p == 0})
     if field_name == "virtual_pipeline_model_parallel_size":

@@ -10,6 +10,7 @@ the trials still missing. With ``n_jobs == 1`` a fixed seed gives the same study
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -184,9 +185,9 @@ def _one_torch_thread(threads: int | None = 1) -> int | None:
 
 
 def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, sampler_seed, target: int,
-            seconds_left: float | None, profile) -> None:
+            seconds_left: float | None, profile, parent: int | None = None) -> None:
     """One extra process of a parallel sampling run (n_jobs > 1): same study, its own sampler seed."""
-    die_with_parent()  # a SIGKILLed parent must not leave this process searching on alone
+    die_with_parent(parent)  # a SIGKILLed parent must not leave this process searching on alone
     _one_torch_thread()  # concurrent processes' thread pools otherwise fight over the cores
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = open_storage(out_dir, opts.storage)
@@ -239,7 +240,7 @@ def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, exist
     try:
         with ProcessPoolExecutor(opts.n_jobs - 1, mp_context=get_context("spawn")) as pool:
             futures = [pool.submit(_worker, space, opts, name, out_dir, None if seed is None else seed + 1000 * (i + 1),
-                                   target, left, profile) for i in range(opts.n_jobs - 1)]
+                                   target, left, profile, os.getpid()) for i in range(opts.n_jobs - 1)]
             _sampling_loop(space, study, store, evaluator, target, deadline, on_trial)
             for f in futures:
                 f.result()

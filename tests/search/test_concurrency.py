@@ -133,3 +133,42 @@ def test_worker_dies_with_sigkilled_parent(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+def test_exhaustive_pool_dies_with_sigkilled_parent(tmp_path):
+    space = tmp_path / "space.yaml"  # big enough that the pool is still busy when the parent is killed
+    text = SMALL.read_text().replace("global_batch_size: 256", "global_batch_size: 1536")
+    space.write_text(text.replace("micro_batch_size: [1, 2, 4, 8]", "micro_batch_size: auto"))
+    parent = subprocess.Popen([sys.executable, "-m", "echo_tune.cli.main", "search", str(space), "--sampler",
+                               "exhaustive", "--n-jobs", "3", "--results-dir", str(tmp_path)], env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        workers: list[int] = []
+        while len(workers) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+            workers = [p for p in _children(parent.pid) if "loky" in _cmdline(p) and "resource_tracker" not in
+                       _cmdline(p) and "semaphore" not in _cmdline(p)]
+        if parent.poll() is not None:
+            pytest.skip("the search finished before its pool could be observed")
+        assert len(workers) >= 2, "the exhaustive pool never started"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(w) for w in workers), "a pool worker outlived its SIGKILLed parent"
+    finally:
+        for pid in [parent.pid, *_children(parent.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
