@@ -72,7 +72,7 @@ def read_csv(directory: Path, kind: str) -> list[dict]:
     path = directory / f"{kind}.csv"
     if not path.is_file():
         return []
-    header, raw_rows = read_csv_rows(path, f"bench table")  # BOM, short rows, non-UTF-8: one-line errors
+    header, raw_rows = read_csv_rows(path, "bench table")  # BOM, short rows, non-UTF-8: one-line errors
     missing = sorted(set(COLUMNS[kind]) - set(header))
     if missing:
         raise CalibrationError(f"{path}: missing column(s) {missing}; expected {list(COLUMNS[kind])} "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from echo_tune.errors import ConfigError
-from echo_tune.limits import LIMITS, check_number
+from echo_tune.limits import check_number
 
 
 def _checked(kind, dest: str, flag: str):
