@@ -181,7 +181,8 @@ def open_storage(results_dir: Path, url: str | None = None) -> StudyStorage:
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     for attempt in range(RDB_OPEN_ATTEMPTS):
         try:
-            return StudyStorage(optuna.storages.RDBStorage(url, engine_kwargs=kwargs), url)
+            with _sqlite_create_lock(url):  # SQLite: one process creates the tables, the others wait
+                return StudyStorage(optuna.storages.RDBStorage(url, engine_kwargs=kwargs), url)
         except ImportError as exc:  # the URL's driver is not installed
             raise ConfigError(f"cannot open --storage {url!r}: {str(exc).splitlines()[0]} (install the "
                               f"database's Python driver, e.g. psycopg[binary] for PostgreSQL)") from None
@@ -203,4 +204,22 @@ def _maybe_race(exc: Exception) -> bool:
         from sqlalchemy import exc as sa_exc
     except ImportError:
         return False
+    if isinstance(exc, sa_exc.OperationalError):  # SQLite: "table ... already exists", "database is locked"
+        return "already exists" in str(exc) or "locked" in str(exc)
     return isinstance(exc, (sa_exc.IntegrityError, sa_exc.ProgrammingError, sa_exc.InternalError))
+
+
+@contextlib.contextmanager
+def _sqlite_create_lock(url: str) -> Iterator[None]:
+    """``flock`` on ``<database>.flock`` while a local SQLite database is opened (and maybe created)."""
+    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+    if not path or path == ":memory:" or not Path(path).parent.is_dir():
+        yield
+        return
+    fd = os.open(path + ".flock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
