@@ -1,7 +1,7 @@
 """Many `echo-tune search --resume` workers started together on one study (issue 10, concurrency).
 
 Three processes on a fresh journal, SQLite database and PostgreSQL server, with the sampling mode
-(random; TPE takes the same path): together they hold exactly the target number of trials, no layout
+(random everywhere, TPE on the journal: both take the same claim path): together they hold exactly the target number of trials, no layout
 twice, every trial finished, the baselines once. And a worker of ``--n-jobs 2`` dies with its parent.
 """
 
@@ -34,8 +34,8 @@ def _search(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _workers_together(storage_args: list[str], results: Path, name: str) -> None:
-    workers = [_search("--sampler", "random", "--n-trials", str(TARGET), "--resume", "--study-name", name,
+def _workers_together(storage_args: list[str], results: Path, name: str, sampler: str = "random") -> None:
+    workers = [_search("--sampler", sampler, "--n-trials", str(TARGET), "--resume", "--study-name", name,
                        "--results-dir", str(results), "--seed", str(i), *storage_args) for i in range(WORKERS)]
     outputs = [w.communicate(timeout=300)[0] for w in workers]
     for w, out in zip(workers, outputs):
@@ -68,16 +68,17 @@ def _storage_url(kind: str, tmp_path: Path, request) -> tuple[list[str], object]
     return ["--storage", url], url
 
 
-@pytest.mark.parametrize("kind", ["journal", "sqlite", "postgresql"])
-def test_three_workers_fresh_then_existing_study(kind, tmp_path, request):
+@pytest.mark.parametrize("kind,sampler", [("journal", "random"), ("sqlite", "random"), ("postgresql", "random"),
+                                          ("journal", "tpe")])
+def test_three_workers_fresh_then_existing_study(kind, sampler, tmp_path, request):
     storage_args, storage = _storage_url(kind, tmp_path, request)
-    name = f"conc-{kind}"
-    _workers_together(storage_args, tmp_path / "r", name)  # fresh storage, fresh study
+    name = f"conc-{kind}-{sampler}"
+    _workers_together(storage_args, tmp_path / "r", name, sampler)  # fresh storage, fresh study
     _check_study(storage, name)
     global TARGET
     old, TARGET = TARGET, TARGET + 15  # existing study: resume to a larger target, again together
     try:
-        _workers_together(storage_args, tmp_path / "r", name)
+        _workers_together(storage_args, tmp_path / "r", name, sampler)
         _check_study(storage, name)
     finally:
         TARGET = old
