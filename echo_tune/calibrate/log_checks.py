@@ -60,3 +60,49 @@ def check_log_for_cluster(log: NcclTestsLog, cluster: ClusterSpec, *, allow_gpu_
     if reason:
         warnings.append(f"{log.path}: {reason} (allowed by --allow-gpu-mismatch)")
     return warnings
+
+
+# nccl-tests' key columns tell what a log measured, whatever the file is called: a rooted collective
+# (reduce_perf, broadcast_perf) prints a root >= 0, while all_reduce_perf prints no root column (old
+# releases) or -1; a collective without a reduction prints redop "none" (or no redop column). Only
+# these two contradictions are refused: a rooted name over rows without a root, a reducing name over
+# rows whose redop is "none" (the other directions differ between nccl-tests releases).
+ROOTED = ("reduce", "broadcast")
+REDUCING = ("all_reduce", "reduce", "reduce_scatter")
+
+
+def check_rows_match_collective(log: NcclTestsLog) -> None:
+    """The rows' root and redop columns must fit the collective the log is read as (issue 10)."""
+    row = log.rows[0]
+    if log.collective in ROOTED and (row.root is None or row.root < 0):
+        root = "no root column" if row.root is None else f"root {row.root}"
+        raise CalibrationError(
+            f"{log.path}: read as {log.collective}, but its rows have {root}, unlike every rooted collective's "
+            f"output; the file name or header names the wrong collective: rename the file after the *_perf "
+            f"binary that wrote it")
+    if (row.redop or "").lower() == "none" and log.collective in REDUCING:
+        raise CalibrationError(
+            f"{log.path}: read as {log.collective}, but its rows have redop {row.redop!r}; the file name or header "
+            f"names the wrong collective: rename the file after the *_perf binary that wrote it")
+
+
+def check_single_run(log: NcclTestsLog) -> None:
+    """One table per file: a size measured twice (same type, op, root) means appended runs (issue 10)."""
+    seen: dict[tuple, int] = {}
+    for row in log.rows:
+        key = (row.size_bytes, row.dtype, row.redop, row.root)
+        if key in seen:
+            raise CalibrationError(f"{log.path}: size {row.size_bytes} ({row.dtype}) is measured at line {seen[key]} "
+                                   f"and again at line {row.line}: the file holds several runs; split it into one "
+                                   f"file per run")
+        seen[key] = row.line
+
+
+def check_rank_numbers(ranks, path: str) -> None:
+    """Rank lines 0..n-1 with none missing: the GPU count comes from them (issue 10)."""
+    numbers = [r.rank for r in ranks]
+    missing = sorted(set(range(max(numbers) + 1)) - set(numbers))
+    if missing:
+        raise CalibrationError(f"{path}: `# Rank` lines for ranks {missing[:8]} are missing ({len(numbers)} of "
+                               f"{max(numbers) + 1} ranks listed); the GPU count comes from them, so keep the whole "
+                               f"nccl-tests header")

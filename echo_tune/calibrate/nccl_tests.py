@@ -17,6 +17,7 @@ stderr and NCCL debug lines are kept in ``NcclTestsLog.ignored_lines`` with the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -186,6 +187,11 @@ def _parse_row(tokens: list[str], columns: list[str], line_no: int, where: str,
         busbw_gbyte_s=num("busbw"), in_place_time_us=num("ip_time", optional=True) if ip else None,
         in_place_algbw_gbyte_s=num("ip_algbw", optional=True) if ip else None,
         in_place_busbw_gbyte_s=num("ip_busbw", optional=True) if ip else None)
+    measured = [x for x in (row.time_us, row.algbw_gbyte_s, row.busbw_gbyte_s, row.in_place_time_us,
+                            row.in_place_algbw_gbyte_s, row.in_place_busbw_gbyte_s) if x is not None]
+    if not all(math.isfinite(x) and x >= 0 for x in measured):  # nan, inf: issue 10
+        raise CalibrationError(f"{where}: times and bandwidths must be finite numbers >= 0, but got "
+                               f"{' '.join(tokens)!r}; remove the line or rerun the test")
     if row.size_bytes < 0 or row.time_us <= 0:
         raise CalibrationError(f"{where}: `size >= 0 and time > 0` must hold, but got "
                                f"(size={row.size_bytes}, time={row.time_us})")
@@ -299,10 +305,15 @@ def parse_nccl_tests(path: str | Path, collective: str | None = None) -> NcclTes
         raise CalibrationError(f"{path}: no usable result rows under the column header "
                                f"({len(state.refused)} refused for #wrong != 0)")
     ranks = _unique_ranks(state.ranks, str(path))
+    from echo_tune.calibrate.log_checks import check_rank_numbers, check_rows_match_collective, check_single_run
+
+    check_rank_numbers(ranks, str(path))
     _check_hosts(ranks, str(path))
     log = NcclTestsLog(path=str(path), collective=name, ranks=ranks, rows=tuple(state.rows),
                        header=state.header, avg_busbw_gbyte_s=state.avg_busbw, ignored_lines=tuple(state.ignored),
                        refused_rows=tuple(state.refused), warnings=tuple(_table_warnings(state, str(path))))
+    check_single_run(log)
+    check_rows_match_collective(log)
     _check_bus_factor(log)
     return log
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 from echo_tune.errors import CalibrationError
+from echo_tune.io import read_csv_rows, read_text
 
 RAW_FORMAT_VERSION = 1
 COLUMNS = {
@@ -59,6 +61,9 @@ def _convert(value: str, column: str, where: str):
         number = float(value)
     except ValueError:
         raise CalibrationError(f"{where}: column {column!r} must be a number, but got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise CalibrationError(f"{where}: column {column!r} must be a finite number >= 0, but got {value!r}; "
+                               f"re-run `echo-tune bench` or drop the row")
     return int(number) if number.is_integer() and column not in ("time_us", "tflops") else number
 
 
@@ -67,20 +72,19 @@ def read_csv(directory: Path, kind: str) -> list[dict]:
     path = directory / f"{kind}.csv"
     if not path.is_file():
         return []
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = sorted(set(COLUMNS[kind]) - set(reader.fieldnames or ()))
-        if missing:
-            raise CalibrationError(f"{path}: missing column(s) {missing}; expected {list(COLUMNS[kind])} "
-                                   f"(re-run `echo-tune bench`)")
-        rows = []
-        for number, raw in enumerate(reader, start=2):
-            where = f"{path} line {number}"
-            if None in raw or any(raw.get(c) in (None, "") for c in COLUMNS[kind]):
-                raise CalibrationError(f"{where}: a row needs all {len(COLUMNS[kind])} columns filled")
-            row = {c: _convert(raw[c], c, where) for c in COLUMNS[kind]}
-            row["_source"] = f"{path.name} line {number}"
-            rows.append(row)
+    header, raw_rows = read_csv_rows(path, "bench table")  # BOM, short rows, non-UTF-8: one-line errors
+    missing = sorted(set(COLUMNS[kind]) - set(header))
+    if missing:
+        raise CalibrationError(f"{path}: missing column(s) {missing}; expected {list(COLUMNS[kind])} "
+                               f"(re-run `echo-tune bench`)")
+    rows = []
+    for number, raw in enumerate(raw_rows, start=2):
+        where = f"{path} row {number}"
+        if any(raw.get(c) in (None, "") for c in COLUMNS[kind]):
+            raise CalibrationError(f"{where}: a row needs all {len(COLUMNS[kind])} columns filled")
+        row = {c: _convert(raw[c], c, where) for c in COLUMNS[kind]}
+        row["_source"] = f"{path.name} row {number}"
+        rows.append(row)
     return rows
 
 
@@ -90,7 +94,7 @@ def read_env(directory: Path) -> dict:
         raise CalibrationError(f"{path} does not exist; --bench takes the directory `echo-tune bench` wrote "
                                f"(calibration/<name>/raw or calibration/<name>)")
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path, "bench env file"))
     except json.JSONDecodeError as exc:
         raise CalibrationError(f"{path} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
 

@@ -16,6 +16,7 @@ from echo_tune.calibrate.check import check_log, extrapolation_warnings, placeme
 from echo_tune.calibrate.fit import fit_profile, write_residuals
 from echo_tune.calibrate.results import FitResult
 from echo_tune.config.loading import load_cluster
+from echo_tune.cost.comm import COLLECTIVES
 from echo_tune.cost.profile import load_profile, profile_for, profile_warnings, save_profile
 from echo_tune.errors import ConfigError
 
@@ -55,8 +56,8 @@ def add_parser(subparsers) -> None:
     predict = sub.add_parser("predict", help="predicted collective times for a group of whole nodes")
     predict.add_argument("--cluster", required=True, help="cluster preset or YAML file")
     predict.add_argument("--profile", help="profile YAML (default: the cluster's own, else its datasheet values)")
-    predict.add_argument("--collective", default="all_reduce",
-                         help="collective to predict (default all_reduce; all_gather, reduce_scatter, ...)")
+    predict.add_argument("--collective", default="all_reduce", choices=COLLECTIVES,
+                         help="collective to predict (default all_reduce)")
     predict.add_argument("--num-gpus", type=int, required=True, nargs="+", help="group sizes to predict for")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
     predict.set_defaults(run=run_predict)

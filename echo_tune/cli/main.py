@@ -13,7 +13,9 @@ import signal
 import sys
 import threading
 
+from echo_tune.cli.checked_args import guard_numeric_flags
 from echo_tune.errors import EchoTuneError
+from echo_tune.io import os_error_message
 
 # subcommand -> module under echo_tune.cli
 SUBCOMMANDS = {
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue  # subcommand not built yet
         module.add_parser(subparsers)
+    guard_numeric_flags(parser)  # NaN, inf and out-of-range numbers: one-line usage errors, exit 2
     return parser
 
 
@@ -67,9 +70,19 @@ def _terminate(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _quiet_broken_pipe() -> int:
+    # the reader went away (`echo-tune simulate --json | head -1`): stop quietly, as the Python
+    # docs advise, pointing stdout at devnull so the interpreter's final flush cannot fail again
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (exit 2) and --help (exit 0) as a return code
+        return exc.code if isinstance(exc.code, int) else 2
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
     try:
@@ -88,14 +101,19 @@ def _dispatch(args: argparse.Namespace) -> int:
     except EchoTuneError as exc:
         sys.stderr.write(f"echo-tune {args.command}: error: {exc}\n")
         return 2
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            return _quiet_broken_pipe()
+        # a file problem no loader caught on purpose: still one line, never a traceback (issue 10)
+        sys.stderr.write(f"echo-tune {args.command}: error: {os_error_message(exc)}\n")
+        return 2
+    except UnicodeDecodeError as exc:
+        sys.stderr.write(f"echo-tune {args.command}: error: a file is not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start}); save it as UTF-8\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"echo-tune {args.command}: interrupted\n")
         return 130
-    except BrokenPipeError:
-        # the reader went away (`echo-tune simulate --json | head -1`): stop quietly, as the Python
-        # docs advise, pointing stdout at devnull so the interpreter's final flush cannot fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
 
 
 if __name__ == "__main__":

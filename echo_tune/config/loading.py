@@ -14,6 +14,8 @@ from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
 from echo_tune.errors import ConfigError
+from echo_tune.io import read_text
+from echo_tune.limits import LIMITS, check_number
 
 CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node",
                 "nic_bandwidth_gbit_s", "nvlink_domain_size", "nodes_per_leaf",
@@ -40,7 +42,7 @@ def read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():
         raise ConfigError(f"{what} file {str(path)!r} does not exist; give a preset name or an existing YAML path")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_text(path, f"{what} file"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -83,6 +85,11 @@ def build(cls: type, data: dict[str, Any], what: str):
     check_keys(data, list(fields), what)
     for name, value in data.items():
         check_type(name, value, fields[name].type, what)
+        if name in LIMITS and value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
+            try:  # the generous ranges of echo_tune.limits, for files as for flags (issue 10)
+                check_number(name, value)
+            except ConfigError as exc:
+                raise ConfigError(f"{what}: {exc}") from None
     missing = sorted(n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
                      and f.default_factory is dataclasses.MISSING)
     if missing:

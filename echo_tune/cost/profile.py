@@ -50,6 +50,7 @@ import yaml
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.errors import ConfigError
+from echo_tune.limits import check_number, first_non_finite
 
 if TYPE_CHECKING:
     from echo_tune.optime.db import OpTimes
@@ -192,6 +193,7 @@ class CalibrationProfile:
             require(0 < value <= 1, f"`0 < {name} <= 1` must hold, but got ({name}={value})")
         for name in ("gemm_half_saturation_dim", "memory_bandwidth_gbyte_s"):
             require_positive(name, getattr(self, name))
+        check_number("kernel_launch_overhead_s", self.kernel_launch_overhead_s)  # >= 0: issue 10
         for name in ("compute_slowdown", "comm_slowdown"):
             value = getattr(self, name)
             require(value >= 1, f"`{name} >= 1` must hold, but got ({name}={value})")
@@ -311,9 +313,15 @@ def load_profile(path: str | Path) -> CalibrationProfile:
 
 
 def save_profile(profile: CalibrationProfile, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
+    from echo_tune.io import write_text
+
+    data = profile.to_dict()
+    bad = first_non_finite(data)
+    if bad:  # never write a profile of NaNs (a fit that diverged): issue 10
+        raise ConfigError(f"profile {profile.name!r}: `{bad[0]}` is {bad[1]!r}, not a finite number; the fit did "
+                          f"not converge: check the inputs' residuals (--show-points) or fit fewer tiers")
+    write_text(path, yaml.safe_dump(data, sort_keys=False), "profile")
+
 
 
 def profile_for(cluster: ClusterSpec) -> CalibrationProfile:

@@ -10,12 +10,14 @@ and ``--resume`` simulates only the layouts not stored yet.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 from optuna.trial import TrialState, create_trial
 
+from echo_tune.search.claim import die_with_parent
 from echo_tune.search.layouts import Candidate, RejectedLayout
 from echo_tune.search.params import full_params, search_distributions
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, constraint_sequence, constraints,
@@ -108,7 +110,9 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
     # `if __name__ == "__main__"` guard in the caller, and is reused by the next search.
     from joblib.externals.loky import get_reusable_executor
 
-    pool = get_reusable_executor(max_workers=n_jobs - 1, timeout=60)
+    # die_with_parent: a SIGKILLed search must not leave its workers behind (issue 10)
+    pool = get_reusable_executor(max_workers=n_jobs - 1, timeout=60, initializer=die_with_parent,
+                                 initargs=(os.getpid(),))
     futures: dict[int, Future] = {}
     back = [len(parts)]  # the workers have taken every batch from back[0] on
 

@@ -21,6 +21,7 @@ space. How the samplers avoid proposing invalid layouts in the first place is in
 from __future__ import annotations
 
 import functools
+import itertools
 
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from echo_tune.config.compatibility import Layout, check_compatible
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.errors import ConfigError
+from echo_tune.limits import MAX_VALID_LAYOUTS
 from echo_tune.search.space import FIELD_ORDER, SearchSpace
 
 # Settings chosen before the first check: they fix the traced shapes and the rank layout.
@@ -184,7 +186,11 @@ def rule_name(rule: str) -> str:
 def check_space(space: SearchSpace) -> tuple[list[Candidate], list[str]]:
     """All valid layouts and notes on the space; ConfigError if it holds no valid layout."""
     stats: Counter = Counter()
-    valid = list(enumerate_layouts(space, stats))
+    valid = list(itertools.islice(enumerate_layouts(space, stats), MAX_VALID_LAYOUTS + 1))
+    if len(valid) > MAX_VALID_LAYOUTS:  # bounded work (issue 10): stop before minutes of silence
+        raise ConfigError(f"search space {space.source or space.name!r} holds more than {MAX_VALID_LAYOUTS} valid "
+                          f"layouts ({space.product_size} combinations); list fewer values instead of `auto` "
+                          f"(e.g. micro_batch_size, num_gpus) or split the space")
     if not valid:
         by_rule = Counter()
         for rule, n in stats.items():

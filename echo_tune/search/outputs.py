@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_label
 from echo_tune.search.plot import pareto_svg
 from echo_tune.search.results import candidate_of, megatron_flags, trial_row
@@ -91,8 +92,10 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
         write_megatron_args(space, best, path, study_name=study.study_name)
         files.append(path)
         path = out_dir / "best_trace.json"
-        write_trace(space, best, path, profile=profile)
-        files.append(path)
+        # a timeline records every task; above this many micro-batches it is not written (issue 10)
+        if best["derived"].get("num_micro_batches", 0) <= MAX_SIMULATED_MICRO_BATCHES:
+            write_trace(space, best, path, profile=profile)
+            files.append(path)
     if len(space.objectives) > 1 and pareto:
         keys = [OBJECTIVE_KEYS[o] for o in space.objectives]
         points = [tuple(float(t.user_attrs["record"][k]) for k in keys) for t in trials

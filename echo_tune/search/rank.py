@@ -37,6 +37,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.errors import ConfigError
+from echo_tune.limits import check_number
 from echo_tune.search.space import load_cluster_ref, load_model_ref, resolve_ref
 
 FILE_KEYS = ("tokens", "defaults", "candidates", "description")
@@ -145,6 +146,7 @@ def parse_tokens(value) -> float:
         raise ConfigError(f"`tokens` must be a number of tokens such as 1e12, but got ({value!r})") from None
     if not tokens > 0:
         raise ConfigError(f"`tokens > 0` must hold, but got (tokens={value!r})")
+    check_number("tokens", tokens)  # inf, or more tokens than any run: echo_tune.limits
     return tokens
 
 

@@ -26,6 +26,7 @@ own rules; this module only checks each value on its own.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
 from echo_tune.errors import ConfigError
+from echo_tune.limits import LIMITS, check_number
 
 # Searched settings in the order layouts are drawn (see layouts.py): each later choice may depend on
 # the earlier ones. "num_gpus" is the world size; the rest are ParallelConfig fields (Megatron names).
@@ -131,7 +133,9 @@ def _err(where: str, message: str) -> ConfigError:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    # pairs up to sqrt(n): a global batch of 2**40 takes 2**20 steps, not 2**40 (issue 10, bounded work)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def resolve_ref(ref, base_dir: Path | None):
@@ -163,6 +167,18 @@ def load_cluster_ref(value, where: str, base_dir: Path | None) -> ClusterSpec:
 def _positive_int(where: str, name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise _err(where, f"`{name} > 0` must hold for an integer, but got ({name}={value!r})")
+    try:
+        check_number(name, value)  # the generous upper bounds of echo_tune.limits
+    except ConfigError as exc:
+        raise _err(where, str(exc)) from None
+    return value
+
+
+def _number(where: str, name: str, value) -> float:
+    try:
+        check_number(name, value)
+    except ConfigError as exc:
+        raise _err(where, str(exc)) from None
     return value
 
 
@@ -182,6 +198,8 @@ def _normalize(field_name: str, value, where: str, gbs: int):
         return None
     try:
         ParallelConfig(global_batch_size=gbs, **{field_name: value})
+        if field_name in LIMITS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            check_number(field_name, value)
     except ConfigError as exc:
         raise _err(where, str(exc)) from None
     if field_name not in ("recompute_granularity", "recompute_method", "fp8_format") and (
@@ -259,11 +277,14 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
         raise _err(where, f"`objectives` must be distinct names from {list(OBJECTIVES)}, but got "
                           f"(objectives={data.get('objectives')!r})")
     cost = data.get("gpu_hour_cost")
-    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost <= 0):
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost > 0):
         raise _err(where, f"`gpu_hour_cost > 0` must hold, but got (gpu_hour_cost={cost!r})")
+    if cost is not None:
+        _number(where, "gpu_hour_cost", cost)
     headroom = data.get("memory_headroom_gib", DEFAULT_MEMORY_HEADROOM_GIB)
-    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 0:
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not headroom >= 0:
         raise _err(where, f"`memory_headroom_gib >= 0` must hold, but got (memory_headroom_gib={headroom!r})")
+    _number(where, "memory_headroom_gib", headroom)
     profile_path = None
     if data.get("profile") is not None:
         profile_path = Path(resolve_ref(data["profile"], base_dir))

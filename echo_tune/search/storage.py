@@ -105,7 +105,13 @@ class DurableJournalFile(BaseJournalBackend):
                 if not line.endswith(b"\n"):
                     break  # another process is writing this line right now
                 if number >= log_number_from:
-                    logs.append(json.loads(line))
+                    try:
+                        logs.append(json.loads(line))
+                    except ValueError:  # JSONDecodeError and UnicodeDecodeError: a corrupt line (issue 10)
+                        raise ConfigError(
+                            f"journal {str(self.path)!r} line {number + 1} is not a JSON record "
+                            f"({line[:40]!r}...); a disk or copy error damaged it: remove that line (the trial it "
+                            f"belonged to is then lost) and --resume, or start over with --overwrite") from None
                 offset += len(line)
                 number += 1
         self._resume_at = (number, offset)
@@ -175,7 +181,8 @@ def open_storage(results_dir: Path, url: str | None = None) -> StudyStorage:
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     for attempt in range(RDB_OPEN_ATTEMPTS):
         try:
-            return StudyStorage(optuna.storages.RDBStorage(url, engine_kwargs=kwargs), url)
+            with _sqlite_create_lock(url):  # SQLite: one process creates the tables, the others wait
+                return StudyStorage(optuna.storages.RDBStorage(url, engine_kwargs=kwargs), url)
         except ImportError as exc:  # the URL's driver is not installed
             raise ConfigError(f"cannot open --storage {url!r}: {str(exc).splitlines()[0]} (install the "
                               f"database's Python driver, e.g. psycopg[binary] for PostgreSQL)") from None
@@ -197,4 +204,22 @@ def _maybe_race(exc: Exception) -> bool:
         from sqlalchemy import exc as sa_exc
     except ImportError:
         return False
+    if isinstance(exc, sa_exc.OperationalError):  # SQLite: "table ... already exists", "database is locked"
+        return "already exists" in str(exc) or "locked" in str(exc)
     return isinstance(exc, (sa_exc.IntegrityError, sa_exc.ProgrammingError, sa_exc.InternalError))
+
+
+@contextlib.contextmanager
+def _sqlite_create_lock(url: str) -> Iterator[None]:
+    """``flock`` on ``<database>.flock`` while a local SQLite database is opened (and maybe created)."""
+    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+    if not path or path == ":memory:" or not Path(path).parent.is_dir():
+        yield
+        return
+    fd = os.open(path + ".flock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -10,6 +10,7 @@ the trials still missing. With ``n_jobs == 1`` a fixed seed gives the same study
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -23,9 +24,11 @@ import optuna
 from optuna.trial import TrialState
 
 from echo_tune.errors import ConfigError
+from echo_tune.io import ensure_dir
 from echo_tune.search import results as res
 from echo_tune.search.results import SearchResult
 from echo_tune.search.exhaustive import run_exhaustive
+from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, worker_id
 from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.params import full_params, suggest_layout
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
@@ -114,16 +117,25 @@ def _tell_rejected(study, trial, exc: RejectedLayout) -> None:
     study.tell(trial, state=TrialState.PRUNED)
 
 
-def run_one_trial(space: SearchSpace, study, store: StudyStorage, evaluator: Evaluator) -> dict | None:
+STOP = object()
+"""``run_one_trial``'s answer when ``admit`` said the study holds its target already."""
+
+
+def run_one_trial(space: SearchSpace, study, store: StudyStorage, evaluator: Evaluator, admit=None):
     """Ask the sampler for a layout, simulate it, tell the result. Returns the record (None if rejected).
 
-    The ask and the tell are each written as one batch; the simulation runs outside the lock. A trial
-    cut short (Ctrl-C) is told FAIL, as Optuna's own loop does.
+    The ask and the tell are each written as one batch; the simulation runs outside the lock. The ask
+    happens under the storage's cross-process claim, after ``admit()`` (if given) agreed, so workers
+    sharing the study never overshoot its target (returns ``STOP`` when not admitted). A trial cut short
+    (Ctrl-C) is told FAIL, as Optuna's own loop does.
     """
     trial, told = None, False
     try:
-        with store.batch():
+        with claim(store):
+            if admit is not None and not admit():
+                return STOP
             trial = study.ask()
+            trial.set_user_attr(WORKER_ATTR, worker_id())
             try:
                 candidate = suggest_layout(trial, space)
             except RejectedLayout as exc:
@@ -153,16 +165,15 @@ def run_one_trial(space: SearchSpace, study, store: StudyStorage, evaluator: Eva
                 study.tell(trial, state=TrialState.FAIL)
 
 
-def _started(study, stale: frozenset[int]) -> int:
-    """Trials finished or running now, not counting ones left running by a killed run."""
-    trials = study.get_trials(deepcopy=False, states=res.FINISHED + (TrialState.RUNNING,))
-    return sum(1 for t in trials if t.number not in stale)
-
-
-def _sampling_loop(space, study, store, evaluator, target: int, deadline: float | None, stale: frozenset[int],
+def _sampling_loop(space, study, store, evaluator, target: int, deadline: float | None,
                    progress: Callable[[dict | None], None] | None) -> None:
-    while _started(study, stale) < target and (deadline is None or time.monotonic() < deadline):
-        record = run_one_trial(space, study, store, evaluator)
+    # finished trials plus those running in live workers (a killed run's leftovers do not count)
+    def admit() -> bool:
+        return started_count(study, res.FINISHED) < target
+    while deadline is None or time.monotonic() < deadline:
+        record = run_one_trial(space, study, store, evaluator, admit)
+        if record is STOP:
+            return
         if progress is not None:
             progress(record)
 
@@ -179,8 +190,9 @@ def _one_torch_thread(threads: int | None = 1) -> int | None:
 
 
 def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, sampler_seed, target: int,
-            seconds_left: float | None, stale: frozenset[int], profile) -> None:
+            seconds_left: float | None, profile, parent: int | None = None) -> None:
     """One extra process of a parallel sampling run (n_jobs > 1): same study, its own sampler seed."""
+    die_with_parent(parent)  # a SIGKILLed parent must not leave this process searching on alone
     _one_torch_thread()  # concurrent processes' thread pools otherwise fight over the cores
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = open_storage(out_dir, opts.storage)
@@ -188,7 +200,7 @@ def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, s
     sampler = make_sampler(opts.sampler, space, valid, sampler_seed, opts.n_trials, opts.n_jobs)
     study = optuna.load_study(study_name=name, storage=store.storage, sampler=sampler)
     deadline = None if seconds_left is None else time.monotonic() + seconds_left
-    _sampling_loop(space, study, store, Evaluator(space, profile), target, deadline, stale, None)
+    _sampling_loop(space, study, store, Evaluator(space, profile), target, deadline, None)
 
 
 def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress) -> None:
@@ -216,24 +228,26 @@ def _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, exist
     target = min(opts.n_trials or DEFAULT_N_TRIALS, max(len(valid), done_before))
     total = max(0, target - done_before)
     if not existed and opts.baselines:
-        for c in baselines(space, valid)[:total]:
-            study.enqueue_trial(full_params(space, c), user_attrs={"baseline": True})
-    stale = frozenset(t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        with claim(store):  # workers started together on a fresh study: one of them enqueues them
+            if not study.user_attrs.get("baselines_enqueued"):
+                for c in baselines(space, valid)[:total]:
+                    study.enqueue_trial(full_params(space, c), user_attrs={"baseline": True})
+                study.set_user_attr("baselines_enqueued", True)
     evaluator = Evaluator(space, profile)
 
     def on_trial(record: dict | None) -> None:
         if progress is not None:
             progress(res.finished_count(study) - done_before, total, record)
     if opts.n_jobs == 1:
-        _sampling_loop(space, study, store, evaluator, target, deadline, stale, on_trial)
+        _sampling_loop(space, study, store, evaluator, target, deadline, on_trial)
         return
     threads = _one_torch_thread()
     left = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
         with ProcessPoolExecutor(opts.n_jobs - 1, mp_context=get_context("spawn")) as pool:
             futures = [pool.submit(_worker, space, opts, name, out_dir, None if seed is None else seed + 1000 * (i + 1),
-                                   target, left, stale, profile) for i in range(opts.n_jobs - 1)]
-            _sampling_loop(space, study, store, evaluator, target, deadline, stale, on_trial)
+                                   target, left, profile, os.getpid()) for i in range(opts.n_jobs - 1)]
+            _sampling_loop(space, study, store, evaluator, target, deadline, on_trial)
             for f in futures:
                 f.result()
     finally:
@@ -253,6 +267,8 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
         raise ConfigError(f"the study name must be a plain folder name, but got ({name!r}); use --study-name")
     valid, notes = check_space(space)
     out_dir = Path(opts.results_dir) / name
+    if opts.write_files or opts.storage is None:  # a file or read-only folder: one line, not a traceback
+        ensure_dir(out_dir, "results folder (--results-dir)")
     store, existed = _open_study(space, opts, name, out_dir)
     before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
     if before is not None:

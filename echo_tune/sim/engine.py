@@ -23,6 +23,8 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+from echo_tune.errors import ConfigError
+from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.sim.schedules import stage_order
 
 # Program slots 0 and 1 are sentinels: slot 0 holds 0.0 (a stage's start), slot 1 holds -inf (no
@@ -204,6 +206,10 @@ def simulate_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[fl
     last_bwd = [series(lambda r, s=s: r.last_backward_end_s[s]) for s in range(p)]
     flat = end + p2p + [x for row in last_bwd for x in row]
     if any(x is None for x in flat):
+        if m > MAX_SIMULATED_MICRO_BATCHES:  # simulating every task would grow memory with m (issue 10)
+            raise ConfigError(f"the {schedule} pipeline (p={p}, v={v}) is not periodic enough to extrapolate, and "
+                              f"simulating all {m} micro-batches task by task is refused above "
+                              f"{MAX_SIMULATED_MICRO_BATCHES}; lower --global-batch-size or raise --micro-batch-size")
         return run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
     return PipelineResult(end_s=tuple(end), critical_p2p_s=tuple(p2p),
                           last_backward_end_s=tuple(tuple(row) for row in last_bwd))

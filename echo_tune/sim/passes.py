@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.errors import ConfigError
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim import trace_cache
 from echo_tune.sim.memo import IdentityCache
@@ -54,11 +55,18 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
 
     kwargs = _trace_kwargs(parallel, layout)
     ep, etp = kwargs.pop("expert_model_parallel_size"), kwargs.pop("expert_tensor_parallel_size")
-    pieces = {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
-              "output": trace_output(model, **kwargs)}
-    if model.is_moe:
-        pieces["moe_layer"] = trace_moe_layer(model, **kwargs, expert_model_parallel_size=ep,
-                                              expert_tensor_parallel_size=etp)
+    try:
+        pieces = {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
+                  "output": trace_output(model, **kwargs)}
+        if model.is_moe:
+            pieces["moe_layer"] = trace_moe_layer(model, **kwargs, expert_model_parallel_size=ep,
+                                                  expert_tensor_parallel_size=etp)
+    except RuntimeError as exc:  # torch: a tensor of more than 2**63 bytes (issue 10: never a traceback)
+        if "overflow" not in str(exc):
+            raise
+        raise ConfigError(f"the layout's tensors overflow 64-bit sizes (micro_batch_size={parallel.micro_batch_size}, "
+                          f"seq_length={model.seq_length}, hidden_size={model.hidden_size}); lower micro_batch_size "
+                          f"or seq_length") from None
     _PIECES[key] = pieces
     trace_cache.save(key, pieces)
     return pieces

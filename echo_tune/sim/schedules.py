@@ -85,6 +85,14 @@ def live_count_vectors(schedule: str, stage: int, p: int, m: int, v: int) -> tup
     if schedule in ("1f1b", "interleaved"):
         # the first 4pv + 2 tasks are the same for every m > 4p + 2 (same warm-up, then steady pairs)
         order = stage_order(schedule, stage, p, min(m, 4 * p + 3), v)[:4 * p * v + 2]
+    elif schedule == "none":
+        # forward then backward per micro-batch: the live set only ever holds one, for any m
+        order = stage_order(schedule, stage, p, min(m, 2), v)
+    elif schedule == "gpipe":
+        # all forwards before any backward: the peak is every micro-batch of chunk 0, in closed form
+        # (building the order would cost memory linear in m: issue 10, bounded work)
+        peak = (m,) + (0,) * (v - 1)
+        return (peak,)
     else:
         order = stage_order(schedule, stage, p, m, v)
     live, seen = [0] * v, set()

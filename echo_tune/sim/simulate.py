@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config._checks import require_choice
 from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
@@ -114,6 +115,9 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
         raise ConfigError("the gpipe schedule has no interleaving; drop virtual_pipeline_model_parallel_size")
     p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
+    if timeline and m > MAX_SIMULATED_MICRO_BATCHES:  # a timeline records every task: memory grows with m
+        raise ConfigError(f"`num_micro_batches <= {MAX_SIMULATED_MICRO_BATCHES}` must hold to record a timeline "
+                          f"(--trace), but got (num_micro_batches={m}); drop --trace or lower --global-batch-size")
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap,

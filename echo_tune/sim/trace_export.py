@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from echo_tune.io import write_text
 from echo_tune.sim.report import StepReport
 from echo_tune.sim.trace_tracks import COMM_TRACK
 
@@ -28,8 +29,6 @@ def chrome_trace_events(report: StepReport) -> list[dict]:
 
 def write_chrome_trace(report: StepReport, path: str | Path) -> None:
     """Write ``{"traceEvents": [...]}``; times in microseconds as the format wants."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"traceEvents": chrome_trace_events(report), "displayTimeUnit": "ms",
+    write_text(path, json.dumps({"traceEvents": chrome_trace_events(report), "displayTimeUnit": "ms",
                                 "otherData": {"step_time_s": report.step_time_s,
-                                              "breakdown_s": report.breakdown_s}}))
+                                              "breakdown_s": report.breakdown_s}}), "--trace file")

@@ -12,12 +12,13 @@ settings the row's own source states, with file, commit and quote) where neither
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from echo_tune.config.cluster import ClusterSpec
+from echo_tune.io import read_csv_rows
+from echo_tune.limits import check_number
 from echo_tune.config.loading import build, load_cluster
 from echo_tune.config.megatron_args import MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
 from echo_tune.config.model import ModelSpec
@@ -117,8 +118,12 @@ def _refused_columns(row: dict) -> None:
 def _case(row: dict, base_dir: Path, errata: dict[str, tuple[Erratum, ...]]) -> RunCase:
     name = row["name"].strip()
     measured = _value("measured_step_time_s", row["measured_step_time_s"], "float")
-    if measured is None or measured <= 0:
+    if measured is None:
         raise ConfigError(f"row {name!r}: `measured_step_time_s > 0` must hold, but got {row['measured_step_time_s']!r}")
+    try:
+        check_number("measured_step_time_s", measured)  # NaN, inf, <= 0, over a day: issue 10
+    except ConfigError as exc:
+        raise ConfigError(f"row {name!r}: {exc}") from None
     common = dict(name=name, source=(row.get("source") or "").strip() or "unknown", measured_step_time_s=measured)
     try:
         _refused_columns(row)
@@ -154,15 +159,12 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
     if not path.is_file():
         raise ConfigError(f"runs file {str(path)!r} does not exist; give a CSV like "
                           f"shared/data/published-runs/runs_megatron.csv")
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        columns = reader.fieldnames or []
-        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
-        if missing:
-            raise ConfigError(f"runs file {str(path)!r} is missing required column(s) {missing}; "
-                              f"columns are Megatron argument names plus name, cluster, num_gpus, "
-                              f"measured_step_time_s")
-        rows = list(reader)
+    columns, rows = read_csv_rows(path, "runs file")  # BOM, short rows, non-UTF-8: one-line errors
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise ConfigError(f"runs file {str(path)!r} is missing required column(s) {missing}; "
+                          f"columns are Megatron argument names plus name, cluster, num_gpus, "
+                          f"measured_step_time_s")
     if not rows:
         raise ConfigError(f"runs file {str(path)!r} has a header but no rows")
     if errata is True:

@@ -1,0 +1,126 @@
+"""Range limits for every number that enters echo-tune, in one place, each with its reason.
+
+Limits are generous on purpose: no real cluster, model or run is refused; they only stop values that
+are nonsense (NaN, inf, negative counts) or that would make one command run for hours or take a
+machine's memory (issue 10). ``check_number`` raises a one-line ConfigError naming the key, the
+value, the rule and the fix; the CLI applies it to every numeric flag by destination name
+(``echo_tune.cli.checked_args``), and file loaders call it for their keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from echo_tune.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limit:
+    low: float
+    """Smallest allowed value."""
+    high: float
+    """Largest allowed value."""
+    integer: bool = False
+    """Whole numbers only."""
+    low_open: bool = False
+    """``low`` itself is not allowed (``value > low``)."""
+    reason: str = ""
+    """Why these bounds (the source of the range)."""
+
+    def rule(self, key: str) -> str:
+        fmt = (lambda x: str(int(x))) if self.integer else (lambda x: f"{x:g}")
+        return f"`{fmt(self.low)} {'<' if self.low_open else '<='} {key} <= {fmt(self.high)}`"
+
+
+# The largest training clusters published by 2026 hold ~100k GPUs (xAI Colossus, Meta's 2x24k
+# clusters); 2**20 leaves a 10x margin.
+_MAX_GPUS = 2**20
+_YEAR_S = 365 * 24 * 3600.0
+
+LIMITS: dict[str, Limit] = {
+    "num_gpus": Limit(low=1, high=_MAX_GPUS, integer=True,
+                      reason="10x the largest published training cluster (~100k GPUs)"),
+    "n_trials": Limit(low=1, high=10**7, integer=True,
+                      reason="a study of 10M trials is ~10 GB of journal; more is a typo"),
+    "n_jobs": Limit(low=1, high=4096, integer=True, reason="processes on one machine (4096 cores)"),
+    "timeout": Limit(low=0, high=_YEAR_S, low_open=True, reason="seconds; more than a year is a typo"),
+    "seed": Limit(low=0, high=2**32 - 1, integer=True, reason="numpy's RandomState seed range"),
+    "top": Limit(low=0, high=10**6, integer=True, reason="rows of a printed table"),
+    "gpu_hour_cost": Limit(low=0, high=1e6, low_open=True, reason="price of one GPU-hour in any currency; cloud list "
+                                                   "prices are 1-100 USD (2026)"),
+    "memory_headroom_gib": Limit(low=0, high=4096, reason="GiB; no GPU has more than 4 TiB of HBM"),
+    "moe_routing_imbalance": Limit(low=1, high=1e6, reason="busiest expert's share over balanced; >= 1 "
+                                                           "by definition"),
+    "tokens": Limit(low=0, high=1e18, low_open=True, reason="training tokens; 1000x the largest "
+                                                            "published run (~1e15)"),
+    "max_error_pct": Limit(low=0, high=1e6, reason="percent"),
+    "threads": Limit(low=1, high=4096, integer=True, reason="CPU threads on one machine"),
+    "max_tiers": Limit(low=1, high=3, integer=True, reason="protocol tiers NCCL has (LL, LL128, Simple)"),
+    "kernel_launch_overhead_s": Limit(low=0, high=1e-2, reason="a CUDA launch costs ~2-10 us (CUDA C++ Best "
+                                                                "Practices Guide); 10 ms is 1000x that"),
+    "hidden_dropout": Limit(low=0, high=1, reason="a probability"),
+    "attention_dropout": Limit(low=0, high=1, reason="a probability"),
+    "repeats": Limit(low=1, high=10**4, integer=True, reason="timed runs of one stage"),
+    "stage": Limit(low=0, high=2**14, integer=True, reason="a pipeline stage index (< num_layers)"),
+    "ranks_per_node": Limit(low=1, high=4096, integer=True, reason="GPUs of one node (72 in an NVL72 rack)"),
+    "nproc_per_node": Limit(low=1, high=4096, integer=True, reason="GPUs of one node (72 in an NVL72 rack)"),
+    "measured_step_time_s": Limit(low=0, high=86400.0, low_open=True,
+                                  reason="one training step; a day per step is a typo"),
+    # Megatron-LM model and layout sizes: far above any published model (the largest dense
+    # models have ~200 layers, hidden 2**15, sequences of 2**20 tokens, vocabularies of 2**18)
+    "num_layers": Limit(low=1, high=2**14, integer=True, reason="100x the deepest published model"),
+    "hidden_size": Limit(low=1, high=2**20, integer=True, reason="32x the widest published model"),
+    "ffn_hidden_size": Limit(low=1, high=2**22, integer=True, reason="32x the widest published FFN"),
+    "num_attention_heads": Limit(low=1, high=2**16, integer=True, reason="far above any published model"),
+    "num_query_groups": Limit(low=1, high=2**16, integer=True, reason="at most the number of heads"),
+    "kv_channels": Limit(low=1, high=2**16, integer=True, reason="head dimension"),
+    "seq_length": Limit(low=1, high=2**26, integer=True, reason="64x the longest published training "
+                                                               "context (~1M tokens)"),
+    "vocab_size": Limit(low=1, high=2**24, integer=True, reason="64x the largest published vocabulary"),
+    "num_experts": Limit(low=1, high=2**16, integer=True, reason="far above any published MoE (256)"),
+    "micro_batch_size": Limit(low=1, high=2**20, integer=True, reason="sequences per micro-batch"),
+    # one step of 2**40 sequences is ~1e15 tokens: a whole training run, not a step
+    "global_batch_size": Limit(low=1, high=2**40, integer=True, reason="a step larger than any whole "
+                                                                     "training run"),
+}
+
+# Work bounds (not input ranges): the simulator extrapolates long pipelines from a short periodic
+# run; when it must simulate every task (a recorded timeline, or a pipeline whose steady state is
+# not exactly periodic), this many micro-batches at most, so memory stays ~100 MB.
+MAX_SIMULATED_MICRO_BATCHES = 2**16
+# A search space is enumerated into its valid layouts up front (~75 us and ~1 KB each here): 500k is
+# ~40 s and ~0.5 GB, 17x the largest shipped example (deepseek/gpt3 spaces hold <= 30k); more is refused
+# with the way to narrow it, instead of running for minutes with nothing printed.
+MAX_VALID_LAYOUTS = 500_000
+
+
+def check_number(key: str, value: object, limit: Limit | None = None, *, flag: str | None = None) -> None:
+    """Raise a one-line ConfigError unless ``value`` is a finite number within ``LIMITS[key]``."""
+    limit = limit or LIMITS.get(key)
+    name = flag or key
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"`{name}` must be a number, but got ({name}={value!r}); give a number")
+    if not math.isfinite(value):
+        raise ConfigError(f"`{name}` must be finite, but got ({name}={value!r}); give a finite number")
+    if limit is None:
+        return
+    if limit.integer and value != int(value):
+        raise ConfigError(f"`{name}` must be a whole number, but got ({name}={value!r})")
+    low_ok = value > limit.low if limit.low_open else value >= limit.low
+    if not low_ok or value > limit.high:
+        raise ConfigError(f"{limit.rule(name)} must hold, but got ({name}={value!r}); give a value in range "
+                          f"({limit.reason})")
+
+
+def first_non_finite(data, where: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinity in a nested dict/list, as (dotted key, value)."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        name = f"{where}.{key}" if where else str(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            return name, value
+        found = first_non_finite(value, name) if isinstance(value, (dict, list)) else None
+        if found:
+            return found
+    return None

@@ -1,0 +1,120 @@
+"""Many workers on one study: a cross-process lock around "count the trials, then ask for one", the
+liveness of RUNNING trials, and workers that die with their parent (issue 10, concurrency).
+
+Optuna's ``study.ask()`` is atomic, but "are there fewer than the target trials? then ask" is not: several
+workers pass the check together and overshoot. ``claim(store)`` makes it one step:
+
+* our journal file: its ``flock`` (the batch lock, re-entrant);
+* SQLite: ``flock`` on ``<database>.flock`` beside the database file (local files only, as SQLite itself);
+* PostgreSQL: a session advisory lock (``pg_advisory_lock``) keyed by the study storage, held on its own
+  connection for the claim (https://www.postgresql.org/docs/current/functions-admin.html);
+* other URLs (MySQL, Redis): no lock; the target can be overshot by up to the number of workers.
+
+A trial is stamped with its worker (``host:pid``) when asked, so a RUNNING trial counts toward the target
+only while its worker lives: a killed run's leftovers do not block a resumed study, and a live worker's
+trial is never taken for a leftover by a worker started a moment later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+WORKER_ATTR = "worker"
+_HOST = socket.gethostname()
+
+
+def worker_id() -> str:
+    return f"{_HOST}:{os.getpid()}"
+
+
+def _alive(worker: str | None) -> bool:
+    """Whether the worker that asked a RUNNING trial still runs (another host's workers: assumed alive)."""
+    if not worker:
+        return False  # stamped by no live worker of this version: a leftover of a killed run
+    host, _, pid = worker.rpartition(":")
+    if host != _HOST:
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
+def started_count(study, finished_states: tuple) -> int:
+    """Trials finished, or running in a live worker: what counts toward the study's target."""
+    from optuna.trial import TrialState  # here, so pool workers importing die_with_parent skip optuna
+
+    count = 0
+    for t in study.get_trials(deepcopy=False, states=finished_states + (TrialState.RUNNING,)):
+        if t.state != TrialState.RUNNING or _alive(t.user_attrs.get(WORKER_ATTR)):
+            count += 1
+    return count
+
+
+@contextlib.contextmanager
+def _flock(path: str) -> Iterator[None]:
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def claim(store) -> Iterator[None]:
+    """Hold the storage's cross-process lock (see the module docstring); writes inside are one batch."""
+    url = store.where
+    if store.journal is not None:
+        with store.batch():
+            yield
+        return
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        if path and path != ":memory:":
+            with _flock(str(Path(path)) + ".flock"):
+                yield
+            return
+    if url.startswith("postgresql"):
+        from sqlalchemy import text
+
+        key = zlib.crc32(f"echo-tune:{url}".encode()) & 0x7FFFFFFF
+        with store.storage.engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()
+        return
+    yield
+
+
+def die_with_parent(parent: int | None = None, poll_s: float = 0.5) -> None:
+    """In a worker process: exit as soon as the parent is gone (SIGKILLed parents run no clean-up).
+
+    ``parent``: the pid of the process that started this one, passed from there (the parent may have
+    died before this runs, and then ``os.getppid()`` already names the reaper)."""
+    parent = os.getppid() if parent is None else parent
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(poll_s)
+    threading.Thread(target=watch, name="echo-tune-parent-watch", daemon=True).start()
