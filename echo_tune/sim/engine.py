@@ -19,6 +19,7 @@ shorter run whose whole dependency cone is the same as in the longest run shares
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -42,6 +43,12 @@ class PipelineResult:
     """Per stage and chunk: end of the last micro-batch's backward (gradients complete)."""
     events: list[tuple[int, bool, int, int, float, float]] = field(default_factory=list)
     """With ``record``: (stage, is_backward, micro_batch, chunk, start_s, end_s) of every task."""
+    transfers: list[tuple[int, int, bool, int, int, float, float]] = field(default_factory=list)
+    """With ``record``: (from_stage, to_stage, is_backward, micro_batch, chunk, start_s, end_s) of every p2p
+    transfer a task waits on (the sender's pass ends at start_s, the receiver may start at end_s)."""
+    critical_transfers: tuple[tuple[int, ...], ...] = ()
+    """With ``record``: per stage, the indices into ``transfers`` on the critical path that ends at its last
+    task, in time order (their durations add up to ``critical_p2p_s`` of the stage)."""
 
 
 Key = tuple[int, bool, int, int]  # (stage, is_backward, micro_batch, chunk)
@@ -166,16 +173,36 @@ def run_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[float]]
     finish, path = _execute(program, fwd_s, bwd_s, p2p_s)
     result = _result(program.runs[0], finish, path)
     if record:
-        events = []
-        for i, (s, backward, mb, c) in enumerate(program.keys):
-            a, d = program.prev[i], program.dep[i]
-            start = finish[a]
+        result = _recorded(program, finish, result, p, p2p_s)
+    return result
+
+
+def _recorded(program: _Program, finish: list[float], result: PipelineResult, p: int,
+              p2p_s: float) -> PipelineResult:
+    """``result`` with every task's span, every transfer, and each stage's critical-path transfers. A task
+    waits on its transfer when that arrives after its stage's previous task ends (as in ``_execute``)."""
+    events, transfers, arrival = [], [], {}
+    for i, (s, backward, mb, c) in enumerate(program.keys):
+        a, d = program.prev[i], program.dep[i]
+        start = finish[a]
+        if d != _NONE:
+            arrival[_FIRST + i] = len(transfers)
+            transfers.append((program.keys[d - _FIRST][0], s, backward, mb, c, finish[d], finish[d] + p2p_s))
             if finish[d] + p2p_s > start:
                 start = finish[d] + p2p_s
-            events.append((s, backward, mb, c, start, finish[_FIRST + i]))
-        result = PipelineResult(end_s=result.end_s, critical_p2p_s=result.critical_p2p_s,
-                                last_backward_end_s=result.last_backward_end_s, events=events)
-    return result
+        events.append((s, backward, mb, c, start, finish[_FIRST + i]))
+    critical = []
+    for s in range(p):  # walk back from the stage's last task along whichever input bound each start
+        path, i = [], program.runs[0].last[s]
+        while i >= _FIRST:
+            a, d = program.prev[i - _FIRST], program.dep[i - _FIRST]
+            if finish[d] + p2p_s > finish[a]:
+                path.append(arrival[i])
+                i = d
+            else:
+                i = a
+        critical.append(tuple(reversed(path)))
+    return dataclasses.replace(result, events=events, transfers=transfers, critical_transfers=tuple(critical))
 
 
 def _affine(a: float, b: float, c: float) -> bool:

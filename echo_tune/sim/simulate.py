@@ -181,7 +181,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
-        timeline=_timeline(run.events, run.end_s, tails, passes, buckets) if timeline else [])
+        timeline=_timeline(run, tails, passes, buckets) if timeline else [])
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,16 +190,23 @@ def _model_spec(model: ModelSpec) -> dict:
     return dataclasses.asdict(model)
 
 
-def _timeline(events, compute_end_s, tails, passes, buckets) -> list[tuple[int, str, str, float, float]]:
+def _timeline(run, tails, passes, buckets) -> list[tuple[int, str, str, float, float]]:
     """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail; and on each
-    stage's communication track (``COMM_TRACK + stage``) the exposed parts of each pass (see trace_tracks.py),
-    so that the blocks of the critical stage add up to its breakdown."""
-    from echo_tune.sim.trace_tracks import bucket_spans, pass_part_spans
+    stage's communication tracks the exposed parts of each pass, its DP buckets and its p2p transfers (see
+    trace_tracks.py), so that the blocks of the critical stage add up to its breakdown."""
+    from echo_tune.sim.trace_tracks import bucket_spans, p2p_spans, pass_part_spans
+
+    events, compute_end_s = run.events, run.end_s
+    busy_s = [0.0] * len(compute_end_s)
+    for stage, _, _, _, start, end in events:
+        busy_s[stage] += end - start
+    idle_s = [end - busy for end, busy in zip(compute_end_s, busy_s)]
 
     spans = [(stage, f"{'B' if backward else 'F'}{mb}" + (f".{chunk}" if chunk else ""),
               "backward" if backward else "forward", start, end)
              for stage, backward, mb, chunk, start, end in events]
-    spans += pass_part_spans(events, passes) + bucket_spans(buckets)
+    spans += pass_part_spans(events, passes) + bucket_spans(buckets) + p2p_spans(run.transfers,
+                                                                                 run.critical_transfers, idle_s)
     for stage, (end, tail) in enumerate(zip(compute_end_s, tails)):
         dp_end = end + tail.dp_exposed_s
         if dp_end > end:

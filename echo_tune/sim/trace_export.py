@@ -1,5 +1,6 @@
 """Chrome-trace (Perfetto) export of a simulated timeline: per pipeline stage a track of passes and step tail,
-and a track of each pass's exposed communication, interference and recompute (``trace_tracks.py``)."""
+tracks of each pass's exposed communication, interference and recompute, DP buckets and p2p transfers
+(``trace_tracks.py``)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ def chrome_trace_events(report: StepReport) -> list[dict]:
     stages = {e[0] for e in report.timeline}
     for tid in sorted(stages):
         stage, track = tid % COMM_TRACK, tid // COMM_TRACK
-        name = (f"pipeline stage {stage}", f"pipeline stage {stage}: exposed communication, interference, "
-                f"recompute", f"pipeline stage {stage}: DP gradient buckets")[track]
+        names = (f"pipeline stage {stage}", f"pipeline stage {stage}: exposed communication, interference, "
+                 f"recompute", f"pipeline stage {stage}: DP gradient buckets",
+                 f"pipeline stage {stage}: p2p on its critical path")
+        name = names[track] if track < len(names) else \
+            f"pipeline stage {stage}: p2p received (lane {track - len(names)})"
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid,
-                       "args": {"sort_index": 3 * stage + track}})
+                       "args": {"sort_index": 1000 * stage + track}})
     for stage, name, category, start_s, end_s in report.timeline:
         events.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": stage,
                        "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6})

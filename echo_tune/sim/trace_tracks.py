@@ -6,8 +6,11 @@ pass each collective falls, so the communication track of a stage (tid ``COMM_TR
 consecutive blocks at the end of their pass, in the categories of the breakdown: summed over the critical
 stage, the ``tp_cp_comm``, ``ep_comm``, ``interference`` and ``recompute`` blocks equal those breakdown parts
 (checked in tests/sim/test_trace_tracks.py). A third track per stage (tid ``DP_TRACK + stage``) holds the DP
-gradient buckets as ``sim/dp.py`` schedules them. Pipeline p2p transfers are not drawn (the breakdown's
-``pp_p2p`` is the part of the idle time they explain; the schedule does not place them as spans).
+gradient buckets as ``sim/dp.py`` schedules them. Pipeline p2p transfers get two more kinds of track per
+stage: the transfers on the critical path that ends at the stage's last pass (tid ``P2P_TRACK + stage``; on the
+critical stage their ``pp_p2p`` blocks add up to the breakdown's ``pp_p2p``), and every transfer the stage
+receives as the engine schedules it (tid ``TRANSFER_TRACK + lane * COMM_TRACK + stage``; transfers that
+overlap in time go to further lanes, as a trace thread holds one block at a time).
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ DP_TRACK = 2000
 reduce-scatter (distributed optimizer) or all-reduce from its start to its end, hidden behind the backward
 passes or, after the last one, exposed (the exposed part is the breakdown's ``dp_comm`` less the tied-embedding
 sync)."""
+
+P2P_TRACK = 3000
+"""Thread id offset of the critical-path p2p transfers (stage s: P2P_TRACK + s)."""
+TRANSFER_TRACK = 4000
+"""Thread id offset of all p2p transfers a stage receives (lane k of stage s: TRANSFER_TRACK + k * COMM_TRACK + s)."""
 
 _PARTS = (("recompute", "recompute"), ("comm_exposed_s", "tp_cp_comm"), ("ep_comm_s", "ep_comm"),
           ("interference_s", "interference"))
@@ -48,3 +56,41 @@ def bucket_spans(buckets: list[list[tuple[float, float, int]]] | None) -> list[t
     is left out)."""
     return [(DP_TRACK + stage, f"gradient bucket ({params / 1e6:.0f}M params)", "dp_bucket", begin, end)
             for stage, spans in enumerate(buckets or []) for begin, end, params in spans if end > begin]
+
+
+def _label(transfer) -> str:
+    src, dst, backward, mb, chunk, _, _ = transfer
+    what = f"{'B' if backward else 'F'}{mb}" + (f".{chunk}" if chunk else "")
+    return f"{'gradient' if backward else 'activation'} {what}: stage {src} -> {dst}"
+
+
+def p2p_spans(transfers, critical, idle_s) -> list[tuple[int, str, str, float, float]]:
+    """Per stage: its critical path's transfers (``P2P_TRACK``) and every transfer it receives (lanes from
+    ``TRANSFER_TRACK``).
+
+    The breakdown counts critical-path p2p as exposed only up to the stage's idle time (``idle_s[stage]``,
+    sim/simulate.py ``_breakdown``): blocks past that cap are cut and the rest drawn as ``p2p_hidden``
+    (the path then holds less compute than the stage, which computes while those transfers fly)."""
+    spans = []
+    for stage, path in enumerate(critical):
+        left = idle_s[stage]
+        for index in path:
+            start, end = transfers[index][5:]
+            exposed = min(end - start, max(0.0, left))
+            left -= exposed
+            if exposed > 0:
+                spans.append((P2P_TRACK + stage, f"{_label(transfers[index])} (critical path)", "pp_p2p",
+                              start, start + exposed))
+            if start + exposed < end:
+                spans.append((P2P_TRACK + stage, f"{_label(transfers[index])} (critical path, beyond the idle "
+                              f"time)", "p2p_hidden", start + exposed, end))
+    lanes: dict[int, list[float]] = {}  # per stage, the end of the last transfer in each lane
+    for transfer in sorted(transfers, key=lambda t: (t[1], t[5], t[6])):
+        stage, start, end = transfer[1], transfer[5], transfer[6]
+        ends = lanes.setdefault(stage, [])
+        lane = next((k for k, t in enumerate(ends) if t <= start), len(ends))
+        if lane == len(ends):
+            ends.append(end)
+        ends[lane] = end
+        spans.append((TRANSFER_TRACK + lane * COMM_TRACK + stage, _label(transfer), "p2p", start, end))
+    return spans

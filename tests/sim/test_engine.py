@@ -71,3 +71,26 @@ def test_p2p_latency_is_on_the_critical_path():
     assert max(slow.end_s) >= base + 2 * 3 * 0.1 - 1e-9
     assert slow.critical_p2p_s[0] >= 0.6 - 1e-9
     assert max(slow.end_s) - slow.critical_p2p_s[0] <= base + 1e-9
+
+
+@pytest.mark.parametrize("schedule, p, m, v", [("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2), ("gpipe", 3, 6, 1),
+                                               ("1f1b", 8, 20, 1)])
+def test_recorded_transfers_are_the_ones_the_passes_wait_on(schedule, p, m, v):
+    rng = random.Random(1)
+    fwd = [[rng.uniform(0.5, 1.5) / v for _ in range(v)] for _ in range(p)]
+    bwd = [[rng.uniform(1.0, 3.0) / v for _ in range(v)] for _ in range(p)]
+    run = run_pipeline(schedule, p, m, v, fwd, bwd, 0.07, record=True)
+    starts = {(s, b, mb, c): start for s, b, mb, c, start, _ in run.events}
+    ends = {(s, b, mb, c): end for s, b, mb, c, _, end in run.events}
+    # every pass but the very first forward and the very last backward of a micro-batch receives one transfer
+    assert len(run.transfers) == 2 * m * (p * v - 1)
+    for src, dst, backward, mb, chunk, start, end in run.transfers:
+        assert abs(src - dst) in (1, p - 1) and end == pytest.approx(start + 0.07, rel=1e-12)
+        assert starts[(dst, backward, mb, chunk)] >= end - 1e-12  # the receiver starts after its arrival
+        assert start in {e for (s, b, i, _), e in ends.items() if s == src and b == backward and i == mb}
+    for stage, path in enumerate(run.critical_transfers):
+        assert len(path) * 0.07 == pytest.approx(run.critical_p2p_s[stage], rel=1e-9)
+        spans = [run.transfers[i] for i in path]
+        assert all(a[6] <= b[5] + 1e-12 for a, b in zip(spans, spans[1:]))  # one chain, in time order
+        for _, dst, backward, mb, chunk, _, end in spans:  # each bound its receiver's start
+            assert starts[(dst, backward, mb, chunk)] == end
