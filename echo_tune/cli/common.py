@@ -81,7 +81,11 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
     # --model names a preset or file to start from.
     model_ref = getattr(args, "model", None) or (None if args.megatron_args else default_model)
     if model_ref is not None:
-        base = load_model(model_ref)
+        if str(model_ref).endswith(".json") and "seq_length" in model_fields:
+            from echo_tune.config.hf_config import load_hf_config  # read with the length trained, so that its
+            base = load_hf_config(model_ref, seq_length=model_fields["seq_length"])  # sliding-window check sees it
+        else:
+            base = load_model(model_ref)
         model = base.replace(**model_fields) if model_fields else base
     else:
         model = build(ModelSpec, {"name": "megatron-args", **model_fields},

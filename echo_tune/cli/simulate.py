@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
         "simulate", help="simulate one training step of a Megatron-LM layout",
         description="Simulate one training step. Without arguments: GPT-3 175B on 1024 A100-80GB, "
                     "TP8 PP16, micro-batch 1, global batch 1536, full recompute.")
-    parser.add_argument("--model", help="model preset or YAML file (default gpt3-175b)")
+    parser.add_argument("--model", help="model preset, YAML file or Hugging Face config.json (default gpt3-175b)")
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset or YAML file (default a100-80gb)")
     parser.add_argument("--num-gpus", type=int, default=None, help=f"GPUs in the run (default {DEFAULT_NUM_GPUS})")
     parser.add_argument("--profile", help="calibration profile YAML (overrides the cluster's)")
