@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import torch
@@ -102,7 +103,7 @@ def gemm_rows(plan: SweepPlan, device: torch.device, timer: Timer, rank: int) ->
         for m, n, k in megatron_gemm_shapes(plan):
             a = torch.randn(m, k, device=device, dtype=DTYPES[dtype])
             b = torch.randn(k, n, device=device, dtype=DTYPES[dtype])
-            seconds = timer.time_s(lambda: torch.mm(a, b), plan.min_time_s, plan.max_iters)
+            seconds = timer.time_s(partial(torch.mm, a, b), plan.min_time_s, plan.max_iters)
             rows.append({"rank": rank, "device": device.type, "dtype": dtype, "m": m, "n": n, "k": k,
                          "time_us": seconds * 1e6, "tflops": 2.0 * m * n * k / seconds / 1e12})
             del a, b
@@ -146,7 +147,7 @@ def memory_rows(plan: SweepPlan, device: torch.device, timer: Timer, rank: int) 
     for size in plan.memory_sizes_bytes:
         src = torch.empty(size // 4, device=device, dtype=torch.float32).uniform_()
         dst = torch.empty_like(src)
-        seconds = timer.time_s(lambda: dst.copy_(src), plan.min_time_s, plan.max_iters)
+        seconds = timer.time_s(partial(dst.copy_, src), plan.min_time_s, plan.max_iters)
         moved = 2 * src.numel() * 4
         rows.append({"rank": rank, "device": device.type, "dtype": "fp32", "size_bytes": src.numel() * 4,
                      "bytes_moved": moved, "time_us": seconds * 1e6, "bandwidth_gbyte_s": moved / seconds / 1e9})

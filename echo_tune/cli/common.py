@@ -99,6 +99,17 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
     return model, parallel, notes
 
 
+def set_torch_threads(threads: int | None) -> None:
+    """``--threads``: torch's intra-op thread count on CPU (None leaves torch's default)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ConfigError(f"`threads >= 1` must hold, but got (threads={threads})")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def print_json(obj) -> None:
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from echo_tune.cli.common import add_layout_arguments, human_time, print_json, specs_from_args
+from echo_tune.cli.common import add_layout_arguments, human_time, print_json, set_torch_threads, specs_from_args
 from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
 
@@ -38,15 +38,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from echo_tune.cost.profile import load_profile
     from echo_tune.emulate.run import emulate
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"`threads >= 1` must hold, but got (threads={args.threads})")
-        torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
     if args.repeats < 1:
         raise ConfigError(f"`repeats >= 1` must hold, but got (repeats={args.repeats})")
     model, parallel, notes = specs_from_args(args)

@@ -17,19 +17,9 @@ from echo_tune.cli.checked_args import guard_numeric_flags
 from echo_tune.errors import EchoTuneError
 from echo_tune.io import os_error_message
 
-# subcommand -> module under echo_tune.cli
-SUBCOMMANDS = {
-    "simulate": "simulate",
-    "search": "search",
-    "rank": "rank",
-    "bench": "bench",
-    "calibrate": "calibrate",
-    "validate": "validate",
-    "profile": "profile",
-    "emulate": "emulate",
-    "presets": "presets",
-    "plan": "plan",
-}
+# each subcommand is the module of its name under echo_tune.cli
+SUBCOMMANDS = ("simulate", "search", "rank", "bench", "calibrate", "validate", "profile", "emulate", "presets",
+               "plan")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,14 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"echo-tune {__version__}",
                         help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name, module_name in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(f"echo_tune.cli.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"echo_tune.cli.{module_name}":
-                raise
-            continue  # subcommand not built yet
-        module.add_parser(subparsers)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"echo_tune.cli.{name}").add_parser(subparsers)
     guard_numeric_flags(parser)  # NaN, inf and out-of-range numbers: one-line usage errors, exit 2
     return parser
 

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from echo_tune.cli.common import add_layout_arguments, human_time, print_json, specs_from_args
+from echo_tune.cli.common import add_layout_arguments, human_time, print_json, set_torch_threads, specs_from_args
 from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
 
@@ -82,10 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from echo_tune.optime.device import local_device, serves
     from echo_tune.optime.profiler import profile_layouts
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"`threads >= 1` must hold, but got (threads={args.threads})")
-        torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda was asked for, but torch sees no CUDA device; drop --device or use cpu")
     targets = _targets(args)

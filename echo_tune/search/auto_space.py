@@ -24,17 +24,14 @@ import yaml
 
 from echo_tune.config.loading import load_cluster, load_model
 from echo_tune.errors import ConfigError
-from echo_tune.search.space import (MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH, MIN_TOKENS_PER_CP_RANK, SearchSpace,
-                                    space_from_dict)
+from echo_tune.search.auto_values import (MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH, MIN_TOKENS_PER_CP_RANK,
+                                          context_parallel_values, micro_batch_values)
+from echo_tune.search.space import SearchSpace, space_from_dict
 
 CAPS_HELP = (f"the space searched: TP inside a node, PP dividing the layers, VPP, CP up to {MAX_CONTEXT_PARALLEL} "
              f"(at least {MIN_TOKENS_PER_CP_RANK} tokens per CP rank), micro-batch 1-{MAX_MICRO_BATCH} dividing the "
              f"global batch, recompute none/selective/full, TP-comm overlap off/on, sequence parallel, distributed "
              f"optimizer and DP overlaps on; MoE: EP every divisor of the experts, ETP = TP or 1")
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def load_model_at(model: str, seq_length: int | None = None):
@@ -58,10 +55,8 @@ def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: 
     ``seq_length`` the model is written as its full mapping of fields (the length changed)."""
     spec = load_model_at(model, seq_length)
     load_cluster(cluster)  # fail early on a bad cluster, with its one-line error
-    seq = spec.seq_length
-    cp = [d for d in _divisors(num_gpus) if d <= MAX_CONTEXT_PARALLEL
-          and (d == 1 or (seq % (2 * d) == 0 and seq // d >= MIN_TOKENS_PER_CP_RANK))]
-    mbs = [d for d in _divisors(global_batch_size) if d <= MAX_MICRO_BATCH]
+    cp = list(context_parallel_values(num_gpus, spec.seq_length))
+    mbs = list(micro_batch_values(global_batch_size))
     is_file = model.endswith((".json", ".yaml", ".yml")) or "/" in model
     if is_file:  # an absolute path, so the written space file works from any folder
         model = str(Path(model).resolve())

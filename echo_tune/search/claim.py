@@ -63,7 +63,8 @@ def started_count(study, finished_states: tuple) -> int:
 
 
 @contextlib.contextmanager
-def _flock(path: str) -> Iterator[None]:
+def file_lock(path: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block."""
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -84,7 +85,7 @@ def claim(store) -> Iterator[None]:
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
         if path and path != ":memory:":
-            with _flock(str(Path(path)) + ".flock"):
+            with file_lock(str(Path(path)) + ".flock"):
                 yield
             return
     if url.startswith("postgresql"):

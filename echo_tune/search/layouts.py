@@ -253,12 +253,3 @@ def baselines(space: SearchSpace, valid: list[Candidate], limit: int = 6) -> lis
         step = (len(picks) - 1) / (limit - 1)
         picks = [picks[round(i * step)] for i in range(limit)]
     return picks
-
-
-def group_by_shape(candidates: list[Candidate]) -> list[list[Candidate]]:
-    """Candidates grouped by traced shape (one trace per group), largest groups first."""
-    groups: dict[tuple, list[Candidate]] = {}
-    for c in candidates:
-        groups.setdefault(c.shape, []).append(c)
-    return sorted(groups.values(), key=len, reverse=True)
-

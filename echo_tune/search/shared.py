@@ -96,12 +96,3 @@ def run_shared_exhaustive(space: SearchSpace, study, store, valid: list[Candidat
         stored += run_exhaustive(space, study, store, batch, n_jobs=n_jobs, profile=profile, on_trials=on_trials)
         storage.set_trial_state_values(ticket._trial_id, state=TrialState.COMPLETE, values=[0.0])
     return stored
-
-
-def claimed_elsewhere(storage, study_name: str) -> int:
-    """Tickets still RUNNING (workers busy now, or killed mid-batch)."""
-    try:
-        tickets = optuna.load_study(study_name=study_name + CLAIMS_SUFFIX, storage=storage)
-    except KeyError:
-        return 0
-    return len(tickets.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))

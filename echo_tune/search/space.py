@@ -26,7 +26,6 @@ own rules; this module only checks each value on its own.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,49 +36,11 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
 from echo_tune.errors import ConfigError
 from echo_tune.limits import LIMITS, check_number
-
-# Searched settings in the order layouts are drawn (see layouts.py): each later choice may depend on
-# the earlier ones. "num_gpus" is the world size; the rest are ParallelConfig fields (Megatron names).
-FIELD_ORDER = (
-    "num_gpus",
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "context_parallel_size",
-    "expert_model_parallel_size",
-    "expert_tensor_parallel_size",
-    "decoder_first_pipeline_num_layers",
-    "decoder_last_pipeline_num_layers",
-    "micro_batch_size",
-    "virtual_pipeline_model_parallel_size",
-    "num_layers_per_virtual_pipeline_stage",
-    "sequence_parallel",
-    "tp_comm_overlap",
-    "recompute_granularity",
-    "recompute_method",
-    "recompute_num_layers",
-    "use_distributed_optimizer",
-    "overlap_param_gather",
-    "overlap_grad_reduce",
-    "fp8_format",
-    "fp8_param_gather",
-)
-LAYOUT_FIELDS = FIELD_ORDER[1:]
-BOOL_FIELDS = ("sequence_parallel", "tp_comm_overlap", "use_distributed_optimizer", "overlap_param_gather",
-               "overlap_grad_reduce", "fp8_param_gather")
-OPTIONAL_INT_FIELDS = ("expert_tensor_parallel_size", "decoder_first_pipeline_num_layers",
-                       "decoder_last_pipeline_num_layers",
-                       "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
-                       "recompute_num_layers")
-NONE_WORDS = ("none", "null", "off")
-
-# Caps on `auto` (list the values to go past them): a micro-batch past 8 sequences only grows activation
-# memory once the GEMMs are large; context parallelism past 8, or under 1024 tokens per CP rank, splits the
-# sequence finer than the attention kernels stay efficient at -- such values wasted a third of TPE's trials.
-MAX_MICRO_BATCH = 8
-MAX_CONTEXT_PARALLEL = 8
-MIN_TOKENS_PER_CP_RANK = 1024
-AUTO_CAPS = (f"auto: micro-batch sizes up to {MAX_MICRO_BATCH}; CP up to {MAX_CONTEXT_PARALLEL} with at least "
-             f"{MIN_TOKENS_PER_CP_RANK} tokens per CP rank")
+from echo_tune.search.auto_values import auto_values
+from echo_tune.search.fields import BOOL_FIELDS, FIELD_ORDER, LAYOUT_FIELDS, NONE_WORDS, OPTIONAL_INT_FIELDS
+# Moved to auto_values.py, still imported from here (cli/search.py, users):
+from echo_tune.search.auto_values import (AUTO_CAPS, MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH,  # noqa: F401
+                                          MIN_TOKENS_PER_CP_RANK)
 
 OBJECTIVES = ("step_time", "peak_memory", "num_gpus", "cost")
 SPACE_KEYS = ("name", "description", "model", "cluster", "num_gpus", "global_batch_size", "precision",
@@ -130,12 +91,6 @@ class SearchSpace:
 
 def _err(where: str, message: str) -> ConfigError:
     return ConfigError(f"{where}: {message}")
-
-
-def _divisors(n: int) -> list[int]:
-    # pairs up to sqrt(n): a global batch of 2**40 takes 2**20 steps, not 2**40 (issue 10, bounded work)
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def resolve_ref(ref, base_dir: Path | None):
@@ -206,48 +161,6 @@ def _normalize(field_name: str, value, where: str, gbs: int):
             isinstance(value, bool) or not isinstance(value, int)):
         raise _err(where, f"`{field_name}` must be an integer, but got ({field_name}={value!r})")
     return value
-
-
-def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpus: tuple[int, ...],
-                choices: dict[str, tuple], gbs: int) -> tuple:
-    """Every value of ``field_name`` that the single-setting rules allow (combinations are checked later)."""
-    node = cluster.gpus_per_node
-    if field_name == "tensor_model_parallel_size":  # inside one node, dividing heads, query groups and FFN
-        return tuple(d for d in _divisors(node) if any(n % d == 0 for n in num_gpus)
-                     and model.num_attention_heads % d == 0 and model.query_groups % d == 0
-                     and model.ffn_size % d == 0)
-    if field_name == "pipeline_model_parallel_size":  # even stages that divide the GPU count
-        return tuple(d for d in _divisors(model.num_layers) if any(n % d == 0 for n in num_gpus))
-    if field_name == "context_parallel_size":  # Megatron splits the sequence into 2*CP chunks; capped (AUTO_CAPS)
-        return tuple(d for d in _divisors(max(num_gpus)) if d == 1 or (
-            model.seq_length % (2 * d) == 0 and d <= MAX_CONTEXT_PARALLEL
-            and model.seq_length // d >= MIN_TOKENS_PER_CP_RANK))
-    if field_name == "expert_model_parallel_size":  # divisors of the expert count (1 for a dense model)
-        if not model.is_moe:
-            return (1,)
-        return tuple(d for d in _divisors(model.num_experts) if any(n % d == 0 for n in num_gpus))
-    if field_name == "expert_tensor_parallel_size":  # None (= TP, Megatron's default) or a size inside a node
-        if not model.is_moe:
-            return (None,)
-        return (None,) + tuple(d for d in _divisors(node) if model.moe_ffn_size % d == 0
-                               and any(n % d == 0 for n in num_gpus))
-    if field_name == "micro_batch_size":  # capped (AUTO_CAPS)
-        return tuple(d for d in _divisors(gbs) if d <= MAX_MICRO_BATCH)
-    stage_layers = sorted({model.num_layers // p for p in choices.get("pipeline_model_parallel_size", (1,))
-                           if p > 1 and model.num_layers % p == 0})
-    if field_name == "virtual_pipeline_model_parallel_size":
-        return (None,) + tuple(sorted({v for s in stage_layers for v in _divisors(s) if v > 1}))
-    if field_name == "recompute_num_layers":
-        return tuple(_divisors(model.num_layers))
-    if field_name == "recompute_granularity":
-        return (None, "selective", "full")
-    if field_name == "recompute_method":
-        return ("uniform", "block")
-    if field_name in BOOL_FIELDS:
-        return (False, True)
-    if field_name == "fp8_format":  # bf16 GEMMs, or FP8 where the GPU has FP8 tensor cores
-        return (None, "hybrid") if cluster.gpu.peak_fp8_tflops is not None else (None,)
-    raise ConfigError(f"`{field_name}: auto` is not supported (no rule derives its values); list the values")
 
 
 def _default_choice(field_name: str):

@@ -34,6 +34,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import BaseJournalBackend
 
 from echo_tune.errors import ConfigError
+from echo_tune.search.claim import file_lock
 
 JOURNAL_NAME = "journal.log"
 
@@ -216,10 +217,5 @@ def _sqlite_create_lock(url: str) -> Iterator[None]:
     if not path or path == ":memory:" or not Path(path).parent.is_dir():
         yield
         return
-    fd = os.open(path + ".flock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with file_lock(path + ".flock"):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)

@@ -38,10 +38,6 @@ def seed_pieces(pieces: dict[tuple, dict[str, Trace]]) -> None:
     _PIECES.update(pieces)
 
 
-def known_pieces() -> dict[tuple, dict[str, Trace]]:
-    return dict(_PIECES)
-
-
 def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> dict[str, Trace]:
     """The layer, embedding and output pieces one rank runs (cached by shape; torch loads on a miss)."""
     key = pieces_key(model, parallel, layout)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import torch
 import torch._dynamo  # noqa: F401  custom ops pull it in on their first call (~1 s); pay it at import
-from torch import Tensor
 
 _NS = "echo_tune"
 FLASH_BACKWARD_FACTOR = 2.5

@@ -124,16 +124,24 @@ def test_worker_dies_with_sigkilled_parent(tmp_path):
         child = next(p for p in pids if p != parent.pid)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
-        deadline = time.monotonic() + 15
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _wait_until_gone([child])
         assert not _alive(child), "the worker outlived its SIGKILLed parent"
     finally:
-        for pid in [parent.pid, *_children(parent.pid)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_with_children(parent.pid)
+
+
+def _kill_with_children(pid: int) -> None:
+    for p in [pid, *_children(pid)]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _wait_until_gone(pids: list[int], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _cmdline(pid: int) -> str:
@@ -163,13 +171,7 @@ def test_exhaustive_pool_dies_with_sigkilled_parent(tmp_path):
         assert len(workers) >= 2, "the exhaustive pool never started"
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
-        deadline = time.monotonic() + 15
-        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _wait_until_gone(workers)
         assert not any(_alive(w) for w in workers), "a pool worker outlived its SIGKILLed parent"
     finally:
-        for pid in [parent.pid, *_children(parent.pid)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_with_children(parent.pid)

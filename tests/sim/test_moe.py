@@ -9,7 +9,7 @@ from echo_tune.config.compatibility import GroupPlacement, check_compatible
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.sim.memory import bytes_per_param
-from echo_tune.workload import trace_layer, trace_moe_layer
+from echo_tune.workload import trace_moe_layer
 
 H100 = et.load_cluster("h100-sxm")
 PROFILE = profile_for(H100)

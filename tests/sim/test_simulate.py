@@ -143,5 +143,5 @@ def test_selective_recompute_drops_korthikanti_attention_term():
     parallel = BASE.replace(recompute_granularity="selective", sequence_parallel=True)
     full = BASE.replace(recompute_granularity=None, sequence_parallel=True)
     saved = sim(full).stage_memory[0].activations_bytes - sim(parallel).stage_memory[0].activations_bytes
-    s, h, a, t, L = GPT3.seq_length, GPT3.hidden_size, GPT3.num_attention_heads, 8, GPT3.num_layers
+    s, a, t, L = GPT3.seq_length, GPT3.num_attention_heads, 8, GPT3.num_layers
     assert saved == pytest.approx(L * 5 * a * s * s / t, rel=1e-9)
