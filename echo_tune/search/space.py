@@ -96,7 +96,7 @@ def _err(where: str, message: str) -> ConfigError:
 def resolve_ref(ref, base_dir: Path | None):
     """A preset name stays as is; a relative file path is taken relative to the space file if it exists there."""
     ref = str(ref)
-    if base_dir is not None and (ref.endswith((".yaml", ".yml")) or "/" in ref):
+    if base_dir is not None and (ref.endswith((".yaml", ".yml", ".json")) or "/" in ref):
         candidate = base_dir / ref
         if not Path(ref).is_absolute() and not Path(ref).exists() and candidate.exists():
             return str(candidate)

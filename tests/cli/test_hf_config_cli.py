@@ -64,8 +64,6 @@ def test_rank_candidate_with_a_config_json(tmp_path, capsys, monkeypatch):
     assert rows["mistral"].get("step_time_s") is None
 
 
-@pytest.mark.xfail(strict=True, reason="search/space.py resolve_ref takes a bare `x.json` for a preset name, "
-                   "not a file beside the rank file (`.json` missing from its suffixes); cwd-relative only")
 def test_rank_bare_config_json_name_beside_the_rank_file(tmp_path, capsys, monkeypatch):
     shutil.copy(HF / "qwen2.5-7b.json", tmp_path / "config.json")
     rank = tmp_path / "rank.yaml"
