@@ -6,7 +6,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 import yaml
 
 from echo_tune.cli.main import main
