@@ -180,9 +180,10 @@ def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
     if place.size <= 1:
         return 0.0
     best = math.inf
-    for protocol, intra, inter in _tier_pairs(profile, collective, place):
+    pairs = _tier_pairs(profile, collective, place)
+    for protocol, intra, inter in pairs:
         tree = inter is not None and collective == "all_reduce"
-        if tree and _nccl_runs_tree(protocol, size_bytes, place, intra, inter):
+        if tree and _nccl_runs_tree(protocol, size_bytes, place, pairs[0][1], pairs[0][2]):
             best = min(best, _tree_time_s(protocol, size_bytes, place, intra, inter))
         else:
             best = min(best, _ring_time_s(collective, protocol, size_bytes, place, intra, inter))
