@@ -41,8 +41,9 @@ def test_tree_correction_follows_ncclTopoGetAlgoTime():
 def _winner(size: float, place: GroupPlacement) -> str:
     """The algorithm of the fastest tier, each tier running what NCCL's tuner picks."""
     best = None
-    for protocol, intra, inter in comm._tier_pairs(FITTED, "all_reduce", place):
-        if inter is not None and comm._nccl_runs_tree(protocol, size, place, intra, inter):
+    pairs = comm._tier_pairs(FITTED, "all_reduce", place)
+    for protocol, intra, inter in pairs:
+        if inter is not None and comm._nccl_runs_tree(protocol, size, place, pairs[0][1], pairs[0][2]):
             option = (comm._tree_time_s(protocol, size, place, intra, inter), "tree")
         else:
             option = (comm._ring_time_s("all_reduce", protocol, size, place, intra, inter), "ring")
@@ -50,6 +51,30 @@ def _winner(size: float, place: GroupPlacement) -> str:
             best = option
     assert best[0] == comm.collective_time_s("all_reduce", size, place, FITTED)
     return best[1]
+
+
+def test_nccl_choice_reads_the_graph_bandwidth_not_the_protocol_tier(monkeypatch):
+    """NCCL's tuner has one graph bandwidth per algorithm and applies the protocol factors to it, so every
+    protocol tier's tree/ring choice is made on the Simple tiers' links, never on a lower tier's own fit
+    (a curve fitted at small sizes, e.g. LL128 at 31.6 GB/s on NVLink in the shipped A100 profile)."""
+    intra, inter = FITTED.link("intra_node", "all_reduce"), FITTED.link("inter_node", "all_reduce")
+    assert intra.protocols["ll128"].bus_bandwidth_gbyte_s < intra.bus_bandwidth_gbyte_s / 4
+    seen = []
+    real = comm._nccl_runs_tree
+
+    def spy(protocol, size, place, graph_intra, graph_inter):
+        seen.append((protocol, graph_intra, graph_inter))
+        return real(protocol, size, place, graph_intra, graph_inter)
+
+    monkeypatch.setattr(comm, "_nccl_runs_tree", spy)
+    comm.collective_time_s("all_reduce", 64 * MIB, _place(16), FITTED)
+    assert [p for p, _, _ in seen] == ["simple", "ll128", "ll"]
+    assert all(a is intra and b is inter for _, a, b in seen)
+    # and the choice is NCCL's tuner on the Simple graph bandwidth (past two nodes: the NICs, 8 per node)
+    graph_gbyte_s = min(intra.bus_bandwidth_gbyte_s, 8 * inter.bus_bandwidth_gbyte_s)
+    for size in (MIB, 16 * MIB, 256 * MIB):
+        assert real("ll128", size, _place(16), intra, inter) == nccl_tuning.nccl_picks_tree(
+            "ll128", size, 128, 16, 8, graph_gbyte_s * 1e3)
 
 
 def test_algorithm_choice_by_size_and_node_count():
