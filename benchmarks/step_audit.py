@@ -2,6 +2,7 @@
 
     python benchmarks/step_audit.py [ROW ...]          # ROW: a runs_modern.csv name, or CSV:NAME
     python benchmarks/step_audit.py --gemm-needed       # every H100 row: the GEMM efficiency that meets it
+    python benchmarks/step_audit.py --readme-interleaved  # Megatron README H100 rows with PP > 1, interleaved
 
 For each row (default: the two dense configs of the audit, Llama-3.1 8B TP1 CP2 seq 8192 and GPT-3 175B
 TP4 PP8 VP12 seq 2048, plus the two small H100 rows of runs_megatron.csv) it prints:
@@ -155,9 +156,36 @@ def gemm_needed() -> None:
                   f"{profile.gemm_max_efficiency * factor:9.3f}")
 
 
+def readme_interleaved() -> None:
+    """The Megatron-LM README's H100 rows with PP > 1 under the interleaved schedule, which their text implies.
+
+    The README (f2e5db402c) says pipeline-parallel communication is overlapped "(enabled by default)", and
+    Megatron-LM at that commit turns --overlap-p2p-communication off, with a warning, unless the interleaved
+    schedule is used (megatron/training/arguments.py, validate_args), so those runs were interleaved. The
+    number of chunks is not stated: every valid one (a divisor > 1 of the layers per stage) is a candidate,
+    and the rows print the error at the fewest and at the most chunks (the CSV assumes one)."""
+    print(f"{'row':18s} {'PP':>3s} {'layers/stage':>12s} {'CSV (VP 1)':>10s} {'fewest chunks':>16s} {'most chunks':>14s}")
+    for case in read_runs(DATA / "runs_megatron.csv"):
+        pp = case.parallel.pipeline_model_parallel_size
+        if case.error or case.cluster.gpu.name != "h100-sxm" or pp == 1:
+            continue
+        per_stage = case.model.num_layers // pp
+        chunks = [v for v in range(2, per_stage + 1) if per_stage % v == 0]
+
+        def error(vp: int | None) -> float:
+            parallel = dataclasses.replace(case.parallel, virtual_pipeline_model_parallel_size=vp)
+            step = simulate(case.model, case.cluster, case.num_gpus, parallel).step_time_s
+            return 100 * (step - case.measured_step_time_s) / case.measured_step_time_s
+        print(f"{case.name:18s} {pp:3d} {per_stage:12d} {error(None):+9.1f}% "
+              f"{error(chunks[0]):+8.1f}% (VP {chunks[0]:2d}) {error(chunks[-1]):+7.1f}% (VP {chunks[-1]:2d})")
+
+
 def main() -> None:
     if sys.argv[1:] == ["--gemm-needed"]:
         gemm_needed()
+        return
+    if sys.argv[1:] == ["--readme-interleaved"]:
+        readme_interleaved()
         return
     rows = [a.split(":", 1) if ":" in a else ("runs_modern.csv", a) for a in sys.argv[1:]] or DEFAULT_ROWS
     for csv, name in rows:
