@@ -82,10 +82,10 @@ def print_ranking(rows: list[dict], tokens: float, console: Console | None = Non
                       f"{r['headroom_gib']:.1f} GiB", "[green]yes[/green]" if fits else "[red]no[/red]",
                       _duration(r["time_to_train_s"]) if fits else "-", _si(r["gpu_hours"]) if fits else "-",
                       _si(r["cost"]) if r["cost"] is not None else "-",
-                      f"±{band['mean_abs_error_pct']:.0f}%" + ("" if band["match"] == "exact" else f" ({band['match']})"))
+                      band["text"] + ("" if band["match"] == "exact" else f" ({band['match']})"))
     console.print(table)
     console.print(f"[dim]cost = GPU-hours x gpu_hour_cost in {currency} ('-' where no price is given or the "
-                  f"layout does not fit); error band: mean error of the nearest validated family[/dim]")
+                  f"layout does not fit); error band: measured step time of the nearest validated family's runs against predicted, lowest..highest[/dim]")
     for r in rows:
         if r.get("refused"):
             console.print(f"[red]{r['name']}: refused: {r['refused']}[/red]")

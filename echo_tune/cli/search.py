@@ -181,11 +181,11 @@ def run(args: argparse.Namespace) -> int:
         miss = closest_miss(result)
     band = None
     if result.best is not None:
-        from echo_tune.plan.bands import band_for
+        from echo_tune.plan.bands import band_for, band_summary
 
         cfg = result.best["config"]
         band = band_for(space.cluster.gpu.name, space.model.is_moe, bool(cfg.get("fp8_format")), cfg["num_gpus"])
-        band = {k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct")}
+        band = band_summary(band)
         result.best["error_band"] = band
     if args.json:
         print_json({**result.to_dict(), **({"explanation": explanation} if explanation else {}),
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_result(space, result, top=args.top)
         if band is not None:
-            make_console().print(f"error band: ±{band['mean_abs_error_pct']:.0f}% ({band['note']}, "
+            make_console().print(f"error band: measured {band['text']} against predicted ({band['note']}, "
                             f"{band['n_runs']} validated runs)", highlight=False)
         if miss is not None:
             make_console().print(f"closest miss: {miss['layout']} needs {miss['over_gib']:.1f} GiB more than the limit "

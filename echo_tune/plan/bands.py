@@ -8,7 +8,9 @@ published-runs CSVs by::
         ../shared/data/published-runs/runs_modern.csv
 
 (the command and the simulator's version are stored in the file). Each family keeps its row count, its mean
-absolute error and its mean signed error in percent. A prediction takes the band of its own family; if no
+absolute error, its mean signed error and its lowest and highest signed error in percent; a prediction is shown
+with the range of measured / predicted over its family's runs (``band_text``), which lies above 1 where the
+family's runs all took longer than predicted (the H100 rows, README "Validation") instead of around it. A prediction takes the band of its own family; if no
 validated run shares it, the nearest family with the same GPU, dense/MoE and precision (another scale),
 then the same GPU architecture (Ampere, Hopper, Blackwell), then the same dense/MoE and precision (any GPU);
 outside all of those it says so and takes the band of
@@ -47,7 +49,35 @@ def family_key(f: dict) -> str:
 
 def _summary(errors: list[float]) -> dict:
     return {"n_runs": len(errors), "mean_abs_error_pct": sum(abs(e) for e in errors) / len(errors),
-            "mean_signed_error_pct": sum(errors) / len(errors), "max_abs_error_pct": max(abs(e) for e in errors)}
+            "mean_signed_error_pct": sum(errors) / len(errors), "max_abs_error_pct": max(abs(e) for e in errors),
+            "min_signed_error_pct": min(errors), "max_signed_error_pct": max(errors)}
+
+
+def measured_ratio_range(band: dict) -> tuple[float, float]:
+    """Measured / predicted step time over the band's validated runs, lowest and highest.
+
+    A signed error e (predicted - measured, in % of measured) is a measured / predicted ratio of
+    1 / (1 + e / 100): a family predicted too fast (e < 0) ran slower than predicted, and its range lies
+    above 1 rather than around it. A table without the signed extremes falls back to 1 -/+ the mean
+    absolute error."""
+    if "min_signed_error_pct" not in band:
+        rel = band["mean_abs_error_pct"] / 100.0
+        return 1.0 - rel, 1.0 + rel
+    return 1.0 / (1.0 + band["max_signed_error_pct"] / 100.0), 1.0 / (1.0 + band["min_signed_error_pct"] / 100.0)
+
+
+def band_summary(band: dict) -> dict:
+    """What a result carries of its band (``band_for``'s answer): family, match, note, run count, mean absolute
+    and mean signed error, the measured / predicted range and its text."""
+    return {**{k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct", "mean_signed_error_pct")},
+            "measured_over_predicted": list(measured_ratio_range(band)), "text": band_text(band)}
+
+
+def band_text(band: dict) -> str:
+    """"+6..+18% (n=5)": how much longer (or shorter) the family's validated runs took than predicted."""
+    lo, hi = (100.0 * (r - 1.0) for r in measured_ratio_range(band))
+    span = f"{lo:+.0f}%" if round(lo) == round(hi) else f"{lo:+.0f}..{hi:+.0f}%"
+    return f"{span} (n={band['n_runs']})"
 
 
 def build_bands(paths: list[str]) -> dict:

@@ -18,7 +18,7 @@ import optuna
 
 from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
-from echo_tune.plan.bands import band_for
+from echo_tune.plan.bands import band_for, band_summary, measured_ratio_range
 from echo_tune.plan.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, load_model_at
 from echo_tune.search.results import trial_record
@@ -133,8 +133,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
            "gpu_hour_price": c.gpu_hour_price, "currency": opts.currency if c.gpu_hour_price else None,
            "study": str(Path(result.results_dir)), "n_trials": result.n_trials, "n_feasible": result.n_feasible}
     band = band_for(space.cluster.gpu.name, model.is_moe, False, c.num_gpus)
-    row["error_band"] = {k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct",
-                                               "mean_signed_error_pct")}
+    row["error_band"] = band_summary(band)
     best = result.best
     if best is None:
         over = [r for r in records if not r["fits_memory"]]
@@ -149,13 +148,13 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
     gpu_hours = seconds * c.num_gpus / 3600.0
     cost = gpu_hours * c.gpu_hour_price if c.gpu_hour_price is not None else None
     days = seconds / 86400.0
-    rel = band["mean_abs_error_pct"] / 100.0
+    ratio_lo, ratio_hi = measured_ratio_range(band)
     row.update(feasible=True, layout=full_label(best["config"], best["derived"].get("data_parallel_size")),
                config=best["config"], data_parallel_size=best["derived"].get("data_parallel_size"),
                step_time_s=best["step_time_s"], tokens_per_s=best["tokens_per_s"],
                mfu=best["mfu"], peak_memory_gib=best["peak_memory_bytes"] / GIB,
                headroom_gib=(space.cluster.gpu.memory_bytes - best["peak_memory_bytes"]) / GIB,
-               days=days, days_band=(days * (1 - rel), days * (1 + rel)), gpu_hours=gpu_hours, cost=cost,
+               days=days, days_band=(days * ratio_lo, days * ratio_hi), gpu_hours=gpu_hours, cost=cost,
                breakdown_s=best["breakdown_s"], megatron_args=best["megatron_args"],
                meets_deadline=None if opts.deadline_days is None else days <= opts.deadline_days,
                within_budget=None if opts.budget is None or cost is None else cost <= opts.budget,

@@ -27,7 +27,7 @@ def plan_table(rows: list[dict], currency: str, title: str) -> Table:
                          overflow="fold", no_wrap=col in ("candidate", "step", "MFU", "headroom", "error band"))
     for i, r in enumerate(rows, 1):
         band = r["error_band"]
-        band_text = f"±{band['mean_abs_error_pct']:.0f}% (n={band['n_runs']})" if r["feasible"] else "-"
+        band_text = band["text"] if r["feasible"] else "-"
         notes = [] if band["match"] == "exact" or not r["feasible"] else [
             f"band of nearest validated family {band['family']}" if band["match"] == "nearest"
             else "outside every validated family (band of all runs)"]
@@ -80,6 +80,9 @@ def print_plan(result, explanation: dict | None, *, sort: str, console: Console 
     title = (f"plan: {result.model}, {result.tokens:.3g} tokens, global batch {result.global_batch_size}, "
              f"sorted by {sort}")
     console.print(plan_table(result.rows, result.currency, title))
+    console.print("[dim]error band: how much longer (+) or shorter (-) the validated runs of the prediction's family "
+                  "took than predicted, lowest..highest (n runs); days in brackets: the same range applied[/dim]",
+                  highlight=False)
     winner = result.winner
     if winner is None:
         console.print("[bold red]no candidate has a layout that fits in memory[/bold red]")

@@ -175,7 +175,7 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
     """Simulate every candidate; fitting ones first (fastest, or cheapest with ``sort="cost"``), then the ones
     that do not fit, with no time or cost (a candidate fits when it leaves ``memory_headroom_gib`` free, as in
     ``search``). Each row carries the planner's columns: headroom, days, GPU-hours, cost, error band."""
-    from echo_tune.plan.bands import band_for
+    from echo_tune.plan.bands import band_for, band_summary
     from echo_tune.plan.planner import sort_rows
 
     from echo_tune.cost.profile import load_profile
@@ -204,7 +204,7 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
                "gpu_hour_cost": c.gpu_hour_cost,
                "cost": gpu_hours * c.gpu_hour_cost if fits and c.gpu_hour_cost is not None else None,
                "headroom_gib": (c.cluster.gpu.memory_bytes - report.peak_memory_bytes) / 2**30,
-               "error_band": {k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct")}}
+               "error_band": band_summary(band)}
         rows.append(row)
     for r in rows:  # the planner's sort keys
         r["feasible"], r["days"] = r["fits_memory"], r["time_to_train_days"]

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from echo_tune.plan.bands import band_for, build_bands, family_key, load_bands, scale_of
+from echo_tune.plan.bands import (band_for, band_summary, band_text, build_bands, family_key, load_bands,
+                                  measured_ratio_range, scale_of)
 
 REPO = Path(__file__).resolve().parents[2]
 BANDS = {"families": {
@@ -33,12 +34,27 @@ def test_exact_nearest_and_outside():
     assert moe["mean_abs_error_pct"] == 4.0
 
 
+def test_band_is_the_measured_over_predicted_range_of_the_family():
+    # every run of a family predicted too fast (signed error -15.5 .. -5.7%): measured took 6..18% longer
+    biased = {"n_runs": 5, "mean_abs_error_pct": 11.0, "mean_signed_error_pct": -11.0,
+              "min_signed_error_pct": -15.5, "max_signed_error_pct": -5.7}
+    lo, hi = measured_ratio_range(biased)
+    assert lo == pytest.approx(1 / 0.943) and hi == pytest.approx(1 / 0.845) and lo > 1
+    assert band_text(biased) == "+6..+18% (n=5)"
+    assert band_text({**biased, "n_runs": 1, "min_signed_error_pct": -15.5, "max_signed_error_pct": -15.5}) == "+18% (n=1)"
+    # a table without the signed extremes keeps the symmetric band of its mean absolute error
+    assert measured_ratio_range(BANDS["all"]) == (pytest.approx(0.96), pytest.approx(1.04))
+    summary = band_summary({**biased, "family": "f", "match": "exact", "note": "n"})
+    assert summary["text"] == "+6..+18% (n=5)" and summary["measured_over_predicted"] == [lo, hi]
+
+
 def test_shipped_table_is_consistent_and_names_its_command():
     bands = load_bands()
     assert bands["command"].startswith("python -m echo_tune.plan.bands")
     assert sum(f["n_runs"] for f in bands["families"].values()) == bands["all"]["n_runs"] > 0
     for key, fam in bands["families"].items():
         assert key == family_key(fam) and fam["mean_abs_error_pct"] >= abs(fam["mean_signed_error_pct"]) - 1e-9
+        assert fam["min_signed_error_pct"] <= fam["mean_signed_error_pct"] <= fam["max_signed_error_pct"]
 
 
 def test_build_from_a_runs_csv_groups_rows_by_family():

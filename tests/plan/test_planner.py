@@ -44,7 +44,9 @@ def test_table_prices_feasible_rows_and_leaves_infeasible_without_time_or_cost(t
         assert r["days"] == pytest.approx(days)
         assert r["gpu_hours"] == pytest.approx(days * 24 * r["num_gpus"])
         assert r["cost"] == pytest.approx(r["gpu_hours"] * r["gpu_hour_price"]) and r["currency"] == "USD"
-        assert r["days_band"][0] < r["days"] < r["days_band"][1]
+        lo, hi = r["error_band"]["measured_over_predicted"]
+        assert lo <= hi and r["days_band"] == pytest.approx((r["days"] * lo, r["days"] * hi))
+        assert r["error_band"]["text"].endswith(f"(n={r['error_band']['n_runs']})")
     bad = result.rows[2]
     assert bad["days"] is None and bad["cost"] is None and bad["step_time_s"] is None
     assert bad["closest_miss"]["over_gib"] > 0 and "TP" in bad["closest_miss"]["layout"]
