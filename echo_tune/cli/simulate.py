@@ -68,12 +68,24 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         write_chrome_trace(report, args.trace)
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
+    band = None
+    if profile is None:  # the bands come from validating the datasheet profiles; a measured profile has its own
+        from echo_tune.plan.bands import band_for, band_summary
+
+        band = band_summary(band_for(cluster.gpu.name, model.is_moe, parallel.fp8_format is not None, num_gpus))
     if args.json:
         data = report.to_dict()
         data["notes"] = list(report.notes) + notes
+        if band is not None:
+            data["error_band"] = band
         print_json(data)
     else:
         print_report(report, notes)
+        if band is not None:
+            make_console().print(f"[dim]error band: measured vs predicted step time of the validated runs of "
+                                 f"{band['family']}: {band['text']}"
+                                 f"{'' if band['match'] == 'exact' else ' (' + band['note'] + ')'}[/dim]",
+                                 highlight=False)
     return 0
 
 

@@ -30,6 +30,23 @@ def test_json_contract(capsys):
     assert cfg["precision"] == "bf16" and cfg["num_gpus"] == 1024
 
 
+def test_error_band_of_the_datasheet_profile_family(capsys, tmp_path):
+    """Without --profile the run carries the validated family's measured/predicted range; with a profile of
+    the user's own it does not (the bands come from validating the datasheet profiles)."""
+    band = run_json(capsys, ISSUE_LINE)["error_band"]
+    assert band["family"] == "a100-80gb/dense/bf16/>512" and band["match"] == "exact" and band["n_runs"] > 0
+    lo, hi = band["measured_over_predicted"]
+    assert lo <= hi and band["text"].endswith(f"(n={band['n_runs']})")
+    assert main(ISSUE_LINE) == 0
+    assert f"error band: measured vs predicted step time of the validated runs of {band['family']}" in (
+        capsys.readouterr().out.replace("\n", " "))
+    from echo_tune.cost.profile import default_profile, save_profile
+    from echo_tune.config import load_cluster
+    path = tmp_path / "p.yaml"
+    save_profile(default_profile(load_cluster("a100-80gb")), path)
+    assert "error_band" not in run_json(capsys, ISSUE_LINE + ["--profile", str(path)])
+
+
 def test_default_run_is_the_issue_line(capsys):
     assert run_json(capsys, ["simulate"])["step_time_s"] == run_json(capsys, ISSUE_LINE)["step_time_s"]
 
