@@ -164,7 +164,8 @@ def readme_interleaved() -> None:
     schedule is used (megatron/training/arguments.py, validate_args), so those runs were interleaved. The
     number of chunks is not stated: every valid one (a divisor > 1 of the layers per stage) is a candidate,
     and the rows print the error at the fewest and at the most chunks (the CSV assumes one)."""
-    print(f"{'row':18s} {'PP':>3s} {'layers/stage':>12s} {'CSV (VP 1)':>10s} {'fewest chunks':>16s} {'most chunks':>14s}")
+    print(f"{'row':18s} {'PP':>3s} {'layers/stage':>12s} {'CSV (VP 1)':>10s} {'fewest chunks':>16s} "
+          f"{'most chunks':>14s}")
     for case in read_runs(DATA / "runs_megatron.csv"):
         pp = case.parallel.pipeline_model_parallel_size
         if case.error or case.cluster.gpu.name != "h100-sxm" or pp == 1:

@@ -85,7 +85,8 @@ def print_ranking(rows: list[dict], tokens: float, console: Console | None = Non
                       band["text"] + ("" if band["match"] == "exact" else f" ({band['match']})"))
     console.print(table)
     console.print(f"[dim]cost = GPU-hours x gpu_hour_cost in {currency} ('-' where no price is given or the "
-                  f"layout does not fit); error band: measured step time of the nearest validated family's runs against predicted, lowest..highest[/dim]")
+                  f"layout does not fit); error band: measured step time of the nearest validated family's runs "
+                  f"against predicted, lowest..highest[/dim]")
     for r in rows:
         if r.get("refused"):
             console.print(f"[red]{r['name']}: refused: {r['refused']}[/red]")

@@ -181,9 +181,10 @@ def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
         return 0.0
     best = math.inf
     pairs = _tier_pairs(profile, collective, place)
+    _, simple_intra, simple_inter = pairs[0]  # NCCL's graph bandwidth: one per algorithm, whatever the protocol
     for protocol, intra, inter in pairs:
         tree = inter is not None and collective == "all_reduce"
-        if tree and _nccl_runs_tree(protocol, size_bytes, place, pairs[0][1], pairs[0][2]):
+        if tree and _nccl_runs_tree(protocol, size_bytes, place, simple_intra, simple_inter):
             best = min(best, _tree_time_s(protocol, size_bytes, place, intra, inter))
         else:
             best = min(best, _ring_time_s(collective, protocol, size_bytes, place, intra, inter))

@@ -18,7 +18,7 @@ import optuna
 
 from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
-from echo_tune.plan.bands import band_for, band_summary, measured_ratio_range
+from echo_tune.plan.bands import band_for, band_summary
 from echo_tune.plan.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, load_model_at
 from echo_tune.search.results import trial_record
@@ -148,7 +148,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
     gpu_hours = seconds * c.num_gpus / 3600.0
     cost = gpu_hours * c.gpu_hour_price if c.gpu_hour_price is not None else None
     days = seconds / 86400.0
-    ratio_lo, ratio_hi = measured_ratio_range(band)
+    ratio_lo, ratio_hi = row["error_band"]["measured_over_predicted"]
     row.update(feasible=True, layout=full_label(best["config"], best["derived"].get("data_parallel_size")),
                config=best["config"], data_parallel_size=best["derived"].get("data_parallel_size"),
                step_time_s=best["step_time_s"], tokens_per_s=best["tokens_per_s"],
