@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+from echo_tune.config.flag_catalog import spelling
 from echo_tune.config.moe_fields import MLAFields, MoEFields
 from echo_tune.config.tokenizers import tokenizer_vocab_size
 from echo_tune.config.unmodelled import VALUE_RULES, refuse_if_unmodelled
@@ -118,6 +119,8 @@ LINE_FLAGS = {
 }
 # Accepted spellings that older Megatron versions or users write for the same field.
 ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size"}
+# Flags parse_megatron_line reads itself: the precision, and Megatron 2021's full uniform recompute.
+SPECIAL_FLAGS = ("--bf16", "--fp16", "--checkpoint-activations")
 
 MEGATRON_FLAGS = frozenset([f for f, _ in MODEL_FLAGS.values()] + [f for f, _ in PARALLEL_FLAGS.values()]
                            + list(EXTRA_FLAGS))
@@ -144,7 +147,8 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
     """Read a Megatron launch line: (model fields, parallel fields, precision or None, ignored flags).
 
     Flags that do not shape the step are returned as ignored; a flag that shapes the step but is not
-    modelled, or is unknown, raises ``UnmodelledError`` naming it (config/unmodelled.py)."""
+    modelled, or is not a Megatron-LM flag (config/flag_catalog.py), raises ``UnmodelledError`` naming it
+    (config/unmodelled.py)."""
     by_flag = {flag: (field, kind, "model") for field, (flag, kind) in MODEL_FLAGS.items()}
     by_flag |= {flag: (field, kind, "parallel") for field, (flag, kind) in PARALLEL_FLAGS.items()}
     by_flag |= {alias: (field, PARALLEL_FLAGS[field][1], "parallel") for alias, field in ALIASES.items()}
@@ -157,7 +161,7 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
     while i < len(tokens):
         token = tokens[i]
         flag, _, inline = token.partition("=")
-        flag = flag.replace("_", "-") if flag.startswith("--") else flag
+        flag = spelling(flag, by_flag)  # argparse's exact option string first, then `_` read as `-`
         i += 1
         if flag in ("--bf16", "--fp16"):
             precision = flag[2:]
