@@ -116,6 +116,7 @@ LINE_FLAGS = {
     "--activations-checkpoint-method": 1,      # Megatron 2021 name of --recompute-method (with full recompute)
     "--activations-checkpoint-num-layers": 1,  # Megatron 2021 name of --recompute-num-layers
     "--checkpoint-num-layers": 1,              # Megatron 2020 name of the same
+    "--use-rotary-position-embeddings": 0,     # deprecated: sets position_embedding_type = rope (validate_args)
 }
 # Accepted spellings that older Megatron versions or users write for the same field.
 ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size"}
@@ -215,6 +216,8 @@ def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, 
     tokenizer = (flags.get("--tokenizer-type") or ["GPT2BPETokenizer" if "--merge-file" in flags else None])[0]
     if "vocab_size" not in model and tokenizer is not None:
         model["vocab_size"] = tokenizer_vocab_size(tokenizer, (flags.get("--tokenizer-model") or [None])[0])
+    if "--use-rotary-position-embeddings" in flags:
+        model["position_embedding_type"] = "rope"  # arguments.py validate_args: overrides --position-embedding-type
     if "--recompute-activations" in flags:
         parallel.setdefault("recompute_granularity", "selective")
     if "--activations-checkpoint-method" in flags:

@@ -78,3 +78,10 @@ def test_unknown_tokenizer_asks_for_vocab_size():
     assert tokenizer_vocab_size("HuggingFaceTokenizer", "/models/Qwen2.5-7B") == 151665
     with pytest.raises(ConfigError, match="add --vocab-size N"):
         tokenizer_vocab_size("HuggingFaceTokenizer", "deepseek-ai/DeepSeek-V3")
+
+
+def test_deprecated_rotary_flag_means_rope_as_in_megatron():
+    # arguments.py validate_args at d98e8a64ddf3: `if args.use_rotary_position_embeddings:
+    # args.position_embedding_type = 'rope'`, whatever --position-embedding-type says
+    model, _, _, _ = parse_megatron_line("--position-embedding-type learned_absolute --use-rotary-position-embeddings")
+    assert model["position_embedding_type"] == "rope"
