@@ -68,8 +68,8 @@ class BaseConfig:
 
 
 def write_tree(root: Path) -> Path:
-    files = {"megatron/training/arguments.py": ARGUMENTS, "megatron/core/__init__.py": "from .config import DemoConfig\n",
-             "megatron/core/config.py": CONFIG, "megatron/core/base.py": BASE}
+    files = {"megatron/training/arguments.py": ARGUMENTS, "megatron/core/config.py": CONFIG,
+             "megatron/core/__init__.py": "from .config import DemoConfig\n", "megatron/core/base.py": BASE}
     for path, text in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(textwrap.dedent(text))
