@@ -45,6 +45,12 @@ def test_no_listed_flag_is_missing_from_megatron_except_kept_legacy_spellings():
     assert unclassified(LEGACY) == []  # and it is classified like any other
 
 
+def test_value_rules_name_real_choices():
+    for flag, values in unmodelled.VALUE_RULES.items():
+        choices = megatron_flags()[flag].get("choices")
+        assert choices is None or set(values) <= {str(c) for c in choices}, flag
+
+
 @pytest.mark.parametrize("flag", ["--overlap-param-gather-with-optimizer-step", "--moe-router-fusion"])
 def test_flags_being_modelled_elsewhere_are_known_not_unknown(flag):
     with pytest.raises(UnmodelledError, match="being modelled") as info:
