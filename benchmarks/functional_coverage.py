@@ -39,7 +39,8 @@ def coverage(names: list[str] | None = None, cache_dir: Path | None = CACHE, cor
 
     ``drop_refused``: a what-if, each line without the flags echo-tune refuses (what the simulator would
     say, and which bugs wait behind the refusals, once those flags are modelled)."""
-    runs, left_out = corpus_runs(load_corpus() if corpus is None else corpus, names)
+    corpus = load_corpus() if corpus is None else corpus
+    runs, left_out = corpus_runs(corpus, names)
     cache = OutcomeCache(cache_dir)
     cases = []
     for key, case_runs in runs.items():
@@ -57,7 +58,8 @@ def coverage(names: list[str] | None = None, cache_dir: Path | None = CACHE, cor
         cases.append({"case": key, "outcome": results[0]["outcome"], "line": line, "dropped_flags": dropped,
                       "runs": results})
     cache.save()
-    return summarize(cases, left_out) | {"drop_refused": drop_refused}
+    commit = next(iter(corpus.values()))["source_commit"]
+    return summarize(cases, left_out) | {"corpus_commit": commit, "drop_refused": drop_refused}
 
 
 def summarize(cases: list[dict], left_out: dict[str, list[str]]) -> dict:
@@ -75,10 +77,21 @@ def summarize(cases: list[dict], left_out: dict[str, list[str]]) -> dict:
             "counts": {o: counts.get(o, 0) for o in OUTCOMES},
             "coverage": counts.get("simulated", 0) / total if total else 0.0,
             "refusals_by_first_flag": [{"flag": f, "cases": n, "reason": reasons[f]} for f, n in first.most_common()],
-            "refusing_flags_anywhere": [{"flag": f, "cases": n, "only_blocker": sole.get(f, 0)}
-                                        for f, n in anywhere.most_common()],
+            "refusing_flags_anywhere": _anywhere(refused, anywhere, sole),
             "rejections": [{"reason": r, "cases": n} for r, n in rejected.most_common()],
             "errors": errors, "comparison": compare(cases), "cases": cases}
+
+
+def _anywhere(refused: list[dict], anywhere: Counter, sole: Counter) -> list[dict]:
+    """Refusing flags by the number of refused cases that set them; ``unblocked_cumulative``: refused cases
+    left with no refusing flag once this flag and all those above it are handled (modelled or harmless)."""
+    handled, out = set(), []
+    blockers = [set(c["runs"][0]["blocking_flags"]) for c in refused]
+    for flag, n in anywhere.most_common():
+        handled.add(flag)
+        out.append({"flag": flag, "cases": n, "only_blocker": sole.get(flag, 0),
+                    "unblocked_cumulative": sum(b <= handled for b in blockers)})
+    return out
 
 
 def compare(cases: list[dict]) -> dict:
@@ -124,11 +137,12 @@ def print_table(result: dict, verbose: bool = False, out=sys.stdout) -> None:
         p(f"| `{r['flag']}` | {r['cases']} | {r['reason'].split(' but ')[0].split('; ')[0]} |")
     anywhere = result["refusing_flags_anywhere"]
     shown = anywhere if verbose else anywhere[:TOP_FLAGS]
-    p("", f"Refusing flags anywhere in the refused cases (only blocker: cases that flag alone refuses)"
+    p("", f"Refusing flags anywhere in the refused cases (only blocker: cases that flag alone refuses; "
+          f"unblocked: refused cases left with no refusing flag once the flags down to this row are handled)"
           f"{'' if len(shown) == len(anywhere) else f', top {len(shown)} of {len(anywhere)} (--verbose: all)'}:",
-      "", "| flag | cases | only blocker |", "|---|---:|---:|")
+      "", "| flag | cases | only blocker | unblocked |", "|---|---:|---:|---:|")
     for r in shown:
-        p(f"| `{r['flag']}` | {r['cases']} | {r['only_blocker']} |")
+        p(f"| `{r['flag']}` | {r['cases']} | {r['only_blocker']} | {r['unblocked_cumulative']} |")
     if result["rejections"]:
         p("", "Rejected (a rule of the model or layout):", "", "| cases | message |", "|---:|---|")
         for r in result["rejections"]:
@@ -148,6 +162,8 @@ def print_table(result: dict, verbose: bool = False, out=sys.stdout) -> None:
 def _print_comparison(comparison: dict, verbose: bool, p) -> None:
     p("", "Predicted vs measured (golden values; memory of the last rank, which Megatron logs):", "",
       "| metric | runs | median abs error | worst abs error | worst run |", "|---|---:|---:|---:|---|")
+    if not comparison["summary"]:
+        p("| (no simulated run with golden values) | 0 | - | - | - |")
     for name, s in comparison["summary"].items():
         p(f"| {name} | {s['runs']} | {100 * s['median_abs_error']:.1f}% | {100 * s['worst_abs_error']:.1f}% "
           f"| {s['worst']} |")

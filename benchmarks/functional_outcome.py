@@ -23,7 +23,6 @@ import shlex
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 OUTCOMES = ("simulated", "refused", "rejected", "error")
 
 
@@ -110,11 +109,15 @@ def simulate_line(line: str, cluster: str, num_gpus: int) -> dict:
 
 
 def code_hash() -> str:
-    """A digest of echo-tune's sources and presets: cached outcomes are reused only for the same code."""
+    """A digest of the imported echo-tune's sources and presets: cached outcomes are reused only for the
+    same code."""
+    import echo_tune
+
+    package = Path(echo_tune.__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted((ROOT / "echo_tune").rglob("*")):
+    for path in sorted(package.rglob("*")):
         if path.is_file() and path.suffix in (".py", ".yaml", ".json", ".csv"):
-            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(str(path.relative_to(package)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
