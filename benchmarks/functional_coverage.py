@@ -95,7 +95,8 @@ def _anywhere(refused: list[dict], anywhere: Counter, sole: Counter) -> list[dic
 
 
 def compare(cases: list[dict]) -> dict:
-    """Predicted vs measured per simulated run with golden values: rows and median / worst |error| per metric."""
+    """Predicted vs measured per simulated run with golden values: rows, median / worst |error| per metric,
+    and per cluster the median signed error (predicted / measured - 1: below zero, echo-tune predicts less)."""
     rows, errs = [], {name: [] for name, _, _ in COMPARED}
     for case in cases:
         for run in case["runs"]:
@@ -107,12 +108,25 @@ def compare(cases: list[dict]) -> dict:
                 if measured:
                     err = run[predicted_key] / measured - 1
                     row[name] = {"measured": measured, "predicted": run[predicted_key], "error": err}
-                    errs[name].append((abs(err), case["case"], run["cluster"]))
+                    errs[name].append((abs(err), case["case"], run["cluster"], err))
             rows.append(row)
     summary = {name: {"runs": len(v), "median_abs_error": statistics.median(e for e, *_ in v),
                       "worst_abs_error": max(v)[0], "worst": f"{max(v)[1]} on {max(v)[2]}"}
                for name, v in errs.items() if v}
-    return {"rows": rows, "summary": summary}
+    by_cluster = {}
+    for name, v in errs.items():
+        for cluster in sorted({c for _, _, c, _ in v}):
+            signed = [e for _, _, c, e in v if c == cluster]
+            by_cluster.setdefault(cluster, {})[name] = {"runs": len(signed),
+                                                        "median_error": statistics.median(signed)}
+    return {"rows": rows, "summary": summary, "by_cluster": by_cluster}
+
+
+def _short(reason: str) -> str:
+    """A refusal message up to its advice (the table shows why, not what to do)."""
+    for cut in (" but ", "; ", ", so "):
+        reason = reason.split(cut)[0]
+    return reason
 
 
 def _gib(n: float) -> str:
@@ -134,7 +148,7 @@ def print_table(result: dict, verbose: bool = False, out=sys.stdout) -> None:
     p("", "Refusals by the first refusing flag (the reason is echo-tune's own message):", "",
       "| flag | cases | reason |", "|---|---:|---|")
     for r in result["refusals_by_first_flag"]:
-        p(f"| `{r['flag']}` | {r['cases']} | {r['reason'].split(' but ')[0].split('; ')[0]} |")
+        p(f"| `{r['flag']}` | {r['cases']} | {_short(r['reason'])} |")
     anywhere = result["refusing_flags_anywhere"]
     shown = anywhere if verbose else anywhere[:TOP_FLAGS]
     p("", f"Refusing flags anywhere in the refused cases (only blocker: cases that flag alone refuses; "
@@ -167,6 +181,12 @@ def _print_comparison(comparison: dict, verbose: bool, p) -> None:
     for name, s in comparison["summary"].items():
         p(f"| {name} | {s['runs']} | {100 * s['median_abs_error']:.1f}% | {100 * s['worst_abs_error']:.1f}% "
           f"| {s['worst']} |")
+    if comparison["by_cluster"]:
+        p("", "Median signed error (predicted / measured - 1) by cluster:", "",
+          "| cluster | " + " | ".join(name for name, _, _ in COMPARED) + " |", "|---|" + "---:|" * len(COMPARED))
+        for cluster, by in comparison["by_cluster"].items():
+            p(f"| {cluster} | " + " | ".join(f"{100 * by[n]['median_error']:+.1f}% ({by[n]['runs']})" if n in by
+                                             else "-" for n, _, _ in COMPARED) + " |")
     if not verbose:
         return
     p("", "| case | cluster | GPUs | time meas/pred s | alloc meas/pred GiB | max alloc meas/pred GiB |",
