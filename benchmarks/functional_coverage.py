@@ -210,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cache", action="store_true", help=f"simulate every line again (cache: {CACHE})")
     args = parser.parse_args(argv)
     result = coverage(args.case, cache_dir=None if args.no_cache else CACHE, drop_refused=args.drop_refused)
+    if args.case and not result["cases"]:
+        parser.error(f"no GPT/MoE training case is named {' or '.join(args.case)} (see the names in "
+                     f"benchmarks/data/megatron_functional_tests/*.yaml)")
     if args.json:
         json.dump(result, sys.stdout, indent=1, default=str)
         print()
