@@ -29,7 +29,7 @@ def unfused_attention(q, k, v, dropout_p: float) -> torch.Tensor:
         v = v.repeat_interleave(heads // v.shape[2], dim=2)
     q_b = q.reshape(s, b * heads, d).transpose(0, 1)
     k_b = k.reshape(s, b * heads, d).transpose(0, 1)
-    v_b = v.reshape(s, b * heads, d).transpose(0, 1)
+    v_b = v.reshape(s, b * heads, v.shape[-1]).transpose(0, 1)  # MLA: v_head_dim differs from d
     scores = torch.bmm(q_b, k_b.transpose(1, 2))  # [b*heads, s, s]
     probs = _ops.scaled_upper_triang_masked_softmax(scores, 1.0 / math.sqrt(d))
     if dropout_p > 0:

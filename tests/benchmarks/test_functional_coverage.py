@@ -1,0 +1,81 @@
+"""benchmarks/functional_coverage.py and functional_outcome.py: outcomes of Megatron's functional tests."""
+
+import pytest
+
+from functional_cases import corpus_runs
+from functional_coverage import coverage
+from functional_outcome import OUTCOMES, blocking_flags, drop_flags, refusing_flag, simulate_line
+
+FSDP2 = "gpt/gpt3_mcore_te_tp2_pp1_fsdp2_resume_torch_dist"  # sets --use-torch-fsdp2 (FSDP: not modelled)
+CLEAN = ("gpt/gpt3_mcore_te_tp2_pp2", "moe/gpt3_mcore_tp2_pp2_ep2_te_4experts2parallel")
+
+
+def _line(case: str) -> str:
+    return corpus_runs(names=[case])[0][case][0].line
+
+
+def test_refused_case_names_its_first_refusing_flag():
+    result = coverage([FSDP2, *CLEAN], cache_dir=None)
+    assert result["cases_in_scope"] == 3 and sum(result["counts"].values()) == 3
+    fsdp = next(c for c in result["cases"] if c["case"] == FSDP2)
+    assert fsdp["outcome"] == "refused"
+    run = fsdp["runs"][0]
+    assert "--use-torch-fsdp2" in run["blocking_flags"]
+    assert run["flag"] == run["blocking_flags"][0]  # the parser refuses the first one in line order
+    assert run["flag"] in run["reason"]
+    assert sum(r["cases"] for r in result["refusals_by_first_flag"]) == result["counts"]["refused"]
+
+
+def test_a_known_refused_flag_is_the_one_named():
+    line = _line(FSDP2)
+    kept = drop_flags(line, [f for f in blocking_flags(line) if f != "--use-torch-fsdp2"])
+    out = simulate_line(kept, "h100-sxm", 8)
+    assert out["outcome"] == "refused" and out["flag"] == "--use-torch-fsdp2"
+    assert out["blocking_flags"] == ["--use-torch-fsdp2"]
+
+
+def test_clean_cases_simulate_and_are_compared_with_their_goldens():
+    result = coverage(list(CLEAN), cache_dir=None, drop_refused=True)
+    assert result["counts"]["simulated"] == 2
+    for case in result["cases"]:
+        assert case["dropped_flags"] and not blocking_flags(case["line"])
+        for run in case["runs"]:  # every golden platform of a case that simulates
+            assert run["outcome"] == "simulated" and run["step_time_s"] > 0 and run["fits_memory"]
+            assert 0 < run["mem_allocated_bytes"] < run["mem_max_allocated_bytes"]
+    assert {row["case"] for row in result["comparison"]["rows"]} == set(CLEAN)
+    assert result["comparison"]["summary"]["iteration time"]["runs"] == len(result["comparison"]["rows"])
+
+
+def test_rule_breaks_are_rejected_and_tracebacks_are_errors(monkeypatch):
+    line = drop_flags(_line(CLEAN[0]), blocking_flags(_line(CLEAN[0])))
+    out = simulate_line(line, "h100-sxm", 3)  # TP2 x PP2 does not divide 3 GPUs
+    assert out["outcome"] == "rejected" and "num_gpus" in out["reason"]
+    import echo_tune.sim.simulate
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(echo_tune.sim.simulate, "simulate", broken)
+    out = simulate_line(line, "h100-sxm", 8)
+    assert out["outcome"] == "error" and out["reason"] == "ZeroDivisionError: boom" and "Traceback" in out["traceback"]
+
+
+def test_refusing_flag_reads_the_message():
+    assert refusing_flag("`--rotary-percent 0.5` is not modelled (echo-tune models ...)") == "--rotary-percent"
+
+
+@pytest.fixture(scope="module")
+def whole_corpus():
+    return coverage(cache_dir=None)
+
+
+def test_no_corpus_case_raises_a_traceback(whole_corpus):
+    assert set(whole_corpus["counts"]) == set(OUTCOMES)
+    assert whole_corpus["errors"] == []
+
+
+@pytest.mark.xfail(strict=False, reason="the flags that refuse most cases are being modelled on other branches; "
+                                        "the lead makes this a hard assertion after the merge")
+def test_echo_tune_simulates_nine_in_ten_functional_training_cases(whole_corpus):
+    assert whole_corpus["cases_in_scope"] >= 200
+    assert whole_corpus["coverage"] >= 0.90
