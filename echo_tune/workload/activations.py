@@ -3,8 +3,10 @@
 Megatron-LM d98e8a64ddf3 core/transformer/mlp.py ``MLP.forward``: with ``bias_activation_fusion``
 (``--no-bias-gelu-fusion`` / ``--no-bias-swiglu-fusion`` turn it off; training/argument_utils.py picks
 the swiglu or the gelu switch) the fc1 bias, if any, and the activation run as one jit-fused kernel
-(bias_gelu_impl / bias_swiglu_impl); here the bias is added in the fc1 GEMM's epilogue and the
-activation is one kernel (GeLU) or the fused ``echo_tune::swiglu``. Unfused: ``x + bias`` (when there
+(bias_gelu_impl / bias_swiglu_impl); here the bias is added by the fc1 linear (comm.py traces it as
+its own add kernel, so a biased fused GeLU is costed as the unfused one: ``--no-bias-gelu-fusion``
+changes nothing in the trace, an upper bound on the fused kernel) and the activation is one kernel
+(GeLU) or the fused ``echo_tune::swiglu``. Unfused: ``x + bias`` (when there
 is a bias) as its own kernel, then the activation: GeLU one kernel; SwiGLU as ``glu``: chunk, silu,
 multiply (two kernels, and silu's output is kept for backward); ``--squared-relu`` is
 core/activations.py ``squared_relu`` = ``torch.pow(F.relu(x), 2)`` (two kernels; Megatron has no fused
