@@ -41,6 +41,7 @@ def seed_pieces(pieces: dict[tuple, dict[str, Trace]]) -> None:
 
 def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> dict[str, Trace]:
     """The layer, embedding and output pieces one rank runs (cached by shape; torch loads on a miss)."""
+    model = deterministic_attention_model(model, parallel)  # the attention TE runs under deterministic mode
     key = pieces_key(model, parallel, layout)
     if key in _PIECES:
         return _PIECES[key]
@@ -53,7 +54,6 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
 
     kwargs = _trace_kwargs(parallel, layout)
     ep, etp = kwargs.pop("expert_model_parallel_size"), kwargs.pop("expert_tensor_parallel_size")
-    model = deterministic_attention_model(model, parallel)
     try:
         pieces = {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
                   "output": trace_output(model, **kwargs)}
