@@ -81,15 +81,15 @@ class LayerFields:
     """False is ``--no-rope-fusion``: RoPE as separate elementwise kernels instead of TE's fused one."""
 
     bias_gelu_fusion: bool = True
-    """False is ``--no-bias-gelu-fusion``: the fc1 bias add and the GeLU run as two kernels."""
+    """False is ``--no-bias-gelu-fusion``: the fc1 bias add and the GeLU run as two kernels (fused: one,
+    ``echo_tune::bias_gelu``)."""
 
     bias_swiglu_fusion: bool = True
     """False is ``--no-bias-swiglu-fusion``: SwiGLU as separate silu and multiply kernels (and a bias add)."""
 
     bias_dropout_fusion: bool = True
-    """False is ``--no-bias-dropout-fusion``. The bias-dropout-add is traced as its separate kernels
-    (bias add, dropout, residual add) either way: exact for the unfused path, an upper bound on the
-    fused one when there is a bias or dropout (none in today's recipes: one residual add)."""
+    """False is ``--no-bias-dropout-fusion``: bias add, dropout and residual add as separate kernels
+    (fused: one, ``echo_tune::bias_dropout_add``; without bias and dropout one residual add either way)."""
 
     no_persist_layer_norm: bool = False
     """``--no-persist-layer-norm``: only the local (Apex) FusedLayerNorm reads it

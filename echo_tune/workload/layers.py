@@ -21,6 +21,7 @@ from echo_tune.workload import mla, moe
 from echo_tune.workload.attention import core_attention
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import in_region
+from echo_tune.workload.fused_elementwise import fused_bias_dropout_add
 from echo_tune.workload.rotary import apply_rope, rotary_dim
 from echo_tune.workload.activations import activation, fc1_fuses_bias
 
@@ -189,8 +190,11 @@ def _mlp(x, params, shard: Shard):
     return row_parallel_linear(hidden, fc2["weight"], tp, sp)
 
 
-def bias_dropout_add(x, bias, residual, dropout_p: float):
-    """residual + dropout(x + bias): Megatron's bias-dropout-add (keeps the 1-byte dropout mask)."""
+def bias_dropout_add(x, bias, residual, dropout_p: float, fused: bool = False):
+    """residual + dropout(x + bias): Megatron's bias-dropout-add (keeps the 1-byte dropout mask); one kernel
+    when ``fused`` and there is a bias or dropout (fused_elementwise.py), else the separate torch ops."""
+    if fused and (bias is not None or dropout_p > 0):
+        return fused_bias_dropout_add(x, bias, residual, dropout_p)
     if bias is not None:
         x = x + bias
     if dropout_p > 0:
@@ -210,13 +214,15 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
         q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout,
         window_left=m.window_left if shard.window else None))
     attn = in_region("attention_proj", _attention_proj, context, params, shard)
-    x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout)
+    x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout,
+                  m.bias_dropout_fusion)
     hidden = in_region("mlp_norm", norm, x, params["mlp_norm"], shard)
     if shard.moe:
         mlp = in_region("moe", moe.moe_forward, hidden, params["moe"], shard)
-        return in_region("mlp_residual", bias_dropout_add, mlp, None, x, m.hidden_dropout)
+        return in_region("mlp_residual", bias_dropout_add, mlp, None, x, m.hidden_dropout, m.bias_dropout_fusion)
     mlp = in_region("mlp", _mlp, hidden, params, shard)
-    return in_region("mlp_residual", bias_dropout_add, mlp, params["fc2"].get("bias"), x, m.hidden_dropout)
+    return in_region("mlp_residual", bias_dropout_add, mlp, params["fc2"].get("bias"), x, m.hidden_dropout,
+                     m.bias_dropout_fusion)
 
 
 def parameters(params: dict) -> list[torch.Tensor]:

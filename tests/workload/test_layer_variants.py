@@ -73,3 +73,19 @@ def test_learnable_sinks_run_fused_unless_window_and_dropout():
     assert not sinks.replace(window_size=(31, 0), attention_dropout=0.1).flash_attention
     params = _layer(sinks).param_count - _layer(BASE).param_count
     assert params == HEADS
+
+
+def test_fused_bias_gelu_and_bias_dropout_add_are_one_kernel_each():
+    biased = BASE.replace(add_bias_linear=True, hidden_dropout=0.1)
+    fused = _layer(biased)
+    unfused = _layer(biased.replace(bias_gelu_fusion=False, bias_dropout_fusion=False))
+    kernels = lambda t, region: [op.name for op in t.forward if op.region == region and op.kind == "memory"]
+    assert kernels(fused, "mlp") == ["echo_tune.bias_gelu"]
+    assert kernels(unfused, "mlp") == ["aten.add", "aten.gelu"]
+    assert kernels(fused, "mlp_residual") == ["echo_tune.bias_dropout_add"]
+    assert kernels(unfused, "mlp_residual") == ["aten.add", "aten.native_dropout", "aten.add"]
+    # the same tensors are kept: gelu's input (x, or x + bias) and the 1-byte dropout mask
+    assert fused.activation_bytes == unfused.activation_bytes
+    # fused residual: reads x, bias, residual, writes out and the mask: [s, b, h] bf16 x 3 + h bf16 + 1-byte mask
+    bda = next(op for op in fused.forward if op.name == "echo_tune.bias_dropout_add" and op.region == "mlp_residual")
+    assert bda.bytes == 3 * S * B * H * 2 + H * 2 + S * B * H
