@@ -33,7 +33,7 @@ def _add_flag(parser: argparse.ArgumentParser, field: str, flag: str, kind: str,
     elif kind == "list":
         parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=field.upper(), help=text)
     else:
-        parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str, "freq": _freq}[kind],
+        parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str, "freq": _freq, "window": str}[kind],
                             default=None, metavar=metavar, help=text)
 
 

@@ -9,14 +9,15 @@ import inspect
 import textwrap
 
 from echo_tune.config import model as model_mod
-from echo_tune.config import moe_fields, parallel as parallel_mod
+from echo_tune.config import layer_fields, moe_fields, parallel as parallel_mod
 
 
 @functools.cache
 def field_docs() -> dict[str, str]:
     """Field name -> its docstring (the string literal right after the annotated field)."""
     docs: dict[str, str] = {}
-    for cls in (model_mod.ModelSpec, moe_fields.MoEFields, moe_fields.MLAFields, parallel_mod.ParallelConfig):
+    for cls in (model_mod.ModelSpec, moe_fields.MoEFields, moe_fields.MLAFields, layer_fields.LayerFields,
+                parallel_mod.ParallelConfig):
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
         body = tree.body[0].body
         for node, nxt in zip(body, body[1:]):
@@ -34,6 +35,8 @@ CHOICES = {
     "recompute_granularity": tuple(c for c in parallel_mod.RECOMPUTE_GRANULARITIES if c),
     "recompute_method": tuple(c for c in parallel_mod.RECOMPUTE_METHODS if c),
     "fp8_format": tuple(c for c in parallel_mod.FP8_FORMATS if c), "fp8_recipe": parallel_mod.FP8_RECIPES,
+    "softmax_type": layer_fields.SOFTMAX_TYPES, "cross_entropy_fusion_impl": layer_fields.CROSS_ENTROPY_FUSION_IMPLS,
+    "transformer_impl": layer_fields.TRANSFORMER_IMPLS,
 }
 
 

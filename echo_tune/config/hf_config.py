@@ -4,7 +4,7 @@ Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen3, qwen3_mo
 gpt2, gpt_neox. Each key of the file is either *mapped* to a Megatron argument, *harmless* (it does not
 change a training step's compute, memory or communication: token ids, initialisation, RoPE base and
 scaling, cache flags, ...), or *refused by name*: a step-shaping setting echo-tune does not model
-(sliding-window attention shorter than the sequence, partial rotary, a parallel residual, dense MLP layers
+(a Qwen2 sliding window shorter than the sequence, a parallel residual, dense MLP layers
 mixed into a Qwen MoE, ...), and an unknown key is refused too, as echo-tune cannot tell whether it shapes
 the step. Field meanings: the transformers configuration classes (``LlamaConfig``, ``MixtralConfig``,
 ``Qwen2Config``, ``Qwen3MoeConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``); Megatron
@@ -73,7 +73,7 @@ def _gated(cfg: dict, model_type: str) -> bool:
 
 def _check_refused(cfg: dict, model_type: str, seq_length: int) -> None:
     for key, why in _STEP_SHAPING.items():
-        if key not in cfg:
+        if key not in cfg or key in ("rotary_pct", "partial_rotary_factor"):  # mapped to --rotary-percent
             continue
         value = cfg[key]
         neutral = {"rotary_pct": 1.0, "partial_rotary_factor": 1.0, "use_parallel_residual": False,
@@ -88,10 +88,10 @@ def _check_refused(cfg: dict, model_type: str, seq_length: int) -> None:
                                                          "not mapped to --moe-layer-freq by echo-tune")
     window = cfg.get("sliding_window")
     on = cfg.get("use_sliding_window", True)
-    if window is not None and on and int(window) < seq_length:
+    if window is not None and on and int(window) < seq_length and model_type != "mistral":
         raise UnmodelledError(f"config.json key 'sliding_window' (sliding_window={window}) is shorter than the "
-                              f"sequence (seq_length={seq_length}): sliding-window attention (--window-size) "
-                              f"is not modelled by echo-tune; train with seq_length <= {window} or another model")
+                              f"sequence (seq_length={seq_length}) for model_type {model_type!r}, whose per-layer "
+                              f"window (max_window_layers) is not mapped; train with seq_length <= {window}")
     if bool(cfg.get("attention_bias", False)) and model_type in ("llama", "mistral") \
             and not bool(cfg.get("mlp_bias", False)):
         _refuse("attention_bias", True, "biases on the attention linears only")
@@ -124,6 +124,9 @@ def _common(cfg: dict, model_type: str, seq: int) -> dict:
     groups = cfg.get("num_key_value_heads")
     if groups is not None and int(groups) != a:
         out["num_query_groups"] = int(groups)
+    rotary = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
+    if rotary is not None and float(rotary) != 1.0:  # RoPE on that fraction of each head (--rotary-percent)
+        out["rotary_percent"] = float(rotary)
     head_dim = cfg.get("head_dim")
     if head_dim is not None and int(head_dim) * a != h:
         out["kv_channels"] = int(head_dim)
@@ -136,6 +139,11 @@ def _llama_like(cfg: dict, model_type: str, seq: int, notes: list[str]) -> dict:
     out["ffn_hidden_size"] = int(_need(cfg, "intermediate_size", model_type))
     if bool(cfg.get("mlp_bias", False)) and bool(cfg.get("attention_bias", False)):
         out["add_bias_linear"] = True
+    window = cfg.get("sliding_window")
+    if model_type == "mistral" and window is not None and int(window) < seq:
+        # every layer windowed, (w, 0) as Megatron-Bridge converts an HF sliding_window (GPT-OSS: 128 -> (128, 0))
+        out["window_size"] = (int(window), 0)
+        notes.append(f"sliding_window {window} as --window-size {window},0 on every layer")
     if model_type == "qwen2":  # Qwen2Attention: q/k/v projections with bias, the others without
         notes.append("Qwen2's QKV bias ((a+2g)·d values per layer, added in the QKV GEMM's epilogue) is not "
                      "timed separately")

@@ -14,13 +14,15 @@ import dataclasses
 import shlex
 
 from echo_tune.config.flag_catalog import spelling
+from echo_tune.config.layer_fields import LayerFields, parse_window_size
 from echo_tune.config.moe_fields import MLAFields, MoEFields
 from echo_tune.config.tokenizers import tokenizer_vocab_size
 from echo_tune.config.unmodelled import VALUE_RULES, refuse_if_unmodelled
 from echo_tune.errors import ConfigError
 
 # field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false),
-# "freq" (an integer or a list expression, --moe-layer-freq), "list" (nargs="+").
+# "freq" (an integer or a list expression, --moe-layer-freq), "list" (nargs="+"), "window" (--window-size:
+# "left,right" as Megatron's tuple_type reads it, or one number for (left, 0); layer_fields.parse_window_size).
 MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers": ("--num-layers", "int"),
     "hidden_size": ("--hidden-size", "int"),
@@ -60,6 +62,22 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "add_bias_linear": ("--disable-bias-linear", "not_flag"),
     "hidden_dropout": ("--hidden-dropout", "float"),
     "attention_dropout": ("--attention-dropout", "float"),
+    # attention / layer variants and kernel fusions (config/layer_fields.py)
+    "window_size": ("--window-size", "window"),
+    "window_attn_skip_freq": ("--window-attn-skip-freq", "freq"),
+    "softmax_type": ("--softmax-type", "str"),
+    "rotary_percent": ("--rotary-percent", "float"),
+    "rotary_interleaved": ("--rotary-interleaved", "flag"),
+    "apply_layernorm_1p": ("--apply-layernorm-1p", "flag"),
+    "squared_relu": ("--squared-relu", "flag"),
+    "apply_rope_fusion": ("--no-rope-fusion", "not_flag"),
+    "bias_gelu_fusion": ("--no-bias-gelu-fusion", "not_flag"),
+    "bias_swiglu_fusion": ("--no-bias-swiglu-fusion", "not_flag"),
+    "bias_dropout_fusion": ("--no-bias-dropout-fusion", "not_flag"),
+    "no_persist_layer_norm": ("--no-persist-layer-norm", "flag"),
+    "cross_entropy_loss_fusion": ("--cross-entropy-loss-fusion", "flag"),
+    "cross_entropy_fusion_impl": ("--cross-entropy-fusion-impl", "str"),
+    "transformer_impl": ("--transformer-impl", "str"),
 }
 PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "tensor_model_parallel_size": ("--tensor-model-parallel-size", "int"),
@@ -95,6 +113,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "first_last_layers_bf16": ("--first-last-layers-bf16", "flag"),
     "num_layers_at_start_in_bf16": ("--num-layers-at-start-in-bf16", "int"),
     "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),
+    "gradient_accumulation_fusion": ("--no-gradient-accumulation-fusion", "not_flag"),
+    "deterministic_mode": ("--deterministic-mode", "flag"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.
@@ -102,7 +122,8 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
                      "num_layers_at_end_in_bf16": "first_last_layers_bf16",
                      "main_params_dtype": "use_precision_aware_optimizer",
                      "exp_avg_dtype": "use_precision_aware_optimizer",
-                     "exp_avg_sq_dtype": "use_precision_aware_optimizer"}
+                     "exp_avg_sq_dtype": "use_precision_aware_optimizer",
+                     "cross_entropy_fusion_impl": "cross_entropy_loss_fusion"}
 # Other real Megatron-LM flags echo-tune writes or reads.
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")
@@ -130,6 +151,8 @@ MEGATRON_FLAGS = frozenset([f for f, _ in MODEL_FLAGS.values()] + [f for f, _ in
 def _convert(flag: str, kind: str, raw: str):
     if kind == "freq":  # --moe-layer-freq: an integer or a list expression
         return int(raw) if raw.strip().isdigit() else raw
+    if kind == "window":
+        return parse_window_size(raw)
     try:
         return {"int": int, "float": float, "str": str}[kind](raw)
     except ValueError:
@@ -235,7 +258,7 @@ def _defaults(*classes) -> dict:
     return {f.name: f.default for cls in classes for f in dataclasses.fields(cls)}
 
 
-_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields) | {"expert_model_parallel_size": 1,
+_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields) | {"expert_model_parallel_size": 1,
                                                         "mtp_num_layers": None, "recompute_modules": None}
 
 
@@ -257,6 +280,9 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
                 continue  # MoE / MLA / EP settings at Megatron's defaults (a dense model writes none)
             if kind == "list":
                 out += [flag, *map(str, value)]
+                continue
+            if kind == "window":
+                out += [flag, ",".join(map(str, value))]
                 continue
             if kind == "freq":  # a list expression: quoted for the shell
                 out += [flag, shlex.quote(str(value))]

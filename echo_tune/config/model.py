@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
+from echo_tune.config.layer_fields import LayerFields
 from echo_tune.config.moe_fields import MLAFields, MoEFields, mla_params, moe_layer_pattern, moe_params
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
@@ -17,11 +18,12 @@ FLASH_STYLE_BACKENDS = ("auto", "flash", "fused")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec(MoEFields, MLAFields):
+class ModelSpec(MoEFields, MLAFields, LayerFields):
     """A decoder-only transformer, described with Megatron-LM's argument names.
 
     MoE and MLA fields (``num_experts``, ``moe_*``, ``multi_latent_attention``, ...) come from
-    ``moe_fields.py``.
+    ``moe_fields.py``; attention variants and kernel fusions (``window_size``, ``softmax_type``, ...)
+    from ``layer_fields.py``.
 
     Optional fields left as ``None`` take Megatron's defaults (see the properties below).
     """
@@ -108,6 +110,7 @@ class ModelSpec(MoEFields, MLAFields):
                     f"set kv_channels or change the head count")
         self._check_moe()
         self._check_mla()
+        self._check_layer_variants()
         groups = self.query_groups
         require(self.num_attention_heads % groups == 0,
                 f"`num_attention_heads % num_query_groups == 0` must hold, but got "
@@ -124,7 +127,13 @@ class ModelSpec(MoEFields, MLAFields):
 
     @property
     def flash_attention(self) -> bool:
-        """Whether attention runs a flash-style kernel (see ``attention_backend`` / ``use_flash_attn``)."""
+        """Whether attention runs a flash-style kernel (see ``attention_backend`` / ``use_flash_attn``).
+
+        Attention sinks (``softmax_type`` off-by-one / learnable) with a sliding window and dropout run
+        unfused: TE's FlashAttention refuses sinks and its cuDNN fused attention refuses a window with
+        dropout (TransformerEngine d0067d0 dot_product_attention/utils.py, get_attention_backend)."""
+        if self.softmax_type != "vanilla" and self.window_left is not None and self.attention_dropout > 0:
+            return False
         if self.use_flash_attn is not None:
             return self.use_flash_attn
         return self.attention_backend in FLASH_STYLE_BACKENDS
@@ -170,7 +179,7 @@ class ModelSpec(MoEFields, MLAFields):
         if moe:
             mlp = moe_params(self)
         norms = 2 * h * (2 if self.normalization == "LayerNorm" else 1)
-        return qkv + proj + mlp + norms
+        return qkv + proj + mlp + norms + self.softmax_offset_params()
 
     def embedding_params(self, tensor_model_parallel_size: int = 1) -> int:
         v = self.padded_vocab_size(tensor_model_parallel_size) * self.hidden_size

@@ -143,6 +143,14 @@ class ParallelConfig:
     num_layers_at_end_in_bf16: int = 1
     """``--num-layers-at-end-in-bf16``: layers kept in bf16 at the end (with first_last_layers_bf16)."""
 
+    gradient_accumulation_fusion: bool = True
+    """False is ``--no-gradient-accumulation-fusion``: each weight-gradient GEMM writes a temporary
+    gradient that is then added into main_grad, once per micro-batch (sim/grad_accumulation.py)."""
+
+    deterministic_mode: bool = False
+    """``--deterministic-mode``: NCCL_ALGO=Ring, deterministic TE attention backward, deterministic
+    cuBLAS workspace (megatron/training/determinism.py; sim/determinism.py)."""
+
     def __post_init__(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "micro_batch_size", "global_batch_size"):

@@ -183,7 +183,7 @@ def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
     pairs = _tier_pairs(profile, collective, place)
     _, simple_intra, simple_inter = pairs[0]  # NCCL's graph bandwidth: one per algorithm, whatever the protocol
     for protocol, intra, inter in pairs:
-        tree = inter is not None and collective == "all_reduce"
+        tree = inter is not None and collective == "all_reduce" and not profile.nccl_ring_only
         if tree and _nccl_runs_tree(protocol, size_bytes, place, simple_intra, simple_inter):
             best = min(best, _tree_time_s(protocol, size_bytes, place, intra, inter))
         else:

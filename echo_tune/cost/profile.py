@@ -136,6 +136,9 @@ class CalibrationProfile:
     """The ``op_times`` key as written: an op-time database file (relative to the profile file)."""
     op_times: "OpTimes | None" = field(default=None, compare=False, repr=False)
     """Its measured times for the profile's GPU, loaded with the profile (``optime/db.py``)."""
+    nccl_ring_only: bool = False
+    """NCCL_ALGO=Ring (set by ``--deterministic-mode``, sim/determinism.py): no tree all-reduce. Not a
+    profile-file key: set per simulated run."""
 
     def __post_init__(self) -> None:
         for name in ("gemm_max_efficiency", "attention_efficiency", "fp8_gemm_max_efficiency",

@@ -45,6 +45,24 @@ def chunk_layer_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, 
     return tuple(tuple(chunks) for chunks in mix)
 
 
+def chunk_window_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """(dense, MoE) layers with sliding-window attention in every chunk of every stage (all 0 without a
+    window): ``model.window_pattern`` (``--window-attn-skip-freq``) over the chunk's global layers. MTP
+    layers are counted with full attention."""
+    window, moe = model.window_pattern, model.moe_pattern
+    if not model.windowed_attention:
+        return tuple(tuple((0, 0) for _ in chunks) for chunks in layout.stage_chunk_layers)
+    mix = []
+    for s, chunks in enumerate(layout.stage_chunk_layers):
+        row = []
+        for c, layers in enumerate(chunks):
+            first = chunk_first_layer(layout, s, c)
+            span = range(first, first + layers)
+            row.append((sum(window[i] * (1 - moe[i]) for i in span), sum(window[i] * moe[i] for i in span)))
+        mix.append(tuple(row))
+    return tuple(mix)
+
+
 def mtp_heads(model: ModelSpec) -> int:
     """Extra output heads (logits + loss) of the MTP layers, on the last stage."""
     return model.mtp_num_layers or 0
@@ -63,4 +81,18 @@ def moe_notes(model: ModelSpec, layout: Layout) -> tuple[str, ...]:
              f"expert data-parallel {groups['edp'].size}; dispatch/combine time is ep_comm"]
     if model.moe_token_dispatcher_type == "flex":
         notes.append("flex dispatcher timed as alltoall (without DeepEP's de-duplication: an upper bound)")
+    return tuple(notes)
+
+
+def layer_notes(model: ModelSpec, parallel) -> tuple[str, ...]:
+    """The layer-variant assumptions a report states (sliding window, deterministic mode)."""
+    from echo_tune.sim.determinism import NOTE
+
+    notes = []
+    if model.windowed_attention:
+        notes.append(f"sliding window {model.window_left} on {sum(model.window_pattern)} of {model.num_layers} "
+                     f"layers: attention time counts the keys inside the window; model FLOPs / MFU follow Megatron's "
+                     f"num_floating_point_operations, which counts full causal attention on every layer")
+    if parallel.deterministic_mode:
+        notes.append(NOTE)
     return tuple(notes)

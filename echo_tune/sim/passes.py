@@ -10,6 +10,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.errors import ConfigError
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
+from echo_tune.sim.determinism import deterministic_attention_model
 from echo_tune.sim import trace_cache
 from echo_tune.sim.memo import IdentityCache
 from echo_tune.workload.graph import Trace
@@ -40,6 +41,7 @@ def seed_pieces(pieces: dict[tuple, dict[str, Trace]]) -> None:
 
 def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> dict[str, Trace]:
     """The layer, embedding and output pieces one rank runs (cached by shape; torch loads on a miss)."""
+    model = deterministic_attention_model(model, parallel)  # the attention TE runs under deterministic mode
     key = pieces_key(model, parallel, layout)
     if key in _PIECES:
         return _PIECES[key]
@@ -47,7 +49,8 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
     if stored is not None:
         _PIECES[key] = stored
         return stored
-    from echo_tune.workload.tracer import trace_embedding, trace_layer, trace_moe_layer, trace_output
+    from echo_tune.workload.tracer import (trace_embedding, trace_layer, trace_moe_layer, trace_output,
+                                           trace_window_layer)
 
     kwargs = _trace_kwargs(parallel, layout)
     ep, etp = kwargs.pop("expert_model_parallel_size"), kwargs.pop("expert_tensor_parallel_size")
@@ -57,6 +60,11 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
         if model.is_moe:
             pieces["moe_layer"] = trace_moe_layer(model, **kwargs, expert_model_parallel_size=ep,
                                                   expert_tensor_parallel_size=etp)
+        if model.windowed_attention:  # the layers with a sliding window (sim/layer_mix.py says which)
+            pieces["window_layer"] = trace_window_layer(model, **kwargs)
+            if model.is_moe:
+                pieces["moe_window_layer"] = trace_window_layer(model, **kwargs, expert_model_parallel_size=ep,
+                                                                expert_tensor_parallel_size=etp, moe=True)
     except RuntimeError as exc:  # torch: a tensor of more than 2**63 bytes (issue 10: never a traceback)
         if "overflow" not in str(exc):
             raise
@@ -80,6 +88,9 @@ class PassCosts:
     moe_layer_forward: PhaseCost = ZERO
     moe_layer_backward: PhaseCost = ZERO
     moe_selective_recompute: PhaseCost = ZERO
+    window: dict[str, PhaseCost] | None = None
+    """Sliding-window layers: (window piece - full piece) cost of "forward", "backward" and
+    "selective_recompute", dense and ("moe_" prefixed) MoE; None without a window."""
     mtp_heads: int = 0
     """Extra output heads on the last stage (multi-token prediction)."""
 
@@ -93,7 +104,8 @@ def pass_costs(pieces: dict[str, Trace], ctx: CostContext,
                regions: tuple[str, ...] = ("core_attention",)) -> PassCosts:
     """Costs of the pieces' passes (cached: layouts differing only in PP, DP or schedule share them).
     ``regions``: the traced regions selective recompute replays."""
-    traces = tuple(pieces[name] for name in ("layer", "embedding", "output", "moe_layer") if name in pieces)
+    traces = tuple(pieces[name] for name in ("layer", "embedding", "output", "moe_layer", "window_layer",
+                                             "moe_window_layer") if name in pieces)
     groups = _COSTS.get(traces, ("groups",), lambda: sorted({op.group for t in traces for op in t.forward + t.backward
                                                               if op.kind == "collective"}))
     objects, extra = list(traces), []
@@ -116,7 +128,17 @@ def _pass_costs(pieces: dict[str, Trace], ctx: CostContext, regions: tuple[str, 
         t = pieces["moe_layer"]
         moe = dict(moe_layer_forward=phase_cost(t.forward, ctx), moe_layer_backward=phase_cost(t.backward, ctx),
                    moe_selective_recompute=_replayed(t, ctx, regions))
-    return PassCosts(**moe,
+    window = None
+    if "window_layer" in pieces:
+        window = {}
+        for prefix, full in (("", "layer"), ("moe_", "moe_layer")):
+            if f"{prefix}window_layer" not in pieces:
+                continue
+            w, f = pieces[f"{prefix}window_layer"], pieces[full]
+            window[f"{prefix}forward"] = phase_cost(w.forward, ctx) + phase_cost(f.forward, ctx).scaled(-1)
+            window[f"{prefix}backward"] = phase_cost(w.backward, ctx) + phase_cost(f.backward, ctx).scaled(-1)
+            window[f"{prefix}selective_recompute"] = _replayed(w, ctx, regions) + _replayed(f, ctx, regions).scaled(-1)
+    return PassCosts(**moe, window=window,
         layer_forward=phase_cost(layer.forward, ctx), layer_backward=phase_cost(layer.backward, ctx),
         selective_recompute=_replayed(layer, ctx, regions),
         embedding_forward=phase_cost(pieces["embedding"].forward, ctx),

@@ -21,10 +21,12 @@ from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
+from echo_tune.sim.determinism import check_deterministic, ring_only_profile
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
+from echo_tune.sim.grad_accumulation import chunk_accumulation_s
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
-from echo_tune.sim.layer_mix import chunk_layer_mix, moe_notes, mtp_heads
+from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes, mtp_heads
 from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
@@ -56,13 +58,15 @@ def _p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
 
 def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
                   mix: tuple[int, int] | None = None, bf16: tuple[PassCosts, int, int] | None = None,
-                  per_pass: PhaseCost = ZERO) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
+                  per_pass: PhaseCost = ZERO, window: tuple[int, int] | None = None,
+                  ) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
     """(forward, backward without recompute, recompute) of one micro-batch of one chunk.
 
     ``mix`` = (dense layers, MoE layers) of the chunk (all dense when None). ``bf16``: (bf16 layer
     costs, layers at the start, layers at the end) kept in bf16 under FP8 (``--first-last-layers-bf16``):
     the model's first layers sit in the first chunk of stage 0, its last ones in the last chunk of the
-    last stage (taken as dense layers)."""
+    last stage (taken as dense layers). ``window``: (dense, MoE) layers of the chunk with sliding-window
+    attention (``layer_mix.chunk_window_mix``)."""
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     dense, moe = mix or (layout.stage_chunk_layers[stage][chunk], 0)
     layers = dense + moe
@@ -81,12 +85,32 @@ def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
         recomputed = min(layers, layout.recompute_num_layers) if layout.recompute_method == "block" else layers
         moe_share = moe * recomputed / layers  # block recompute: the first layers; taken pro rata
         rec = costs.layer_forward.scaled(recomputed - moe_share) + costs.moe_layer_forward.scaled(moe_share)
+    if window is not None and costs.window:  # sliding-window layers: their attention's cost difference
+        fwd, bwd, rec = _window_passes(layout, costs.window, (dense, moe), window, (fwd, bwd, rec))
     fwd, bwd = fwd + per_pass, bwd + per_pass  # FP8 delayed scaling: the amax all-reduce of each pass
     if stage == 0 and chunk == 0:
         fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
     if stage == p - 1 and chunk == v - 1:
         heads = 1 + costs.mtp_heads
         fwd, bwd = fwd + costs.output_forward.scaled(heads), bwd + costs.output_backward.scaled(heads)
+    return fwd, bwd, rec
+
+
+def _window_passes(layout: Layout, delta: dict[str, PhaseCost], mix: tuple[int, int], window: tuple[int, int],
+                   passes: tuple[PhaseCost, PhaseCost, PhaseCost]) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
+    """Add the (window - full attention) cost of the chunk's window layers to its (fwd, bwd, recompute)."""
+    fwd, bwd, rec = passes
+    layers = sum(mix)
+    for prefix, count in zip(("", "moe_"), window):
+        if not count or f"{prefix}forward" not in delta:
+            continue
+        fwd = fwd + delta[f"{prefix}forward"].scaled(count)
+        bwd = bwd + delta[f"{prefix}backward"].scaled(count)
+        if layout.recompute_granularity == "selective":
+            rec = rec + delta[f"{prefix}selective_recompute"].scaled(count)
+        elif layout.recompute_granularity == "full":  # block recompute: pro rata, as for the MoE share
+            share = min(layers, layout.recompute_num_layers) / layers if layout.recompute_method == "block" else 1
+            rec = rec + delta[f"{prefix}forward"].scaled(count * share)
     return fwd, bwd, rec
 
 
@@ -107,7 +131,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     ``memory_headroom_bytes``: a layout fits only if its peak stays this far under the HBM size
     (the CLI and search use ``sim.memory.DEFAULT_MEMORY_HEADROOM_GIB``; validation of measured runs 0)."""
     layout = check_compatible(model, cluster, num_gpus, parallel)
-    profile = profile or profile_for_cluster(cluster)  # built once per cluster, not per layout
+    check_deterministic(model, parallel)
+    profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster
     check_profile_device(profile, cluster)
     check_op_times_device(profile, cluster)
     schedule = schedule or layout.schedule
@@ -132,8 +157,13 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         chunk_layers = max(max(row) for row in layout.stage_chunk_layers)
         amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers,
                                                          amax_tensors_per_layer(pieces)))
-    mix = chunk_layer_mix(model, layout)
-    passes = [[_chunk_passes(layout, costs, s, c, mix[s][c], bf16, amax) for c in range(v)] for s in range(p)]
+    mix, windows = chunk_layer_mix(model, layout), chunk_window_mix(model, layout)
+    passes = [[_chunk_passes(layout, costs, s, c, mix[s][c], bf16, amax, windows[s][c]) for c in range(v)]
+              for s in range(p)]
+    if not parallel.gradient_accumulation_fusion:  # main_grad += grad, one kernel per weight and micro-batch
+        extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile)
+        passes = [[(f, b + PhaseCost(compute_s=extra[s][c]), r) for c, (f, b, r) in enumerate(row)]
+                  for s, row in enumerate(passes)]
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
     p2p_s = _p2p_time_s(pieces, layout, profile)
@@ -163,7 +193,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "effective_recompute_num_layers": layout.recompute_num_layers,
               "model_spec": dict(_model_spec(model))}
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision)
-    notes = moe_notes(model, layout)
+    notes = moe_notes(model, layout) + layer_notes(model, parallel)
     if share is not None:
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "

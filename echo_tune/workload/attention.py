@@ -13,6 +13,7 @@ from torch.autograd import Function
 
 import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
 from echo_tune.workload.context import record_collective
+from echo_tune.workload.window_attention import window_flash_attention
 
 _ops = torch.ops.echo_tune
 
@@ -109,10 +110,16 @@ def ring_attention(q, k, v, cp: int) -> torch.Tensor:
     return _RingAttention.apply(q, k, v, cp).reshape(s, b, -1)
 
 
-def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_p: float) -> torch.Tensor:
-    """Pick the core-attention implementation Megatron would run for these settings."""
+def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_p: float,
+                   window_left: int | None = None) -> torch.Tensor:
+    """Pick the core-attention implementation Megatron would run for these settings.
+
+    ``window_left``: a sliding window of that many keys before each query (workload/window_attention.py);
+    the unfused path masks the full s x s scores, so it costs the same with or without it."""
     if context_parallel_size > 1:
         return ring_attention(q, k, v, context_parallel_size)
+    if flash and window_left is not None and window_left + 1 < q.shape[0]:
+        return window_flash_attention(q, k, v, window_left)
     if flash:
         return flash_attention(q, k, v)
     return unfused_attention(q, k, v, dropout_p)

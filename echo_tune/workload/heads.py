@@ -16,6 +16,7 @@ from torch.autograd import Function
 from echo_tune.workload.comm import all_reduce, column_parallel_linear, reduce_output
 from echo_tune.workload.context import in_region
 from echo_tune.workload.layers import Shard, norm, norm_params
+from echo_tune.workload.loss import fused_cross_entropy
 
 
 def embedding_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
@@ -82,7 +83,10 @@ class _VocabParallelCrossEntropy(Function):
 def _output(x: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, params: dict, shard: Shard):
     hidden = norm(x, params["final_norm"], shard)
     logits = column_parallel_linear(hidden, params["output"]["weight"], None, shard.tp, shard.sequence_parallel)
-    losses = _VocabParallelCrossEntropy.apply(logits, labels, shard.tp)
+    if shard.model.cross_entropy_loss_fusion:  # fused kernels (workload/loss.py)
+        losses = fused_cross_entropy(logits, labels, shard.tp, shard.model.cross_entropy_fusion_impl)
+    else:
+        losses = _VocabParallelCrossEntropy.apply(logits, labels, shard.tp)
     return losses, (losses * loss_mask).sum()
 
 

@@ -148,6 +148,19 @@ def _rope_backward(ctx, dy):
 
 rope.register_autograd(_rope_backward, setup_context=_rope_setup)
 
+# --- fused rotary embedding over the first rotary_dim channels of each head (--rotary-percent < 1) ---
+rope_partial = _define("rope_partial", "(Tensor t, Tensor freqs) -> Tensor", lambda t, freqs: torch.empty_like(t))
+rope_partial_backward = _define("rope_partial_backward", "(Tensor dy, Tensor freqs) -> Tensor",
+                                lambda dy, freqs: torch.empty_like(dy))
+
+
+def _rope_partial_backward(ctx, dy):
+    (freqs,) = ctx.saved_tensors
+    return torch.ops.echo_tune.rope_partial_backward(dy, freqs), None
+
+
+rope_partial.register_autograd(_rope_partial_backward, setup_context=_rope_setup)
+
 
 def _flash_fwd_flops(args) -> float:
     q, k, v, causal = args[:4]

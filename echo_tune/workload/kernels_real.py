@@ -20,7 +20,7 @@ import warnings
 
 import torch
 
-from echo_tune.workload import kernels
+from echo_tune.workload import kernels, window_attention
 
 aten = torch.ops.aten
 DEVICES = ("cpu", "cuda")
@@ -45,9 +45,11 @@ def _fold(grad: torch.Tensor, groups: int) -> torch.Tensor:
     return grad.permute(2, 0, 1, 3).contiguous()
 
 
-def _math_forward(q, k, v, causal: bool, scale: float):
+def _math_forward(q, k, v, causal: bool, scale: float, mask=None):
     scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
-    if causal:
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    elif causal:
         s_q, s_k = scores.shape[-2:]
         scores = scores.masked_fill(torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
@@ -55,10 +57,12 @@ def _math_forward(q, k, v, causal: bool, scale: float):
     return out, lse
 
 
-def _math_backward(dout, q, k, v, out, lse, causal: bool, scale: float):
+def _math_backward(dout, q, k, v, out, lse, causal: bool, scale: float, mask=None):
     qf, kf, vf, df = q.float(), k.float(), v.float(), dout.float()
     scores = torch.matmul(qf, kf.transpose(-1, -2)) * scale
-    if causal:
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    elif causal:
         s_q, s_k = scores.shape[-2:]
         scores = scores.masked_fill(torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     probs = torch.exp(scores - lse.unsqueeze(-1))
@@ -102,6 +106,22 @@ def flash_attn_backward_real(dout, q, k, v, out, lse, causal: bool, scale: float
     else:
         dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
             db, qb, kb, vb, ob, lse, 0.0, causal, scale=scale)
+    return _fold(dq, heads), _fold(dk, k.shape[2]), _fold(dv, v.shape[2])
+
+
+def window_attn_real(q, k, v, causal: bool, window_left: int, scale: float):
+    """The math path with the band mask (correct values; a real windowed kernel's time differs)."""
+    heads = q.shape[2]
+    mask = window_attention.band_mask(q.shape[0], k.shape[0], window_left, q.device)
+    out, lse = _math_forward(_bhsd(q, heads), _bhsd(k, heads), _bhsd(v, heads), causal, scale, mask)
+    return out.permute(2, 0, 1, 3).contiguous(), lse.float().contiguous()
+
+
+def window_attn_backward_real(dout, q, k, v, out, lse, causal: bool, window_left: int, scale: float):
+    heads = q.shape[2]
+    mask = window_attention.band_mask(q.shape[0], k.shape[0], window_left, q.device)
+    dq, dk, dv = _math_backward(_bhsd(dout, heads), _bhsd(q, heads), _bhsd(k, heads), _bhsd(v, heads),
+                                _bhsd(out, heads), lse, causal, scale, mask)
     return _fold(dq, heads), _fold(dk, k.shape[2]), _fold(dv, v.shape[2])
 
 
@@ -160,12 +180,25 @@ def rope_backward_real(dy, freqs):
     return dy * cos + torch.cat([u2, -u1], dim=-1)
 
 
+def rope_partial_real(t, freqs):
+    rot = freqs.shape[-1]
+    return torch.cat((rope_real(t[..., :rot], freqs), t[..., rot:]), dim=-1)
+
+
+def rope_partial_backward_real(dy, freqs):
+    rot = freqs.shape[-1]
+    return torch.cat((rope_backward_real(dy[..., :rot], freqs), dy[..., rot:]), dim=-1)
+
+
 _IMPLEMENTATIONS = {
     kernels.flash_attn: flash_attn_real, kernels.flash_attn_backward: flash_attn_backward_real,
     kernels.masked_softmax: masked_softmax_real, kernels.masked_softmax_backward: masked_softmax_backward_real,
     kernels.swiglu: swiglu_real, kernels.swiglu_backward: swiglu_backward_real,
     kernels.rms_norm: rms_norm_real, kernels.rms_norm_backward: rms_norm_backward_real,
     kernels.rope: rope_real, kernels.rope_backward: rope_backward_real,
+    kernels.rope_partial: rope_partial_real, kernels.rope_partial_backward: rope_partial_backward_real,
+    window_attention.window_attn: window_attn_real,
+    window_attention.window_attn_backward: window_attn_backward_real,
 }
 for _op, _impl in _IMPLEMENTATIONS.items():
     _op.register_kernel(DEVICES, _impl)

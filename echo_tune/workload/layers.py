@@ -21,6 +21,9 @@ from echo_tune.workload import mla, moe
 from echo_tune.workload.attention import core_attention
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import in_region
+from echo_tune.workload.fused_elementwise import fused_bias_dropout_add
+from echo_tune.workload.rotary import apply_rope, rotary_dim
+from echo_tune.workload.activations import activation, fc1_fuses_bias
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 NORM_EPS = 1e-5
@@ -42,6 +45,8 @@ class Shard:
     """Expert-tensor-parallel size (MoE layers only)."""
     moe: bool = False
     """Trace the MoE variant of the layer (its MLP is ``workload.moe``)."""
+    window: bool = False
+    """Trace the sliding-window variant of the layer's attention (``model.window_size``)."""
 
     def __post_init__(self) -> None:
         m, tp, cp = self.model, self.tp, self.cp
@@ -55,6 +60,12 @@ class Shard:
             raise ConfigError(f"`seq_length % {chunks} == 0` must hold (context parallel x sequence-parallel "
                               f"chunks), but got (seq_length={m.seq_length}, tensor_model_parallel_size={tp}, "
                               f"context_parallel_size={cp}, sequence_parallel={self.sequence_parallel})")
+        if cp > 1 and (m.windowed_attention or m.softmax_type != "vanilla"):
+            # TE d0067d0 dot_product_attention/utils.py: with context parallelism (cp_comm_type p2p, Megatron's
+            # default) fused attention refuses a sliding window and attention sinks, flash attention sinks
+            raise ConfigError(f"`context_parallel_size == 1` must hold with a sliding window or attention sinks "
+                              f"(window_size={m.window_size}, softmax_type={m.softmax_type!r}), but got "
+                              f"(context_parallel_size={cp}): TE's p2p context parallelism runs neither")
         if self.precision not in DTYPES:
             raise ConfigError(f"precision must be one of {sorted(DTYPES)}, but got (precision={self.precision!r})")
 
@@ -133,6 +144,8 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
         params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * d, bias=True)
         if m.qk_layernorm:  # one RMSNorm weight over the head dimension for queries, one for keys
             params["qk_norm"] = {"q": shard.tensor(d, grad=True), "k": shard.tensor(d, grad=True)}
+    if m.softmax_type == "learnable":  # one sink logit per local head (dot_product_attention.py softmax_offset)
+        params["softmax_offset"] = {"offset": shard.tensor(shard.heads, grad=True)}
     params["mlp_norm"] = norm_params(shard)
     if shard.moe:
         params["moe"] = moe.moe_params(shard)
@@ -140,7 +153,8 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
         params["fc1"] = _linear_params(shard, fc1_out, m.hidden_size, bias=True)
         params["fc2"] = _linear_params(shard, m.hidden_size, shard.ffn, bias=True)
     if m.position_embedding_type == "rope":  # a constant buffer, not a parameter (no gradient)
-        params["buffers"] = {"rope_freqs": shard.tensor(shard.seq, 1, 1, d, dtype=torch.float32)}
+        rot = d if m.multi_latent_attention else rotary_dim(d, m.rotary_percent)
+        params["buffers"] = {"rope_freqs": shard.tensor(shard.seq, 1, 1, rot, dtype=torch.float32)}
     return params
 
 
@@ -157,8 +171,9 @@ def _qkv(x, params, shard: Shard):
         q = torch.ops.echo_tune.rms_norm(q, params["qk_norm"]["q"], NORM_EPS)[0]
         k = torch.ops.echo_tune.rms_norm(k, params["qk_norm"]["k"], NORM_EPS)[0]
     if "buffers" in params:
-        freqs = params["buffers"]["rope_freqs"]
-        q, k = torch.ops.echo_tune.rope(q, freqs), torch.ops.echo_tune.rope(k, freqs)
+        freqs, m = params["buffers"]["rope_freqs"], shard.model
+        q = apply_rope(q, freqs, fused=m.apply_rope_fusion, interleaved=m.rotary_interleaved)
+        k = apply_rope(k, freqs, fused=m.apply_rope_fusion, interleaved=m.rotary_interleaved)
     return q, k, v
 
 
@@ -167,18 +182,19 @@ def _attention_proj(context, params, shard: Shard):
 
 
 def _mlp(x, params, shard: Shard):
-    """fc1 (column-parallel) -> GeLU or fused SwiGLU -> fc2 (row-parallel, then the reduction)."""
+    """fc1 (column-parallel) -> activation (workload/activations.py) -> fc2 (row-parallel, then the reduction)."""
     fc1, fc2, tp, sp = params["fc1"], params["fc2"], shard.tp, shard.sequence_parallel
-    hidden = column_parallel_linear(x, fc1["weight"], fc1.get("bias"), tp, sp)
-    if shard.model.swiglu:
-        hidden = torch.ops.echo_tune.swiglu(hidden)
-    else:
-        hidden = F.gelu(hidden, approximate="tanh")
+    fused = fc1_fuses_bias(shard.model)  # the bias rides in the fused activation kernel (traced in the GEMM)
+    hidden = column_parallel_linear(x, fc1["weight"], fc1.get("bias") if fused else None, tp, sp)
+    hidden = activation(hidden, None if fused else fc1.get("bias"), shard.model)
     return row_parallel_linear(hidden, fc2["weight"], tp, sp)
 
 
-def bias_dropout_add(x, bias, residual, dropout_p: float):
-    """residual + dropout(x + bias): Megatron's bias-dropout-add (keeps the 1-byte dropout mask)."""
+def bias_dropout_add(x, bias, residual, dropout_p: float, fused: bool = False):
+    """residual + dropout(x + bias): Megatron's bias-dropout-add (keeps the 1-byte dropout mask); one kernel
+    when ``fused`` and there is a bias or dropout (fused_elementwise.py), else the separate torch ops."""
+    if fused and (bias is not None or dropout_p > 0):
+        return fused_bias_dropout_add(x, bias, residual, dropout_p)
     if bias is not None:
         x = x + bias
     if dropout_p > 0:
@@ -195,15 +211,18 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     else:
         q, k, v = in_region("qkv", _qkv, hidden, params, shard)
     context = in_region("core_attention", lambda: core_attention(
-        q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout))
+        q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout,
+        window_left=m.window_left if shard.window else None))
     attn = in_region("attention_proj", _attention_proj, context, params, shard)
-    x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout)
+    x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout,
+                  m.bias_dropout_fusion)
     hidden = in_region("mlp_norm", norm, x, params["mlp_norm"], shard)
     if shard.moe:
         mlp = in_region("moe", moe.moe_forward, hidden, params["moe"], shard)
-        return in_region("mlp_residual", bias_dropout_add, mlp, None, x, m.hidden_dropout)
+        return in_region("mlp_residual", bias_dropout_add, mlp, None, x, m.hidden_dropout, m.bias_dropout_fusion)
     mlp = in_region("mlp", _mlp, hidden, params, shard)
-    return in_region("mlp_residual", bias_dropout_add, mlp, params["fc2"].get("bias"), x, m.hidden_dropout)
+    return in_region("mlp_residual", bias_dropout_add, mlp, params["fc2"].get("bias"), x, m.hidden_dropout,
+                     m.bias_dropout_fusion)
 
 
 def parameters(params: dict) -> list[torch.Tensor]:

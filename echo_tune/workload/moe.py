@@ -29,6 +29,7 @@ import math
 import torch
 from torch.autograd import Function
 
+from echo_tune.workload.activations import activation
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import in_subregion, record_collective
 
@@ -125,9 +126,8 @@ def moe_params(shard) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def _activation(x, shard):
-    if shard.model.swiglu:
-        return torch.ops.echo_tune.swiglu(x)
-    return torch.nn.functional.gelu(x, approximate="tanh")
+    """The experts' activation, as the dense MLP's (fused or unfused SwiGLU, GeLU, squared relu)."""
+    return activation(x, None, shard.model)
 
 
 def _router(tokens, params, shard):

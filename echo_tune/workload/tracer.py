@@ -200,9 +200,13 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
                  expert_param_count=expert_param_count, linear_param_counts=linear_param_counts or {})
 
 
+LAYER_PIECES = ("layer", "moe_layer", "window_layer", "moe_window_layer")
+"""Transformer-layer pieces: dense or MoE MLP, full or sliding-window attention."""
+
+
 def _trace_piece(piece: str, shard: layers.Shard) -> Trace:
     s, b = shard.seq, shard.micro_batch_size
-    if piece in ("layer", "moe_layer"):
+    if piece in LAYER_PIECES:
         params = layers.layer_params(shard)
         x = shard.tensor(*shard.hidden_shape(), grad=True)
         experts = sum(t.numel() for t in layers.expert_parameters(params))
@@ -228,9 +232,15 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
                  ffn_hidden_size=model.ffn_size, hidden_dropout=0.1 if model.hidden_dropout > 0 else 0.0,
                  attention_dropout=0.1 if model.attention_dropout > 0 else 0.0,
                  attention_backend="auto", use_flash_attn=model.flash_attention)
-    if piece != "moe_layer":  # MoE settings shape only the MoE layer
+    if not piece.startswith("moe_"):  # MoE settings shape only the MoE layers
         fixed.update(num_experts=None, moe_ffn_hidden_size=None, moe_shared_expert_intermediate_size=None)
-    if piece in ("layer", "moe_layer"):
+    # the window shapes only the window pieces (which layers have it: layer_mix), the loss only the output
+    fixed.update(window_attn_skip_freq=None)
+    if "window" not in piece:
+        fixed.update(window_size=None)
+    if piece != "output":
+        fixed.update(cross_entropy_loss_fusion=False, cross_entropy_fusion_impl="native")
+    if piece in LAYER_PIECES:
         fixed.update(vocab_size=1, make_vocab_size_divisible_by=1, untie_embeddings_and_output_weights=False)
     return model.replace(**fixed)
 
@@ -238,12 +248,13 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
 @functools.lru_cache(maxsize=4096)
 def _cached(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str,
             ep: int = 1, etp: int = 1) -> Trace:
-    return _trace_piece(piece, layers.Shard(model, tp, cp, sp, mbs, precision, ep, etp, piece == "moe_layer"))
+    return _trace_piece(piece, layers.Shard(model, tp, cp, sp, mbs, precision, ep, etp, piece.startswith("moe_"),
+                                            "window" in piece))
 
 
 def _trace(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str,
            ep: int = 1, etp: int = 1) -> Trace:
-    if piece != "moe_layer":
+    if not piece.startswith("moe_"):
         ep = etp = 1
     return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision, ep, etp)
 
@@ -254,6 +265,16 @@ def trace_moe_layer(model: ModelSpec, *, tensor_model_parallel_size: int, contex
     """One transformer layer whose MLP is the MoE block, one micro-batch on one rank (cached by shape)."""
     return _trace("moe_layer", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
                   micro_batch_size, precision, expert_model_parallel_size, expert_tensor_parallel_size)
+
+
+def trace_window_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
+                       sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
+                       expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1,
+                       moe: bool = False) -> Trace:
+    """A layer with sliding-window attention (``model.window_size``), dense or MoE (cached by shape)."""
+    return _trace("moe_window_layer" if moe else "window_layer", model, tensor_model_parallel_size,
+                  context_parallel_size, sequence_parallel, micro_batch_size, precision,
+                  expert_model_parallel_size, expert_tensor_parallel_size)
 
 
 def trace_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,

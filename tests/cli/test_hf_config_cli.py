@@ -35,13 +35,14 @@ def test_simulate_with_a_config_json(tmp_path, capsys, monkeypatch):
     assert out_json(capsys, ["simulate", "--model", "same.yaml", *flags])["step_time_s"] == report["step_time_s"]
 
 
-def test_seq_length_flag_reaches_the_sliding_window_check(tmp_path, capsys):
+def test_seq_length_flag_reaches_the_sliding_window(tmp_path, capsys):
     model = str(HF / "mistral-7b-v0.1.json")  # sliding_window 4096, max_position_embeddings 32768
     flags = ["--cluster", "h100", "--num-gpus", "16", "--global-batch-size", "64", "--json"]
-    assert out_json(capsys, ["simulate", "--model", model, "--seq-length", "4096", *flags])["step_time_s"] > 0
-    assert main(["simulate", "--model", model, "--seq-length", "8192", *flags]) == 2
-    err = capsys.readouterr().err
-    assert "sliding_window" in err and "seq_length=8192" in err and "Traceback" not in err
+    short = out_json(capsys, ["simulate", "--model", model, "--seq-length", "4096", *flags])
+    assert short["config"]["model_spec"]["window_size"] is None  # the window covers the sequence
+    long = out_json(capsys, ["simulate", "--model", model, "--seq-length", "8192", *flags])
+    assert list(long["config"]["model_spec"]["window_size"]) == [4096, 0]
+    assert any("sliding window 4096" in n for n in long["notes"])
 
 
 def test_rank_candidate_with_a_config_json(tmp_path, capsys, monkeypatch):
@@ -52,15 +53,15 @@ def test_rank_candidate_with_a_config_json(tmp_path, capsys, monkeypatch):
     rank.write_text(yaml.safe_dump({"tokens": 1e11, "candidates": [
         {"name": "qwen", "model": "hf/qwen2.5-7b.json", "cluster": "h100", "num_gpus": 16, "gpu_hour_cost": 2.0,
          "layout": LAYOUT},
-        # at its config's 32768 tokens, Mistral's 4096-token sliding window is not modelled: refused by name
+        # at its config's 32768 tokens, Mistral's 4096-token sliding window is --window-size 4096,0
         {"name": "mistral", "model": "hf/mistral-7b-v0.1.json", "cluster": "h100", "num_gpus": 16,
          "layout": LAYOUT}]}))
     monkeypatch.chdir(tmp_path / "hf")  # paths in a rank file are taken relative to it
     rows = {r["name"]: r for r in out_json(capsys, ["rank", str(rank), "--json"])}
     qwen = rows["qwen"]["config"]["model_spec"]
     assert {k: qwen[k] for k in QWEN} == QWEN and rows["qwen"]["step_time_s"] > 0
-    assert rows["mistral"]["refused"] and "sliding_window" in rows["mistral"]["refused"]
-    assert rows["mistral"].get("step_time_s") is None
+    assert list(rows["mistral"]["config"]["model_spec"]["window_size"]) == [4096, 0]
+    assert rows["mistral"].get("refused") is None
 
 
 def test_rank_bare_config_json_name_beside_the_rank_file(tmp_path, capsys, monkeypatch):

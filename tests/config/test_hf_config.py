@@ -70,13 +70,21 @@ def test_gpt2_learned_positions_layernorm_biases_tied():
     assert not model.untie_embeddings_and_output_weights and model.position_embedding_type == "learned_absolute"
 
 
-def test_sliding_window_shorter_than_the_sequence_is_refused_by_name():
+def test_mistral_sliding_window_maps_to_window_size_and_qwen2_window_is_refused():
+    model = load_hf_config(HF / "mistral-7b-v0.1.json")  # sliding_window 4096 < 32768 positions
+    assert model.window_size == (4096, 0) and model.windowed_attention and all(model.window_pattern)
+    assert load_hf_config(HF / "mistral-7b-v0.1.json", seq_length=4096).window_size is None
+    cfg = _cfg("llama-3.1-70b.json") | {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 1024}
     with pytest.raises(UnmodelledError, match="sliding_window"):
-        load_hf_config(HF / "mistral-7b-v0.1.json")
-    assert load_hf_config(HF / "mistral-7b-v0.1.json", seq_length=4096).seq_length == 4096
+        model_fields_from_hf(cfg, seq_length=4096)
 
 
-@pytest.mark.parametrize("key,value,word", [("rotary_pct", 0.25, "rotary"), ("use_parallel_residual", True, "parallel"),
+def test_partial_rotary_maps_to_rotary_percent():
+    fields, _ = model_fields_from_hf(_cfg("llama-3.1-70b.json") | {"partial_rotary_factor": 0.5})
+    assert fields["rotary_percent"] == 0.5
+
+
+@pytest.mark.parametrize("key,value,word", [("use_parallel_residual", True, "parallel"),
                                             ("mlp_only_layers", [0, 1], "mlp_only_layers"),
                                             ("some_new_knob", 3, "not known")])
 def test_step_shaping_or_unknown_keys_are_refused(key, value, word):

@@ -83,10 +83,9 @@ def test_deepseek_v3_with_megatron_fsdp_is_refused_by_name():
 
 @pytest.mark.parametrize("extra, named", [
     ("--fp4-format e2m1", "--fp4-format"),
-    ("--window-size 4096,0", "--window-size"),
+    ("--attention-output-gate", "--attention-output-gate"),
     ("--cpu-offloading", "--cpu-offloading"),
     ("--moe-shared-expert-overlap", "--moe-shared-expert-overlap"),
-    ("--transformer-impl local", "--transformer-impl local"),
     ("--some-new-flag 3", "--some-new-flag"),
 ])
 def test_step_shaping_or_unknown_flag_is_refused(extra, named):
@@ -98,8 +97,9 @@ def test_harmless_flags_are_reported_and_multi_value_flags_read():
     model, parallel, _, ignored = parse_megatron_line(
         "--num-layers 2 --moe-aux-loss-coeff 1e-2 1e-3 --recompute-modules core_attn moe --transformer-impl "
         "transformer_engine --seed 3")
-    assert model == {"num_layers": 2} and parallel["recompute_modules"] == ("core_attn", "moe")
-    assert ignored == ["--moe-aux-loss-coeff", "--transformer-impl", "--seed"]
+    assert model == {"num_layers": 2, "transformer_impl": "transformer_engine"}
+    assert parallel["recompute_modules"] == ("core_attn", "moe")
+    assert ignored == ["--moe-aux-loss-coeff", "--seed"]
 
 
 def test_num_query_groups_needs_group_query_attention_as_in_megatron():
@@ -109,8 +109,16 @@ def test_num_query_groups_needs_group_query_attention_as_in_megatron():
     assert model["num_query_groups"] == 8
 
 
+# Flags the `layers` branch models that unmodelled.py (owned by another branch) still lists; the lead
+# deletes them from its lists at merge, and then this set.
+MODELLED_ON_LAYERS_BRANCH = frozenset("""--window-size --window-attn-skip-freq --softmax-type --no-rope-fusion
+    --no-bias-swiglu-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion --no-persist-layer-norm
+    --no-gradient-accumulation-fusion --cross-entropy-loss-fusion --cross-entropy-fusion-impl
+    --rotary-percent --transformer-impl""".split())
+
+
 def test_lists_are_disjoint_and_modelled_flags_are_in_neither():
-    modelled = {flag for flag, _ in (*MODEL_FLAGS.values(), *PARALLEL_FLAGS.values())}
+    modelled = {flag for flag, _ in (*MODEL_FLAGS.values(), *PARALLEL_FLAGS.values())} - MODELLED_ON_LAYERS_BRANCH
     harmless = set().union(*unmodelled.HARMLESS.values())
     step = set().union(*unmodelled.STEP_SHAPING.values())
     assert not harmless & step and not modelled & (harmless | step)
@@ -120,8 +128,8 @@ def test_lists_are_disjoint_and_modelled_flags_are_in_neither():
 def test_yaml_model_key_that_shapes_the_step_is_refused(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump({"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                                    "seq_length": 128, "vocab_size": 256, "window_size": 4096}))
-    with pytest.raises(UnmodelledError, match="'window_size'.*not modelled"):
+                                    "seq_length": 128, "vocab_size": 256, "attention_output_gate": True}))
+    with pytest.raises(UnmodelledError, match="'attention_output_gate'.*not modelled"):
         load_model(path)
 
 
@@ -156,12 +164,14 @@ def test_moe_preset_round_trips_through_megatron_flags():
     assert rebuilt == model and layout == parallel and precision == "bf16" and ignored == []
 
 
-def test_qwen3_conf_is_refused_for_unfused_kernels_then_simulates_without_them(capsys):
+def test_qwen3_conf_simulates_with_its_unfused_kernels(capsys):
     line = launch_line("qwen3_30b_a3b") + " --vocab-size 151936 --global-batch-size 64 --expert-model-parallel-size 8"
-    with pytest.raises(UnmodelledError, match="--no-rope-fusion"):
-        parse_megatron_line(line)
+    model, _, _, _ = parse_megatron_line(line)
+    assert model["apply_rope_fusion"] is False and model["bias_swiglu_fusion"] is False
     fused = line.replace("--no-rope-fusion", "").replace("--no-bias-swiglu-fusion", "")
     data = simulate_json(capsys, fused, 8)
     spec = data["config"]["model_spec"]
     assert spec["qk_layernorm"] and spec["kv_channels"] == 128 and spec["num_experts"] == 128
     assert spec["make_vocab_size_divisible_by"] == 1187
+    unfused = simulate_json(capsys, line, 8)  # more, unfused elementwise kernels: a slower step
+    assert unfused["step_time_s"] > data["step_time_s"]
