@@ -59,6 +59,16 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "add_bias_linear": ("--disable-bias-linear", "not_flag"),
     "hidden_dropout": ("--hidden-dropout", "float"),
     "attention_dropout": ("--attention-dropout", "float"),
+    # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/moe_overlap.py)
+    "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
+    "moe_enable_deepep": ("--moe-enable-deepep", "flag"),
+    "moe_shared_expert_overlap": ("--moe-shared-expert-overlap", "flag"),
+    "moe_router_fusion": ("--moe-router-fusion", "flag"),
+    "moe_permute_fusion": ("--moe-permute-fusion", "flag"),
+    "moe_apply_probs_on_input": ("--moe-apply-probs-on-input", "flag"),
+    "moe_router_num_groups": ("--moe-router-num-groups", "int"),
+    "moe_router_group_topk": ("--moe-router-group-topk", "int"),
+    "moe_router_force_load_balancing": ("--moe-router-force-load-balancing", "flag"),
 }
 PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "tensor_model_parallel_size": ("--tensor-model-parallel-size", "int"),
@@ -94,6 +104,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "first_last_layers_bf16": ("--first-last-layers-bf16", "flag"),
     "num_layers_at_start_in_bf16": ("--num-layers-at-start-in-bf16", "int"),
     "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),
+    "overlap_moe_expert_parallel_comm": ("--overlap-moe-expert-parallel-comm", "flag"),
+    "delay_wgrad_compute": ("--delay-wgrad-compute", "flag"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.

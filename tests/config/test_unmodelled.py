@@ -71,7 +71,7 @@ def test_deepseek_v3_with_megatron_fsdp_is_refused_by_name():
     ("--fp4-format e2m1", "--fp4-format"),
     ("--window-size 4096,0", "--window-size"),
     ("--cpu-offloading", "--cpu-offloading"),
-    ("--moe-shared-expert-overlap", "--moe-shared-expert-overlap"),
+    ("--moe-paged-stash", "--moe-paged-stash"),
     ("--transformer-impl local", "--transformer-impl local"),
     ("--some-new-flag 3", "--some-new-flag"),
 ])
@@ -95,8 +95,16 @@ def test_num_query_groups_needs_group_query_attention_as_in_megatron():
     assert model["num_query_groups"] == 8
 
 
+# Modelled on branch `moe` but still listed in unmodelled.py (owned by the flags branch): the lead deletes them
+# from unmodelled.py's lists at merge and then empties this set.
+MOE_FLAGS_TO_RECONCILE = {"--moe-flex-dispatcher-backend", "--moe-enable-deepep", "--moe-shared-expert-overlap",
+                          "--moe-router-fusion", "--moe-permute-fusion", "--moe-apply-probs-on-input",
+                          "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-force-load-balancing",
+                          "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"}
+
+
 def test_lists_are_disjoint_and_modelled_flags_are_in_neither():
-    modelled = {flag for flag, _ in (*MODEL_FLAGS.values(), *PARALLEL_FLAGS.values())}
+    modelled = {flag for flag, _ in (*MODEL_FLAGS.values(), *PARALLEL_FLAGS.values())} - MOE_FLAGS_TO_RECONCILE
     harmless = set().union(*unmodelled.HARMLESS.values())
     step = set().union(*unmodelled.STEP_SHAPING.values())
     assert not harmless & step and not modelled & (harmless | step)
