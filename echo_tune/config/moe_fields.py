@@ -171,7 +171,8 @@ class MoEFields:
         require(not self.moe_shared_expert_overlap or not self.moe_shared_expert_intermediate_size
                 or self.moe_token_dispatcher_type in ("alltoall", "flex"),
                 f"`moe_shared_expert_overlap` works with the alltoall or flex dispatcher only, but got "
-                f"(moe_token_dispatcher_type={self.moe_token_dispatcher_type!r}); use --moe-token-dispatcher-type alltoall")
+                f"(moe_token_dispatcher_type={self.moe_token_dispatcher_type!r}); "
+                "use --moe-token-dispatcher-type alltoall")
         require(not self.moe_apply_probs_on_input or self.moe_router_topk == 1,
                 f"`moe_apply_probs_on_input` only works with `moe_router_topk == 1`, but got "
                 f"(moe_router_topk={self.moe_router_topk}); drop --moe-apply-probs-on-input")

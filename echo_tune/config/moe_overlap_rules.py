@@ -25,7 +25,8 @@ def check_moe_overlap(model, parallel) -> None:
                                      f"(expert_model_parallel_size={ep}); set --expert-model-parallel-size > 1")
     require(model.moe_token_dispatcher_type in ("alltoall", "flex"),
             f"`overlap_moe_expert_parallel_comm` needs the alltoall or flex dispatcher, but got "
-            f"(moe_token_dispatcher_type={model.moe_token_dispatcher_type!r}); use --moe-token-dispatcher-type alltoall")
+            f"(moe_token_dispatcher_type={model.moe_token_dispatcher_type!r}); "
+            "use --moe-token-dispatcher-type alltoall")
     require(parallel.recompute_granularity != "full" and parallel.recompute_method is None
             and parallel.recompute_num_layers is None,
             f"`overlap_moe_expert_parallel_comm` refuses full recompute, a recompute method and layer count, but "

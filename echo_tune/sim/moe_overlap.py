@@ -130,7 +130,8 @@ def layer_parts(trace: Trace, ctx: CostContext) -> LayerParts:
         return cost.total_s - cost.ep_comm_s
 
     return LayerParts(pre_fwd_s=pre_f.total_s + own(fwd["dispatch"]), dispatch_fwd_s=fwd["dispatch"].ep_comm_s,
-                      experts_fwd_s=fwd["experts"].total_s + own(fwd["combine"]), combine_fwd_s=fwd["combine"].ep_comm_s,
+                      experts_fwd_s=fwd["experts"].total_s + own(fwd["combine"]),
+                      combine_fwd_s=fwd["combine"].ep_comm_s,
                       pre_bwd_s=pre_b.total_s + own(bwd["dispatch"]), dispatch_bwd_s=bwd["dispatch"].ep_comm_s,
                       experts_dgrad_s=bwd["experts"].total_s + own(bwd["combine"]) - wgrad, experts_wgrad_s=wgrad,
                       combine_bwd_s=bwd["combine"].ep_comm_s)
