@@ -32,6 +32,7 @@ CHOICES = {
     "position_embedding_type": model_mod.POSITION_EMBEDDING_TYPES,
     "moe_token_dispatcher_type": moe_fields.DISPATCHERS, "moe_router_load_balancing_type": moe_fields.LOAD_BALANCING,
     "moe_router_dtype": tuple(c for c in moe_fields.ROUTER_DTYPES if c),
+    "moe_flex_dispatcher_backend": moe_fields.FLEX_BACKENDS,
     "recompute_granularity": tuple(c for c in parallel_mod.RECOMPUTE_GRANULARITIES if c),
     "recompute_method": tuple(c for c in parallel_mod.RECOMPUTE_METHODS if c),
     "fp8_format": tuple(c for c in parallel_mod.FP8_FORMATS if c), "fp8_recipe": parallel_mod.FP8_RECIPES,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from echo_tune.config._checks import require
 from echo_tune.config.model import ModelSpec
+from echo_tune.config.moe_overlap_rules import check_moe_overlap
 from echo_tune.config.parallel import ParallelConfig
 
 
@@ -27,6 +28,7 @@ def placements(sizes: list[tuple[str, int]], gpus_per_node: int, group_cls) -> d
 
 def expert_groups(model: ModelSpec, parallel: ParallelConfig, dp: int, gpus_per_node: int, group_cls) -> dict:
     """Check every EP / ETP rule; return the placements of the ep, etp, tpep (ETP x EP) and edp groups."""
+    check_moe_overlap(model, parallel)
     ep, etp = parallel.expert_model_parallel_size, parallel.expert_tensor_size
     tp, cp = parallel.tensor_model_parallel_size, parallel.context_parallel_size
     if not model.is_moe:

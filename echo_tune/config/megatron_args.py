@@ -78,6 +78,16 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "cross_entropy_loss_fusion": ("--cross-entropy-loss-fusion", "flag"),
     "cross_entropy_fusion_impl": ("--cross-entropy-fusion-impl", "str"),
     "transformer_impl": ("--transformer-impl", "str"),
+    # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/moe_overlap.py)
+    "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
+    "moe_enable_deepep": ("--moe-enable-deepep", "flag"),
+    "moe_shared_expert_overlap": ("--moe-shared-expert-overlap", "flag"),
+    "moe_router_fusion": ("--moe-router-fusion", "flag"),
+    "moe_permute_fusion": ("--moe-permute-fusion", "flag"),
+    "moe_apply_probs_on_input": ("--moe-apply-probs-on-input", "flag"),
+    "moe_router_num_groups": ("--moe-router-num-groups", "int"),
+    "moe_router_group_topk": ("--moe-router-group-topk", "int"),
+    "moe_router_force_load_balancing": ("--moe-router-force-load-balancing", "flag"),
 }
 PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "tensor_model_parallel_size": ("--tensor-model-parallel-size", "int"),
@@ -115,6 +125,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),
     "gradient_accumulation_fusion": ("--no-gradient-accumulation-fusion", "not_flag"),
     "deterministic_mode": ("--deterministic-mode", "flag"),
+    "overlap_moe_expert_parallel_comm": ("--overlap-moe-expert-parallel-comm", "flag"),
+    "delay_wgrad_compute": ("--delay-wgrad-compute", "flag"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.

@@ -14,6 +14,8 @@ from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.errors import ConfigError
 
 DISPATCHERS = ("allgather", "alltoall", "flex")
+# --moe-flex-dispatcher-backend (transformer_config.py at d98e8a64ddf3 also lists ncclep: not modelled)
+FLEX_BACKENDS = ("deepep", "hybridep")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 ROUTER_DTYPES = (None, "fp32", "fp64")
 
@@ -78,7 +80,7 @@ class MoEFields:
 
     moe_token_dispatcher_type: str = "allgather"
     """``--moe-token-dispatcher-type``: alltoall, allgather (Megatron's default) or flex (DeepEP / HybridEP,
-    timed as alltoall: the same bytes without DeepEP's per-rank de-duplication, an upper bound)."""
+    ``moe_flex_dispatcher_backend``)."""
 
     moe_grouped_gemm: bool = False
     """``--moe-grouped-gemm``: one grouped GEMM for the local experts instead of a loop of GEMMs."""
@@ -91,6 +93,40 @@ class MoEFields:
 
     moe_router_dtype: str | None = None
     """``--moe-router-dtype``: fp32 or fp64 router logits; None keeps the model dtype."""
+
+    moe_flex_dispatcher_backend: str = "deepep"
+    """``--moe-flex-dispatcher-backend``: deepep (Megatron's default) or hybridep, the kernels of the flex
+    dispatcher (``cost/moe_dispatch.py``: de-duplicated copies, own bandwidth and SMs)."""
+
+    moe_enable_deepep: bool = False
+    """``--moe-enable-deepep``: the deprecated spelling of ``--moe-flex-dispatcher-backend deepep`` (needs
+    the flex dispatcher; transformer_config.py __post_init__)."""
+
+    moe_shared_expert_overlap: bool = False
+    """``--moe-shared-expert-overlap``: the shared expert runs on a side stream beside the dispatch and combine
+    all-to-alls (megatron/core/transformer/moe/shared_experts.py); hides up to the smaller of the two."""
+
+    moe_router_fusion: bool = False
+    """``--moe-router-fusion``: TE's fused top-k routing kernel (softmax/score, top-k and aux-loss scores in one
+    kernel instead of a chain of memory-bound ops)."""
+
+    moe_permute_fusion: bool = False
+    """``--moe-permute-fusion``: TE's fused permute / un-permute kernels (token rearrangement in one kernel)."""
+
+    moe_apply_probs_on_input: bool = False
+    """``--moe-apply-probs-on-input``: weight the tokens by their routing probability before the experts
+    instead of at the un-permute (experts.py: only with ``moe_router_topk == 1``)."""
+
+    moe_router_num_groups: int | None = None
+    """``--moe-router-num-groups``: expert groups of group-limited routing (DeepSeek's node-limited routing);
+    None = plain top-k."""
+
+    moe_router_group_topk: int | None = None
+    """``--moe-router-group-topk``: groups a token's experts may come from (with moe_router_num_groups)."""
+
+    moe_router_force_load_balancing: bool = False
+    """``--moe-router-force-load-balancing``: random router logits (benchmarking): routing is balanced, so
+    the busiest expert gets exactly a balanced share (``moe_routing_imbalance`` is taken as 1)."""
 
     moe_routing_imbalance: float = 1.0
     """echo-tune's routing assumption, not a Megatron flag: the busiest expert's token share relative to
@@ -118,6 +154,58 @@ class MoEFields:
         require(not self.moe_pad_expert_input_to_capacity or self.moe_expert_capacity_factor is not None,
                 "`moe_pad_expert_input_to_capacity` needs `moe_expert_capacity_factor`, but got "
                 "(moe_expert_capacity_factor=None); set --moe-expert-capacity-factor")
+        self._check_moe_router_dispatch()
+
+    def _check_moe_router_dispatch(self) -> None:
+        """Megatron's rules for the flex dispatcher, group-limited routing and the routing options
+        (megatron/core/transformer/transformer_config.py __post_init__ and moe/experts.py, d98e8a64ddf3)."""
+        require_choice("moe_flex_dispatcher_backend", self.moe_flex_dispatcher_backend, FLEX_BACKENDS)
+        flex, backend = self.moe_token_dispatcher_type == "flex", self.moe_flex_dispatcher_backend
+        require(not self.moe_enable_deepep or (flex and backend == "deepep"),
+                f"`moe_enable_deepep` needs the flex dispatcher with the deepep backend, but got "
+                f"(moe_token_dispatcher_type={self.moe_token_dispatcher_type!r}, moe_flex_dispatcher_backend="
+                f"{backend!r}); add --moe-token-dispatcher-type flex or drop --moe-enable-deepep")
+        require(not (flex and backend == "deepep" and self.moe_pad_expert_input_to_capacity),
+                "the flex dispatcher's deepep backend does not support `moe_pad_expert_input_to_capacity`; "
+                "drop --moe-pad-expert-input-to-capacity or use --moe-token-dispatcher-type alltoall")
+        require(not self.moe_shared_expert_overlap or not self.moe_shared_expert_intermediate_size
+                or self.moe_token_dispatcher_type in ("alltoall", "flex"),
+                f"`moe_shared_expert_overlap` works with the alltoall or flex dispatcher only, but got "
+                f"(moe_token_dispatcher_type={self.moe_token_dispatcher_type!r}); "
+                "use --moe-token-dispatcher-type alltoall")
+        require(not self.moe_apply_probs_on_input or self.moe_router_topk == 1,
+                f"`moe_apply_probs_on_input` only works with `moe_router_topk == 1`, but got "
+                f"(moe_router_topk={self.moe_router_topk}); drop --moe-apply-probs-on-input")
+        groups, group_topk = self.moe_router_num_groups, self.moe_router_group_topk
+        if groups is not None:
+            require_positive("moe_router_num_groups", groups)
+        if group_topk is None:
+            return
+        require_positive("moe_router_group_topk", group_topk)
+        require(groups is not None, "group-limited routing (`moe_router_group_topk`) needs "
+                                    "`moe_router_num_groups`, but got (moe_router_num_groups=None); set it")
+        require(self.num_experts % groups == 0,
+                f"`num_experts % moe_router_num_groups == 0` must hold, but got (num_experts={self.num_experts}, "
+                f"moe_router_num_groups={groups})")
+        require(group_topk <= groups, f"`moe_router_group_topk <= moe_router_num_groups` must hold, but got "
+                                      f"(moe_router_group_topk={group_topk}, moe_router_num_groups={groups})")
+        per_group = self.num_experts // groups
+        require(self.moe_router_topk <= group_topk * per_group,
+                f"`moe_router_topk <= moe_router_group_topk * num_experts / moe_router_num_groups` must hold (the "
+                f"chosen groups must hold k experts), but got (moe_router_topk={self.moe_router_topk}, "
+                f"moe_router_group_topk={group_topk}, experts per group={per_group})")
+
+    @property
+    def moe_dispatcher_kernel(self) -> str:
+        """The dispatch kernels that run: allgather, alltoall (NCCL), deepep or hybridep (flex)."""
+        if self.moe_token_dispatcher_type != "flex":
+            return self.moe_token_dispatcher_type
+        return "deepep" if self.moe_enable_deepep else self.moe_flex_dispatcher_backend
+
+    @property
+    def moe_effective_imbalance(self) -> float:
+        """The busiest expert's share over a balanced one: 1 under forced load balancing."""
+        return 1.0 if self.moe_router_force_load_balancing else self.moe_routing_imbalance
 
 
 @dataclass(frozen=True, kw_only=True)

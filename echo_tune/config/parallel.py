@@ -151,6 +151,16 @@ class ParallelConfig:
     """``--deterministic-mode``: NCCL_ALGO=Ring, deterministic TE attention backward, deterministic
     cuBLAS workspace (megatron/training/determinism.py; sim/determinism.py)."""
 
+    overlap_moe_expert_parallel_comm: bool = False
+    """``--overlap-moe-expert-parallel-comm``: Megatron-Core's EP all-to-all overlap: the forward of one
+    micro-batch and the backward of another run as one combined 1F1B step, each MoE dispatch / combine hidden
+    behind the other micro-batch's compute (megatron/core/pipeline_parallel/combined_1f1b.py;
+    ``sim/moe_overlap.py``)."""
+
+    delay_wgrad_compute: bool = False
+    """``--delay-wgrad-compute``: split the weight-gradient GEMMs from backward so that they fill the gaps of
+    the EP overlap (needs overlap_moe_expert_parallel_comm)."""
+
     def __post_init__(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "micro_batch_size", "global_batch_size"):

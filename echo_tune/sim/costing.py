@@ -17,6 +17,8 @@ from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.moe_dispatch import MoEKernels
+from echo_tune.cost.moe_fusion import fuse_memory_runs
 from echo_tune.cost.fp8 import TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
 from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import CalibrationProfile
@@ -61,6 +63,12 @@ class CostContext:
     tp_comm_overlap: bool = False
     fp8_recipe: str | None = None
     """The FP8 recipe when the linear GEMMs run in FP8 (cost/fp8.py); None = bf16 GEMMs."""
+    moe: MoEKernels | None = None
+    """The MoE kernels (flex dispatcher, fused router / permutation); None = NCCL all-to-all, unfused."""
+    overlap_moe_expert_parallel_comm: bool = False
+    """``--overlap-moe-expert-parallel-comm``: price the EP overlap of paired passes (``sim/moe_overlap.py``)."""
+    delay_wgrad_compute: bool = False
+    """``--delay-wgrad-compute`` (with the EP overlap)."""
 
 
 def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile, size_bytes: float = 0.0,
@@ -77,6 +85,8 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     """Cost of a list of ops (optionally only those of one region) on one rank."""
     if region is not None:
         ops = tuple(op for op in ops if op.region == region)
+    if ctx.moe is not None and ctx.moe.fused:
+        ops = fuse_memory_runs(ops, ctx.moe.fused)
     fp8 = ctx.fp8_recipe is not None
     times, sizes = [], []
     compute_s = attention_s = cast_s = 0.0
@@ -84,7 +94,10 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     for op in ops:
         if op.kind == "collective":
             size = fp8_collective_bytes(op) if fp8 else op.size_bytes
-            t = collective_time_s(op.collective, size, ctx.groups[op.group], ctx.profile)
+            if op.group == "ep" and op.collective == "all_to_all" and ctx.moe is not None and ctx.moe.flex:
+                t = ctx.moe.all_to_all_s(op, size, ctx.groups["ep"])
+            else:
+                t = collective_time_s(op.collective, size, ctx.groups[op.group], ctx.profile)
             times.append(t)
             sizes.append(size)
             if op.group == "cp":

@@ -73,14 +73,21 @@ def moe_notes(model: ModelSpec, layout: Layout) -> tuple[str, ...]:
     if not model.is_moe:
         return ()
     groups = layout.groups
-    share = model.moe_routing_imbalance
-    notes = [f"MoE routing assumed {'balanced' if share == 1 else f'imbalanced: busiest expert x{share:g}'}"
+    share = model.moe_effective_imbalance
+    balanced = "balanced (forced: --moe-router-force-load-balancing)" if model.moe_router_force_load_balancing \
+        else "balanced"
+    notes = [f"MoE routing assumed {balanced if share == 1 else f'imbalanced: busiest expert x{share:g}'}"
              f"{f', capacity factor {model.moe_expert_capacity_factor:g}' if model.moe_expert_capacity_factor else ''}"
              f" (set moe_routing_imbalance for skewed routing; the busiest rank sets the step)",
              f"expert groups: EP {groups['ep'].size} over {groups['ep'].num_nodes} node(s), ETP {groups['etp'].size}, "
              f"expert data-parallel {groups['edp'].size}; dispatch/combine time is ep_comm"]
-    if model.moe_token_dispatcher_type == "flex":
-        notes.append("flex dispatcher timed as alltoall (without DeepEP's de-duplication: an upper bound)")
+    kernel = model.moe_dispatcher_kernel
+    if kernel in ("deepep", "hybridep"):
+        notes.append(f"flex dispatcher: {kernel} kernels at their README bandwidths with de-duplicated copies "
+                     f"(cost/moe_dispatch.py)")
+    if model.moe_router_group_topk:
+        notes.append(f"group-limited routing: a token's experts come from {model.moe_router_group_topk} of "
+                     f"{model.moe_router_num_groups} groups")
     return tuple(notes)
 
 

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.errors import ConfigError
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.determinism import deterministic_attention_model
 from echo_tune.sim import trace_cache
 from echo_tune.sim.memo import IdentityCache
+from echo_tune.sim.moe_overlap import ep_overlap_deltas, shared_overlap_costs
 from echo_tune.workload.graph import Trace
 
 # Traced pieces by (model, shape): filled by tracing (which imports torch) or by ``seed_pieces`` with
@@ -91,6 +93,9 @@ class PassCosts:
     window: dict[str, PhaseCost] | None = None
     """Sliding-window layers: (window piece - full piece) cost of "forward", "backward" and
     "selective_recompute", dense and ("moe_" prefixed) MoE; None without a window."""
+    moe_ep_overlap_forward: PhaseCost = ZERO
+    """Change to one MoE layer's forward when it runs paired under the EP overlap (sim/moe_overlap.py)."""
+    moe_ep_overlap_backward: PhaseCost = ZERO
     mtp_heads: int = 0
     """Extra output heads on the last stage (multi-token prediction)."""
 
@@ -113,7 +118,7 @@ def pass_costs(pieces: dict[str, Trace], ctx: CostContext,
         value = getattr(ctx, f.name)
         if f.name == "groups":  # only the groups the pieces' collectives run on
             extra.append(tuple((g, value[g]) for g in groups))
-        elif isinstance(value, (str, int, float, bool, type(None))):
+        elif isinstance(value, (str, int, float, bool, type(None), MoEKernels)):  # MoEKernels: frozen, hashable
             extra.append(value)
         else:
             objects.append(value)
@@ -126,8 +131,13 @@ def _pass_costs(pieces: dict[str, Trace], ctx: CostContext, regions: tuple[str, 
     moe = {}
     if "moe_layer" in pieces:
         t = pieces["moe_layer"]
-        moe = dict(moe_layer_forward=phase_cost(t.forward, ctx), moe_layer_backward=phase_cost(t.backward, ctx),
-                   moe_selective_recompute=_replayed(t, ctx, regions))
+        fwd, bwd = phase_cost(t.forward, ctx), phase_cost(t.backward, ctx)
+        if ctx.moe is not None and ctx.moe.shared_expert_overlap:
+            fwd, bwd = shared_overlap_costs(t, ctx, fwd, bwd)
+        moe = dict(moe_layer_forward=fwd, moe_layer_backward=bwd, moe_selective_recompute=_replayed(t, ctx, regions))
+        if ctx.overlap_moe_expert_parallel_comm:
+            moe["moe_ep_overlap_forward"], moe["moe_ep_overlap_backward"] = ep_overlap_deltas(
+                t, ctx, ctx.delay_wgrad_compute)
     window = None
     if "window_layer" in pieces:
         window = {}

@@ -17,6 +17,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer
+from echo_tune.cost.moe_dispatch import moe_kernels
 from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
@@ -29,6 +30,7 @@ from echo_tune.sim.flops import model_flops_per_step
 from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes, mtp_heads
 from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
+from echo_tune.sim.moe_overlap import paired_fraction
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
 from echo_tune.sim.schedules import SCHEDULES
@@ -59,19 +61,24 @@ def _p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
 def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
                   mix: tuple[int, int] | None = None, bf16: tuple[PassCosts, int, int] | None = None,
                   per_pass: PhaseCost = ZERO, window: tuple[int, int] | None = None,
-                  ) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
+                  paired: float = 0.0) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
     """(forward, backward without recompute, recompute) of one micro-batch of one chunk.
 
     ``mix`` = (dense layers, MoE layers) of the chunk (all dense when None). ``bf16``: (bf16 layer
     costs, layers at the start, layers at the end) kept in bf16 under FP8 (``--first-last-layers-bf16``):
     the model's first layers sit in the first chunk of stage 0, its last ones in the last chunk of the
     last stage (taken as dense layers). ``window``: (dense, MoE) layers of the chunk with sliding-window
-    attention (``layer_mix.chunk_window_mix``)."""
+    attention (``layer_mix.chunk_window_mix``).
+    ``paired``: the share of the stage's passes that the EP overlap pairs
+    (``moe_overlap.paired_fraction``), each MoE layer of them changed by ``costs.moe_ep_overlap_*``."""
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     dense, moe = mix or (layout.stage_chunk_layers[stage][chunk], 0)
     layers = dense + moe
     fwd = costs.layer_forward.scaled(dense) + costs.moe_layer_forward.scaled(moe)
     bwd = costs.layer_backward.scaled(dense) + costs.moe_layer_backward.scaled(moe)
+    if paired and moe:
+        fwd = fwd + costs.moe_ep_overlap_forward.scaled(moe * paired)
+        bwd = bwd + costs.moe_ep_overlap_backward.scaled(moe * paired)
     if bf16 is not None:
         plain, start, end = bf16
         n = (min(start, layers) if (stage, chunk) == (0, 0) else 0) + \
@@ -146,7 +153,9 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap,
-                      fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None)
+                      fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None, moe=moe_kernels(model, cluster),
+                      overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
+                      delay_wgrad_compute=parallel.delay_wgrad_compute)
     costs = dataclasses.replace(pass_costs(pieces, ctx, layout.recompute_regions), mtp_heads=mtp_heads(model))
     bf16 = None
     if parallel.fp8 and parallel.first_last_layers_bf16:
@@ -158,8 +167,10 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers,
                                                          amax_tensors_per_layer(pieces)))
     mix, windows = chunk_layer_mix(model, layout), chunk_window_mix(model, layout)
-    passes = [[_chunk_passes(layout, costs, s, c, mix[s][c], bf16, amax, windows[s][c]) for c in range(v)]
+    paired = [paired_fraction(schedule, s, p, m, v) if parallel.overlap_moe_expert_parallel_comm else 0.0
               for s in range(p)]
+    passes = [[_chunk_passes(layout, costs, s, c, mix[s][c], bf16, amax, window=windows[s][c], paired=paired[s])
+               for c in range(v)] for s in range(p)]
     if not parallel.gradient_accumulation_fusion:  # main_grad += grad, one kernel per weight and micro-batch
         extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile)
         passes = [[(f, b + PhaseCost(compute_s=extra[s][c]), r) for c, (f, b, r) in enumerate(row)]

@@ -95,11 +95,22 @@ def _assumed(row: dict, model_fields: dict, parallel_fields: dict) -> tuple[dict
             kept.append(token)
             if kinds.get(token) in ("int", "float", "str", "freq", "window") and i + 1 < len(tokens):
                 kept.append(tokens[i + 1])
+            elif kinds.get(token) == "list":  # nargs="+": the values up to the next flag or "|"
+                kept += [t for t in _until_flag(tokens[i + 1:])]
     model_extra, parallel_extra, _, _ = parse_megatron_line(" ".join(kept))
     model_extra = {k: v for k, v in model_extra.items() if k not in model_fields}
     parallel_extra = {k: v for k, v in parallel_extra.items() if k not in parallel_fields}
     flags = sorted(f"--{k.replace('_', '-')}" for k in {**model_extra, **parallel_extra})
     return model_extra, parallel_extra, flags
+
+
+def _until_flag(tokens: list[str]) -> list[str]:
+    out = []
+    for token in tokens:
+        if token.startswith("--") or token == "|" or not token:
+            break
+        out.append(token)
+    return out
 
 
 def _refused_columns(row: dict) -> None:

@@ -9,8 +9,10 @@ shared_experts.py) at NVIDIA/Megatron-LM commit d98e8a64ddf3:
 - ``alltoall`` dispatcher: permute the top-k token copies by expert, all-to-all over EP, all-gather over
   ETP when ETP > 1, experts, then the reverse (reduce-scatter over ETP, all-to-all, un-permute with the
   routing probabilities);
-- ``flex`` (DeepEP / HybridEP): timed as ``alltoall`` (same bytes, without DeepEP's de-duplication of
-  copies bound for one rank: an upper bound);
+- ``flex`` (DeepEP / HybridEP): traced as ``alltoall``; the cost layer times its all-to-alls with the
+  flex kernels' de-duplicated traffic and own bandwidth (``cost/moe_dispatch.py``);
+- ``--moe-apply-probs-on-input`` (top-1 only): the routing probability weights the permuted tokens before the
+  dispatch instead of at the un-permute (experts.py);
 - ``allgather`` dispatcher: all-gather the tokens over the ETP x EP group, each rank gathers the tokens
   of its local experts, experts, scatter back, reduce-scatter over the ETP x EP group;
 - experts: this rank's E/EP experts with fc1 / fc2 sharded over ETP; ``--moe-grouped-gemm`` runs them as
@@ -104,10 +106,10 @@ def local_experts(shard) -> int:
 
 def busiest_share(model) -> float:
     """Tokens of the busiest expert relative to a balanced share (see the module docstring)."""
-    capacity = model.moe_expert_capacity_factor
+    capacity, share = model.moe_expert_capacity_factor, model.moe_effective_imbalance  # 1 when force-balanced
     if capacity is None:
-        return model.moe_routing_imbalance
-    return capacity if model.moe_pad_expert_input_to_capacity else min(model.moe_routing_imbalance, capacity)
+        return share
+    return capacity if model.moe_pad_expert_input_to_capacity else min(share, capacity)
 
 
 def moe_params(shard) -> dict[str, dict[str, torch.Tensor]]:
@@ -160,9 +162,11 @@ def _received_rows(tokens: int, shard) -> int:
     return max(1, math.ceil(tokens * shard.model.moe_router_topk * busiest_share(shard.model) / n)) * n
 
 
-def _dispatch_alltoall(tokens, indices, recv: int, shard):
+def _dispatch_alltoall(tokens, indices, recv: int, shard, probs=None):
     """Permute the top-k copies by expert, all-to-all over EP, all-gather over ETP, regroup by local expert."""
     permuted = tokens.index_select(0, indices.reshape(-1))  # [T*k, h], grouped by expert
+    if probs is not None:  # --moe-apply-probs-on-input: weight the copies before the experts
+        permuted = permuted * probs.reshape(-1, 1)
     received = _AllToAll.apply(permuted, "ep", shard.ep, recv)
     expert_in = _gather(received, "etp", shard.etp)
     if local_experts(shard) > 1:
@@ -171,10 +175,11 @@ def _dispatch_alltoall(tokens, indices, recv: int, shard):
 
 
 def _combine_alltoall(expert_out, tokens, probs, indices, shard):
-    """Reduce-scatter over ETP, all-to-all back, un-permute weighting each copy by its probability."""
+    """Reduce-scatter over ETP, all-to-all back, un-permute weighting each copy by its probability (unless
+    the probabilities were applied on the input)."""
     flat = indices.reshape(-1)
     back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
-    weighted = back * probs.reshape(-1, 1)
+    weighted = back if shard.model.moe_apply_probs_on_input else back * probs.reshape(-1, 1)
     return tokens.new_zeros(tokens.shape).index_add(0, flat, weighted)
 
 
@@ -196,7 +201,8 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     probs, indices = in_subregion("router", _router, tokens, params, shard)
     recv = _received_rows(s * b, shard)
     if m.moe_token_dispatcher_type in ("alltoall", "flex"):
-        expert_in = in_subregion("dispatch", _dispatch_alltoall, tokens, indices, recv, shard)
+        on_input = probs if m.moe_apply_probs_on_input else None
+        expert_in = in_subregion("dispatch", _dispatch_alltoall, tokens, indices, recv, shard, on_input)
         expert_out = in_subregion("experts", _experts, expert_in, params, shard)
         out = in_subregion("combine", _combine_alltoall, expert_out, tokens, probs, indices, shard).view(s, b, h)
     else:  # allgather: every rank of the ETP x EP group sees all of the group's tokens

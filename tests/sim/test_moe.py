@@ -143,3 +143,13 @@ def test_recompute_modules_trade_time_for_activation_memory():
     assert mem[0] > mem[1] > mem[2] and rec[0] < rec[1] < rec[2]
     with pytest.raises(et.ConfigError, match="moe_act"):
         et.ParallelConfig(global_batch_size=1, recompute_modules=["moe_act"])
+
+
+def test_probs_on_input_weight_the_copies_before_the_dispatch():
+    top1 = SMALL.replace(moe_router_topk=1, moe_apply_probs_on_input=True)
+    t = trace_moe_layer(top1, tensor_model_parallel_size=1, expert_model_parallel_size=4, expert_tensor_parallel_size=1)
+    muls = [op.subregion for op in t.forward if op.region == "moe" and op.name == "aten.mul"]
+    assert muls == ["dispatch"]  # one weighting, before the experts; none at the un-permute
+    plain = trace_moe_layer(SMALL.replace(moe_router_topk=1), tensor_model_parallel_size=1,
+                            expert_model_parallel_size=4, expert_tensor_parallel_size=1)
+    assert [op.subregion for op in plain.forward if op.region == "moe" and op.name == "aten.mul"] == ["combine"]

@@ -1,0 +1,165 @@
+"""The flex dispatcher's kernels (``--moe-token-dispatcher-type flex``): DeepEP and HybridEP dispatch / combine.
+
+Megatron-Core's flex dispatcher (megatron/core/transformer/moe/token_dispatcher.py, fused_a2a.py,
+NVIDIA/Megatron-LM commit d98e8a64ddf3) hands the tokens to DeepEP's "normal" kernels or to NVIDIA's
+HybridEP. Unlike NCCL's all-to-all of the ``alltoall`` dispatcher, which sends each of a token's top-k copies
+on its own, they **de-duplicate**: a token crosses the network once per destination *node* (then is forwarded
+over NVLink to the ranks there) and is written once per destination *rank*, whatever the number of its
+experts on that rank (DeepEP README: "aligned with the group-limited gating algorithm ... forwarding data from
+NVLink domain to RDMA domain"; Megatron's README: "Removes redundant tokens during cross-node communication").
+How many nodes / ranks a token's k copies reach is counted exactly for uniform routing, with DeepSeek's
+group-limited routing (``--moe-router-num-groups`` / ``--moe-router-group-topk``) where set
+(``expected_units_reached``).
+
+Time of one dispatch (or combine) on one rank = the larger of its RDMA bytes over the network bandwidth and its
+NVLink bytes over the NVLink bandwidth (the kernels forward both at once); bandwidths are the kernels' own
+published ones (below), not NCCL's fitted tiers. No per-call latency is added: the READMEs give the normal
+kernels' throughput only. The kernels run on their own SMs (``FLEX_SMS``): compute running beside them (the EP
+overlap, ``sim/moe_overlap.py``) loses those SMs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.errors import ConfigError
+
+# DeepEP README (deepseek-ai/DeepEP, docs/legacy.md at dd758caf, "Normal kernels with NVLink and RDMA
+# forwarding"): H800 (~160 GB/s NVLink), CX7 InfiniBand 400 Gb/s (~50 GB/s) per GPU, 4096 tokens, hidden 7168,
+# top-4 groups, top-8 experts. Intranode EP8: dispatch 153 GB/s, combine 158 GB/s (NVLink bottleneck bandwidth);
+# internode RDMA bottleneck bandwidth by EP size: 16: 43/43, 32: 58/57, 64: 51/50 GB/s (dispatch/combine).
+DEEPEP_NVLINK_GBYTE_S = {"dispatch": 153.0, "combine": 158.0}
+DEEPEP_RDMA_GBYTE_S = {16: {"dispatch": 43.0, "combine": 43.0}, 32: {"dispatch": 58.0, "combine": 57.0},
+                       64: {"dispatch": 51.0, "combine": 50.0}}
+# HybridEP README (deepseek-ai/DeepEP branch hybrid-ep at 94a9f8f6, docs/README_Hybrid-EP.md, "H100 Platform"):
+# 4096 tokens, hidden 7168, top-8, 8 local experts, algorithm bandwidth over IB, Torch API, 16 SMs:
+# ranks 16: dispatch (BF16) 54.47, combine 53.35; 32: 47.36, 52.53; 64: 41.24, 46.57 GB/s. Taken as the RDMA
+# bandwidth as DeepEP's (an assumption: the README calls it algorithm bandwidth). It gives no intranode H100
+# number: HybridEP's NVLink side is taken as DeepEP's (assumption).
+HYBRIDEP_RDMA_GBYTE_S = {16: {"dispatch": 54.47, "combine": 53.35}, 32: {"dispatch": 47.36, "combine": 52.53},
+                         64: {"dispatch": 41.24, "combine": 46.57}}
+MEASURED_NIC_GBYTE_S = 50.0
+"""One CX7 400 Gb/s NIC per GPU, the network both READMEs measured on: the RDMA numbers scale with a cluster's
+per-GPU NIC bandwidth relative to it."""
+FLEX_SMS = {"deepep": 20, "hybridep": 16}
+"""SMs the kernels occupy: DeepEP's ``Buffer.num_sms`` default 20 (deep_ep/buffer.py at 1cf85fb2, the
+default Megatron keeps: transformer_config.py ``moe_deepep_num_sms`` "historical default 20"); HybridEP: the
+16 SMs of the README row used above."""
+
+
+def _rdma_gbyte_s(kernel: str, direction: str, ep: int) -> float:
+    """The README row for this EP size: the largest measured EP not above it (EP 16 below 16, 64 above 64)."""
+    table = DEEPEP_RDMA_GBYTE_S if kernel == "deepep" else HYBRIDEP_RDMA_GBYTE_S
+    sizes = sorted(table)
+    row = max((s for s in sizes if s <= ep), default=sizes[0])
+    return table[row][direction]
+
+
+def expected_units_reached(num_experts: int, topk: int, units: int, num_groups: int | None = None,
+                           group_topk: int | None = None) -> float:
+    """Expected number of distinct units (ranks or nodes, each holding a contiguous block of
+    ``num_experts / units`` experts, as Megatron lays experts out over EP ranks) one token's ``topk`` copies
+    reach, under uniform (balanced) routing.
+
+    Group-limited routing (router.py ``group_limited_topk``): experts form ``num_groups`` contiguous groups; a
+    token picks ``group_topk`` groups, then its k experts among theirs. With random router logits (forced load
+    balancing) both picks are uniform, so P(unit u not reached) = E_S[C(pool - x_S, k)] / C(pool, k), with S the
+    chosen groups, pool = their experts and x_S those of them on u; summed over S by counting group subsets by
+    (size, experts on u)."""
+    if num_experts % units:
+        raise ConfigError(f"`num_experts % units == 0` must hold, but got (num_experts={num_experts}, units={units})")
+    groups = num_groups or 1
+    chosen = group_topk or groups
+    per_group, per_unit = num_experts // groups, num_experts // units
+    pool = chosen * per_group
+    total = 0.0
+    for u in range(units):
+        lo, hi = u * per_unit, (u + 1) * per_unit
+        on_unit = [max(0, min(hi, (j + 1) * per_group) - max(lo, j * per_group)) for j in range(groups)]
+        counts = [{0: 1}] + [{} for _ in range(chosen)]  # counts[c][x]: subsets of c groups with x experts on u
+        for e in on_unit:
+            for c in range(min(chosen, groups) - 1, -1, -1):
+                for x, n in counts[c].items():
+                    counts[c + 1][x + e] = counts[c + 1].get(x + e, 0) + n
+        missed = sum(n * math.comb(pool - x, topk) for x, n in counts[chosen].items())
+        total += 1.0 - missed / (math.comb(groups, chosen) * math.comb(pool, topk))
+    return total
+
+
+def flex_dispatch_time_s(kernel: str, direction: str, copies_bytes: float, topk: int, place: GroupPlacement,
+                         num_experts: int, *, num_groups: int | None = None, group_topk: int | None = None,
+                         nvlink_gbyte_s: float, nic_gbyte_s: float) -> float:
+    """One dispatch or combine of a rank's tokens over the EP group ``place``.
+
+    ``copies_bytes``: the rank's top-k copies as the ``alltoall`` dispatcher would send them (the trace's
+    all-to-all size, busiest-rank share included), so the rank's tokens are ``copies_bytes / topk``.
+    ``nvlink_gbyte_s``: the cluster's NVLink bandwidth per GPU (caps the README's H800 number);
+    ``nic_gbyte_s``: its network bandwidth per GPU (scales the README's RDMA numbers)."""
+    if copies_bytes <= 0 or place.size <= 1:
+        return 0.0
+    token_bytes = copies_bytes / topk
+    n, nodes, g = place.size, place.num_nodes, place.ranks_per_node
+    ranks = expected_units_reached(num_experts, topk, n, num_groups, group_topk)
+    nvlink = min(DEEPEP_NVLINK_GBYTE_S[direction], nvlink_gbyte_s) * 1e9
+    if nodes == 1:
+        return token_bytes * ranks * (n - 1) / n / nvlink
+    node_count = expected_units_reached(num_experts, topk, nodes, num_groups, group_topk)
+    rdma = _rdma_gbyte_s(kernel, direction, n) * nic_gbyte_s / MEASURED_NIC_GBYTE_S * 1e9
+    if place.num_leaves > 1:
+        rdma /= place.spine_oversubscription
+    rdma_s = token_bytes * node_count * (nodes - 1) / nodes / rdma
+    nvlink_s = token_bytes * ranks * (g - 1) / g / nvlink  # copies written to the other ranks of each node
+    return max(rdma_s, nvlink_s)
+
+
+def sm_slowdown(kernel: str, sm_count: int) -> float:
+    """Compute slowdown beside the kernel: the SMs left to compute, sm_count / (sm_count - its SMs)."""
+    return sm_count / (sm_count - FLEX_SMS[kernel])
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoEKernels:
+    """What the cost layer needs to time a model's MoE kernels (hashable: part of the pass-cost cache key)."""
+
+    dispatcher: str
+    """allgather, alltoall (NCCL), deepep or hybridep (``ModelSpec.moe_dispatcher_kernel``)."""
+    num_experts: int
+    topk: int
+    num_groups: int | None = None
+    group_topk: int | None = None
+    fused: str = ""
+    """Sub-regions whose memory-bound chains run fused (``cost/moe_fusion.py``)."""
+    nvlink_gbyte_s: float = 0.0
+    nic_gbyte_s: float = 0.0
+    shared_expert_overlap: bool = False
+    """``--moe-shared-expert-overlap`` (``sim/moe_overlap.py``)."""
+
+    @property
+    def flex(self) -> bool:
+        return self.dispatcher in FLEX_SMS
+
+    def all_to_all_s(self, op, size_bytes: float, place: GroupPlacement) -> float:
+        """A flex dispatcher's dispatch / combine: the forward dispatch and the backward of the combine run
+        DeepEP's dispatch kernel, the others its combine kernel."""
+        direction = "dispatch" if (op.subregion == "dispatch") == (op.phase == "fwd") else "combine"
+        return flex_dispatch_time_s(self.dispatcher, direction, size_bytes, self.topk, place, self.num_experts,
+                                    num_groups=self.num_groups, group_topk=self.group_topk,
+                                    nvlink_gbyte_s=self.nvlink_gbyte_s, nic_gbyte_s=self.nic_gbyte_s)
+
+
+def moe_kernels(model, cluster) -> MoEKernels | None:
+    """The MoE kernel settings of ``model`` on ``cluster`` (None for a dense model)."""
+    if not model.is_moe:
+        return None
+    from echo_tune.cost.moe_fusion import fused_subregions
+
+    return MoEKernels(dispatcher=model.moe_dispatcher_kernel, num_experts=model.num_experts,
+                      topk=model.moe_router_topk, num_groups=model.moe_router_num_groups,
+                      group_topk=model.moe_router_group_topk,
+                      fused=fused_subregions(model.moe_router_fusion, model.moe_permute_fusion),
+                      nvlink_gbyte_s=cluster.intra_node_bandwidth_gbyte_s,
+                      nic_gbyte_s=cluster.inter_node_bandwidth_per_gpu_gbyte_s,
+                      shared_expert_overlap=model.moe_shared_expert_overlap
+                      and bool(model.moe_shared_expert_intermediate_size))

@@ -1,0 +1,40 @@
+"""Megatron-Core's asserts for the EP all-to-all overlap and delayed wgrad (transformer_config.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+import echo_tune as et
+from echo_tune.errors import ConfigError
+
+H100 = et.load_cluster("h100-sxm")
+MIXTRAL = et.load_model("mixtral-8x7b").replace(num_layers=8, seq_length=2048)
+OK = dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, expert_model_parallel_size=8,
+          global_batch_size=64, overlap_moe_expert_parallel_comm=True)
+
+
+def check(model=MIXTRAL, **changes):
+    et.check_compatible(model, H100, 32, et.ParallelConfig(**(OK | changes)))
+
+
+def test_a_valid_overlap_layout_passes():
+    check()
+    check(delay_wgrad_compute=True)
+
+
+@pytest.mark.parametrize("model, changes, rule", [
+    (MIXTRAL, dict(overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=True), "delay_wgrad_compute"),
+    (MIXTRAL, dict(virtual_pipeline_model_parallel_size=None), "virtual pipeline"),
+    (MIXTRAL, dict(expert_model_parallel_size=1), "expert parallelism"),
+    (MIXTRAL.replace(moe_token_dispatcher_type="allgather"), {}, "alltoall or flex"),
+    (MIXTRAL, dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+     "full recompute"),
+    (MIXTRAL, dict(recompute_granularity="selective", recompute_modules=("moe",)), "recompute_modules"),
+    (MIXTRAL, dict(precision="fp32"), "bf16 or fp16"),
+    (MIXTRAL.replace(moe_shared_expert_intermediate_size=4096, moe_shared_expert_overlap=True), {},
+     "moe_shared_expert_overlap"),
+    (MIXTRAL.replace(mtp_num_layers=2), {}, "MTP"),
+])
+def test_megatron_overlap_rules(model, changes, rule):
+    with pytest.raises(ConfigError, match=rule):
+        check(model, **changes)
