@@ -91,7 +91,7 @@ def test_seq_length_override_is_written_into_the_space(tmp_path):
     assert isinstance(data["model"], dict) and data["model"]["seq_length"] == 4096 and "seq4096" in data["name"]
     space = auto_space(str(HF / "llama-3.1-70b.json"), "h100", 64, 128, seq_length=4096)
     assert space.model.seq_length == 4096 and max(space.choices["context_parallel_size"]) == 4
-    from echo_tune.config.unmodelled import UnmodelledError
-    with pytest.raises(UnmodelledError, match="sliding"):  # Mistral 7B v0.1: window 4096 < 8192
-        auto_space_dict(str(HF / "mistral-7b-v0.1.json"), "h100", 8, 8, seq_length=8192)
+    # Mistral 7B v0.1: window 4096 < 8192 tokens: --window-size 4096,0 on every layer
+    assert list(auto_space_dict(str(HF / "mistral-7b-v0.1.json"), "h100", 8, 8, seq_length=8192)["model"]
+                ["window_size"]) == [4096, 0]
     assert auto_space_dict(str(HF / "mistral-7b-v0.1.json"), "h100", 8, 8, seq_length=4096)["model"]["seq_length"] == 4096

@@ -1,11 +1,12 @@
 """Layer variants in the step: sliding-window layer mix, unfused gradient accumulation, deterministic mode."""
 
+import dataclasses
+
 import pytest
 
 import echo_tune as et
-from echo_tune.config.compatibility import check_compatible
+from echo_tune.config.compatibility import GroupPlacement, check_compatible
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.profile import default_profile
 from echo_tune.errors import ConfigError
 from echo_tune.sim.grad_accumulation import accumulation_bytes_per_param
@@ -68,7 +69,6 @@ def test_deterministic_mode_runs_sinks_unfused_and_rings_only():
     assert unfused.peak_memory_bytes > fused.peak_memory_bytes  # the unfused attention keeps s x s scores
     assert any("deterministic" in n for n in unfused.notes)
     profile = default_profile(H100)
-    import dataclasses
     ring = dataclasses.replace(profile, nccl_ring_only=True)
     place = GroupPlacement(size=64, ranks_per_node=8, num_nodes=8)
     size = 64 * 2**20
