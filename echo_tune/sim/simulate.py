@@ -21,6 +21,7 @@ from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
+from echo_tune.sim.cuda_graphs import capture_spec
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
@@ -121,7 +122,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap,
-                      fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None)
+                      fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None,
+                      graph_capture=capture_spec(parallel))
     costs = dataclasses.replace(pass_costs(pieces, ctx, layout.recompute_regions), mtp_heads=mtp_heads(model))
     bf16 = None
     if parallel.fp8 and parallel.first_last_layers_bf16:
@@ -152,7 +154,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time)
 
     memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s],
-                                expert_params_on_rank=stage_experts[s]) for s in range(p))
+                                expert_params_on_rank=stage_experts[s], model=model) for s in range(p))
     peak = max(mem.total_bytes for mem in memory)
     flops = model_flops_per_step(model, parallel.global_batch_size, parallel.tensor_model_parallel_size)
     peak_flops = cluster.gpu.peak_tflops(parallel.precision) * 1e12

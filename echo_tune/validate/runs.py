@@ -93,7 +93,7 @@ def _assumed(row: dict, model_fields: dict, parallel_fields: dict) -> tuple[dict
     for i, token in enumerate(tokens):
         if token.startswith("--"):
             kept.append(token)
-            if kinds.get(token) in ("int", "float", "str") and i + 1 < len(tokens):
+            if kinds.get(token) in ("int", "float", "str", "list") and i + 1 < len(tokens):
                 kept.append(tokens[i + 1])
     model_extra, parallel_extra, _, _ = parse_megatron_line(" ".join(kept))
     model_extra = {k: v for k, v in model_extra.items() if k not in model_fields}
