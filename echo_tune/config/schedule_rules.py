@@ -132,7 +132,7 @@ def check_schedule_features(model: ModelSpec, parallel: ParallelConfig, data_par
                 "cannot defer embedding wgrad compute when pipeline model parallel is not used, but got "
                 "(pipeline_model_parallel_size=1); drop --defer-embedding-wgrad-compute")
     n, dp_cp = parallel.num_distributed_optimizer_instances, data_parallel_size * parallel.context_parallel_size
-    require(dp_cp % n == 0, f"`(data_parallel_size * context_parallel_size) % num_distributed_optimizer_instances == 0` "
-                            f"must hold (core/parallel_state.py), but got (data_parallel_size={data_parallel_size}, "
-                            f"context_parallel_size={parallel.context_parallel_size}, "
-                            f"num_distributed_optimizer_instances={n})")
+    require(dp_cp % n == 0,
+            f"`(data_parallel_size * context_parallel_size) % num_distributed_optimizer_instances == 0` must hold "
+            f"(core/parallel_state.py), but got (data_parallel_size={data_parallel_size}, "
+            f"context_parallel_size={parallel.context_parallel_size}, num_distributed_optimizer_instances={n})")
