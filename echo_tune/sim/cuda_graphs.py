@@ -126,3 +126,12 @@ def full_iteration_batch_bytes(parallel: ParallelConfig, model: ModelSpec, num_m
         return 0.0
     tokens = parallel.micro_batch_size * model.seq_length // parallel.context_parallel_size
     return float(num_micro_batches * tokens * FULL_ITERATION_BATCH_BYTES_PER_TOKEN)
+
+
+def graph_memory_notes(memory) -> tuple[str, ...]:
+    """A report note naming the stage whose CUDA graphs keep the most static memory (none without graphs)."""
+    peak = max(memory, key=lambda mem: mem.cuda_graph_bytes)
+    if not peak.cuda_graph_bytes:
+        return ()
+    return (f"CUDA graphs keep {peak.cuda_graph_bytes / 2**30:.2f} GiB of static buffers on stage {peak.stage} "
+            f"(in its total; docs/schedule_features.md)",)

@@ -23,6 +23,7 @@ buffers are filled after the warm-up's peak).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
@@ -76,3 +77,10 @@ def with_deferral(passes: list, defer: DeferredWgrad, num_micro_batches: int) ->
     share = defer.deferred_micro_batches / num_micro_batches
     last = passes[-1][:-1] + [(fwd, bwd + defer.saved_per_backward.scaled(-share), rec)]
     return passes[:-1] + [last]
+
+
+def with_buffers(memory: tuple, defer: DeferredWgrad) -> tuple:
+    """The stages' memory with the deferred micro-batches' buffers on the last stage's activations."""
+    last = memory[-1]
+    return memory[:-1] + (dataclasses.replace(last, activations_bytes=last.activations_bytes
+                                              + int(defer.buffer_bytes)),)

@@ -21,8 +21,8 @@ from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
-from echo_tune.sim.cuda_graphs import capture_spec
-from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_deferral
+from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
+from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
@@ -165,9 +165,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
 
     memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s],
                                 expert_params_on_rank=stage_experts[s], model=model) for s in range(p))
-    if defer is not None:  # the deferred micro-batches' buffers, on the last stage
-        memory = memory[:-1] + (dataclasses.replace(memory[-1], activations_bytes=memory[-1].activations_bytes
-                                                    + int(defer.buffer_bytes)),)
+    if defer is not None:
+        memory = with_buffers(memory, defer)
     peak = max(mem.total_bytes for mem in memory)
     flops = model_flops_per_step(model, parallel.global_batch_size, parallel.tensor_model_parallel_size)
     peak_flops = cluster.gpu.peak_tflops(parallel.precision) * 1e12
@@ -183,6 +182,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
                   f"efficiency surface",)
+    notes += graph_memory_notes(memory)
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
                   f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",)
