@@ -13,6 +13,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.schedule_rules import check_schedule_features
 
 # Megatron-LM's rank order, innermost first (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp").
 RANK_ORDER = ("tp", "cp", "dp", "pp")
@@ -262,6 +263,7 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"(tp_comm_overlap=True, sequence_parallel={parallel.sequence_parallel}, tensor_model_parallel_size={tp}); "
             f"add --sequence-parallel")
     _check_fp8(model, cluster, parallel)
+    check_schedule_features(model, parallel, dp, vpp)
     precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype) != ("fp32",) * 3
     require(not precision_aware or parallel.use_precision_aware_optimizer,
             "main_params_dtype / exp_avg_dtype / exp_avg_sq_dtype apply with `use_precision_aware_optimizer`, but got "

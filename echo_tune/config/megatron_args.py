@@ -127,6 +127,17 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "deterministic_mode": ("--deterministic-mode", "flag"),
     "overlap_moe_expert_parallel_comm": ("--overlap-moe-expert-parallel-comm", "flag"),
     "delay_wgrad_compute": ("--delay-wgrad-compute", "flag"),
+    # schedule / step features (config/parallel.py; Megatron-LM d98e8a64ddf3 training/arguments.py)
+    "cuda_graph_impl": ("--cuda-graph-impl", "str"),
+    "cuda_graph_modules": ("--cuda-graph-modules", "list"),
+    "cuda_graph_scope": ("--cuda-graph-scope", "list"),
+    "enable_cuda_graph": ("--enable-cuda-graph", "flag"),
+    "external_cuda_graph": ("--external-cuda-graph", "flag"),
+    "cuda_graph_warmup_steps": ("--cuda-graph-warmup-steps", "int"),
+    "overlap_param_gather_with_optimizer_step": ("--overlap-param-gather-with-optimizer-step", "flag"),
+    "defer_embedding_wgrad_compute": ("--defer-embedding-wgrad-compute", "flag"),
+    "wgrad_deferral_limit": ("--wgrad-deferral-limit", "int"),
+    "num_distributed_optimizer_instances": ("--num-distributed-optimizer-instances", "int"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.
@@ -135,7 +146,8 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
                      "main_params_dtype": "use_precision_aware_optimizer",
                      "exp_avg_dtype": "use_precision_aware_optimizer",
                      "exp_avg_sq_dtype": "use_precision_aware_optimizer",
-                     "cross_entropy_fusion_impl": "cross_entropy_loss_fusion"}
+                     "cross_entropy_fusion_impl": "cross_entropy_loss_fusion",
+                     "wgrad_deferral_limit": "defer_embedding_wgrad_compute"}
 # Other real Megatron-LM flags echo-tune writes or reads.
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")
@@ -271,7 +283,9 @@ def _defaults(*classes) -> dict:
 
 
 _MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields) | {"expert_model_parallel_size": 1,
-                                                        "mtp_num_layers": None, "recompute_modules": None}
+                                                        "mtp_num_layers": None, "recompute_modules": None,
+                                                        "cuda_graph_impl": "none", "cuda_graph_warmup_steps": 3,
+                                                        "num_distributed_optimizer_instances": 1}
 
 
 def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:

@@ -24,6 +24,8 @@ STATE_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 # regions they replay (workload/layers.py, mla.py, moe.py). moe_act and shared_experts are not modelled.
 RECOMPUTE_MODULE_REGIONS = {"core_attn": ("core_attention",), "layernorm": ("input_norm", "mlp_norm"),
                             "mla_up_proj": ("mla_up_proj",), "mlp": ("mlp",), "moe": ("moe",)}
+# Megatron-LM d98e8a64ddf3 core/transformer/transformer_config.py ``cuda_graph_impl``.
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 # modules Megatron-Core checkpoints "output-discarding" (their outputs are freed too), the others keep outputs
 OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj")
 
@@ -161,6 +163,45 @@ class ParallelConfig:
     """``--delay-wgrad-compute``: split the weight-gradient GEMMs from backward so that they fill the gaps of
     the EP overlap (needs overlap_moe_expert_parallel_comm)."""
 
+    # Schedule / step features (Megatron-LM d98e8a64ddf3; mechanics in sim/cuda_graphs.py, sim/dp.py,
+    # sim/deferred_wgrad.py; rules in config/schedule_rules.py).
+    cuda_graph_impl: str = "none"
+    """``--cuda-graph-impl``: none, local (Megatron-Core's CudaGraphManager, per layer), transformer_engine
+    (TE make_graphed_callables, per layer) or full_iteration (one graph for the forward-backward of a step,
+    optimizer excluded); core/transformer/transformer_config.py ``cuda_graph_impl``."""
+
+    cuda_graph_modules: tuple[str, ...] | None = None
+    """``--cuda-graph-modules``: what the per-layer graphs capture (attn, mlp, moe, moe_router,
+    moe_preprocess, mamba); None or empty = the whole transformer layer."""
+
+    cuda_graph_scope: tuple[str, ...] | None = None
+    """``--cuda-graph-scope``: the deprecated spelling of ``--cuda-graph-modules`` (Megatron migrates it, and
+    its value ``full_iteration`` to ``--cuda-graph-impl full_iteration``, training/arguments.py)."""
+
+    enable_cuda_graph: bool = False
+    """``--enable-cuda-graph``: the deprecated spelling of ``--cuda-graph-impl local``."""
+
+    external_cuda_graph: bool = False
+    """``--external-cuda-graph``: the deprecated spelling of ``--cuda-graph-impl transformer_engine``."""
+
+    cuda_graph_warmup_steps: int = 3
+    """``--cuda-graph-warmup-steps``: eager steps before capture (not a steady-state step's cost)."""
+
+    overlap_param_gather_with_optimizer_step: bool = False
+    """``--overlap-param-gather-with-optimizer-step``: all-gather the first model chunk's parameters while the
+    optimizer steps the other chunks (distributed optimizer, interleaved schedule)."""
+
+    defer_embedding_wgrad_compute: bool = False
+    """``--defer-embedding-wgrad-compute``: the last stage defers the output layer's weight-gradient GEMMs to
+    the pipeline flush."""
+
+    wgrad_deferral_limit: int = 0
+    """``--wgrad-deferral-limit``: micro-batches whose output-layer wgrad is deferred; 0 = all of them."""
+
+    num_distributed_optimizer_instances: int = 1
+    """``--num-distributed-optimizer-instances``: shard the distributed optimizer over DP x CP / N ranks (N
+    instances), all-reducing each gradient shard across the instances."""
+
     def __post_init__(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "micro_batch_size", "global_batch_size"):
@@ -188,7 +229,14 @@ class ParallelConfig:
         require_choice("exp_avg_dtype", self.exp_avg_dtype, tuple(STATE_DTYPE_BYTES))
         require_choice("exp_avg_sq_dtype", self.exp_avg_sq_dtype, tuple(STATE_DTYPE_BYTES))
         require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
-        for name in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+        for name in ("cuda_graph_modules", "cuda_graph_scope"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
+        require_choice("cuda_graph_impl", self.cuda_graph_impl, CUDA_GRAPH_IMPLS)
+        require_positive("num_distributed_optimizer_instances", self.num_distributed_optimizer_instances)
+        for name in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "wgrad_deferral_limit",
+                     "cuda_graph_warmup_steps"):
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 0, f"`{name} >= 0` must hold, but got ({name}={value!r})")
 

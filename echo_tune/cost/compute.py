@@ -50,3 +50,11 @@ def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str)
 def is_measured(op: Op, profile: CalibrationProfile) -> bool:
     """Whether ``op_time_s`` takes this op's time from the op-time database."""
     return profile.op_times is not None and op.key in profile.op_times.times
+
+
+def launch_overhead_s(op: Op, profile: CalibrationProfile) -> float:
+    """The CPU launch share of ``op_time_s``: the database's host time for a measured op, else the profile's
+    per-kernel launch overhead. A kernel replayed inside a CUDA graph does not pay it (sim/cuda_graphs.py)."""
+    if is_measured(op, profile):
+        return profile.op_times.host_overhead_s
+    return profile.kernel_launch_overhead_s

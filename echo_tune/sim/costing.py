@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.compute import launch_overhead_s, op_time_s
 from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
 from echo_tune.cost.fp8 import TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
 from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.sim.cuda_graphs import captured_graphs, graph_of
 from echo_tune.workload.graph import Op
 
 
@@ -69,6 +70,8 @@ class CostContext:
     """``--overlap-moe-expert-parallel-comm``: price the EP overlap of paired passes (``sim/moe_overlap.py``)."""
     delay_wgrad_compute: bool = False
     """``--delay-wgrad-compute`` (with the EP overlap)."""
+    graph_capture: str = ""
+    """What CUDA graphs capture (``sim/cuda_graphs.py capture_spec``); "" = nothing."""
 
 
 def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile, size_bytes: float = 0.0,
@@ -81,13 +84,17 @@ def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile, 
                      interference_s=overlap_s * (slowdown(profile, "compute", size_bytes, kind) - 1.0))
 
 
-def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = None) -> PhaseCost:
-    """Cost of a list of ops (optionally only those of one region) on one rank."""
+def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = None, piece: str = "") -> PhaseCost:
+    """Cost of a list of ops (optionally only those of one region) on one rank. ``piece``: the traced piece
+    the ops belong to, for what CUDA graphs capture of it (a captured op pays no launch overhead, each graph
+    replayed in the pass pays one; sim/cuda_graphs.py)."""
     if region is not None:
         ops = tuple(op for op in ops if op.region == region)
     if ctx.moe is not None and ctx.moe.fused:
         ops = fuse_memory_runs(ops, ctx.moe.fused)
     fp8 = ctx.fp8_recipe is not None
+    graphs = captured_graphs(ctx.graph_capture, piece) if ctx.graph_capture else ()
+    replayed: set[int] = set()
     times, sizes = [], []
     compute_s = attention_s = cast_s = 0.0
     cp_comm_s = cp_size = ep_comm_s = 0.0
@@ -106,16 +113,24 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
             elif op.group in EXPERT_GROUPS:  # MoE dispatch / combine: on the critical path, not overlapped
                 ep_comm_s += t
             continue
+        launches = 0.0
         if fp8 and is_fp8_gemm(op):
             t = fp8_gemm_time_s(op, ctx.profile, ctx.gpu)
             cast_s += fp8_cast_s(op, ctx.fp8_recipe, ctx.profile)
+            launches = 2 * ctx.profile.kernel_launch_overhead_s  # the GEMM and its cast kernel
         else:
             t = op_time_s(op, ctx.profile, ctx.gpu, ctx.precision)
+            launches = launch_overhead_s(op, ctx.profile)
+        g = -1 if graphs is None else (graph_of(op, graphs) if graphs else None)
+        if g is not None:  # replayed inside a CUDA graph: no CPU launch
+            t -= launches
+            replayed.add(g)
         times.append(t)
         sizes.append(0)
         compute_s += t
         if op.kind == "attention":
             attention_s += t
+    compute_s += len(replayed - {-1}) * ctx.profile.kernel_launch_overhead_s  # one launch per graph replayed
     cost = PhaseCost(compute_s=compute_s + cast_s, ep_comm_s=ep_comm_s) + \
         _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
     tp_ops = [i for i, op in enumerate(ops) if op.kind == "collective" and op.group != "cp"

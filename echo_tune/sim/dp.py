@@ -18,6 +18,7 @@ from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.sim.dp_instances import gradient_reduction_s, instance_groups
 from echo_tune.sim.memo import IdentityCache
 
 # Adam step per parameter on its owner (multi-tensor apply, memory-bound): fp32 master read+write 8,
@@ -37,6 +38,9 @@ class StageTail:
     dp_exposed_s: float
     interference_s: float
     optimizer_s: float
+    param_gather_hidden_s: float = 0.0
+    """With ``--overlap-param-gather-with-optimizer-step``: the first bucket's all-gather time hidden behind the
+    optimizer step of the other model chunks (not in ``optimizer_s``)."""
 
 
 def grad_bytes_per_param(parallel: ParallelConfig) -> float:
@@ -63,11 +67,12 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Calibra
     total_params = sum(chunk_params)
     bucket = ddp_bucket_params(dp.size) if parallel.overlap_grad_reduce else max(total_params, 1)
     # bucket params -> collective time: most buckets of a stage, and of its neighbours, have the same size
-    durations: dict[int, float] = _DURATIONS.get((profile,), (collective, grad_bytes, dp), dict)
+    instances = parallel.num_distributed_optimizer_instances if parallel.use_distributed_optimizer else 1
+    durations: dict[int, float] = _DURATIONS.get((profile,), (collective, grad_bytes, dp, instances), dict)
 
     def duration(params: int) -> float:
         if params not in durations:
-            durations[params] = collective_time_s(collective, params * grad_bytes, dp, profile)
+            durations[params] = gradient_reduction_s(collective, params * grad_bytes, dp, instances, profile)
         return durations[params]
 
     experts = expert_chunk_params or [0] * len(chunk_params)
@@ -75,7 +80,7 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Calibra
     chunks = sorted(zip(chunk_backward, chunk_params))
     if expert_total:
         comm_end, overlap = _reduce_with_experts(parallel.overlap_grad_reduce, chunk_params, experts,
-                                                 chunk_backward, bucket, (collective, grad_bytes, dp, edp),
+                                                 chunk_backward, bucket, (collective, grad_bytes, dp, edp, instances),
                                                  compute_end_s, profile, spans)
     elif parallel.overlap_grad_reduce and _in_time_order(chunks, bucket) and spans is None:
         comm_end, overlap = _reduce_closed_form(chunks, bucket, duration, compute_end_s, profile.comm_slowdown)
@@ -84,18 +89,37 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Calibra
                                                      bucket, duration, compute_end_s, profile.comm_slowdown, spans)
     dp_exposed = max(0.0, comm_end - compute_end_s) + embedding_sync_s
     dense_total = total_params - expert_total
-    owned = (dense_total / dp.size + (expert_total / edp.size if expert_total else 0.0)) \
+    shard = instance_groups(dp, instances)[0] if instances > 1 else dp  # the optimizer states' shard group
+    owned = (dense_total / shard.size + (expert_total / edp.size if expert_total else 0.0)) \
         if parallel.use_distributed_optimizer else total_params
     optimizer = owned * OPTIMIZER_BYTES_PER_PARAM / (profile.memory_bandwidth_gbyte_s * 1e9)
+    hidden = 0.0
     if parallel.use_distributed_optimizer:
         # --fp8-param-gather all-gathers the (mostly linear-layer) weights in FP8
         param_bytes = 1.0 if parallel.fp8_param_gather else (2.0 if parallel.precision != "fp32" else 4.0)
         gathered = min(total_params, ddp_bucket_params(dp.size)) if parallel.overlap_param_gather else dense_total
-        optimizer += collective_time_s("all_gather", gathered * param_bytes, dp, profile)
+        gather_s = collective_time_s("all_gather", gathered * param_bytes, shard, profile)
+        if parallel.overlap_param_gather_with_optimizer_step:
+            hidden = param_gather_hidden_s(gather_s, optimizer, chunk_params[0] - experts[0], dense_total)
+        optimizer += gather_s - hidden
         if expert_total and not parallel.overlap_param_gather:
             optimizer += collective_time_s("all_gather", expert_total * param_bytes, edp, profile)
     return StageTail(dp_exposed_s=dp_exposed, interference_s=overlap * (profile.compute_slowdown - 1.0),
-                     optimizer_s=optimizer)
+                     optimizer_s=optimizer, param_gather_hidden_s=hidden)
+
+
+def param_gather_hidden_s(gather_s: float, adam_s: float, first_chunk_params: float, dense_params: float) -> float:
+    """The first bucket's all-gather time hidden by ``--overlap-param-gather-with-optimizer-step``.
+
+    Megatron-LM d98e8a64ddf3 core/optimizer/__init__.py gives the first model chunk an optimizer of its own;
+    ChainedOptimizer._step (optimizer.py) steps it first, then dispatches that chunk's parameter all-gather
+    (``start_param_sync(force_dispatch=True)``) while the other chunks' optimizers step. The next step's
+    first forward waits for the first bucket only, so of its all-gather ``gather_s`` the part under the other
+    chunks' share of the Adam step (``adam_s`` split in proportion to the dense parameters) is hidden:
+    ``min(gather_s, adam_s * (1 - first_chunk_params / dense_params))``."""
+    if dense_params <= 0:
+        return 0.0
+    return min(gather_s, adam_s * max(0.0, 1.0 - first_chunk_params / dense_params))
 
 
 def _ready_s(start: float, end: float, i: int, n: int) -> float:
@@ -126,7 +150,7 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
                          groups, compute_end_s: float, profile: CalibrationProfile,
                          spans: list | None = None) -> tuple[float, float]:
     """``_reduce_bucket_by_bucket`` when a chunk's routed-expert gradients reduce over their own group."""
-    collective, grad_bytes, dp, edp = groups
+    collective, grad_bytes, dp, edp, instances = groups
     buckets: list[tuple[float, int, GroupPlacement]] = []  # (ready time, params, group)
     for params, expert, (start, end) in zip(chunk_params, experts, chunk_backward):
         for count, group in ((params - expert, dp), (expert, edp)):
@@ -138,7 +162,8 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
                 buckets.append((ready, min(bucket, count - i * bucket), group))
     comm_end, overlap = 0.0, 0.0
     for ready, params, group in sorted(buckets, key=lambda b: (b[0], b[1])):
-        duration = collective_time_s(collective, params * grad_bytes, group, profile)
+        duration = gradient_reduction_s(collective, params * grad_bytes, group, instances if group is dp else 1,
+                                        profile)
         before = comm_end
         comm_end, overlap = _one_bucket(ready, duration, comm_end, overlap, compute_end_s, profile.comm_slowdown)
         if spans is not None:

@@ -21,6 +21,9 @@ Each allocation as Megatron-LM makes it (d98e8a64ddf3):
   training/theoretical_memory_usage.py (18 bytes, or 6 + 12/d with the distributed optimizer, d
   = DP x CP).
 
+With ``--num-distributed-optimizer-instances N`` the optimizer states are sharded over DP x CP / N ranks
+(sim/dp_instances.py). CUDA graphs add their static buffers (``cuda_graph_bytes``, sim/cuda_graphs.py).
+
 Activations are the traced saved-tensor bytes of each micro-batch, times the largest number of
 micro-batches whose backward has not run yet under the stage's schedule (from the task order; the
 same count as theoretical_memory_usage.py's interleaved penalty). Full recompute keeps only each
@@ -37,8 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout
+from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
+from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
 from echo_tune.sim.schedules import peak_in_flight_bytes
 from echo_tune.workload.graph import Trace
 
@@ -86,11 +91,13 @@ class StageMemory:
     optimizer_bytes: int
     activations_bytes: int
     reserve_bytes: int = RUNTIME_RESERVE_BYTES
+    cuda_graph_bytes: int = 0
+    """Static input / output buffers of CUDA graphs (sim/cuda_graphs.py), at the stage's activation peak."""
 
     @property
     def total_bytes(self) -> int:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.reserve_bytes)
+                + self.reserve_bytes + self.cuda_graph_bytes)
 
 
 def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[float, float]:
@@ -114,7 +121,7 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
 
 def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: dict[str, Trace],
                  params_on_rank: int, schedule: str, *, mix: tuple[tuple[int, int], ...] | None = None,
-                 expert_params_on_rank: int = 0) -> StageMemory:
+                 expert_params_on_rank: int = 0, model: ModelSpec | None = None) -> StageMemory:
     """Peak memory of one rank of ``stage``.
 
     MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
@@ -130,8 +137,13 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
                  if parallel.fp8 and layout.recompute_granularity != "full" and piece in pieces else 0.0
                  for piece in ("layer", "moe_layer")}
     dense_layers = moe_layers = 0
+    graph_bytes = []  # per chunk and micro-batch in flight: CUDA graphs' static buffers
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
         dense, moe = mix[chunk] if mix else (layers, 0)
+        boundary = pieces["layer"].input_bytes
+        graph_bytes.append(graph_static_bytes_per_layer(parallel, model, "layer", boundary, dense)
+                           + graph_static_bytes_per_layer(parallel, model, "moe_layer", boundary, moe)
+                           if model is not None else 0.0)
         dense_layers, moe_layers = dense_layers + dense, moe_layers + moe
         kept, extra = layer_activation_bytes(pieces["layer"], layout, dense) if dense else (0.0, 0.0)
         kept -= dense * fp8_saved["layer"]
@@ -147,14 +159,23 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         transient = max(transient, extra)
     # live micro-batches per chunk over the stage's schedule (cached per pipeline structure)
     activations = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v, chunk_bytes) + transient
+    graphs = 0.0
+    if any(graph_bytes):  # kept as long as the micro-batch's activations: the peak of the sum, less theirs
+        graphs = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v,
+                                      [a + g for a, g in zip(chunk_bytes, graph_bytes)]) + transient - activations
+    if model is not None:
+        graphs += full_iteration_batch_bytes(parallel, model, layout.num_micro_batches)
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
     linear_params = fp8_linear_param_count(pieces["layer"]) * dense_layers
     if moe_layers:
         linear_params += fp8_linear_param_count(pieces["moe_layer"]) * moe_layers
     weights = w * params_on_rank + fp8_weight_bytes_per_param(parallel) * linear_params
     optimizer = o * (params_on_rank - expert_params_on_rank)
+    if parallel.use_distributed_optimizer:  # sharded over DP x CP / N only (sim/dp_instances.py): N copies
+        optimizer *= parallel.num_distributed_optimizer_instances
     if expert_params_on_rank:
         # the expert-data-parallel group already spans the context-parallel ranks (parallel folding)
         optimizer += bytes_per_param(parallel, layout.expert_data_parallel_size)[2] * expert_params_on_rank
     return StageMemory(stage=stage, weights_bytes=int(weights), gradients_bytes=int(g * params_on_rank),
-                       optimizer_bytes=int(optimizer), activations_bytes=int(activations))
+                       optimizer_bytes=int(optimizer), activations_bytes=int(activations),
+                       cuda_graph_bytes=int(graphs))

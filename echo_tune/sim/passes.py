@@ -102,7 +102,7 @@ class PassCosts:
 
 def _replayed(trace: Trace, ctx: CostContext, regions: tuple[str, ...]) -> PhaseCost:
     """Forward cost of the regions selective recompute replays."""
-    return sum((phase_cost(trace.forward, ctx, region=r) for r in regions), ZERO)
+    return sum((phase_cost(trace.forward, ctx, region=r, piece=trace.piece) for r in regions), ZERO)
 
 
 def pass_costs(pieces: dict[str, Trace], ctx: CostContext,
@@ -131,7 +131,7 @@ def _pass_costs(pieces: dict[str, Trace], ctx: CostContext, regions: tuple[str, 
     moe = {}
     if "moe_layer" in pieces:
         t = pieces["moe_layer"]
-        fwd, bwd = phase_cost(t.forward, ctx), phase_cost(t.backward, ctx)
+        fwd, bwd = phase_cost(t.forward, ctx, piece="moe_layer"), phase_cost(t.backward, ctx, piece="moe_layer")
         if ctx.moe is not None and ctx.moe.shared_expert_overlap:
             fwd, bwd = shared_overlap_costs(t, ctx, fwd, bwd)
         moe = dict(moe_layer_forward=fwd, moe_layer_backward=bwd, moe_selective_recompute=_replayed(t, ctx, regions))
@@ -149,9 +149,10 @@ def _pass_costs(pieces: dict[str, Trace], ctx: CostContext, regions: tuple[str, 
             window[f"{prefix}backward"] = phase_cost(w.backward, ctx) + phase_cost(f.backward, ctx).scaled(-1)
             window[f"{prefix}selective_recompute"] = _replayed(w, ctx, regions) + _replayed(f, ctx, regions).scaled(-1)
     return PassCosts(**moe, window=window,
-        layer_forward=phase_cost(layer.forward, ctx), layer_backward=phase_cost(layer.backward, ctx),
+        layer_forward=phase_cost(layer.forward, ctx, piece="layer"),
+        layer_backward=phase_cost(layer.backward, ctx, piece="layer"),
         selective_recompute=_replayed(layer, ctx, regions),
-        embedding_forward=phase_cost(pieces["embedding"].forward, ctx),
-        embedding_backward=phase_cost(pieces["embedding"].backward, ctx),
-        output_forward=phase_cost(pieces["output"].forward, ctx),
-        output_backward=phase_cost(pieces["output"].backward, ctx))
+        embedding_forward=phase_cost(pieces["embedding"].forward, ctx, piece="embedding"),
+        embedding_backward=phase_cost(pieces["embedding"].backward, ctx, piece="embedding"),
+        output_forward=phase_cost(pieces["output"].forward, ctx, piece="output"),
+        output_backward=phase_cost(pieces["output"].backward, ctx, piece="output"))

@@ -23,6 +23,8 @@ from echo_tune.errors import ConfigError
 from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.determinism import check_deterministic, ring_only_profile
+from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
+from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.grad_accumulation import chunk_accumulation_s
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
@@ -155,7 +157,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                       tp_comm_overlap=parallel.tp_comm_overlap,
                       fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None, moe=moe_kernels(model, cluster),
                       overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
-                      delay_wgrad_compute=parallel.delay_wgrad_compute)
+                      delay_wgrad_compute=parallel.delay_wgrad_compute,
+                      graph_capture=capture_spec(parallel))
     costs = dataclasses.replace(pass_costs(pieces, ctx, layout.recompute_regions), mtp_heads=mtp_heads(model))
     bf16 = None
     if parallel.fp8 and parallel.first_last_layers_bf16:
@@ -175,11 +178,19 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile)
         passes = [[(f, b + PhaseCost(compute_s=extra[s][c]), r) for c, (f, b, r) in enumerate(row)]
                   for s, row in enumerate(passes)]
+    defer = deferred_wgrad(pieces["output"], ctx, m, parallel.wgrad_deferral_limit) \
+        if parallel.defer_embedding_wgrad_compute else None
+    if defer is not None:
+        passes = with_deferral(passes, defer, m)
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
     p2p_s = _p2p_time_s(pieces, layout, profile)
     run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True) if timeline else \
         simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
+    drains = [ZERO] * (p - 1) + [defer.drain if defer is not None else ZERO]  # the flush, after the last backward
+    pipeline_end_s = run.end_s
+    if defer is not None:
+        run = dataclasses.replace(run, end_s=tuple(e + d.total_s for e, d in zip(run.end_s, drains)))
 
     # MTP: per layer an eh projection [2h -> h] sharded over TP and two norms on the last stage; its output
     # layer shares the main one's weights (megatron/core/transformer/multi_token_prediction.py)
@@ -190,10 +201,13 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                                                               mtp_params, buckets)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
-    parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time)
+    parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time,
+                       drains[crit])
 
     memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s],
-                                expert_params_on_rank=stage_experts[s]) for s in range(p))
+                                expert_params_on_rank=stage_experts[s], model=model) for s in range(p))
+    if defer is not None:
+        memory = with_buffers(memory, defer)
     peak = max(mem.total_bytes for mem in memory)
     flops = model_flops_per_step(model, parallel.global_batch_size, parallel.tensor_model_parallel_size)
     peak_flops = cluster.gpu.peak_tflops(parallel.precision) * 1e12
@@ -209,6 +223,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
                   f"efficiency surface",)
+    notes += graph_memory_notes(memory)
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
                   f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",)
@@ -222,7 +237,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
-        timeline=_timeline(run, tails, passes, buckets) if timeline else [])
+        timeline=_timeline(run, tails, passes, buckets, pipeline_end_s, drains) if timeline else [])
 
 
 @functools.lru_cache(maxsize=64)
@@ -231,16 +246,18 @@ def _model_spec(model: ModelSpec) -> dict:
     return dataclasses.asdict(model)
 
 
-def _timeline(run, tails, passes, buckets) -> list[tuple[int, str, str, float, float]]:
+def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple[int, str, str, float, float]]:
     """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail; and on each
     stage's communication tracks the exposed parts of each pass, its DP buckets and its p2p transfers (see
     trace_tracks.py), so that the blocks of the critical stage add up to its breakdown."""
-    from echo_tune.sim.trace_tracks import bucket_spans, p2p_spans, pass_part_spans
+    from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK, bucket_spans, p2p_spans, pass_part_spans
 
     events, compute_end_s = run.events, run.end_s
     busy_s = [0.0] * len(compute_end_s)
     for stage, _, _, _, start, end in events:
         busy_s[stage] += end - start
+    for stage, (flush_start, end) in enumerate(zip(pipeline_end_s, compute_end_s)):
+        busy_s[stage] += end - flush_start  # the deferred embedding wgrad flush (sim/deferred_wgrad.py)
     idle_s = [end - busy for end, busy in zip(compute_end_s, busy_s)]
 
     spans = [(stage, f"{'B' if backward else 'F'}{mb}" + (f".{chunk}" if chunk else ""),
@@ -249,6 +266,11 @@ def _timeline(run, tails, passes, buckets) -> list[tuple[int, str, str, float, f
     spans += pass_part_spans(events, passes) + bucket_spans(buckets) + p2p_spans(run.transfers,
                                                                                  run.critical_transfers, idle_s)
     for stage, (end, tail) in enumerate(zip(compute_end_s, tails)):
+        if end > pipeline_end_s[stage]:
+            spans.append((stage, "deferred embedding wgrad (flush)", "backward", pipeline_end_s[stage], end))
+            if drains[stage].comm_exposed_s > 0:  # its input all-gathers not hidden by the GEMMs
+                spans.append((COMM_TRACK + stage, "TP/CP collectives (exposed)", "tp_cp_comm",
+                              end - drains[stage].comm_exposed_s, end))
         dp_end = end + tail.dp_exposed_s
         if dp_end > end:
             spans.append((stage, "gradient reduction (exposed)", "dp_comm", end, dp_end))
@@ -256,6 +278,10 @@ def _timeline(run, tails, passes, buckets) -> list[tuple[int, str, str, float, f
             spans.append((stage, "DP overlap slow-down", "interference", dp_end, dp_end + tail.interference_s))
         opt_start = dp_end + tail.interference_s
         spans.append((stage, "optimizer step", "optimizer", opt_start, opt_start + tail.optimizer_s))
+        if tail.param_gather_hidden_s > 0:  # --overlap-param-gather-with-optimizer-step, on the DP track
+            gather_end = opt_start + tail.optimizer_s
+            spans.append((DP_TRACK + stage, "first bucket's param all-gather (hidden behind the optimizer step)",
+                          "param_gather", gather_end - tail.param_gather_hidden_s, gather_end))
     return spans
 
 
@@ -294,10 +320,12 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
     return stage_params, stage_experts, tails, finals
 
 
-def _breakdown(passes, m: int, compute_end_s: float, critical_p2p_s: float, tail, step_time: float) -> dict:
-    """The critical stage's step as named parts; "other" takes whatever is left (zero by construction)."""
+def _breakdown(passes, m: int, compute_end_s: float, critical_p2p_s: float, tail, step_time: float,
+               flush: PhaseCost = ZERO) -> dict:
+    """The critical stage's step as named parts; "other" takes whatever is left (zero by construction).
+    ``flush``: work after the stage's last backward (the deferred embedding wgrad)."""
     fwd_sum = sum((f for f, _, _ in passes), ZERO).scaled(m)
-    bwd_sum = sum((b for _, b, _ in passes), ZERO).scaled(m)
+    bwd_sum = sum((b for _, b, _ in passes), ZERO).scaled(m) + flush
     rec_sum = sum((r for _, _, r in passes), ZERO).scaled(m)
     idle = max(0.0, compute_end_s - (fwd_sum.total_s + bwd_sum.total_s + rec_sum.total_s))
     p2p_exposed = min(critical_p2p_s, idle)

@@ -17,6 +17,11 @@ from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK, P2P_TRACK, TRANSFER
                                       recompute_granularity="full", global_batch_size=32)),
     ("mixtral-8x7b", "h100", 32, dict(pipeline_model_parallel_size=4, expert_model_parallel_size=8,
                                        use_distributed_optimizer=True, global_batch_size=64)),
+    # the deferred embedding wgrad's flush (its all-gathers on the communication track) and CUDA graphs
+    ("llama3.1-8b", "h100", 16, dict(tensor_model_parallel_size=2, pipeline_model_parallel_size=4,
+                                      sequence_parallel=True, use_distributed_optimizer=True, overlap_grad_reduce=True,
+                                      defer_embedding_wgrad_compute=True, cuda_graph_impl="local",
+                                      global_batch_size=64)),  # 32 micro-batches: the flush makes stage 3 critical
 ])
 def test_trace_blocks_equal_the_breakdown(tmp_path, model, cluster, gpus, layout):
     report = simulate(load_model(model), load_cluster(cluster), gpus, ParallelConfig(**layout), timeline=True)
