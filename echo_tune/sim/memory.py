@@ -120,7 +120,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
     experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
     """
-    p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
+    v = layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
 
     # FP8 linears (dense and MoE alike) save their inputs in FP8; not what full or selective recompute drops
@@ -131,22 +131,24 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
                  for piece in ("layer", "moe_layer")}
     dense_layers = moe_layers = 0
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
-        dense, moe = mix[chunk] if mix else (layers, 0)
+        dense, moe = mix[chunk] if mix else (layers, 0)  # (MTP layers included in ``mix``)
         dense_layers, moe_layers = dense_layers + dense, moe_layers + moe
         kept, extra = layer_activation_bytes(pieces["layer"], layout, dense) if dense else (0.0, 0.0)
         kept -= dense * fp8_saved["layer"]
         if moe:
             moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
             kept, extra = kept + moe_kept - moe * fp8_saved["moe_layer"], max(extra, moe_extra)
-        if stage == 0 and chunk == 0:
+        contents = layout.chunk_contents[stage][chunk]
+        if contents.embedding:
             kept += pieces["embedding"].activation_bytes
-        if stage == p - 1 and chunk == v - 1:
+        if contents.loss:
             # the logits / loss tensors live only between the last forward and its backward
             transient = max(transient, pieces["output"].activation_bytes)
         chunk_bytes.append(kept)
         transient = max(transient, extra)
     # live micro-batches per chunk over the stage's schedule (cached per pipeline structure)
-    activations = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v, chunk_bytes) + transient
+    activations = peak_in_flight_bytes(schedule, stage, len(layout.stage_chunk_layers), layout.num_micro_batches, v,
+                                       chunk_bytes) + transient
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
     linear_params = fp8_linear_param_count(pieces["layer"]) * dense_layers
     if moe_layers:

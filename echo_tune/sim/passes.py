@@ -80,8 +80,6 @@ class PassCosts:
     moe_layer_forward: PhaseCost = ZERO
     moe_layer_backward: PhaseCost = ZERO
     moe_selective_recompute: PhaseCost = ZERO
-    mtp_heads: int = 0
-    """Extra output heads on the last stage (multi-token prediction)."""
 
 
 def _replayed(trace: Trace, ctx: CostContext, regions: tuple[str, ...]) -> PhaseCost:

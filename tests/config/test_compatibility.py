@@ -56,8 +56,11 @@ def test_derived_values():
      "ffn_hidden_size % tensor_model_parallel_size == 0"),
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, virtual_pipeline_model_parallel_size=3,
           num_layers_per_virtual_pipeline_stage=2), "set only one of virtual_pipeline_model_parallel_size"),
-    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=2,
-          decoder_first_pipeline_num_layers=6, decoder_last_pipeline_num_layers=6), "interleaving with uneven"),
+    # uneven stages interleave when every stage's layers divide by VPP (transformer_config.py); here the
+    # middle stages hold (96 - 6 - 6) / 6 = 14 layers, not a multiple of 3
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=3,
+          decoder_first_pipeline_num_layers=6, decoder_last_pipeline_num_layers=6),
+     "layers per stage % virtual_pipeline_model_parallel_size == 0"),
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=2, decoder_first_pipeline_num_layers=96),
      "(num_layers - first - last) % remaining stages"),
     (dict(tensor_model_parallel_size=8, sequence_parallel=True, context_parallel_size=2, num_gpus=2048,
