@@ -147,8 +147,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         chunk_bytes.append(kept)
         transient = max(transient, extra)
     # live micro-batches per chunk over the stage's schedule (cached per pipeline structure)
+    group = parallel.microbatch_group_size_per_vp_stage  # the interleaved schedule's group size (None: p)
     activations = peak_in_flight_bytes(schedule, stage, len(layout.stage_chunk_layers), layout.num_micro_batches, v,
-                                       chunk_bytes) + transient
+                                       chunk_bytes, *([group] if group else [])) + transient
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
     linear_params = fp8_linear_param_count(pieces["layer"]) * dense_layers
     if moe_layers:

@@ -140,8 +140,10 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
     p2p_s = _p2p_time_s(pieces, layout, profile)
-    run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True) if timeline else \
-        simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
+    group = {"group": parallel.microbatch_group_size_per_vp_stage} if parallel.microbatch_group_size_per_vp_stage \
+        else {}  # the interleaved schedule's micro-batch group size, when not the default p
+    run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True, **group) if timeline else \
+        simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, **group)
 
     # MTP: per layer an eh projection [2h -> h] sharded over TP and two norms on the last stage; its output
     # layer shares the main one's weights (megatron/core/transformer/multi_token_prediction.py)
