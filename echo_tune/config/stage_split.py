@@ -19,6 +19,9 @@ stage, the output layer, loss and MTP layers in the last chunk of the last stage
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 from echo_tune.config._checks import require
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
@@ -27,8 +30,43 @@ from echo_tune.config.pipeline_layout import ChunkContents, layout_contents
 Contents = tuple[tuple[ChunkContents, ...], ...]
 
 
+_SPLIT_FIELDS = ("pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+                 "num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers",
+                 "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
+                 "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout")
+
+
 def split_stages(model: ModelSpec, parallel: ParallelConfig) -> Contents:
     """Per stage, per chunk: its contents (VPP = chunks per stage); ConfigError for a broken rule."""
+    return _split_cached(model.num_layers, model.mtp_num_layers, *(getattr(parallel, f) for f in _SPLIT_FIELDS))
+
+
+@functools.lru_cache(maxsize=4096)  # a search checks the same few splits tens of thousands of times
+def _split_cached(num_layers: int, mtp_num_layers: int | None, *values) -> Contents:
+    model = _Layers(num_layers=num_layers, mtp_num_layers=mtp_num_layers)
+    return _split(model, _Split(**dict(zip(_SPLIT_FIELDS, values))))
+
+
+@dataclass(frozen=True)
+class _Layers:
+    num_layers: int
+    mtp_num_layers: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Split:
+    """The split settings of a ParallelConfig (only those are read here)."""
+    pipeline_model_parallel_size: int
+    virtual_pipeline_model_parallel_size: int | None
+    num_layers_per_virtual_pipeline_stage: int | None
+    decoder_first_pipeline_num_layers: int | None
+    decoder_last_pipeline_num_layers: int | None
+    account_for_embedding_in_pipeline_split: bool
+    account_for_loss_in_pipeline_split: bool
+    pipeline_model_parallel_layout: str | None
+
+
+def _split(model, parallel) -> Contents:
     if parallel.pipeline_model_parallel_layout is not None:
         return _from_layout(model, parallel)
     stage_layers = _split_layers(model, parallel)
@@ -61,7 +99,7 @@ def split_stages(model: ModelSpec, parallel: ParallelConfig) -> Contents:
     return tuple(tuple(row) for row in out)
 
 
-def _from_layout(model: ModelSpec, parallel: ParallelConfig) -> Contents:
+def _from_layout(model, parallel) -> Contents:
     others = {name: getattr(parallel, name) for name in (
         "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
         "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
@@ -82,7 +120,7 @@ def _from_layout(model: ModelSpec, parallel: ParallelConfig) -> Contents:
     return contents
 
 
-def _split_layers(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:
+def _split_layers(model, parallel) -> tuple[int, ...]:
     """Layers per pipeline stage (embedding/loss counted as layers under account_for_*), honouring uneven
     first/last stages."""
     pp, total = parallel.pipeline_model_parallel_size, model.num_layers
@@ -124,7 +162,7 @@ def _split_layers(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]
     return tuple(stages)
 
 
-def _virtual_size(parallel: ParallelConfig, stage_layers: tuple[int, ...]) -> int:
+def _virtual_size(parallel, stage_layers: tuple[int, ...]) -> int:
     vpp, per_chunk = parallel.virtual_pipeline_model_parallel_size, parallel.num_layers_per_virtual_pipeline_stage
     require(vpp is None or per_chunk is None,
             f"set only one of virtual_pipeline_model_parallel_size and num_layers_per_virtual_pipeline_stage, "
