@@ -78,3 +78,25 @@ def test_unknown_tokenizer_asks_for_vocab_size():
     assert tokenizer_vocab_size("HuggingFaceTokenizer", "/models/Qwen2.5-7B") == 151665
     with pytest.raises(ConfigError, match="add --vocab-size N"):
         tokenizer_vocab_size("HuggingFaceTokenizer", "deepseek-ai/DeepSeek-V3")
+
+
+# Megatron-Bridge's DeepSeek-V3 H100 recipe (runs_bridge.csv) pipeline settings, as a launch line
+DSV3_PIPELINE = ("--pipeline-model-parallel-size 8 --pipeline-model-parallel-layout Et|(tt|)*30mL "
+                 "--microbatch-group-size-per-virtual-pipeline-stage 16 --use-tp-pp-dp-mapping")
+
+
+def test_pipeline_layout_flags_read_and_write_back():
+    _, parallel, _, ignored = parse_megatron_line(DSV3_PIPELINE + " --global-batch-size 8192")
+    assert parallel["pipeline_model_parallel_layout"] == "Et|(tt|)*30mL" and not ignored
+    assert parallel["microbatch_group_size_per_vp_stage"] == 16 and parallel["use_tp_pp_dp_mapping"] is True
+    # Bridge's spelling with / reads the same
+    _, slashed, _, _ = parse_megatron_line("--pipeline-model-parallel-layout Et/(tt/)*30mL")
+    assert et.ParallelConfig(global_batch_size=1, **slashed).pipeline_model_parallel_layout == "Et|(tt|)*30mL"
+    # written back quoted for the shell, and without a VPP flag (the layout sets VPP; arguments.py refuses both)
+    flags = to_megatron_flags({}, {**parallel, "virtual_pipeline_model_parallel_size": 4}, "bf16")
+    line = " ".join(flags)
+    assert "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'" in line
+    assert "--num-virtual-stages-per-pipeline-rank" not in line
+    assert "--use-tp-pp-dp-mapping" in flags
+    _, again, _, _ = parse_megatron_line(line)
+    assert again["pipeline_model_parallel_layout"] == "Et|(tt|)*30mL"
