@@ -14,9 +14,14 @@ from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import check_schedule_features
+from echo_tune.config.pipeline_layout import ChunkContents
+from echo_tune.config.stage_split import check_group_size, split_stages
 
 # Megatron-LM's rank order, innermost first (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp").
 RANK_ORDER = ("tp", "cp", "dp", "pp")
+# --use-tp-pp-dp-mapping: order "tp-cp-ep-pp-dp" (training/initialize.py): a pipeline's stages are neighbours
+# in rank order, the data-parallel replicas are strided by TP x CP x PP.
+TP_PP_DP_ORDER = ("tp", "cp", "pp", "dp")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +51,8 @@ class Layout:
     virtual_pipeline_size: int
     stage_chunk_layers: tuple[tuple[int, ...], ...]
     """Layers of each model chunk on each pipeline stage: ``stage_chunk_layers[stage][chunk]``."""
+    chunk_contents: tuple[tuple[ChunkContents, ...], ...]
+    """What each chunk holds (decoder layers, embedding, loss, MTP): ``chunk_contents[stage][chunk]``."""
     schedule: str
     """"none" (no pipelining), "1f1b" or "interleaved"."""
     sequence_parallel: bool
@@ -67,6 +74,11 @@ class Layout:
     def stage_layers(self) -> tuple[int, ...]:
         return tuple(sum(chunks) for chunks in self.stage_chunk_layers)
 
+    def holder(self, what: str) -> tuple[int, int]:
+        """(stage, chunk) holding the ``embedding`` or the ``loss`` (with the output layer)."""
+        return next((s, c) for s, row in enumerate(self.chunk_contents) for c, x in enumerate(row)
+                    if getattr(x, what))
+
 
 def _group_placements(parallel: ParallelConfig, cluster: ClusterSpec, dp: int) -> dict[str, GroupPlacement]:
     """Placement by NVLink domain: on a GB200 NVL72 rack 72 GPUs (18 trays) talk over NVLink, so a
@@ -75,7 +87,7 @@ def _group_placements(parallel: ParallelConfig, cluster: ClusterSpec, dp: int) -
     sizes = {"tp": parallel.tensor_model_parallel_size, "cp": parallel.context_parallel_size,
              "dp": dp, "pp": parallel.pipeline_model_parallel_size}
     placements, stride = {}, 1
-    for kind in RANK_ORDER:
+    for kind in (TP_PP_DP_ORDER if parallel.use_tp_pp_dp_mapping else RANK_ORDER):
         size = sizes[kind]
         per_node = max(1, min(size, domain // stride)) if stride < domain else 1
         span_nodes = (stride * (size - 1)) // cluster.gpus_per_node + 1  # physical nodes from first to last rank
@@ -84,60 +96,6 @@ def _group_placements(parallel: ParallelConfig, cluster: ClusterSpec, dp: int) -
                                           spine_oversubscription=cluster.spine_oversubscription)
         stride *= size
     return placements
-
-
-def _split_layers(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:
-    """Layers per pipeline stage, honouring uneven first/last stages."""
-    pp, total = parallel.pipeline_model_parallel_size, model.num_layers
-    first, last = parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers
-    extra = int(parallel.account_for_embedding_in_pipeline_split) + int(parallel.account_for_loss_in_pipeline_split)
-    require(not extra or (first is None and last is None),
-            "account_for_embedding/loss_in_pipeline_split do not combine with uneven first/last stages (Megatron "
-            "refuses it, core/transformer/transformer_block.py); drop one of them")
-    if extra:
-        # Megatron counts the embedding (loss) as one more layer of the split (transformer_block.py
-        # get_num_layers_to_build at d98e8a64ddf3); the first (last) model chunk builds one layer fewer.
-        require((total + extra) % pp == 0,
-                f"`(num_layers + {extra}) % pipeline_model_parallel_size == 0` must hold with "
-                f"account_for_embedding/loss_in_pipeline_split, but got (num_layers={total}, "
-                f"pipeline_model_parallel_size={pp})")
-        return ((total + extra) // pp,) * pp
-    if first is None and last is None:
-        require(total % pp == 0,
-                f"`num_layers % pipeline_model_parallel_size == 0` must hold, but got (num_layers={total}, "
-                f"pipeline_model_parallel_size={pp}); pick a divisor of num_layers or set "
-                f"decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers")
-        return (total // pp,) * pp
-    require(pp > 1, f"uneven pipeline stages need `pipeline_model_parallel_size > 1`, but got "
-                    f"(pipeline_model_parallel_size={pp}, decoder_first_pipeline_num_layers={first}, "
-                    f"decoder_last_pipeline_num_layers={last})")
-    fixed = (first or 0) + (last or 0)
-    middle = pp - (first is not None) - (last is not None)
-    rest = total - fixed
-    ok = rest > 0 and middle > 0 and rest % middle == 0 if middle else rest == 0
-    require(ok, f"`(num_layers - first - last) % remaining stages == 0` must hold (and be positive), but got "
-                f"(num_layers={total}, decoder_first_pipeline_num_layers={first}, "
-                f"decoder_last_pipeline_num_layers={last}, remaining stages={middle}); adjust the first/last counts")
-    inner = rest // middle if middle else 0
-    stages = [inner] * pp
-    if first is not None:
-        stages[0] = first
-    if last is not None:
-        stages[-1] = last
-    return tuple(stages)
-
-
-def _virtual_size(parallel: ParallelConfig, stage_layers: tuple[int, ...]) -> int:
-    vpp, per_chunk = parallel.virtual_pipeline_model_parallel_size, parallel.num_layers_per_virtual_pipeline_stage
-    require(vpp is None or per_chunk is None,
-            f"set only one of virtual_pipeline_model_parallel_size and num_layers_per_virtual_pipeline_stage, "
-            f"but got (virtual_pipeline_model_parallel_size={vpp}, num_layers_per_virtual_pipeline_stage={per_chunk})")
-    if per_chunk is not None:
-        require(stage_layers[0] % per_chunk == 0,
-                f"`layers per stage % num_layers_per_virtual_pipeline_stage == 0` must hold, but got "
-                f"(layers per stage={stage_layers[0]}, num_layers_per_virtual_pipeline_stage={per_chunk})")
-        vpp = stage_layers[0] // per_chunk
-    return vpp or 1
 
 
 def _check_fp8(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig) -> None:
@@ -210,31 +168,24 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"data_parallel_size={dp}); change the batch sizes or the GPU split")
     num_micro_batches = parallel.global_batch_size // per_step
 
-    stage_layers = _split_layers(model, parallel)
-    vpp = _virtual_size(parallel, stage_layers)
+    contents = split_stages(model, parallel)
+    vpp = len(contents[0])
+    chunks = tuple(tuple(c.layers for c in row) for row in contents)
     if vpp > 1:
-        uneven = parallel.decoder_first_pipeline_num_layers or parallel.decoder_last_pipeline_num_layers
-        require(not uneven, "interleaving with uneven first/last stages is not modelled; drop "
-                            "virtual_pipeline_model_parallel_size or the decoder_first/last_pipeline_num_layers")
-        require(pp > 1, f"the interleaved schedule needs `pipeline_model_parallel_size > 1`, but got "
-                        f"(pipeline_model_parallel_size={pp}, virtual_pipeline_model_parallel_size={vpp})")
-        require(stage_layers[0] % vpp == 0,
-                f"`layers per stage % virtual_pipeline_model_parallel_size == 0` must hold, but got "
-                f"(layers per stage={stage_layers[0]}, virtual_pipeline_model_parallel_size={vpp})")
-        require(num_micro_batches % pp == 0,
-                f"the interleaved schedule needs `num_micro_batches % pipeline_model_parallel_size == 0`, but got "
-                f"(num_micro_batches={num_micro_batches}, pipeline_model_parallel_size={pp}); change "
-                f"global_batch_size or micro_batch_size")
-    chunks = [[layers // vpp] * vpp for layers in stage_layers]
-    chunks[0][0] -= int(parallel.account_for_embedding_in_pipeline_split)
-    chunks[-1][-1] -= int(parallel.account_for_loss_in_pipeline_split)
-    require(chunks[0][0] >= 0 and chunks[-1][-1] >= 0,
-            f"the first/last model chunk needs a layer to give up for the embedding/loss, but got "
-            f"(layers per model chunk={stage_layers[0] // vpp})")
-    chunks = tuple(tuple(c) for c in chunks)
-    stage_layers = tuple(sum(c) for c in chunks)
-    require(min(stage_layers) > 0, f"every pipeline stage needs at least one layer, but got "
-                                   f"(stage layers={list(stage_layers)})")
+        group = parallel.microbatch_group_size_per_vp_stage
+        if group is None:
+            require(num_micro_batches % pp == 0,
+                    f"the interleaved schedule needs `num_micro_batches % pipeline_model_parallel_size == 0`, but "
+                    f"got (num_micro_batches={num_micro_batches}, pipeline_model_parallel_size={pp}); change "
+                    f"global_batch_size or micro_batch_size")
+        else:
+            check_group_size(group, pp, num_micro_batches)
+    else:
+        require(parallel.microbatch_group_size_per_vp_stage is None,
+                f"microbatch_group_size_per_vp_stage applies to the interleaved schedule only, but got "
+                f"(microbatch_group_size_per_vp_stage={parallel.microbatch_group_size_per_vp_stage}, "
+                f"virtual pipeline size={vpp}); drop it or set virtual_pipeline_model_parallel_size")
+    max_chunk_layers = max(max(row) for row in chunks)
 
     granularity, method, recompute_layers = (parallel.recompute_granularity, parallel.recompute_method,
                                              parallel.recompute_num_layers)
@@ -251,9 +202,9 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
         method = method or "uniform"
         recompute_layers = recompute_layers or 1
         if method == "block":
-            require(recompute_layers <= stage_layers[0] // vpp,
+            require(recompute_layers <= max_chunk_layers,
                     f"`recompute_num_layers <= layers per model chunk` must hold for block recompute, but got "
-                    f"(recompute_num_layers={recompute_layers}, layers per model chunk={stage_layers[0] // vpp})")
+                    f"(recompute_num_layers={recompute_layers}, layers per model chunk={max_chunk_layers})")
     require(not parallel.overlap_param_gather or parallel.use_distributed_optimizer,
             "`overlap_param_gather` needs `use_distributed_optimizer`, but got (overlap_param_gather=True, "
             "use_distributed_optimizer=False); add --use-distributed-optimizer")
@@ -277,7 +228,7 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     groups = _group_placements(parallel, cluster, dp) | expert_groups(model, parallel, dp, cluster.gpus_per_node,
                                                                       GroupPlacement)
     return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
-                  virtual_pipeline_size=vpp, stage_chunk_layers=chunks, schedule=schedule,
+                  virtual_pipeline_size=vpp, stage_chunk_layers=chunks, chunk_contents=contents, schedule=schedule,
                   sequence_parallel=sequence_parallel, recompute_granularity=granularity,
                   recompute_method=method, recompute_num_layers=recompute_layers,
                   recompute_regions=parallel.recompute_regions,

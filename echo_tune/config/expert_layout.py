@@ -61,5 +61,16 @@ def expert_groups(model: ModelSpec, parallel: ParallelConfig, dp: int, gpus_per_
             f"MoE with `tensor_model_parallel_size > 1` needs sequence_parallel (Megatron-Core's MoE layer), but got "
             f"(tensor_model_parallel_size={tp}, sequence_parallel=False); add --sequence-parallel")
     edp = folded // (etp * ep)
-    return placements([("etp", etp), ("ep", ep), ("edp", edp)], gpus_per_node, group_cls) | \
+    order = [("etp", etp), ("ep", ep), ("edp", edp)]
+    if parallel.use_tp_pp_dp_mapping and parallel.pipeline_model_parallel_size > 1:
+        # order tp-cp-ep-pp-dp for both rank generators; parallel_state.py asserts they give the same
+        # pipeline groups, so the pp stride must match: ETP x EP == TP x CP, and EDP lies outside PP
+        require(etp * ep == tp * cp,
+                f"`expert_tensor_parallel_size * expert_model_parallel_size == tensor_model_parallel_size * "
+                f"context_parallel_size` must hold with use_tp_pp_dp_mapping (same pipeline groups for both "
+                f"rank generators), but got (ETP*EP={etp * ep}, TP*CP={tp * cp}); change EP or drop the mapping")
+        order.insert(2, ("pp", parallel.pipeline_model_parallel_size))
+    out = placements(order, gpus_per_node, group_cls)
+    out.pop("pp", None)
+    return out | \
         {"tpep": placements([("tpep", etp * ep)], gpus_per_node, group_cls)["tpep"]}

@@ -138,6 +138,9 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "defer_embedding_wgrad_compute": ("--defer-embedding-wgrad-compute", "flag"),
     "wgrad_deferral_limit": ("--wgrad-deferral-limit", "int"),
     "num_distributed_optimizer_instances": ("--num-distributed-optimizer-instances", "int"),
+    "pipeline_model_parallel_layout": ("--pipeline-model-parallel-layout", "str"),
+    "microbatch_group_size_per_vp_stage": ("--microbatch-group-size-per-virtual-pipeline-stage", "int"),
+    "use_tp_pp_dp_mapping": ("--use-tp-pp-dp-mapping", "flag"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.
@@ -298,8 +301,9 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
             value = values.get(field)
             if value is None or (kind == "flag" and not value) or (kind == "not_flag" and value):
                 continue
-            if field == "virtual_pipeline_model_parallel_size" and value == 1:
-                continue
+            if field == "virtual_pipeline_model_parallel_size" and (value == 1 or values.get(
+                    "pipeline_model_parallel_layout")):
+                continue  # the layout sets VPP; arguments.py refuses both flags together
             if field in DEFAULT_ONLY_WITH and not values.get(DEFAULT_ONLY_WITH[field]):
                 continue
             if field in _MOE_MLA_DEFAULTS and value == _MOE_MLA_DEFAULTS[field]:
@@ -310,7 +314,7 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
             if kind == "window":
                 out += [flag, ",".join(map(str, value))]
                 continue
-            if kind == "freq":  # a list expression: quoted for the shell
+            if kind == "freq" or field == "pipeline_model_parallel_layout":  # quoted for the shell: | ( ) *
                 out += [flag, shlex.quote(str(value))]
                 continue
             out += [flag] if kind in ("flag", "not_flag") else [flag, str(value)]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.config.cluster import PRECISIONS
+from echo_tune.config.pipeline_layout import normalize_layout, parse_layout
 
 RECOMPUTE_GRANULARITIES = (None, "full", "selective")
 RECOMPUTE_METHODS = (None, "uniform", "block")
@@ -202,6 +203,20 @@ class ParallelConfig:
     """``--num-distributed-optimizer-instances``: shard the distributed optimizer over DP x CP / N ranks (N
     instances), all-reducing each gradient shard across the instances."""
 
+    pipeline_model_parallel_layout: str | None = None
+    """``--pipeline-model-parallel-layout``: what each pipeline chunk holds, in Megatron's layout language
+    (``E`` embedding, ``t`` decoder layer, ``m`` MTP layer, ``L`` loss, ``|`` between virtual stages listed
+    chunk by chunk, ``(...)*N`` and ``t*N`` repeats; ``/`` is read as ``|``). Sets VPP; see
+    config/pipeline_layout.py."""
+
+    microbatch_group_size_per_vp_stage: int | None = None
+    """``--microbatch-group-size-per-virtual-pipeline-stage``: micro-batches the interleaved schedule runs
+    through one chunk before the next; None means PP (Megatron's default, model_parallel_config.py)."""
+
+    use_tp_pp_dp_mapping: bool = False
+    """``--use-tp-pp-dp-mapping``: rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp (training/initialize.py):
+    pipeline stages sit inside the data-parallel stride."""
+
     def __post_init__(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "micro_batch_size", "global_batch_size"):
@@ -211,9 +226,16 @@ class ParallelConfig:
             require_positive(name, value)
         for name in ("expert_model_parallel_size", "expert_tensor_parallel_size", "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
                      "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                     "recompute_num_layers"):
+                     "recompute_num_layers", "microbatch_group_size_per_vp_stage"):
             if getattr(self, name) is not None:
                 require_positive(name, getattr(self, name))
+        if self.pipeline_model_parallel_layout is not None:
+            layout = self.pipeline_model_parallel_layout
+            require(isinstance(layout, str) and normalize_layout(layout) != "",
+                    f"`pipeline_model_parallel_layout` must be a layout string such as 'Et|(tt|)*30mL', but got "
+                    f"(pipeline_model_parallel_layout={layout!r})")
+            object.__setattr__(self, "pipeline_model_parallel_layout", normalize_layout(layout))
+            parse_layout(self.pipeline_model_parallel_layout)  # the characters, checked early
         if self.recompute_modules is not None:
             modules = (self.recompute_modules,) if isinstance(self.recompute_modules, str) else self.recompute_modules
             object.__setattr__(self, "recompute_modules", tuple(modules))

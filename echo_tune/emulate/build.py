@@ -91,14 +91,12 @@ def build_stage(model: ModelSpec, parallel: ParallelConfig, layout: Layout, stag
     torch.manual_seed(seed)
     shard = RealShard(model, parallel.tensor_model_parallel_size, parallel.context_parallel_size,
                       layout.sequence_parallel, parallel.micro_batch_size, parallel.precision, device=device)
-    p = len(layout.stage_chunk_layers)
-    counts = layout.stage_chunk_layers[stage]
     chunks = []
-    for c, n in enumerate(counts):
-        chunk = Chunk(layers=[layers.layer_params(shard) for _ in range(n)])
-        if stage == 0 and c == 0:
+    for contents in layout.chunk_contents[stage]:
+        chunk = Chunk(layers=[layers.layer_params(shard) for _ in range(contents.layers)])
+        if contents.embedding:
             chunk.embedding = heads.embedding_params(shard)
-        if stage == p - 1 and c == len(counts) - 1:
+        if contents.loss:
             chunk.output = heads.output_params(shard)
         chunks.append(chunk)
     for chunk in chunks:

@@ -175,7 +175,8 @@ def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Par
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     clock = clock_for(device)
     built = build_stage(model, parallel, layout, stage, device, seed)
-    order = stage_order(prediction.report.config["pipeline_schedule"], stage, p, m, v)
+    order = stage_order(prediction.report.config["pipeline_schedule"], stage, p, m, v,
+                        parallel.microbatch_group_size_per_vp_stage)
     waiter = Waiter(layout.groups, profile, clock)
     waiter.selective_recompute = layout.recompute_granularity == "selective"
     runs = []

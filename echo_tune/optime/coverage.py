@@ -22,7 +22,6 @@ def check_op_times_device(profile: CalibrationProfile, cluster: ClusterSpec) -> 
 
 def _stage_ops(pieces: dict[str, Trace], layout: Layout, stage: int) -> list[tuple[Op, float]]:
     """(op, how many times the stage runs it per micro-batch), recompute included."""
-    p = len(layout.stage_chunk_layers)
     layers = sum(layout.stage_chunk_layers[stage])
     layer = pieces["layer"]
     weighted = [(op, layers) for op in layer.forward + layer.backward]
@@ -32,7 +31,7 @@ def _stage_ops(pieces: dict[str, Trace], layout: Layout, stage: int) -> list[tup
         weighted += [(op, replayed) for op in layer.forward]
     elif layout.recompute_granularity == "selective":
         weighted += [(op, layers) for op in layer.forward if op.region == "core_attention"]
-    for piece, at in (("embedding", 0), ("output", p - 1)):
+    for piece, at in (("embedding", layout.holder("embedding")[0]), ("output", layout.holder("loss")[0])):
         if stage == at:
             weighted += [(op, 1) for op in pieces[piece].forward + pieces[piece].backward]
     return [(op, n) for op, n in weighted if op.kind != "collective" and n > 0]

@@ -22,6 +22,12 @@ def full_label(cfg: dict, dp: int | None = None) -> str:
     for key, short in (("decoder_first_pipeline_num_layers", "first"), ("decoder_last_pipeline_num_layers", "last")):
         if cfg.get(key) is not None:
             parts.append(f"{short}{cfg[key]}")
+    for key, short in (("account_for_embedding_in_pipeline_split", "splitE"),
+                       ("account_for_loss_in_pipeline_split", "splitL")):
+        if cfg.get(key):
+            parts.append(short)
+    if cfg.get("pipeline_model_parallel_layout"):
+        parts.append(f"layout={cfg['pipeline_model_parallel_layout']}")
     parts.append(f"mbs{cfg.get('micro_batch_size', 1)}")
     recompute = cfg.get("recompute_granularity")
     if recompute == "full":

@@ -8,7 +8,10 @@ the sampler's trials on layouts people run (stated in ``--help`` by ``CAPS_HELP`
   only grow activation memory once the GEMMs are large (tokens per micro-batch = mbs x seq_length);
 - context parallel: up to ``MAX_CONTEXT_PARALLEL`` (8) and at least ``MIN_TOKENS_PER_CP_RANK`` (1024)
   tokens per CP rank, as Megatron splits the sequence into 2 x CP chunks for load balance;
-- TP inside one NVLink domain, PP dividing the layers, VPP every divisor of the layers per stage;
+- TP inside one NVLink domain; PP dividing the GPUs, with the even split where PP divides the layers and
+  otherwise a few canonical uneven splits (decoder_first/last_pipeline_num_layers or the
+  account_for_embedding/loss_in_pipeline_split flags, search/uneven.py); VPP every value dividing every
+  stage's layers;
 - sequence parallel, the distributed optimizer and both DP overlaps on (Megatron-LM's recommended
   performance flags: docs of ``--overlap-grad-reduce``/``--overlap-param-gather``, d98e8a64ddf3);
   ``--tp-comm-overlap`` off and on; recompute none, selective or full (uniform, one layer);
@@ -28,7 +31,8 @@ from echo_tune.search.auto_values import (MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH,
                                           context_parallel_values, micro_batch_values)
 from echo_tune.search.space import SearchSpace, space_from_dict
 
-CAPS_HELP = (f"the space searched: TP inside a node, PP dividing the layers, VPP, CP up to {MAX_CONTEXT_PARALLEL} "
+CAPS_HELP = (f"the space searched: TP inside a node, PP (uneven first/last stages where it does not divide the "
+             f"layers), VPP, CP up to {MAX_CONTEXT_PARALLEL} "
              f"(at least {MIN_TOKENS_PER_CP_RANK} tokens per CP rank), micro-batch 1-{MAX_MICRO_BATCH} dividing the "
              f"global batch, recompute none/selective/full, TP-comm overlap off/on, sequence parallel, distributed "
              f"optimizer and DP overlaps on; MoE: EP every divisor of the experts, ETP = TP or 1")
@@ -66,6 +70,8 @@ def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: 
         "micro_batch_size": mbs, "virtual_pipeline_model_parallel_size": "auto", "sequence_parallel": True,
         "tp_comm_overlap": [False, True], "recompute_granularity": ["none", "selective", "full"],
         "use_distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True,
+        "decoder_first_pipeline_num_layers": "auto", "decoder_last_pipeline_num_layers": "auto",
+        "account_for_embedding_in_pipeline_split": "auto", "account_for_loss_in_pipeline_split": "auto",
     }
     if spec.is_moe:
         layout["expert_model_parallel_size"] = "auto"

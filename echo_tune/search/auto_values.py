@@ -11,6 +11,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
 from echo_tune.search.fields import BOOL_FIELDS
+from echo_tune.search.uneven import EVEN as OFF_SPLIT, SPLIT_FIELDS, canonical_splits, split_vpp_values
 
 # Caps on `auto` (list the values to go past them): a micro-batch past 8 sequences only grows activation
 # memory once the GEMMs are large; context parallelism past 8, or under 1024 tokens per CP rank, splits the
@@ -40,15 +41,26 @@ def micro_batch_values(global_batch_size: int) -> tuple[int, ...]:
 
 
 def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpus: tuple[int, ...],
-                choices: dict[str, tuple], gbs: int) -> tuple:
-    """Every value of ``field_name`` that the single-setting rules allow (combinations are checked later)."""
+                choices: dict[str, tuple], gbs: int, *, uneven: bool = False) -> tuple:
+    """Every value of ``field_name`` that the single-setting rules allow (combinations are checked later).
+
+    ``uneven``: the space lets PP leave a remainder of layers, split by the canonical uneven splits
+    (search/uneven.py); then PP takes every size with such a split, and the split settings their values."""
     node = cluster.gpus_per_node
     if field_name == "tensor_model_parallel_size":  # inside one node, dividing heads, query groups and FFN
         return tuple(d for d in _divisors(node) if any(n % d == 0 for n in num_gpus)
                      and model.num_attention_heads % d == 0 and model.query_groups % d == 0
                      and model.ffn_size % d == 0)
-    if field_name == "pipeline_model_parallel_size":  # even stages that divide the GPU count
+    if field_name == "pipeline_model_parallel_size":  # even stages (or a canonical uneven split), dividing the GPUs
+        if uneven:
+            return tuple(d for d in sorted({d for n in num_gpus for d in _divisors(n)})
+                         if canonical_splits(model.num_layers, d))
         return tuple(d for d in _divisors(model.num_layers) if any(n % d == 0 for n in num_gpus))
+    pps = choices.get("pipeline_model_parallel_size", (1,))
+    if field_name in SPLIT_FIELDS:  # the values the canonical splits of the PP sizes take
+        i = SPLIT_FIELDS.index(field_name)
+        values = {s[i] for p in pps for s in canonical_splits(model.num_layers, p)} | {OFF_SPLIT[i]}
+        return tuple(sorted(values, key=lambda v: (v is not None and v is not False, v or 0)))
     if field_name == "context_parallel_size":  # Megatron splits the sequence into 2*CP chunks; capped (AUTO_CAPS)
         return context_parallel_values(max(num_gpus), model.seq_length)
     if field_name == "expert_model_parallel_size":  # divisors of the expert count (1 for a dense model)
@@ -62,10 +74,12 @@ def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpu
                                and any(n % d == 0 for n in num_gpus))
     if field_name == "micro_batch_size":  # capped (AUTO_CAPS)
         return micro_batch_values(gbs)
-    stage_layers = sorted({model.num_layers // p for p in choices.get("pipeline_model_parallel_size", (1,))
-                           if p > 1 and model.num_layers % p == 0})
+    stage_layers = sorted({model.num_layers // p for p in pps if p > 1 and model.num_layers % p == 0})
     if field_name == "virtual_pipeline_model_parallel_size":
-        return (None,) + tuple(sorted({v for s in stage_layers for v in _divisors(s) if v > 1}))
+        values = {v for s in stage_layers for v in _divisors(s) if v > 1}
+        if uneven:
+            values |= {v for p in pps if p > 1 for v in split_vpp_values(model.num_layers, p)}
+        return (None,) + tuple(sorted(values))
     if field_name == "recompute_num_layers":
         return tuple(_divisors(model.num_layers))
     if field_name == "recompute_granularity":

@@ -11,6 +11,8 @@ FIELD_ORDER = (
     "expert_tensor_parallel_size",
     "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
     "micro_batch_size",
     "virtual_pipeline_model_parallel_size",
     "num_layers_per_virtual_pipeline_stage",
@@ -27,7 +29,8 @@ FIELD_ORDER = (
 )
 LAYOUT_FIELDS = FIELD_ORDER[1:]
 BOOL_FIELDS = ("sequence_parallel", "tp_comm_overlap", "use_distributed_optimizer", "overlap_param_gather",
-               "overlap_grad_reduce", "fp8_param_gather")
+               "overlap_grad_reduce", "fp8_param_gather", "account_for_embedding_in_pipeline_split",
+               "account_for_loss_in_pipeline_split")
 OPTIONAL_INT_FIELDS = ("expert_tensor_parallel_size", "decoder_first_pipeline_num_layers",
                        "decoder_last_pipeline_num_layers",
                        "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",

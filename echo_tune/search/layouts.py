@@ -32,11 +32,13 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.errors import ConfigError
 from echo_tune.limits import MAX_VALID_LAYOUTS
 from echo_tune.search.space import FIELD_ORDER, SearchSpace
+from echo_tune.search.uneven import SPLIT_FIELDS, consistent_values
 
 # Settings chosen before the first check: they fix the traced shapes and the rank layout.
 SHAPE_FIELDS = FIELD_ORDER[:FIELD_ORDER.index("micro_batch_size") + 1]
 OFF = {"expert_model_parallel_size": 1, "expert_tensor_parallel_size": None,
        "decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
+       "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
        "virtual_pipeline_model_parallel_size": None, "num_layers_per_virtual_pipeline_stage": None,
        "sequence_parallel": False, "tp_comm_overlap": False, "recompute_granularity": None,
        "recompute_method": None, "recompute_num_layers": None, "use_distributed_optimizer": False,
@@ -86,8 +88,8 @@ def applicable(field_name: str, chosen: dict) -> bool:
     """Whether ``field_name`` changes the step, given the settings chosen before it."""
     tp = chosen.get("tensor_model_parallel_size", 1)
     pp = chosen.get("pipeline_model_parallel_size", 1)
-    if field_name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                      "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage"):
+    if field_name in SPLIT_FIELDS or field_name in ("virtual_pipeline_model_parallel_size",
+                                                    "num_layers_per_virtual_pipeline_stage"):
         return pp > 1
     if field_name == "sequence_parallel":
         return tp > 1
@@ -109,6 +111,10 @@ def options(space: SearchSpace, field_name: str, chosen: dict) -> tuple:
     """The values ``field_name`` may take after ``chosen``: its list, or its off value if it has no effect."""
     if not applicable(field_name, chosen):
         return (OFF[field_name],)
+    if field_name in SPLIT_FIELDS and space.canonical_splits:
+        # `auto` uneven stages: the canonical splits of the chosen PP (uneven.py), not every combination
+        return consistent_values(field_name, space.choices[field_name], space.model.num_layers, chosen) \
+            or space.choices[field_name][:1]
     if field_name == "sequence_parallel" and space.model.is_moe and chosen.get("tensor_model_parallel_size", 1) > 1:
         # Megatron-Core's MoE layer refuses TP > 1 without sequence parallelism (moe_layer.py)
         return tuple(v for v in space.choices[field_name] if v) or space.choices[field_name]
@@ -144,6 +150,10 @@ def draw(space: SearchSpace, choose: Callable[[str, tuple], object]) -> Candidat
     for field_name in FIELD_ORDER:
         values = options(space, field_name, chosen)
         chosen[field_name] = values[0] if len(values) == 1 else choose(field_name, values)
+        if field_name in SPLIT_FIELDS and chosen[field_name] not in values:
+            raise RejectedLayout(f"`{field_name}` must be one of the canonical uneven splits of this PP "
+                                 f"(search/uneven.py), but got ({field_name}={chosen[field_name]!r}, allowed "
+                                 f"{list(values)})", dict(chosen))
         if field_name == SHAPE_FIELDS[-1]:
             _check(space, chosen)
     return _candidate(space, chosen, _check(space, chosen))
@@ -216,6 +226,8 @@ _PREFERENCE = {
     "expert_tensor_parallel_size": lambda v: 0 if v is None else v,
     "decoder_first_pipeline_num_layers": lambda v: v is not None,
     "decoder_last_pipeline_num_layers": lambda v: v is not None,
+    "account_for_embedding_in_pipeline_split": lambda v: bool(v),
+    "account_for_loss_in_pipeline_split": lambda v: bool(v),
     "micro_batch_size": lambda v: v,
     "virtual_pipeline_model_parallel_size": lambda v: 0 if v is None else v,
     "num_layers_per_virtual_pipeline_stage": lambda v: v is not None,

@@ -18,6 +18,9 @@ A space file names the model, the cluster, the GPU count(s), the global batch si
       recompute_granularity: [none, selective, full]
       use_distributed_optimizer: true        # one value: fixed
       fp8_format: [none, hybrid]             # bf16 or FP8 linear GEMMs (precision stays bf16)
+      decoder_first_pipeline_num_layers: auto  # auto on any of the four split settings (with the
+      decoder_last_pipeline_num_layers: auto   # account_for_embedding/loss_in_pipeline_split flags):
+                                               # per PP the canonical uneven splits of search/uneven.py
 
 Which combinations are valid is decided in ``layouts.py`` by ``check_compatible``, the simulator's
 own rules; this module only checks each value on its own.
@@ -38,6 +41,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.limits import LIMITS, check_number
 from echo_tune.search.auto_values import auto_values
 from echo_tune.search.fields import BOOL_FIELDS, FIELD_ORDER, LAYOUT_FIELDS, NONE_WORDS, OPTIONAL_INT_FIELDS
+from echo_tune.search.uneven import SPLIT_FIELDS
 # Moved to auto_values.py, still imported from here (cli/search.py, users):
 from echo_tune.search.auto_values import (AUTO_CAPS, MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH,  # noqa: F401
                                           MIN_TOKENS_PER_CP_RANK)
@@ -68,6 +72,9 @@ class SearchSpace:
     source: str = ""
     description: str = ""
     notes: tuple[str, ...] = field(default=(), compare=False)
+    canonical_splits: bool = False
+    """``auto`` uneven stages: the split settings (decoder_first/last_pipeline_num_layers,
+    account_for_embedding/loss_in_pipeline_split) take per PP the canonical splits of search/uneven.py."""
 
     @property
     def searched(self) -> tuple[str, ...]:
@@ -209,6 +216,7 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
     check_keys(layout, LAYOUT_FIELDS, f"{where} layout")
 
     raw = {"num_gpus": data["num_gpus"], **layout}
+    uneven = any(isinstance(raw.get(f), str) and raw[f].strip().lower() == "auto" for f in SPLIT_FIELDS)
     choices: dict[str, tuple] = {}
     num_gpus: tuple[int, ...] = ()
     for fname in FIELD_ORDER:  # auto for later fields may read earlier choices (vpp reads pp)
@@ -220,7 +228,7 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
         if isinstance(value, str) and value.strip().lower() == "auto":
             if fname == "num_gpus":
                 raise _err(fwhere, "`num_gpus: auto` is not supported; give a GPU count or a list of them")
-            values = auto_values(fname, model, cluster, num_gpus, choices, gbs)
+            values = auto_values(fname, model, cluster, num_gpus, choices, gbs, uneven=uneven)
         elif isinstance(value, list):
             if not value:
                 raise _err(fwhere, "the list of values is empty; list at least one value, or use auto")
@@ -240,7 +248,7 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
                        precision=precision, objectives=tuple(objectives), choices=choices,
                        gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile_path,
                        memory_headroom_gib=float(headroom),
-                       source=source, description=str(data.get("description", "")))
+                       source=source, description=str(data.get("description", "")), canonical_splits=uneven)
 
 
 def load_space(path: str | Path) -> SearchSpace:

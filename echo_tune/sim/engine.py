@@ -71,8 +71,8 @@ class _Program:
 
 
 class _Builder:
-    def __init__(self, p: int, v: int):
-        self.p, self.v = p, v
+    def __init__(self, p: int, v: int, group: int | None = None):
+        self.p, self.v, self.group = p, v, group
         self.prev: list[int] = []
         self.dep: list[int] = []
         self.duration: list[int] = []
@@ -87,7 +87,7 @@ class _Builder:
         """
         p, v = self.p, self.v
         prev, deps, duration, keys = self.prev, self.dep, self.duration, self.keys
-        orders = [stage_order(schedule, s, p, m, v) for s in range(p)]
+        orders = [stage_order(schedule, s, p, m, v, self.group) for s in range(p)]
         # task id = ((is_backward * v + chunk) * m + micro_batch) * p + stage
         bwd_base = v * m * p
         slot = [-1] * (2 * bwd_base)
@@ -136,9 +136,9 @@ class _Builder:
 
 
 @functools.lru_cache(maxsize=256)  # a search meets ~80 pipeline structures
-def _program(schedule: str, p: int, v: int, ms: tuple[int, ...]) -> _Program:
+def _program(schedule: str, p: int, v: int, ms: tuple[int, ...], group: int | None = None) -> _Program:
     """One program for runs of each m in ``ms`` (longest first: shorter runs share its tasks)."""
-    builder = _Builder(p, v)
+    builder = _Builder(p, v, group)
     shared: dict[tuple, int] = {}
     runs = [builder.add_run(schedule, m, max(ms), shared) for m in ms]
     return builder.build(runs)
@@ -167,9 +167,10 @@ def _result(out: _Outputs, finish: list[float], path: list[float]) -> PipelineRe
 
 
 def run_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[float]], bwd_s: list[list[float]],
-                 p2p_s: float, *, record: bool = False) -> PipelineResult:
-    """Simulate all m micro-batches; ``fwd_s[stage][chunk]`` and ``bwd_s`` are per-task durations."""
-    program = _program(schedule, p, v, (m,))
+                 p2p_s: float, *, record: bool = False, group: int | None = None) -> PipelineResult:
+    """Simulate all m micro-batches; ``fwd_s[stage][chunk]`` and ``bwd_s`` are per-task durations.
+    ``group``: the interleaved schedule's micro-batch group size (None = p)."""
+    program = _program(schedule, p, v, (m,), group)
     finish, path = _execute(program, fwd_s, bwd_s, p2p_s)
     result = _result(program.runs[0], finish, path)
     if record:
@@ -210,13 +211,15 @@ def _affine(a: float, b: float, c: float) -> bool:
 
 
 def simulate_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[float]],
-                      bwd_s: list[list[float]], p2p_s: float) -> PipelineResult:
-    """Same result as ``run_pipeline`` for all m, using steady-state periodicity when m is large."""
-    q, base = (p if schedule == "interleaved" else 1), 2 * p
+                      bwd_s: list[list[float]], p2p_s: float, group: int | None = None) -> PipelineResult:
+    """Same result as ``run_pipeline`` for all m, using steady-state periodicity when m is large (the
+    interleaved schedule repeats every ``group`` micro-batches, p by default)."""
+    q = (group or p) if schedule == "interleaved" else 1
+    base = 2 * max(p, q)
     m0 = base + (m - base) % q
     if m <= m0 + 2 * q:
-        return run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
-    program = _program(schedule, p, v, (m0 + 2 * q, m0 + q, m0))
+        return run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, group=group)
+    program = _program(schedule, p, v, (m0 + 2 * q, m0 + q, m0), group)
     finish, path = _execute(program, fwd_s, bwd_s, p2p_s)
     runs = [_result(out, finish, path) for out in reversed(program.runs)]
     steps = (m - m0) // q
@@ -237,6 +240,6 @@ def simulate_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[fl
             raise ConfigError(f"the {schedule} pipeline (p={p}, v={v}) is not periodic enough to extrapolate, and "
                               f"simulating all {m} micro-batches task by task is refused above "
                               f"{MAX_SIMULATED_MICRO_BATCHES}; lower --global-batch-size or raise --micro-batch-size")
-        return run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
+        return run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, group=group)
     return PipelineResult(end_s=tuple(end), critical_p2p_s=tuple(p2p),
                           last_backward_end_s=tuple(tuple(row) for row in last_bwd))

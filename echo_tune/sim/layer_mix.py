@@ -1,9 +1,10 @@
 """Which layers of each model chunk are MoE layers (``--moe-layer-freq``: dense and MoE layers mixed).
 
 Global layer indices per chunk follow Megatron-Core's layer offsets (megatron/core/transformer/
-transformer_block.py ``get_transformer_layer_offset``, NVIDIA/Megatron-LM commit d98e8a64ddf3):
-without interleaving, stage s starts after the layers of stages 0..s-1 (uneven first/last stages
-included); with v model chunks per stage, chunk c of stage s starts at layer (c * p + s) * L / (p v).
+transformer_layer.py ``get_transformer_layer_offset``, NVIDIA/Megatron-LM commit d98e8a64ddf3): layers are
+numbered chunk-major, chunk c of every stage before chunk c + 1, each chunk after the layers of the chunks
+before it (uneven stages and ``--pipeline-model-parallel-layout`` included); ``Layout.chunk_contents``
+holds each chunk's first layer.
 """
 
 from __future__ import annotations
@@ -13,10 +14,7 @@ from echo_tune.config.model import ModelSpec
 
 
 def chunk_first_layer(layout: Layout, stage: int, chunk: int) -> int:
-    p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
-    if v == 1:
-        return sum(layout.stage_layers[:stage])
-    return (chunk * p + stage) * layout.stage_chunk_layers[stage][chunk]
+    return layout.chunk_contents[stage][chunk].first_layer
 
 
 def chunk_moe_layers(model: ModelSpec, layout: Layout, stage: int, chunk: int) -> int:
@@ -28,21 +26,26 @@ def chunk_moe_layers(model: ModelSpec, layout: Layout, stage: int, chunk: int) -
 
 
 def chunk_layer_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """(dense layers, MoE layers) of every chunk of every stage.
+    """(dense layers, MoE layers) of every chunk of every stage, MTP layers included.
 
-    Multi-token prediction (``--mtp-num-layers``): Megatron-Core places the MTP block after the decoder on
-    the last pipeline stage (gpt_model.py); each MTP layer is a transformer layer of the last layer's
-    kind (as in Megatron's FLOP count), so it is counted in the last chunk. Its extra output head is added
-    by ``simulate`` (``mtp_heads``); its eh projection GEMM (2h -> h) and embedding lookup are not traced
-    (a few percent of one layer's time), their parameters are counted.
+    Multi-token prediction (``--mtp-num-layers``): Megatron-Core builds the MTP block in the chunk the
+    layout puts it in (the last chunk of the last stage without a layout; gpt_model.py); each MTP layer is
+    a transformer layer of the last layer's kind (as in Megatron's FLOP count), so it is counted in that
+    chunk. Its extra output head is added by ``simulate``; its eh projection GEMM (2h -> h) and embedding
+    lookup are not traced (a few percent of one layer's time), their parameters are counted.
     """
-    mix = [[(layers - (k := chunk_moe_layers(model, layout, s, c)), k) for c, layers in enumerate(chunks)]
-           for s, chunks in enumerate(layout.stage_chunk_layers)]
-    if model.mtp_num_layers:
-        dense, moe = mix[-1][-1]
-        extra = model.mtp_num_layers
-        mix[-1][-1] = (dense, moe + extra) if model.moe_pattern[-1] else (dense + extra, moe)
-    return tuple(tuple(chunks) for chunks in mix)
+    mtp_moe = bool(model.moe_pattern[-1]) if model.num_layers else False
+    mix = []
+    for s, row in enumerate(layout.chunk_contents):
+        out = []
+        for c, contents in enumerate(row):
+            k = chunk_moe_layers(model, layout, s, c)
+            dense, moe = contents.layers - k, k
+            if contents.mtp_layers:
+                dense, moe = (dense, moe + contents.mtp_layers) if mtp_moe else (dense + contents.mtp_layers, moe)
+            out.append((dense, moe))
+        mix.append(tuple(out))
+    return tuple(mix)
 
 
 def chunk_window_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, int], ...], ...]:
@@ -61,11 +64,6 @@ def chunk_window_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int,
             row.append((sum(window[i] * (1 - moe[i]) for i in span), sum(window[i] * moe[i] for i in span)))
         mix.append(tuple(row))
     return tuple(mix)
-
-
-def mtp_heads(model: ModelSpec) -> int:
-    """Extra output heads (logits + loss) of the MTP layers, on the last stage."""
-    return model.mtp_num_layers or 0
 
 
 def moe_notes(model: ModelSpec, layout: Layout) -> tuple[str, ...]:

@@ -127,7 +127,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
     experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
     """
-    p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
+    v = layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
 
     # FP8 linears (dense and MoE alike) save their inputs in FP8; not what full or selective recompute drops
@@ -139,7 +139,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     dense_layers = moe_layers = 0
     graph_bytes = []  # per chunk and micro-batch in flight: CUDA graphs' static buffers
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
-        dense, moe = mix[chunk] if mix else (layers, 0)
+        dense, moe = mix[chunk] if mix else (layers, 0)  # (MTP layers included in ``mix``)
         boundary = pieces["layer"].input_bytes
         graph_bytes.append(graph_static_bytes_per_layer(parallel, model, "layer", boundary, dense)
                            + graph_static_bytes_per_layer(parallel, model, "moe_layer", boundary, moe)
@@ -150,19 +150,25 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         if moe:
             moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
             kept, extra = kept + moe_kept - moe * fp8_saved["moe_layer"], max(extra, moe_extra)
-        if stage == 0 and chunk == 0:
+        contents = layout.chunk_contents[stage][chunk]
+        if contents.embedding:
             kept += pieces["embedding"].activation_bytes
-        if stage == p - 1 and chunk == v - 1:
+        if contents.loss:
             # the logits / loss tensors live only between the last forward and its backward
             transient = max(transient, pieces["output"].activation_bytes)
         chunk_bytes.append(kept)
         transient = max(transient, extra)
     # live micro-batches per chunk over the stage's schedule (cached per pipeline structure)
-    activations = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v, chunk_bytes) + transient
+    group = parallel.microbatch_group_size_per_vp_stage  # the interleaved schedule's group size (None: p)
+    grouping = [group] if group else []
+    p = len(layout.stage_chunk_layers)
+    activations = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v, chunk_bytes,
+                                       *grouping) + transient
     graphs = 0.0
     if any(graph_bytes):  # kept as long as the micro-batch's activations: the peak of the sum, less theirs
         graphs = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v,
-                                      [a + g for a, g in zip(chunk_bytes, graph_bytes)]) + transient - activations
+                                      [a + g for a, g in zip(chunk_bytes, graph_bytes)], *grouping) \
+            + transient - activations
     if model is not None:
         graphs += full_iteration_batch_bytes(parallel, model, layout.num_micro_batches)
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)

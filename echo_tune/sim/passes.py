@@ -96,8 +96,6 @@ class PassCosts:
     moe_ep_overlap_forward: PhaseCost = ZERO
     """Change to one MoE layer's forward when it runs paired under the EP overlap (sim/moe_overlap.py)."""
     moe_ep_overlap_backward: PhaseCost = ZERO
-    mtp_heads: int = 0
-    """Extra output heads on the last stage (multi-token prediction)."""
 
 
 def _replayed(trace: Trace, ctx: CostContext, regions: tuple[str, ...]) -> PhaseCost:

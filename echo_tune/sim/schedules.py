@@ -6,8 +6,9 @@ A task is ``(is_backward, micro_batch, chunk)``. Orders follow Megatron-LM's
 - ``none``: no pipelining, forward then backward per micro-batch.
 - ``gpipe``: all forwards, then all backwards (not in Megatron; kept for comparison).
 - ``1f1b``: ``min(p - s - 1, m)`` warm-up forwards, then one-forward-one-backward, then cool-down.
-- ``interleaved``: v model chunks per stage; micro-batches go in groups of p through each chunk;
-  warm-up ``(p - s - 1) * 2 + (v - 1) * p`` forwards (all of them when m == p).
+- ``interleaved``: v model chunks per stage; micro-batches go in groups of p (or
+  ``--microbatch-group-size-per-virtual-pipeline-stage``, N) through each chunk; warm-up
+  ``(p - s - 1) * 2 + (v - 1) * N`` forwards (all of them when m == p).
 """
 
 from __future__ import annotations
@@ -19,22 +20,25 @@ SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
 Task = tuple[bool, int, int]
 
 
-def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
-    """Micro-batch and chunk of the k-th forward (or backward) task of a stage."""
-    in_group = k % (p * v)
-    chunk = in_group // p
-    if backward:
-        chunk = v - 1 - chunk
-    return (k // (p * v)) * p + k % p, chunk
+def _schedule_table(m: int, v: int, group: int) -> tuple[tuple[int, int], ...]:
+    """(micro-batch, chunk) of each virtual micro-batch: groups of ``group`` micro-batches go through every
+    chunk in turn; the last group takes what is left (schedules.py ``get_schedule_table``)."""
+    table = []
+    for first in range(0, m, group):
+        last = m if first + group >= m else first + group
+        table += [(mb, chunk) for chunk in range(v) for mb in range(first, last)]
+    return tuple(table)
 
 
 @functools.lru_cache(maxsize=4096)
-def stage_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> tuple[Task, ...]:
-    """The task order of one pipeline stage (cached: the same structure recurs across layouts)."""
-    return tuple(_stage_order(schedule, stage, p, m, v))
+def stage_order(schedule: str, stage: int, p: int, m: int, v: int = 1, group: int | None = None) -> tuple[Task, ...]:
+    """The task order of one pipeline stage (cached: the same structure recurs across layouts).
+
+    ``group``: the interleaved schedule's ``--microbatch-group-size-per-virtual-pipeline-stage`` (None = p)."""
+    return tuple(_stage_order(schedule, stage, p, m, v, group or p))
 
 
-def _stage_order(schedule: str, stage: int, p: int, m: int, v: int) -> list[Task]:
+def _stage_order(schedule: str, stage: int, p: int, m: int, v: int, group: int) -> list[Task]:
     if schedule == "none":
         return [task for mb in range(m) for task in ((False, mb, 0), (True, mb, 0))]
     if schedule == "gpipe":
@@ -47,12 +51,15 @@ def _stage_order(schedule: str, stage: int, p: int, m: int, v: int) -> list[Task
         return order + [(True, mb, 0) for mb in range(m - warmup, m)]
     if schedule == "interleaved":
         total = m * v
-        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
-        order = [(False, *_interleaved_ids(k, p, v, False)) for k in range(warmup)]
+        # schedules.py get_pp_rank_microbatches: (p - s - 1) * 2 + (v - 1) * group warm-up forwards
+        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * group, total)
+        table = _schedule_table(m, v, group)
+        fwd = [(False, mb, c) for mb, c in table]
+        bwd = [(True, mb, v - 1 - c) for mb, c in table]  # backward runs the chunks in reverse
+        order = fwd[:warmup]
         for k in range(total - warmup):
-            order += [(False, *_interleaved_ids(k + warmup, p, v, False)),
-                      (True, *_interleaved_ids(k, p, v, True))]
-        return order + [(True, *_interleaved_ids(k, p, v, True)) for k in range(total - warmup, total)]
+            order += [fwd[k + warmup], bwd[k]]
+        return order + bwd[total - warmup:]
     raise ValueError(f"unknown schedule {schedule!r}; expected one of {SCHEDULES}")
 
 
@@ -75,14 +82,18 @@ def peak_in_flight_total(order: tuple[Task, ...], chunk_bytes: list[float]) -> f
 
 
 @functools.lru_cache(maxsize=4096)
-def live_count_vectors(schedule: str, stage: int, p: int, m: int, v: int) -> tuple[tuple[int, ...], ...]:
+def live_count_vectors(schedule: str, stage: int, p: int, m: int, v: int,
+                       group: int | None = None) -> tuple[tuple[int, ...], ...]:
     """Every distinct number of live micro-batches per chunk after a task of the stage's order.
 
     The warm-up of 1F1B and interleaving holds at most 2pv forwards; after it the live set cycles with
     period pv tasks, so the first 4pv + 2 tasks show every state. Vectors dominated by another one are
     dropped: bytes per chunk are >= 0, so they can never hold the peak.
     """
-    if schedule in ("1f1b", "interleaved"):
+    if schedule == "interleaved" and group not in (None, p):
+        # another group size: warm-up, period and the last group's size differ; walk the whole order
+        order = stage_order(schedule, stage, p, m, v, group)
+    elif schedule in ("1f1b", "interleaved"):
         # the first 4pv + 2 tasks are the same for every m > 4p + 2 (same warm-up, then steady pairs)
         order = stage_order(schedule, stage, p, min(m, 4 * p + 3), v)[:4 * p * v + 2]
     elif schedule == "none":
@@ -108,13 +119,14 @@ def live_count_vectors(schedule: str, stage: int, p: int, m: int, v: int) -> tup
     return tuple(sorted(kept))
 
 
-def peak_in_flight_bytes(schedule: str, stage: int, p: int, m: int, v: int, chunk_bytes: list[float]) -> float:
+def peak_in_flight_bytes(schedule: str, stage: int, p: int, m: int, v: int, chunk_bytes: list[float],
+                         group: int | None = None) -> float:
     """``peak_in_flight_total`` of the stage's order from the cached live-count vectors.
 
     Equal to the task-by-task sum (exactly, for integral byte counts below 2**53).
     """
     peak = 0.0
-    for counts in live_count_vectors(schedule, stage, p, m, v):
+    for counts in live_count_vectors(schedule, stage, p, m, v, group):
         total = 0.0
         for n, nbytes in zip(counts, chunk_bytes):
             total += n * nbytes

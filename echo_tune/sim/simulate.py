@@ -29,7 +29,7 @@ from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.sim.grad_accumulation import chunk_accumulation_s
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
-from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes, mtp_heads
+from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes
 from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.moe_overlap import paired_fraction
@@ -66,15 +66,16 @@ def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
                   paired: float = 0.0) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
     """(forward, backward without recompute, recompute) of one micro-batch of one chunk.
 
-    ``mix`` = (dense layers, MoE layers) of the chunk (all dense when None). ``bf16``: (bf16 layer
-    costs, layers at the start, layers at the end) kept in bf16 under FP8 (``--first-last-layers-bf16``):
-    the model's first layers sit in the first chunk of stage 0, its last ones in the last chunk of the
-    last stage (taken as dense layers). ``window``: (dense, MoE) layers of the chunk with sliding-window
-    attention (``layer_mix.chunk_window_mix``).
-    ``paired``: the share of the stage's passes that the EP overlap pairs
-    (``moe_overlap.paired_fraction``), each MoE layer of them changed by ``costs.moe_ep_overlap_*``."""
-    p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
-    dense, moe = mix or (layout.stage_chunk_layers[stage][chunk], 0)
+    ``mix`` = (dense layers, MoE layers) of the chunk, MTP layers included (all dense when None). The
+    chunk's contents (``Layout.chunk_contents``) add the embedding, and the output layer with the loss
+    (one head, plus one per MTP layer). ``bf16``: (bf16 layer costs, layers at the start, layers at the
+    end) kept in bf16 under FP8 (``--first-last-layers-bf16``): the model's first and last decoder layers,
+    wherever the split puts them (taken as dense layers). ``window``: (dense, MoE) layers of the chunk with
+    sliding-window attention (``layer_mix.chunk_window_mix``). ``paired``: the share of the stage's passes that
+    the EP overlap pairs (``moe_overlap.paired_fraction``), each MoE layer of them changed by
+    ``costs.moe_ep_overlap_*``."""
+    contents = layout.chunk_contents[stage][chunk]
+    dense, moe = mix or (contents.layers + contents.mtp_layers, 0)
     layers = dense + moe
     fwd = costs.layer_forward.scaled(dense) + costs.moe_layer_forward.scaled(moe)
     bwd = costs.layer_backward.scaled(dense) + costs.moe_layer_backward.scaled(moe)
@@ -83,24 +84,26 @@ def _chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
         bwd = bwd + costs.moe_ep_overlap_backward.scaled(moe * paired)
     if bf16 is not None:
         plain, start, end = bf16
-        n = (min(start, layers) if (stage, chunk) == (0, 0) else 0) + \
-            (min(end, layers) if (stage, chunk) == (p - 1, v - 1) else 0)
+        total = sum(layout.stage_layers)
+        lo, hi = contents.first_layer, contents.first_layer + contents.layers
+        n = max(0, min(hi, start) - lo) + max(0, hi - max(lo, total - end))
+        n = min(n, contents.layers)
         fwd = fwd + plain.layer_forward.scaled(n) + costs.layer_forward.scaled(-n)
         bwd = bwd + plain.layer_backward.scaled(n) + costs.layer_backward.scaled(-n)
     rec = ZERO
     if layout.recompute_granularity == "selective":
         rec = costs.selective_recompute.scaled(dense) + costs.moe_selective_recompute.scaled(moe)
-    elif layout.recompute_granularity == "full":
+    elif layout.recompute_granularity == "full" and layers:
         recomputed = min(layers, layout.recompute_num_layers) if layout.recompute_method == "block" else layers
         moe_share = moe * recomputed / layers  # block recompute: the first layers; taken pro rata
         rec = costs.layer_forward.scaled(recomputed - moe_share) + costs.moe_layer_forward.scaled(moe_share)
     if window is not None and costs.window:  # sliding-window layers: their attention's cost difference
         fwd, bwd, rec = _window_passes(layout, costs.window, (dense, moe), window, (fwd, bwd, rec))
     fwd, bwd = fwd + per_pass, bwd + per_pass  # FP8 delayed scaling: the amax all-reduce of each pass
-    if stage == 0 and chunk == 0:
+    if contents.embedding:
         fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
-    if stage == p - 1 and chunk == v - 1:
-        heads = 1 + costs.mtp_heads
+    heads = int(contents.loss) + contents.mtp_layers
+    if heads:
         fwd, bwd = fwd + costs.output_forward.scaled(heads), bwd + costs.output_backward.scaled(heads)
     return fwd, bwd, rec
 
@@ -124,9 +127,9 @@ def _window_passes(layout: Layout, delta: dict[str, PhaseCost], mix: tuple[int, 
 
 
 def _embedding_sync_s(pieces, layout: Layout, parallel: ParallelConfig, profile) -> float:
-    """Tied embeddings: first and last stage all-reduce the word-embedding gradient (the output
-    piece's tied parameters; none when untied)."""
-    if len(layout.stage_chunk_layers) == 1:
+    """Tied embeddings: the stages holding the embedding and the loss all-reduce the word-embedding
+    gradient (the output piece's tied parameters; none when untied or both on one stage)."""
+    if layout.holder("embedding")[0] == layout.holder("loss")[0]:
         return 0.0
     size = pieces["output"].tied_param_count * grad_bytes_per_param(parallel)
     return collective_time_s("all_reduce", size, _stage_pair(layout), profile)
@@ -159,7 +162,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                       overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
                       delay_wgrad_compute=parallel.delay_wgrad_compute,
                       graph_capture=capture_spec(parallel))
-    costs = dataclasses.replace(pass_costs(pieces, ctx, layout.recompute_regions), mtp_heads=mtp_heads(model))
+    costs = pass_costs(pieces, ctx, layout.recompute_regions)
     bf16 = None
     if parallel.fp8 and parallel.first_last_layers_bf16:
         bf16 = (pass_costs(pieces, dataclasses.replace(ctx, fp8_recipe=None), layout.recompute_regions),
@@ -185,8 +188,10 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
     p2p_s = _p2p_time_s(pieces, layout, profile)
-    run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True) if timeline else \
-        simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s)
+    group = {"group": parallel.microbatch_group_size_per_vp_stage} if parallel.microbatch_group_size_per_vp_stage \
+        else {}  # the interleaved schedule's micro-batch group size, when not the default p
+    run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True, **group) if timeline else \
+        simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, **group)
     drains = [ZERO] * (p - 1) + [defer.drain if defer is not None else ZERO]  # the flush, after the last backward
     pipeline_end_s = run.end_s
     if defer is not None:
@@ -195,7 +200,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     # MTP: per layer an eh projection [2h -> h] sharded over TP and two norms on the last stage; its output
     # layer shares the main one's weights (megatron/core/transformer/multi_token_prediction.py)
     h = model.hidden_size
-    mtp_params = mtp_heads(model) * (2 * h * h // parallel.tensor_model_parallel_size + 2 * h)
+    mtp_params = 2 * h * h // parallel.tensor_model_parallel_size + 2 * h  # per MTP layer
     buckets = [] if timeline else None
     stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix,
                                                               mtp_params, buckets)
@@ -287,29 +292,31 @@ def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple
 
 def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None):
     """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
-    backward, and when its step ends. ``bucket_spans``: a list to receive, per stage, its DP buckets'
-    (begin_s, end_s, params) for the trace (the tail itself is computed as without it)."""
+    backward, and when its step ends. ``mtp_params``: the extra parameters of one MTP layer.
+    ``bucket_spans``: a list to receive, per stage, its DP buckets' (begin_s, end_s, params) for the trace
+    (the tail itself is computed as without it)."""
     p = len(layout.stage_chunk_layers)
     layer_params = pieces["layer"].param_count
     moe = pieces.get("moe_layer")
     moe_params, expert_params = (moe.param_count, moe.expert_param_count) if moe else (0, 0)
-    # tied weights on a single stage: the output layer reuses the word embedding (counted once)
-    shared_output_params = pieces["output"].tied_param_count if p == 1 else 0
+    # tied weights on the embedding's stage: the output layer reuses the word embedding (counted once)
+    emb_stage, loss_stage = layout.holder("embedding")[0], layout.holder("loss")[0]
+    shared_output_params = pieces["output"].tied_param_count if emb_stage == loss_stage else 0
     emb_sync = _embedding_sync_s(pieces, layout, parallel, profile)
     stage_params, stage_experts, tails, finals = [], [], [], []
     for s in range(p):
         chunk_params = [dense * layer_params + k * moe_params for dense, k in mix[s]]
         chunk_experts = [k * expert_params for _, k in mix[s]]
-        if s == 0:
-            chunk_params[0] += pieces["embedding"].param_count
-        if s == p - 1:
-            chunk_params[-1] += pieces["output"].param_count - shared_output_params + mtp_params
+        for c, contents in enumerate(layout.chunk_contents[s]):
+            chunk_params[c] += pieces["embedding"].param_count if contents.embedding else 0
+            chunk_params[c] += pieces["output"].param_count - shared_output_params if contents.loss else 0
+            chunk_params[c] += contents.mtp_layers * mtp_params
         stage_params.append(sum(chunk_params))
         stage_experts.append(sum(chunk_experts))
         last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
         kwargs = dict(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,
                       chunk_backward=last_bwd, compute_end_s=run.end_s[s],
-                      embedding_sync_s=emb_sync if s in (0, p - 1) else 0.0,
+                      embedding_sync_s=emb_sync if s in (emb_stage, loss_stage) else 0.0,
                       expert_chunk_params=chunk_experts if moe else None, edp=layout.groups["edp"] if moe else None)
         tail = stage_tail(**kwargs)
         if bucket_spans is not None:

@@ -169,3 +169,23 @@ def test_memory_headroom_and_fp8_flags(capsys):
     assert "`0 <= --memory-headroom-gib <= 4096` must hold" in capsys.readouterr().err
     assert main(base + ["--fp8-format", "e5m2"]) == 2
     assert "fp8_format" in capsys.readouterr().err
+
+
+def test_pipeline_layout_flag_and_trace(capsys, tmp_path):
+    # GPT-3 175B, PP 14 does not divide 96 layers; the layout puts 6 layers + embedding on stage 0, 7 on each of
+    # the 12 middle stages, 6 + loss on stage 13 (6 + 12 * 7 + 6 = 96)
+    argv = ["simulate", "--model", "gpt3-175b", "--cluster", "a100-80gb", "--num-gpus", "896",
+            "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "14", "--global-batch-size", "1792",
+            "--recompute-granularity", "full", "--pipeline-model-parallel-layout", "Et*6|(t*7|)*12t*6L"]
+    trace = tmp_path / "trace.json"
+    data = run_json(capsys, argv + ["--trace", str(trace)])
+    assert data["config"]["pipeline_model_parallel_layout"] == "Et*6|(t*7|)*12t*6L"
+    assert len(data["stage_memory_bytes"]) == 14
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"], rel=1e-9)
+    spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    # 896 GPUs / (TP 8 x PP 14) = DP 8, 1792 / 8 = 224 micro-batches: one forward per stage and micro-batch
+    assert sum(e["cat"] == "forward" for e in spans) == 14 * 224
+    # a layout that miscounts the layers is one line on stderr
+    assert main(argv[:-1] + ["Et*6|(t*7|)*12t*5L"]) == 2
+    err = capsys.readouterr().err
+    assert "number of t == num_layers" in err and len(err.strip().splitlines()) == 1

@@ -56,8 +56,11 @@ def test_derived_values():
      "ffn_hidden_size % tensor_model_parallel_size == 0"),
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, virtual_pipeline_model_parallel_size=3,
           num_layers_per_virtual_pipeline_stage=2), "set only one of virtual_pipeline_model_parallel_size"),
-    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=2,
-          decoder_first_pipeline_num_layers=6, decoder_last_pipeline_num_layers=6), "interleaving with uneven"),
+    # uneven stages interleave when every stage's layers divide by VPP (transformer_config.py); here the
+    # middle stages hold (96 - 6 - 6) / 6 = 14 layers, not a multiple of 3
+    (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=3,
+          decoder_first_pipeline_num_layers=6, decoder_last_pipeline_num_layers=6),
+     "layers per stage % virtual_pipeline_model_parallel_size == 0"),
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=2, decoder_first_pipeline_num_layers=96),
      "(num_layers - first - last) % remaining stages"),
     (dict(tensor_model_parallel_size=8, sequence_parallel=True, context_parallel_size=2, num_gpus=2048,
@@ -124,3 +127,42 @@ def test_embedding_and_loss_count_in_the_pipeline_split():
     with pytest.raises(ConfigError, match=r"\(num_layers \+ 1\) % pipeline_model_parallel_size == 0"):
         layout(model=LLAMA, num_gpus=512, tensor_model_parallel_size=8, pipeline_model_parallel_size=8,
                global_batch_size=512, account_for_embedding_in_pipeline_split=True)
+
+
+def test_tp_pp_dp_mapping_moves_dp_outside_the_pipeline():
+    # 1024 A100s (8 per node), TP8 PP16 DP8, 16 nodes per leaf switch. Default order tp-cp-dp-pp: DP ranks
+    # 8 apart span 8 * 7 / 8 + 1 = 8 nodes (1 leaf), PP ranks 64 apart span 64 * 15 / 8 + 1 = 121 nodes
+    # (8 leaves). With --use-tp-pp-dp-mapping (tp-cp-pp-dp): PP ranks 8 apart span 16 nodes (1 leaf), DP ranks
+    # 8 * 16 = 128 apart span 128 * 7 / 8 + 1 = 113 nodes (8 leaves).
+    cluster = A100.replace(nodes_per_leaf=16)
+    base = ParallelConfig(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, global_batch_size=1536)
+    default = check_compatible(GPT3, cluster, 1024, base).groups
+    mapped = check_compatible(GPT3, cluster, 1024, base.replace(use_tp_pp_dp_mapping=True)).groups
+    assert (default["dp"].num_leaves, default["pp"].num_leaves) == (1, 8)
+    assert (mapped["dp"].num_leaves, mapped["pp"].num_leaves) == (8, 1)
+    assert mapped["dp"].num_nodes == 8 and mapped["pp"].num_nodes == 16 and default["tp"] == mapped["tp"]
+
+
+def test_tp_pp_dp_mapping_needs_matching_expert_pipeline_groups():
+    # parallel_state.py asserts both rank generators give the same PP groups: ETP x EP == TP x CP
+    mixtral = load_model("mixtral-8x7b")
+    base = ParallelConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=4, global_batch_size=512,
+                          sequence_parallel=True, use_tp_pp_dp_mapping=True)
+    check_compatible(mixtral, A100, 64, base.replace(expert_model_parallel_size=2, expert_tensor_parallel_size=1))
+    with pytest.raises(ConfigError, match="use_tp_pp_dp_mapping"):
+        check_compatible(mixtral, A100, 64, base.replace(expert_model_parallel_size=4))
+
+
+def test_microbatch_group_size_rules():
+    # schedules.py: PP <= N <= M, and M % N == 0 or >= PP. TP8 PP16 VP2 on 1024 GPUs: DP 8, M = 1536 / 8 = 192
+    base = ParallelConfig(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, global_batch_size=1536,
+                          virtual_pipeline_model_parallel_size=2)
+    check_compatible(GPT3, A100, 1024, base.replace(microbatch_group_size_per_vp_stage=32))  # 192 % 32 == 0
+    check_compatible(GPT3, A100, 1024, base.replace(microbatch_group_size_per_vp_stage=44))  # 192 % 44 = 16 >= 16
+    with pytest.raises(ConfigError, match="pipeline_model_parallel_size <= microbatch_group_size_per_vp_stage"):
+        check_compatible(GPT3, A100, 1024, base.replace(microbatch_group_size_per_vp_stage=8))
+    with pytest.raises(ConfigError, match="must be 0 or at least"):  # 192 % 59 = 15 < 16
+        check_compatible(GPT3, A100, 1024, base.replace(microbatch_group_size_per_vp_stage=59))
+    with pytest.raises(ConfigError, match="applies to the interleaved schedule only"):
+        check_compatible(GPT3, A100, 1024, base.replace(virtual_pipeline_model_parallel_size=None,
+                                                        microbatch_group_size_per_vp_stage=16))

@@ -85,3 +85,25 @@ def test_deprecated_rotary_flag_means_rope_as_in_megatron():
     # args.position_embedding_type = 'rope'`, whatever --position-embedding-type says
     model, _, _, _ = parse_megatron_line("--position-embedding-type learned_absolute --use-rotary-position-embeddings")
     assert model["position_embedding_type"] == "rope"
+
+
+# Megatron-Bridge's DeepSeek-V3 H100 recipe (runs_bridge.csv) pipeline settings, as a launch line
+DSV3_PIPELINE = ("--pipeline-model-parallel-size 8 --pipeline-model-parallel-layout Et|(tt|)*30mL "
+                 "--microbatch-group-size-per-virtual-pipeline-stage 16 --use-tp-pp-dp-mapping")
+
+
+def test_pipeline_layout_flags_read_and_write_back():
+    _, parallel, _, ignored = parse_megatron_line(DSV3_PIPELINE + " --global-batch-size 8192")
+    assert parallel["pipeline_model_parallel_layout"] == "Et|(tt|)*30mL" and not ignored
+    assert parallel["microbatch_group_size_per_vp_stage"] == 16 and parallel["use_tp_pp_dp_mapping"] is True
+    # Bridge's spelling with / reads the same
+    _, slashed, _, _ = parse_megatron_line("--pipeline-model-parallel-layout Et/(tt/)*30mL")
+    assert et.ParallelConfig(global_batch_size=1, **slashed).pipeline_model_parallel_layout == "Et|(tt|)*30mL"
+    # written back quoted for the shell, and without a VPP flag (the layout sets VPP; arguments.py refuses both)
+    flags = to_megatron_flags({}, {**parallel, "virtual_pipeline_model_parallel_size": 4}, "bf16")
+    line = " ".join(flags)
+    assert "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'" in line
+    assert "--num-virtual-stages-per-pipeline-rank" not in line
+    assert "--use-tp-pp-dp-mapping" in flags
+    _, again, _, _ = parse_megatron_line(line)
+    assert again["pipeline_model_parallel_layout"] == "Et|(tt|)*30mL"

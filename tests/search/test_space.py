@@ -74,7 +74,7 @@ def one_line_error(data) -> str:
     ({**BASE, "layout": {"sequence_parallel": ["yes"]}}, "takes true or false"),
     ({**BASE, "layout": {"micro_batch_size": [1.5]}}, "must be an integer"),
     ({**BASE, "layout": {"micro_batch_size": []}}, "list of values is empty"),
-    ({**BASE, "layout": {"decoder_first_pipeline_num_layers": "auto"}}, "is not supported"),
+    ({**BASE, "layout": {"num_layers_per_virtual_pipeline_stage": "auto"}}, "is not supported"),
     ({**BASE, "global_batch_size": -8}, "`global_batch_size > 0` must hold"),
     ({**BASE, "objectives": ["speed"]}, "`objectives` must be distinct names"),
     ({**BASE, "objectives": ["step_time", "num_gpus"]}, "needs `num_gpus` to list several"),
