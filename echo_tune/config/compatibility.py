@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from echo_tune.config._checks import require
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.expert_layout import expert_groups
+from echo_tune.config.local_spec import check_local_layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import check_schedule_features
@@ -214,6 +215,7 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"(tp_comm_overlap=True, sequence_parallel={parallel.sequence_parallel}, tensor_model_parallel_size={tp}); "
             f"add --sequence-parallel")
     _check_fp8(model, cluster, parallel)
+    check_local_layout(model, parallel, sequence_parallel)
     check_schedule_features(model, parallel, dp, vpp)
     precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype) != ("fp32",) * 3
     require(not precision_aware or parallel.use_precision_aware_optimizer,

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice
 from echo_tune.config.moe_fields import moe_layer_pattern
-from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.config.local_spec import check_local_model
 from echo_tune.errors import ConfigError
 
 SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 CROSS_ENTROPY_FUSION_IMPLS = ("native", "te")
-TRANSFORMER_IMPLS = ("transformer_engine",)
+TRANSFORMER_IMPLS = ("transformer_engine", "local")
 
 
 def parse_window_size(value) -> tuple[int, int] | None:
@@ -104,17 +104,27 @@ class LayerFields:
     ``parallel_cross_entropy``; Megatron d98e8a64 refuses it in validate_args, recipes of NeMo 25.11 ran it)."""
 
     transformer_impl: str = "transformer_engine"
-    """``--transformer-impl``: only transformer_engine is modelled (see ``_check_layer_variants``)."""
+    """``--transformer-impl``: transformer_engine (TE layers) or local (Megatron-Core's own layers,
+    ``get_gpt_layer_local_spec``: unfused attention always, Apex / torch norms, SequentialMLP experts;
+    config/local_spec.py, workload/scale_mask_softmax.py)."""
+
+    masked_softmax_fusion: bool = True
+    """False is ``--no-masked-softmax-fusion``: the local spec's FusedScaleMaskSoftmax runs torch ops
+    (cast, mask, softmax, cast) instead of the fused causal softmax kernel (TE's attention ignores it)."""
+
+    attention_softmax_in_fp32: bool = False
+    """``--attention-softmax-in-fp32``: the local spec's torch softmax path runs (and keeps) fp32 scores."""
+
+    apply_query_key_layer_scaling: bool = False
+    """``--apply-query-key-layer-scaling``: scale Q K^T by 1 / layer number; turns on
+    ``attention_softmax_in_fp32`` (arguments.py validate_args) and adds a scale kernel on the torch path."""
 
     def _check_layer_variants(self) -> None:
         object.__setattr__(self, "window_size", parse_window_size(self.window_size))
         require_choice("softmax_type", self.softmax_type, SOFTMAX_TYPES)
         require_choice("cross_entropy_fusion_impl", self.cross_entropy_fusion_impl, CROSS_ENTROPY_FUSION_IMPLS)
-        if self.transformer_impl != "transformer_engine":
-            raise UnmodelledError(
-                f"`--transformer-impl {self.transformer_impl}` is not modelled: `transformer_impl` must be 'transformer_engine', but got (transformer_impl="
-                f"{self.transformer_impl!r}): Megatron's local layers (unfused attention unless flash, Apex "
-                f"norms, separate norm and GEMM kernels) are not modelled; use --transformer-impl transformer_engine")
+        require_choice("transformer_impl", self.transformer_impl, TRANSFORMER_IMPLS)
+        check_local_model(self)
         require(0.0 < self.rotary_percent <= 1.0,
                 f"`0 < rotary_percent <= 1` must hold, but got (rotary_percent={self.rotary_percent})")
         if self.window_size is not None:
@@ -126,6 +136,17 @@ class LayerFields:
         require(not (self.squared_relu and self.swiglu),  # type: ignore[attr-defined]
                 "`squared_relu` and `swiglu` cannot both be set (argument_utils.py asserts not args.swiglu), "
                 "but got (squared_relu=True, swiglu=True); pick one activation")
+
+    @property
+    def local_spec(self) -> bool:
+        """Whether the layers are Megatron-Core's local spec (``--transformer-impl local``)."""
+        return self.transformer_impl == "local"
+
+    @property
+    def softmax_in_fp32(self) -> bool:
+        """The local softmax's torch path in fp32: ``--attention-softmax-in-fp32``, or forced by
+        ``--apply-query-key-layer-scaling`` (arguments.py validate_args, transformer_config.py)."""
+        return self.attention_softmax_in_fp32 or self.apply_query_key_layer_scaling
 
     @property
     def window_left(self) -> int | None:

@@ -131,7 +131,10 @@ class ModelSpec(MoEFields, MLAFields, LayerFields):
 
         Attention sinks (``softmax_type`` off-by-one / learnable) with a sliding window and dropout run
         unfused: TE's FlashAttention refuses sinks and its cuDNN fused attention refuses a window with
-        dropout (TransformerEngine d0067d0 dot_product_attention/utils.py, get_attention_backend)."""
+        dropout (TransformerEngine d0067d0 dot_product_attention/utils.py, get_attention_backend).
+        The local spec (``--transformer-impl local``) always runs Megatron's unfused DotProductAttention."""
+        if self.local_spec:
+            return False
         if self.softmax_type != "vanilla" and self.window_left is not None and self.attention_dropout > 0:
             return False
         if self.use_flash_attn is not None:

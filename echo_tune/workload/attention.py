@@ -18,11 +18,12 @@ from echo_tune.workload.window_attention import window_flash_attention
 _ops = torch.ops.echo_tune
 
 
-def unfused_attention(q, k, v, dropout_p: float) -> torch.Tensor:
+def unfused_attention(q, k, v, dropout_p: float, softmax=None) -> torch.Tensor:
     """Megatron's local attention: bmm QK^T, fused causal scale-mask-softmax, dropout, bmm with V.
 
     Keeps for backward the s x s softmax output, the dropout mask and the dropout output (the
-    5as/h term of Korthikanti et al.), besides q, k and v.
+    5as/h term of Korthikanti et al.), besides q, k and v. ``softmax(scores, scale)``: the local
+    spec's choice between that kernel and torch ops (workload/scale_mask_softmax.py); None: the kernel.
     """
     s, b, heads, d = q.shape
     if k.shape[2] != heads:  # grouped-query attention: repeat each K/V head for its query heads
@@ -32,7 +33,8 @@ def unfused_attention(q, k, v, dropout_p: float) -> torch.Tensor:
     k_b = k.reshape(s, b * heads, d).transpose(0, 1)
     v_b = v.reshape(s, b * heads, v.shape[-1]).transpose(0, 1)  # MLA: v_head_dim differs from d
     scores = torch.bmm(q_b, k_b.transpose(1, 2))  # [b*heads, s, s]
-    probs = _ops.scaled_upper_triang_masked_softmax(scores, 1.0 / math.sqrt(d))
+    scale = 1.0 / math.sqrt(d)
+    probs = softmax(scores, scale) if softmax else _ops.scaled_upper_triang_masked_softmax(scores, scale)
     if dropout_p > 0:
         probs, _mask = torch.native_dropout(probs, dropout_p, True)
     context = torch.bmm(probs, v_b)  # [b*heads, s, d]
@@ -111,15 +113,16 @@ def ring_attention(q, k, v, cp: int) -> torch.Tensor:
 
 
 def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_p: float,
-                   window_left: int | None = None) -> torch.Tensor:
+                   window_left: int | None = None, softmax=None) -> torch.Tensor:
     """Pick the core-attention implementation Megatron would run for these settings.
 
     ``window_left``: a sliding window of that many keys before each query (workload/window_attention.py);
-    the unfused path masks the full s x s scores, so it costs the same with or without it."""
+    the unfused path masks the full s x s scores, so it costs the same with or without it.
+    ``softmax``: the local spec's softmax (workload/scale_mask_softmax.py ``local_softmax``)."""
     if context_parallel_size > 1:
         return ring_attention(q, k, v, context_parallel_size)
     if flash and window_left is not None and window_left + 1 < q.shape[0]:
         return window_flash_attention(q, k, v, window_left)
     if flash:
         return flash_attention(q, k, v)
-    return unfused_attention(q, k, v, dropout_p)
+    return unfused_attention(q, k, v, dropout_p, softmax)

@@ -23,6 +23,7 @@ from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import in_region
 from echo_tune.workload.fused_elementwise import fused_bias_dropout_add
 from echo_tune.workload.rotary import apply_rope, rotary_dim
+from echo_tune.workload.scale_mask_softmax import local_softmax
 from echo_tune.workload.activations import activation, fc1_fuses_bias
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -212,7 +213,8 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
         q, k, v = in_region("qkv", _qkv, hidden, params, shard)
     context = in_region("core_attention", lambda: core_attention(
         q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout,
-        window_left=m.window_left if shard.window else None))
+        window_left=m.window_left if shard.window else None,
+        softmax=local_softmax(shard, params.get("softmax_offset", {}).get("offset"))))
     attn = in_region("attention_proj", _attention_proj, context, params, shard)
     x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout,
                   m.bias_dropout_fusion)

@@ -148,7 +148,8 @@ def _experts(x, params, shard):
     """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert."""
     n, fc1, fc2 = local_experts(shard), params["experts"]["fc1"], params["experts"]["fc2"]
     rows = x.shape[0] // n  # a multiple of n by construction (_received_rows)
-    if shard.model.moe_grouped_gemm or n == 1:
+    # the local spec always builds SequentialMLP (core/models/backends.py LocalSpecProvider.grouped_mlp_modules)
+    if (shard.model.moe_grouped_gemm and not shard.model.local_spec) or n == 1:
         hidden = torch.bmm(x.view(n, rows, -1), fc1)
         return torch.bmm(_activation(hidden, shard), fc2).reshape(rows * n, -1)
     outs = [torch.mm(_activation(torch.mm(x[i * rows:(i + 1) * rows], fc1[i]), shard), fc2[i]) for i in range(n)]

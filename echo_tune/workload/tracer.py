@@ -242,6 +242,12 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
         fixed.update(cross_entropy_loss_fusion=False, cross_entropy_fusion_impl="native")
     if piece in LAYER_PIECES:
         fixed.update(vocab_size=1, make_vocab_size_divisible_by=1, untie_embeddings_and_output_weights=False)
+    # --transformer-impl shapes only the layers (the local spec's norms and loss run the same kernels), and its
+    # softmax flags only the local spec's attention (config/local_spec.py)
+    if piece not in LAYER_PIECES or not model.local_spec:
+        fixed.update(masked_softmax_fusion=True, attention_softmax_in_fp32=False, apply_query_key_layer_scaling=False)
+        if piece not in LAYER_PIECES:
+            fixed.update(transformer_impl="transformer_engine", no_persist_layer_norm=False, use_flash_attn=True)
     return model.replace(**fixed)
 
 

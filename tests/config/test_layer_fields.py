@@ -5,7 +5,6 @@ import pytest
 from echo_tune.config.layer_fields import parse_window_size
 from echo_tune.config.megatron_args import parse_megatron_line, to_megatron_flags
 from echo_tune.config.model import ModelSpec
-from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.errors import ConfigError
 
 SMALL = dict(num_layers=4, hidden_size=64, num_attention_heads=4, seq_length=256, vocab_size=512)
@@ -38,9 +37,10 @@ def test_learnable_softmax_adds_one_parameter_per_head():
     assert ModelSpec(**SMALL, softmax_type="off-by-one").layer_params() == base.layer_params()
 
 
-def test_local_transformer_impl_is_refused_with_the_reason():
-    with pytest.raises(UnmodelledError, match="local"):
-        ModelSpec(**SMALL, transformer_impl="local")
+def test_transformer_impl_takes_megatrons_two_training_specs():
+    assert ModelSpec(**SMALL, transformer_impl="local").local_spec
+    with pytest.raises(ConfigError, match="transformer_impl"):
+        ModelSpec(**SMALL, transformer_impl="inference_optimized")
 
 
 def test_layer_flags_round_trip():
