@@ -92,8 +92,9 @@ class LayerFields:
     (fused: one, ``echo_tune::bias_dropout_add``; without bias and dropout one residual add either way)."""
 
     no_persist_layer_norm: bool = False
-    """``--no-persist-layer-norm``: only the local (Apex) FusedLayerNorm reads it
-    (core/fusions/fused_layer_norm.py); under Transformer Engine it changes nothing."""
+    """``--no-persist-layer-norm``: only the local spec's norms read it: Apex FusedLayerNorm picks another
+    one-kernel variant (core/fusions/fused_layer_norm.py: no cost change), torch RMSNorm requires it
+    (config/local_spec.py); under Transformer Engine it changes nothing."""
 
     cross_entropy_loss_fusion: bool = False
     """``--cross-entropy-loss-fusion``: the vocabulary-parallel cross-entropy as fused kernels

@@ -37,8 +37,8 @@ def test_a_known_refused_flag_is_the_one_named():
 def test_clean_cases_simulate_and_are_compared_with_their_goldens():
     result = coverage(list(CLEAN), cache_dir=None, drop_refused=True)
     assert result["counts"]["simulated"] == 2
-    for case in result["cases"]:
-        assert case["dropped_flags"] and not blocking_flags(case["line"])
+    for case in result["cases"]:  # both simulate as written now (the MoE one since --transformer-impl local)
+        assert case["dropped_flags"] == [] and not blocking_flags(case["line"])
         for run in case["runs"]:  # every golden platform of a case that simulates
             assert run["outcome"] == "simulated" and run["step_time_s"] > 0 and run["fits_memory"]
             assert 0 < run["mem_allocated_bytes"] < run["mem_max_allocated_bytes"]
@@ -58,6 +58,14 @@ def test_rule_breaks_are_rejected_and_tracebacks_are_errors(monkeypatch):
     monkeypatch.setattr(echo_tune.sim.simulate, "simulate", broken)
     out = simulate_line(line, "h100-sxm", 8)
     assert out["outcome"] == "error" and out["reason"] == "ZeroDivisionError: boom" and "Traceback" in out["traceback"]
+
+
+def test_the_local_spec_cases_simulate():
+    # Megatron-LM d98e8a64ddf3's GPT and MoE functional tests that set --transformer-impl local (18 cases)
+    local = [case for case, runs in corpus_runs()[0].items() if "--transformer-impl local" in runs[0].line]
+    assert len(local) == 18
+    result = coverage(local, cache_dir=None)
+    assert result["counts"]["simulated"] == 18 and result["errors"] == []
 
 
 def test_refusing_flag_reads_the_message():
