@@ -137,8 +137,8 @@ def fsdp_stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Ca
 
 
 def fsdp_root_params(layout: Layout, pieces, stage: int, chunk: int | None = None) -> int:
-    """Parameters outside the FSDP units (the root module) on a stage's chunk (or the whole stage): embedding, output layer (the tied
-    word embedding counted once) and final norm (in the output piece)."""
+    """Parameters outside the FSDP units (the root module) on a stage's chunk (or the whole stage): embedding,
+    output layer (the tied word embedding counted once) and final norm (in the output piece)."""
     chunks = range(len(layout.chunk_contents[stage])) if chunk is None else (chunk,)
     shared = pieces["output"].tied_param_count if layout.holder("embedding")[0] == layout.holder("loss")[0] else 0
     params = 0

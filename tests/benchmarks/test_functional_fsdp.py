@@ -4,7 +4,8 @@ from functional_coverage import coverage
 
 # the corpus' cases with --use-megatron-fsdp; the two deepseek_proxy_fsdp_ep2_fsdp2 cases (GB200) set
 # --fp8-format without --bf16, which another rule rejects (fp8 needs bf16 parameters)
-FSDP_CASES = ("gpt/gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor", "gpt/gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor_1node",
+FSDP_CASES = ("gpt/gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor",
+              "gpt/gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor_1node",
               "moe/deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap",
               "moe/gpt3_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router")
 
