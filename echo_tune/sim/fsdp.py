@@ -198,3 +198,15 @@ def fsdp_memory_bytes(layout: Layout, parallel: ParallelConfig, pieces, stage: i
     if parallel.data_parallel_sharding_strategy == "optim_grads_params":  # the root stays unsharded
         weights += fsdp_root_params(layout, pieces, stage) * fsdp_bytes(parallel).param * (1 - 1 / shard.size)
     return weights, grads, optimizer, buffers
+
+
+def fsdp_notes(parallel: ParallelConfig, layout: Layout, memory) -> tuple[str, ...]:
+    """The report's line on Megatron-FSDP: its strategy, shard group and working buffers."""
+    if not parallel.use_megatron_fsdp:
+        return ()
+    shard, outer = shard_groups(layout, parallel)
+    hsdp = f" (HSDP: {outer.size} replicas, outer {parallel.outer_dp_sharding_strategy})" if outer else ""
+    buffers = max(m.fsdp_buffer_bytes for m in memory)
+    return (f"Megatron-FSDP {parallel.data_parallel_sharding_strategy} over DP x CP = {shard.size}{hsdp}: exposed "
+            f"all-gathers / reduce-scatters in dp_comm; unsharded layer buffers {buffers / 2**30:.2f} GiB per GPU "
+            f"(in the memory total)",)

@@ -27,7 +27,7 @@ from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
 from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
 from echo_tune.config.fsdp_rules import check_fsdp
-from echo_tune.sim.fsdp import dp_cp_group, fsdp_root_params, fsdp_stage_tail, with_fsdp_comm
+from echo_tune.sim.fsdp import dp_cp_group, fsdp_notes, fsdp_root_params, fsdp_stage_tail, with_fsdp_comm
 from echo_tune.sim.grad_accumulation import chunk_accumulation_s
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
@@ -233,7 +233,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
                   f"efficiency surface",)
-    notes += graph_memory_notes(memory)
+    notes += graph_memory_notes(memory) + fsdp_notes(parallel, layout, memory)
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
                   f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",)
