@@ -144,6 +144,15 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "pipeline_model_parallel_layout": ("--pipeline-model-parallel-layout", "str"),
     "microbatch_group_size_per_vp_stage": ("--microbatch-group-size-per-virtual-pipeline-stage", "int"),
     "use_tp_pp_dp_mapping": ("--use-tp-pp-dp-mapping", "flag"),
+    # Megatron-FSDP (sim/fsdp.py)
+    "use_megatron_fsdp": ("--use-megatron-fsdp", "flag"),
+    "data_parallel_sharding_strategy": ("--data-parallel-sharding-strategy", "str"),
+    "outer_dp_sharding_strategy": ("--outer-dp-sharding-strategy", "str"),
+    "megatron_fsdp_main_params_dtype": ("--megatron-fsdp-main-params-dtype", "str"),
+    "megatron_fsdp_main_grads_dtype": ("--megatron-fsdp-main-grads-dtype", "str"),
+    "megatron_fsdp_grad_comm_dtype": ("--megatron-fsdp-grad-comm-dtype", "str"),
+    "fsdp_double_buffer": ("--fsdp-double-buffer", "flag"),
+    "nccl_ub": ("--use-nccl-ub", "flag"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.
@@ -153,7 +162,11 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
                      "exp_avg_dtype": "use_precision_aware_optimizer",
                      "exp_avg_sq_dtype": "use_precision_aware_optimizer",
                      "cross_entropy_fusion_impl": "cross_entropy_loss_fusion",
-                     "wgrad_deferral_limit": "defer_embedding_wgrad_compute"}
+                     "wgrad_deferral_limit": "defer_embedding_wgrad_compute",
+                     **{f: "use_megatron_fsdp" for f in (
+                         "data_parallel_sharding_strategy", "outer_dp_sharding_strategy",
+                         "megatron_fsdp_main_params_dtype", "megatron_fsdp_main_grads_dtype",
+                         "megatron_fsdp_grad_comm_dtype")}}
 # Other real Megatron-LM flags echo-tune writes or reads.
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")

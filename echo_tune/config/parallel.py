@@ -217,6 +217,33 @@ class ParallelConfig:
     """``--use-tp-pp-dp-mapping``: rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp (training/initialize.py):
     pipeline stages sit inside the data-parallel stride."""
 
+    # Megatron-FSDP (sim/fsdp.py; Megatron-LM d98e8a64ddf3 training/arguments.py, core/distributed/fsdp/)
+    use_megatron_fsdp: bool = False
+    """``--use-megatron-fsdp``: Megatron-FSDP shards parameters, gradients and optimizer states over DP x CP as
+    ``data_parallel_sharding_strategy`` says (v1 turns on the distributed optimizer, arguments.py)."""
+
+    data_parallel_sharding_strategy: str = "optim_grads_params"
+    """``--data-parallel-sharding-strategy``: no_shard | optim | optim_grads | optim_grads_params (ZeRO-0..3)."""
+
+    outer_dp_sharding_strategy: str = "no_shard"
+    """``--outer-dp-sharding-strategy``: HSDP (``--num-distributed-optimizer-instances`` > 1) outer group: no_shard
+    (replicas, gradient shards all-reduced across them) or optim (optimizer states sharded across them too)."""
+
+    megatron_fsdp_main_params_dtype: str = "fp32"
+    """``--megatron-fsdp-main-params-dtype``: fp32 | bf16 | fp16 | auto (auto: no main copy, the model weights)."""
+
+    megatron_fsdp_main_grads_dtype: str = "auto"
+    """``--megatron-fsdp-main-grads-dtype``: fp32 | bf16 | fp16 | auto (auto: the model's parameter dtype)."""
+
+    megatron_fsdp_grad_comm_dtype: str = "auto"
+    """``--megatron-fsdp-grad-comm-dtype``: fp32 | bf16 | fp16 | auto (auto: the main-grads dtype)."""
+
+    fsdp_double_buffer: bool = False
+    """``--fsdp-double-buffer``: two fixed communication buffers reused by every FSDP unit (Megatron-FSDP)."""
+
+    nccl_ub: bool = False
+    """``--use-nccl-ub``: NCCL user-buffer registration of the FSDP buffers (turns on ``fsdp_double_buffer``)."""
+
     def __post_init__(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "micro_batch_size", "global_batch_size"):

@@ -44,6 +44,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
+from echo_tune.sim.fsdp import fsdp_memory_bytes
 from echo_tune.sim.schedules import peak_in_flight_bytes
 from echo_tune.workload.graph import Trace
 
@@ -93,11 +94,13 @@ class StageMemory:
     reserve_bytes: int = RUNTIME_RESERVE_BYTES
     cuda_graph_bytes: int = 0
     """Static input / output buffers of CUDA graphs (sim/cuda_graphs.py), at the stage's activation peak."""
+    fsdp_buffer_bytes: int = 0
+    """Megatron-FSDP's unsharded working buffers of the units in flight (sim/fsdp_memory.py)."""
 
     @property
     def total_bytes(self) -> int:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.reserve_bytes + self.cuda_graph_bytes)
+                + self.reserve_bytes + self.cuda_graph_bytes + self.fsdp_buffer_bytes)
 
 
 def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[float, float]:
@@ -182,6 +185,11 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     if expert_params_on_rank:
         # the expert-data-parallel group already spans the context-parallel ranks (parallel folding)
         optimizer += bytes_per_param(parallel, layout.expert_data_parallel_size)[2] * expert_params_on_rank
-    return StageMemory(stage=stage, weights_bytes=int(weights), gradients_bytes=int(g * params_on_rank),
+    grads, buffers = g * params_on_rank, 0.0
+    if parallel.use_megatron_fsdp:  # sharded as --data-parallel-sharding-strategy says (sim/fsdp_memory.py)
+        weights, grads, optimizer, buffers = fsdp_memory_bytes(layout, parallel, pieces, stage, params_on_rank,
+                                                               expert_params_on_rank)
+        weights += fp8_weight_bytes_per_param(parallel) * linear_params
+    return StageMemory(stage=stage, weights_bytes=int(weights), gradients_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations),
-                       cuda_graph_bytes=int(graphs))
+                       cuda_graph_bytes=int(graphs), fsdp_buffer_bytes=int(buffers))

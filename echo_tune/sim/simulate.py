@@ -26,6 +26,8 @@ from echo_tune.sim.determinism import check_deterministic, ring_only_profile
 from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
 from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
+from echo_tune.config.fsdp_rules import check_fsdp
+from echo_tune.sim.fsdp import dp_cp_group, fsdp_notes, fsdp_root_params, fsdp_stage_tail, with_fsdp_comm
 from echo_tune.sim.grad_accumulation import chunk_accumulation_s
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
@@ -142,6 +144,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
 
     ``memory_headroom_bytes``: a layout fits only if its peak stays this far under the HBM size
     (the CLI and search use ``sim.memory.DEFAULT_MEMORY_HEADROOM_GIB``; validation of measured runs 0)."""
+    parallel = check_fsdp(parallel)  # Megatron-FSDP's rules and the settings it implies (sim/fsdp.py)
     layout = check_compatible(model, cluster, num_gpus, parallel)
     check_deterministic(model, parallel)
     profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster
@@ -177,6 +180,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               for s in range(p)]
     passes = [[_chunk_passes(layout, costs, s, c, mix[s][c], bf16, amax, window=windows[s][c], paired=paired[s])
                for c in range(v)] for s in range(p)]
+    if parallel.use_megatron_fsdp:  # per-unit all-gathers / reduce-scatters inside the passes
+        passes = with_fsdp_comm(passes, layout, parallel, pieces, costs, mix, profile)
     if not parallel.gradient_accumulation_fusion:  # main_grad += grad, one kernel per weight and micro-batch
         extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile)
         passes = [[(f, b + PhaseCost(compute_s=extra[s][c]), r) for c, (f, b, r) in enumerate(row)]
@@ -228,7 +233,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
                   f"efficiency surface",)
-    notes += graph_memory_notes(memory)
+    notes += graph_memory_notes(memory) + fsdp_notes(parallel, layout, memory)
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
                   f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",)
@@ -318,10 +323,13 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
                       chunk_backward=last_bwd, compute_end_s=run.end_s[s],
                       embedding_sync_s=emb_sync if s in (emb_stage, loss_stage) else 0.0,
                       expert_chunk_params=chunk_experts if moe else None, edp=layout.groups["edp"] if moe else None)
-        tail = stage_tail(**kwargs)
+        if parallel.use_megatron_fsdp:
+            kwargs.update(dp=dp_cp_group(layout), root_params=fsdp_root_params(layout, pieces, s))
+        tail_of = fsdp_stage_tail if parallel.use_megatron_fsdp else stage_tail
+        tail = tail_of(**kwargs)
         if bucket_spans is not None:
             bucket_spans.append([])
-            stage_tail(**kwargs, spans=bucket_spans[-1])
+            tail_of(**kwargs, spans=bucket_spans[-1])
         tails.append(tail)
         finals.append(run.end_s[s] + tail.dp_exposed_s + tail.interference_s + tail.optimizer_s)
     return stage_params, stage_experts, tails, finals
@@ -344,7 +352,7 @@ def _breakdown(passes, m: int, compute_end_s: float, critical_p2p_s: float, tail
         "interference": fwd_sum.interference_s + bwd_sum.interference_s + tail.interference_s,
         "pp_bubble": idle - p2p_exposed,
         "pp_p2p": p2p_exposed,
-        "dp_comm": tail.dp_exposed_s,
+        "dp_comm": tail.dp_exposed_s + fwd_sum.dp_comm_s + bwd_sum.dp_comm_s,  # + Megatron-FSDP's in passes
         "optimizer": tail.optimizer_s,
     }
     parts["other"] = step_time - sum(parts.values())

@@ -4,7 +4,6 @@ each with its source file and commit) simulate as what they are, or are refused 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,20 +21,6 @@ LINES = Path(__file__).with_name("launch_lines")
 
 def launch_line(name: str) -> str:
     return " ".join(line for line in (LINES / f"{name}.txt").read_text().splitlines() if not line.startswith("#"))
-
-
-FSDP = next(flags for reason, flags in unmodelled.STEP_SHAPING.items() if reason.startswith("Megatron-FSDP"))
-
-
-def without(line: str, flags) -> str:
-    """The line without ``flags`` and their values (flags other branches model, refused until the merge)."""
-    out, skipping = [], False
-    for token in line.split():
-        if token.startswith("--"):
-            skipping = token in flags
-        if not skipping:
-            out.append(token)
-    return " ".join(out)
 
 
 def fsdp_flags() -> str:
@@ -61,24 +46,17 @@ def test_mixtral_example_simulates_as_moe(capsys):
     assert any("--lr" in note for note in data["notes"])
 
 
-def test_deepseek_v3_example_simulates_with_mla_and_moe(capsys):
-    # the script's line without its Megatron-FSDP block (it already has --use-distributed-optimizer);
+def test_deepseek_v3_example_simulates_with_mla_moe_and_megatron_fsdp(capsys):
+    # the script's line with the Megatron-FSDP block it appends (USE_MEGATRON_FSDP=1, its default);
     # vocabulary of the deepseek-ai/DeepSeek-V3 tokenizer: 129280
-    data = simulate_json(capsys, without(launch_line("deepseek_v3"), FSDP) + " --vocab-size 129280", 256)
+    data = simulate_json(capsys, launch_line("deepseek_v3") + " --vocab-size 129280 " + fsdp_flags(), 256)
     spec, cfg = data["config"]["model_spec"], data["config"]
     assert spec["multi_latent_attention"] and spec["q_lora_rank"] == 1536 and spec["kv_lora_rank"] == 512
     assert spec["num_experts"] == 256 and spec["moe_layer_freq"] == "[0]*3+[1]*58" and spec["mtp_num_layers"] == 1
     assert cfg["recompute_modules"] == ["mlp", "moe", "mla_up_proj", "layernorm"]
     assert data["breakdown_s"]["recompute"] > 0
-
-
-def test_deepseek_v3_with_megatron_fsdp_is_refused_by_name():
-    line = without(launch_line("deepseek_v3"), FSDP) + " --vocab-size 129280 " + fsdp_flags()
-    proc = subprocess.run([sys.executable, "-m", "echo_tune.cli.main", "simulate", "--cluster", "h100-sxm",
-                           "--num-gpus", "256", "--megatron-args", line], capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stdout == ""
-    err = proc.stderr.strip()
-    assert len(err.splitlines()) == 1 and "--use-megatron-fsdp" in err and "not modelled" in err
+    assert cfg["use_megatron_fsdp"] and cfg["data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert cfg["megatron_fsdp_main_grads_dtype"] == "bf16" and cfg["nccl_ub"]
 
 
 @pytest.mark.parametrize("extra, named", [
