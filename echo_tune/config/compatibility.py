@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config._checks import require
+from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.local_spec import check_local_layout
@@ -105,9 +106,10 @@ def _check_fp8(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig)
     if not parallel.fp8:
         require(not fp8_only, f"{fp8_only} need `fp8_format`, but got (fp8_format=None); add --fp8-format hybrid")
         return
-    require(parallel.precision == "bf16",
-            f"`fp8_format` runs beside bf16 parameters, but got (precision={parallel.precision!r}, "
-            f"fp8_format={parallel.fp8_format!r}); launch with --bf16 --fp8-format")
+    if parallel.precision != "bf16":  # Megatron allows it (fp32 or fp16 parameters, FP8 GEMMs): not modelled
+        raise UnmodelledError(f"`--fp8-format {parallel.fp8_format}` beside {parallel.precision} parameters is not "
+                              f"modelled (echo-tune models FP8 GEMMs beside --bf16 parameters only); add --bf16 to "
+                              f"simulate it that way")
     cluster.gpu.peak_tflops("fp8")  # refuses a GPU without FP8 tensor cores, by name
     require(parallel.fp8_recipe != "mxfp8" or cluster.gpu.peak_fp4_tflops is not None,
             f"`fp8_recipe == 'mxfp8'` needs Blackwell MX tensor cores, but got (gpu={cluster.gpu.name!r}); "
