@@ -22,13 +22,17 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 # Optimizer-state dtypes of --exp-avg-dtype / --exp-avg-sq-dtype / --main-params-dtype and their bytes.
 STATE_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 # Megatron-Core's selective-recompute modules (transformer_config.py ``recompute_modules``) -> the traced
-# regions they replay (workload/layers.py, mla.py, moe.py). moe_act and shared_experts are not modelled.
+# regions they replay (workload/layers.py, mla.py, moe.py), "region/subregion" for a tagged part of a region:
+# moe_act = the experts' activation of fc1's output (moe/experts.py ``bias_act_func``), shared_experts = the
+# shared expert MLP (moe/moe_layer.py ``shared_experts_recompute``), Megatron-LM d98e8a64ddf3.
 RECOMPUTE_MODULE_REGIONS = {"core_attn": ("core_attention",), "layernorm": ("input_norm", "mlp_norm"),
                             "mla_up_proj": ("mla_up_proj",), "mlp": ("mlp",), "moe": ("moe",)}
+RECOMPUTE_MODULE_REGIONS.update({"moe_act": ("moe/expert_act",), "shared_experts": ("moe/shared",)})
 # Megatron-LM d98e8a64ddf3 core/transformer/transformer_config.py ``cuda_graph_impl``.
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 # modules Megatron-Core checkpoints "output-discarding" (their outputs are freed too), the others keep outputs
-OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj")
+# (transformer_config.py ``recompute_modules`` docstring, d98e8a64ddf3: moe_act uses CheckpointWithoutOutput)
+OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj", "moe_act")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +88,8 @@ class ParallelConfig:
 
     recompute_modules: tuple[str, ...] | None = None
     """``--recompute-modules``: with selective recompute, the modules recomputed in backward; None means
-    Megatron's default ``core_attn``. Modelled: core_attn, layernorm, mla_up_proj, mlp, moe."""
+    Megatron's default ``core_attn``. Modelled: core_attn, layernorm, mla_up_proj, mlp, moe, moe_act,
+    shared_experts."""
 
     recompute_num_layers: int | None = None
     """``--recompute-num-layers``: layers per recompute unit (uniform) or recomputed layers per stage (block)."""

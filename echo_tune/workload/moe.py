@@ -144,14 +144,25 @@ def _router(tokens, params, shard):
     return probs.to(shard.dtype), indices
 
 
+def _expert_act(hidden, shard):
+    """The experts' activation of fc1's output, as its own sub-region "expert_act" (nested in "experts"):
+    what ``--recompute-modules moe_act`` replays (experts.py ``bias_act_func`` under
+    ``CheckpointWithoutOutput``, Megatron-LM d98e8a64ddf3). fc1 is tagged first so the backward walk of
+    the activation stops at fc1's node (``context.in_subregion``: parts in forward order)."""
+    return in_subregion("expert_act", _activation, hidden, shard)
+
+
 def _experts(x, params, shard):
     """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert."""
     n, fc1, fc2 = local_experts(shard), params["experts"]["fc1"], params["experts"]["fc2"]
     rows = x.shape[0] // n  # a multiple of n by construction (_received_rows)
     if shard.model.moe_grouped_gemm or n == 1:
-        hidden = torch.bmm(x.view(n, rows, -1), fc1)
-        return torch.bmm(_activation(hidden, shard), fc2).reshape(rows * n, -1)
-    outs = [torch.mm(_activation(torch.mm(x[i * rows:(i + 1) * rows], fc1[i]), shard), fc2[i]) for i in range(n)]
+        hidden = in_subregion("experts", torch.bmm, x.view(n, rows, -1), fc1)
+        return torch.bmm(_expert_act(hidden, shard), fc2).reshape(rows * n, -1)
+    outs = []
+    for i in range(n):
+        hidden = in_subregion("experts", torch.mm, x[i * rows:(i + 1) * rows], fc1[i])
+        outs.append(torch.mm(_expert_act(hidden, shard), fc2[i]))
     return torch.cat(outs)
 
 
@@ -193,8 +204,8 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     """One MoE MLP on this rank; ``x`` is the post-attention-norm hidden [seq_in, b, h].
 
     Each part runs as a sub-region of "moe" (``context.in_subregion``), in forward order: "router",
-    "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP), "combine" and
-    "shared" (a TE-linear MLP)."""
+    "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP; their activation is
+    "expert_act", see ``_expert_act``), "combine" and "shared" (a TE-linear MLP)."""
     m = shard.model
     s, b, h = x.shape
     tokens = x.reshape(s * b, h)
