@@ -191,7 +191,29 @@ def _combine_alltoall(expert_out, tokens, probs, indices, shard):
     flat = indices.reshape(-1)
     back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
     weighted = back if shard.model.moe_apply_probs_on_input else back * probs.reshape(-1, 1)
-    return tokens.new_zeros(tokens.shape).index_add(0, flat, weighted)
+    return _scatter_add(tokens.new_zeros(tokens.shape), flat, weighted)
+
+
+class _UnpermuteSum(Function):
+    """Megatron's un-permute sum (moe_utils.py ``unpermute``, Megatron-LM d98e8a64ddf3: ``scatter_add_``
+    over the expanded index, or ``index_add_`` under deterministic algorithms; TE's fused un-permute
+    likewise): traced as one ``index_add`` forward and one ``index_select`` of the gradient backward, saving
+    only the index. Autograd's own ``index_add`` would also save ``src``, a [T*k, h] copy Megatron does not
+    keep."""
+
+    @staticmethod
+    def forward(ctx, out, index, src):
+        ctx.save_for_backward(index)
+        return out.index_add(0, index, src)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad, None, grad.index_select(0, index)
+
+
+def _scatter_add(out, index, src):
+    return _UnpermuteSum.apply(out, index, src)
 
 
 def _shared(x, params, shard):
@@ -222,7 +244,7 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
         gathered = in_subregion("dispatch", lambda t: _gather(t, "tpep", group_size), tokens)
         expert_in = in_subregion("dispatch", lambda g: g.index_select(0, rows), gathered)
         expert_out = in_subregion("experts", _experts, expert_in, params, shard)
-        out = in_subregion("combine", lambda g, e: _scatter(g.new_zeros(g.shape).index_add(0, rows, e), "tpep",
+        out = in_subregion("combine", lambda g, e: _scatter(_scatter_add(g.new_zeros(g.shape), rows, e), "tpep",
                                                              group_size), gathered, expert_out).view(s, b, h)
     if "shared" in params:
         out = out + in_subregion("shared", _shared, x, params, shard)
