@@ -215,9 +215,10 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"add --sequence-parallel")
     _check_fp8(model, cluster, parallel)
     check_schedule_features(model, parallel, dp, vpp)
-    precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype) != ("fp32",) * 3
+    precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype,
+                       parallel.main_grads_dtype) != ("fp32",) * 4
     require(not precision_aware or parallel.use_precision_aware_optimizer,
-            "main_params_dtype / exp_avg_dtype / exp_avg_sq_dtype apply with `use_precision_aware_optimizer`, but got "
+            "main_params_dtype / exp_avg_dtype / exp_avg_sq_dtype / main_grads_dtype apply with `use_precision_aware_optimizer`, but got "
             "(use_precision_aware_optimizer=False); add --use-precision-aware-optimizer")
     require(not parallel.use_precision_aware_optimizer or parallel.use_distributed_optimizer,
             "`use_precision_aware_optimizer` needs `use_distributed_optimizer`, but got "

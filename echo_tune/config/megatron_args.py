@@ -116,6 +116,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "use_precision_aware_optimizer": ("--use-precision-aware-optimizer", "flag"),
     "main_params_dtype": ("--main-params-dtype", "str"),
     "exp_avg_dtype": ("--exp-avg-dtype", "str"),
+    "main_grads_dtype": ("--main-grads-dtype", "str"),
     "exp_avg_sq_dtype": ("--exp-avg-sq-dtype", "str"),
     "fp8_format": ("--fp8-format", "str"),
     "fp8_recipe": ("--fp8-recipe", "str"),
@@ -148,6 +149,7 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
                      "num_layers_at_end_in_bf16": "first_last_layers_bf16",
                      "main_params_dtype": "use_precision_aware_optimizer",
                      "exp_avg_dtype": "use_precision_aware_optimizer",
+                     "main_grads_dtype": "use_precision_aware_optimizer",
                      "exp_avg_sq_dtype": "use_precision_aware_optimizer",
                      "cross_entropy_fusion_impl": "cross_entropy_loss_fusion",
                      "wgrad_deferral_limit": "defer_embedding_wgrad_compute"}

@@ -128,6 +128,12 @@ class ParallelConfig:
     exp_avg_sq_dtype: str = "fp32"
     """``--exp-avg-sq-dtype``: fp32, fp16, bf16 or fp8 Adam second moment (with the precision-aware optimizer)."""
 
+    main_grads_dtype: str = "fp32"
+    """``--main-grads-dtype``: fp32 or bf16 gradients for the precision-aware optimizer. Megatron-LM d98e8a64ddf3
+    training/arguments.py: with bf16 main grads it no longer forces ``accumulate_allreduce_grads_in_fp32``, so
+    DDP's grad buffer (accumulation, reduce-scatter) is bf16, and the optimizer reads its shard of that buffer in
+    place (``decoupled_grad``, core/optimizer/distrib_optimizer.py): no other buffer (``grad_bytes_per_param``)."""
+
     fp8_format: str | None = None
     """``--fp8-format``: e4m3 or hybrid (e4m3 forward, e5m2 gradients) runs the transformer layers'
     linear GEMMs in FP8 through Transformer Engine; None = off. ``precision`` stays bf16, as Megatron
@@ -253,6 +259,7 @@ class ParallelConfig:
         require_choice("precision", self.precision, PRECISIONS)
         require_choice("fp8_format", self.fp8_format, FP8_FORMATS)
         require_choice("main_params_dtype", self.main_params_dtype, ("fp32", "fp16"))
+        require_choice("main_grads_dtype", self.main_grads_dtype, ("fp32", "bf16"))
         require_choice("exp_avg_dtype", self.exp_avg_dtype, tuple(STATE_DTYPE_BYTES))
         require_choice("exp_avg_sq_dtype", self.exp_avg_sq_dtype, tuple(STATE_DTYPE_BYTES))
         require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
@@ -271,6 +278,17 @@ class ParallelConfig:
     def fp8(self) -> bool:
         """True when the linear GEMMs run in FP8."""
         return self.fp8_format is not None
+
+    @property
+    def grad_bytes_per_param(self) -> float:
+        """Bytes of one gradient in DDP's grad buffer (and reduce-scatter): fp32 for bf16 training (Megatron sets
+        accumulate_allreduce_grads_in_fp32, training/arguments.py) unless ``--grad-reduce-in-bf16`` or
+        ``--main-grads-dtype bf16``; the 2-byte dtype for fp16; fp32 for fp32."""
+        if self.precision == "fp16":
+            return 2.0
+        if self.precision == "bf16" and (self.grad_reduce_in_bf16 or self.main_grads_dtype == "bf16"):
+            return 2.0
+        return 4.0
 
     @property
     def recompute_regions(self) -> tuple[str, ...]:

@@ -66,7 +66,7 @@ def bytes_per_param(parallel: ParallelConfig, data_parallel_size: int,
         weights, grads, optimizer = 4.0, 4.0, 8.0  # Adam m and v; the parameter is its own master
     else:
         weights = 2.0
-        grads = 2.0 if parallel.precision == "fp16" or parallel.grad_reduce_in_bf16 else 4.0
+        grads = parallel.grad_bytes_per_param  # 2 with --grad-reduce-in-bf16 or --main-grads-dtype bf16
         optimizer = 12.0
         if parallel.use_precision_aware_optimizer:
             optimizer = sum(STATE_DTYPE_BYTES[d] for d in (parallel.main_params_dtype, parallel.exp_avg_dtype,
