@@ -14,7 +14,9 @@ POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none", "yarn")
 # YaRN (Megatron-LM d98e8a64ddf3 core/models/common/embeddings/yarn_rotary_pos_embedding.py
 # ``YarnRotaryEmbedding(RotaryEmbedding)``) is RoPE with rescaled inverse frequencies, computed once per step
 # into the same [s, 1, 1, d] table, and a concentration factor on cos/sin (rope_utils.py ``mscale``): the same
-# rotary kernels on q and k, so echo-tune costs it as rope (``ModelSpec.rotary``).
+# rotary kernels on q and k, so echo-tune costs it as rope (``ModelSpec.rotary``). At Megatron's defaults the
+# factor is 1 (training/argument_utils.py: --rotary-scaling-factor 1) and the fused RoPE runs; with a scaling
+# factor above 1 rope_utils.py runs the unfused RoPE instead (not modelled: apply_rope_fusion is read as given).
 # Megatron-LM d98e8a64ddf3 core/transformer/enums.py AttnBackend; TransformerConfig.attention_backend
 # defaults to auto (Transformer Engine picks flash or cuDNN fused attention, both flash-style kernels).
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
