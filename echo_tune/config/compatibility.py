@@ -228,6 +228,9 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     require("moe_act" not in modules or model.moe_grouped_gemm,
             "`recompute_modules` moe_act needs `moe_grouped_gemm` (Megatron-Core), but got (moe_grouped_gemm=False); "
             "add --moe-grouped-gemm")
+    require("moe_act" not in modules or not parallel.fp8 or parallel.fp8_recipe != "delayed",
+            "`recompute_modules` moe_act does not work with the delayed FP8 recipe (Megatron-Core), but got "
+            "(fp8_recipe='delayed'); use --fp8-recipe tensorwise or drop moe_act")
     require("shared_experts" not in modules or not model.moe_shared_expert_overlap,
             "`recompute_modules` shared_experts cannot run with `moe_shared_expert_overlap` (Megatron-Core), but "
             "got (moe_shared_expert_overlap=True); drop one")

@@ -63,3 +63,18 @@ def test_shared_experts_recompute_keeps_the_output_and_frees_the_inside():
 def test_moe_act_needs_grouped_gemm():
     with pytest.raises(et.ConfigError, match="moe_grouped_gemm"):
         et.simulate(SMALL.replace(moe_grouped_gemm=False), H100, 4, _parallel(["moe_act"]))
+
+
+def test_moe_act_under_fp8_saves_no_fp8_copy_of_fc2s_input():
+    # FP8 linears save their input in FP8 (1 byte of 2): fc1's input [rows, h] and fc2's [rows, ffn] in the
+    # routed experts. Under moe_act fc2 keeps its original bf16 input (set_save_original_input, experts.py),
+    # discarded by the recompute: only fc1's saving is left of the two.
+    from echo_tune.cost.fp8 import fp8_activation_savings_bytes
+
+    trace = trace_moe_layer(SMALL, tensor_model_parallel_size=1, expert_model_parallel_size=4,
+                            expert_tensor_parallel_size=1)
+    plain = fp8_activation_savings_bytes(trace, 1, False, ("core_attention",))
+    act = fp8_activation_savings_bytes(trace, 1, False, ("core_attention", "moe/expert_act"))
+    assert plain - act == ROWS * 14336  # fc2's input elements, one byte each
+    with pytest.raises(et.ConfigError, match="delayed"):
+        et.simulate(SMALL, H100, 4, _parallel(["moe_act"], fp8_format="hybrid", fp8_recipe="delayed"))
