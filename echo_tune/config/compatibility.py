@@ -219,13 +219,25 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     _check_fp8(model, cluster, parallel)
     check_local_layout(model, parallel, sequence_parallel)
     check_schedule_features(model, parallel, dp, vpp)
-    precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype) != ("fp32",) * 3
+    precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype,
+                       parallel.main_grads_dtype) != ("fp32",) * 4
     require(not precision_aware or parallel.use_precision_aware_optimizer,
-            "main_params_dtype / exp_avg_dtype / exp_avg_sq_dtype apply with `use_precision_aware_optimizer`, but got "
+            "main_params_dtype / exp_avg_dtype / exp_avg_sq_dtype / main_grads_dtype apply with `use_precision_aware_optimizer`, but got "
             "(use_precision_aware_optimizer=False); add --use-precision-aware-optimizer")
     require(not parallel.use_precision_aware_optimizer or parallel.use_distributed_optimizer,
             "`use_precision_aware_optimizer` needs `use_distributed_optimizer`, but got "
             "(use_distributed_optimizer=False); add --use-distributed-optimizer")
+    modules = parallel.recompute_modules or () if parallel.recompute_granularity == "selective" else ()
+    # Megatron-LM d98e8a64ddf3 transformer_config.py __post_init__ (recompute_modules checks)
+    require("moe_act" not in modules or model.moe_grouped_gemm,
+            "`recompute_modules` moe_act needs `moe_grouped_gemm` (Megatron-Core), but got (moe_grouped_gemm=False); "
+            "add --moe-grouped-gemm")
+    require("moe_act" not in modules or not parallel.fp8 or parallel.fp8_recipe != "delayed",
+            "`recompute_modules` moe_act does not work with the delayed FP8 recipe (Megatron-Core), but got "
+            "(fp8_recipe='delayed'); use --fp8-recipe tensorwise or drop moe_act")
+    require("shared_experts" not in modules or not model.moe_shared_expert_overlap,
+            "`recompute_modules` shared_experts cannot run with `moe_shared_expert_overlap` (Megatron-Core), but "
+            "got (moe_shared_expert_overlap=True); drop one")
     require(not parallel.grad_reduce_in_bf16 or parallel.precision == "bf16",
             f"`grad_reduce_in_bf16` needs bf16 training, but got (precision={parallel.precision!r})")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+from echo_tune.config.batch_schedule import final_global_batch_size
 from echo_tune.config.flag_catalog import spelling
 from echo_tune.config.layer_fields import LayerFields, parse_window_size
 from echo_tune.config.moe_fields import MLAFields, MoEFields
@@ -119,6 +120,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "use_precision_aware_optimizer": ("--use-precision-aware-optimizer", "flag"),
     "main_params_dtype": ("--main-params-dtype", "str"),
     "exp_avg_dtype": ("--exp-avg-dtype", "str"),
+    "main_grads_dtype": ("--main-grads-dtype", "str"),
     "exp_avg_sq_dtype": ("--exp-avg-sq-dtype", "str"),
     "fp8_format": ("--fp8-format", "str"),
     "fp8_recipe": ("--fp8-recipe", "str"),
@@ -160,6 +162,7 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
                      "num_layers_at_end_in_bf16": "first_last_layers_bf16",
                      "main_params_dtype": "use_precision_aware_optimizer",
                      "exp_avg_dtype": "use_precision_aware_optimizer",
+                     "main_grads_dtype": "use_precision_aware_optimizer",
                      "exp_avg_sq_dtype": "use_precision_aware_optimizer",
                      "cross_entropy_fusion_impl": "cross_entropy_loss_fusion",
                      "wgrad_deferral_limit": "defer_embedding_wgrad_compute",
@@ -181,6 +184,7 @@ LINE_FLAGS = {
     "--activations-checkpoint-num-layers": 1,  # Megatron 2021 name of --recompute-num-layers
     "--checkpoint-num-layers": 1,              # Megatron 2020 name of the same
     "--use-rotary-position-embeddings": 0,     # deprecated: sets position_embedding_type = rope (validate_args)
+    "--step-batch-size-schedule": -1,   # the global batch steps up: its final size (config/batch_schedule.py)
 }
 # Accepted spellings that older Megatron versions or users write for the same field.
 ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size"}
@@ -284,6 +288,14 @@ def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, 
         model["vocab_size"] = tokenizer_vocab_size(tokenizer, (flags.get("--tokenizer-model") or [None])[0])
     if "--use-rotary-position-embeddings" in flags:
         model["position_embedding_type"] = "rope"  # arguments.py validate_args: overrides --position-embedding-type
+    if "--step-batch-size-schedule" in flags:
+        schedule = " ".join(flags["--step-batch-size-schedule"])
+        if "global_batch_size" in parallel:  # training/arguments.py validate_args
+            raise ConfigError(f"--step-batch-size-schedule and --global-batch-size cannot both be given (Megatron-LM "
+                              f"refuses it), but got ({schedule!r}, {parallel['global_batch_size']}); drop one")
+        parallel["global_batch_size"] = final_global_batch_size(schedule)
+        ignored.append(f"--step-batch-size-schedule (simulated at its steady state, the final global batch size "
+                       f"{parallel['global_batch_size']})")
     if "--recompute-activations" in flags:
         parallel.setdefault("recompute_granularity", "selective")
     if "--activations-checkpoint-method" in flags:

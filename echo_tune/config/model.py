@@ -10,7 +10,13 @@ from echo_tune.config.layer_fields import LayerFields
 from echo_tune.config.moe_fields import MLAFields, MoEFields, mla_params, moe_layer_pattern, moe_params
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
-POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none")
+POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none", "yarn")
+# YaRN (Megatron-LM d98e8a64ddf3 core/models/common/embeddings/yarn_rotary_pos_embedding.py
+# ``YarnRotaryEmbedding(RotaryEmbedding)``) is RoPE with rescaled inverse frequencies, computed once per step
+# into the same [s, 1, 1, d] table, and a concentration factor on cos/sin (rope_utils.py ``mscale``): the same
+# rotary kernels on q and k, so echo-tune costs it as rope (``ModelSpec.rotary``). At Megatron's defaults the
+# factor is 1 (training/argument_utils.py: --rotary-scaling-factor 1) and the fused RoPE runs; with a scaling
+# factor above 1 rope_utils.py runs the unfused RoPE instead (not modelled: apply_rope_fusion is read as given).
 # Megatron-LM d98e8a64ddf3 core/transformer/enums.py AttnBackend; TransformerConfig.attention_backend
 # defaults to auto (Transformer Engine picks flash or cuDNN fused attention, both flash-style kernels).
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
@@ -76,7 +82,8 @@ class ModelSpec(MoEFields, MLAFields, LayerFields):
     Megatron ran before it had flash attention (the 2021 runs); None = follow ``attention_backend``."""
 
     position_embedding_type: str = "learned_absolute"
-    """``--position-embedding-type``: learned_absolute, rope or none."""
+    """``--position-embedding-type``: learned_absolute, rope, yarn (costed as rope, see
+    POSITION_EMBEDDING_TYPES) or none."""
 
     add_bias_linear: bool = True
     """False is ``--disable-bias-linear``: no biases in the linear layers."""
@@ -117,6 +124,11 @@ class ModelSpec(MoEFields, MLAFields, LayerFields):
                 f"(num_attention_heads={self.num_attention_heads}, num_query_groups={groups})")
 
     # --- derived values (never inputs) ---
+    @property
+    def rotary(self) -> bool:
+        """Whether q and k get rotary embeddings: rope, or yarn (RoPE with rescaled frequencies)."""
+        return self.position_embedding_type in ("rope", "yarn")
+
     @property
     def query_groups(self) -> int:
         return self.num_query_groups or self.num_attention_heads

@@ -22,13 +22,17 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 # Optimizer-state dtypes of --exp-avg-dtype / --exp-avg-sq-dtype / --main-params-dtype and their bytes.
 STATE_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 # Megatron-Core's selective-recompute modules (transformer_config.py ``recompute_modules``) -> the traced
-# regions they replay (workload/layers.py, mla.py, moe.py). moe_act and shared_experts are not modelled.
+# regions they replay (workload/layers.py, mla.py, moe.py), "region/subregion" for a tagged part of a region:
+# moe_act = the experts' activation of fc1's output (moe/experts.py ``bias_act_func``), shared_experts = the
+# shared expert MLP (moe/moe_layer.py ``shared_experts_recompute``), Megatron-LM d98e8a64ddf3.
 RECOMPUTE_MODULE_REGIONS = {"core_attn": ("core_attention",), "layernorm": ("input_norm", "mlp_norm"),
                             "mla_up_proj": ("mla_up_proj",), "mlp": ("mlp",), "moe": ("moe",)}
+RECOMPUTE_MODULE_REGIONS.update({"moe_act": ("moe/expert_act",), "shared_experts": ("moe/shared",)})
 # Megatron-LM d98e8a64ddf3 core/transformer/transformer_config.py ``cuda_graph_impl``.
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 # modules Megatron-Core checkpoints "output-discarding" (their outputs are freed too), the others keep outputs
-OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj")
+# (transformer_config.py ``recompute_modules`` docstring, d98e8a64ddf3: moe_act uses CheckpointWithoutOutput)
+OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj", "moe_act")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +88,8 @@ class ParallelConfig:
 
     recompute_modules: tuple[str, ...] | None = None
     """``--recompute-modules``: with selective recompute, the modules recomputed in backward; None means
-    Megatron's default ``core_attn``. Modelled: core_attn, layernorm, mla_up_proj, mlp, moe."""
+    Megatron's default ``core_attn``. Modelled: core_attn, layernorm, mla_up_proj, mlp, moe, moe_act,
+    shared_experts."""
 
     recompute_num_layers: int | None = None
     """``--recompute-num-layers``: layers per recompute unit (uniform) or recomputed layers per stage (block)."""
@@ -122,6 +127,12 @@ class ParallelConfig:
 
     exp_avg_sq_dtype: str = "fp32"
     """``--exp-avg-sq-dtype``: fp32, fp16, bf16 or fp8 Adam second moment (with the precision-aware optimizer)."""
+
+    main_grads_dtype: str = "fp32"
+    """``--main-grads-dtype``: fp32 or bf16 gradients for the precision-aware optimizer. Megatron-LM d98e8a64ddf3
+    training/arguments.py: with bf16 main grads it no longer forces ``accumulate_allreduce_grads_in_fp32``, so
+    DDP's grad buffer (accumulation, reduce-scatter) is bf16, and the optimizer reads its shard of that buffer in
+    place (``decoupled_grad``, core/optimizer/distrib_optimizer.py): no other buffer (``grad_bytes_per_param``)."""
 
     fp8_format: str | None = None
     """``--fp8-format``: e4m3 or hybrid (e4m3 forward, e5m2 gradients) runs the transformer layers'
@@ -275,6 +286,7 @@ class ParallelConfig:
         require_choice("precision", self.precision, PRECISIONS)
         require_choice("fp8_format", self.fp8_format, FP8_FORMATS)
         require_choice("main_params_dtype", self.main_params_dtype, ("fp32", "fp16"))
+        require_choice("main_grads_dtype", self.main_grads_dtype, ("fp32", "bf16"))
         require_choice("exp_avg_dtype", self.exp_avg_dtype, tuple(STATE_DTYPE_BYTES))
         require_choice("exp_avg_sq_dtype", self.exp_avg_sq_dtype, tuple(STATE_DTYPE_BYTES))
         require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
@@ -293,6 +305,17 @@ class ParallelConfig:
     def fp8(self) -> bool:
         """True when the linear GEMMs run in FP8."""
         return self.fp8_format is not None
+
+    @property
+    def grad_bytes_per_param(self) -> float:
+        """Bytes of one gradient in DDP's grad buffer (and reduce-scatter): fp32 for bf16 training (Megatron sets
+        accumulate_allreduce_grads_in_fp32, training/arguments.py) unless ``--grad-reduce-in-bf16`` or
+        ``--main-grads-dtype bf16``; the 2-byte dtype for fp16; fp32 for fp32."""
+        if self.precision == "fp16":
+            return 2.0
+        if self.precision == "bf16" and (self.grad_reduce_in_bf16 or self.main_grads_dtype == "bf16"):
+            return 2.0
+        return 4.0
 
     @property
     def recompute_regions(self) -> tuple[str, ...]:

@@ -117,10 +117,13 @@ def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, 
                                  recomputed_regions: tuple[str, ...] = ()) -> float:
     """Bytes per micro-batch TE saves less than bf16: each FP8 linear layer keeps a 1-byte copy of its
     input. A GEMM right after its TP all-gather (sequence parallelism) keeps the local, un-gathered shard.
-    GEMMs of ``recomputed_regions`` (selective recompute) save nothing across the pass: no saving."""
+    GEMMs of ``recomputed_regions`` (selective recompute) save nothing across the pass: no saving. Nor does the
+    experts' fc2 under ``moe_act`` recompute ("moe/expert_act" recomputed): Megatron-LM d98e8a64ddf3
+    moe/experts.py ``set_save_original_input(linear_fc2)`` keeps its bf16 input, which the recompute discards."""
     saved, previous = 0.0, None
     for op in layer.forward:
-        if is_fp8_gemm(op) and op.region not in recomputed_regions:
+        after_act = previous is not None and where(previous) == "moe/expert_act" and "moe/expert_act" in recomputed_regions
+        if is_fp8_gemm(op) and op.region not in recomputed_regions and not after_act:
             m, _, k = op.gemm_mnk
             gathered = sequence_parallel and previous is not None and previous.kind == "collective" \
                 and previous.collective == "all_gather" and previous.group == "tp"

@@ -91,8 +91,8 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     """Cost of a list of ops (optionally only those of one region) on one rank. ``piece``: the traced piece
     the ops belong to, for what CUDA graphs capture of it (a captured op pays no launch overhead, each graph
     replayed in the pass pays one; sim/cuda_graphs.py)."""
-    if region is not None:
-        ops = tuple(op for op in ops if op.region == region)
+    if region is not None:  # a region, or a tagged sub-region as "region/subregion" (e.g. "moe/expert_act")
+        ops = tuple(op for op in ops if op.region == region or (op.subregion and f"{op.region}/{op.subregion}" == region))
     if ctx.moe is not None and ctx.moe.fused:
         ops = fuse_memory_runs(ops, ctx.moe.fused)
     fp8 = ctx.fp8_recipe is not None

@@ -45,8 +45,8 @@ class StageTail:
 
 def grad_bytes_per_param(parallel: ParallelConfig) -> float:
     """Gradients are reduced in the main-grad dtype: fp32 for bf16 (Megatron accumulates in fp32)
-    unless ``--grad-reduce-in-bf16``."""
-    return 2.0 if parallel.precision == "fp16" or parallel.grad_reduce_in_bf16 else 4.0
+    unless ``--grad-reduce-in-bf16`` or ``--main-grads-dtype bf16`` (``ParallelConfig.grad_bytes_per_param``)."""
+    return parallel.grad_bytes_per_param
 
 
 def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: CalibrationProfile,

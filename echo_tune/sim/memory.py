@@ -12,7 +12,8 @@ Each allocation as Megatron-LM makes it (d98e8a64ddf3):
   reduce-scatters into it.
 - optimizer: fp32 master parameters plus Adam's exp_avg and exp_avg_sq, 4 + 4 + 4 bytes (or the
   ``--main-params-dtype`` / ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` sizes with
-  ``--use-precision-aware-optimizer``, core/optimizer/optimizer_config.py), divided with the
+  ``--use-precision-aware-optimizer``, core/optimizer/optimizer_config.py; there TE keeps fp32 masters of
+  bf16 parameters as 2-byte remainders, ``master_param_bytes``), divided with the
   distributed optimizer over the data-parallel ranks *including context-parallel ranks*: its
   gradient buffers and shards use the DP x CP group (core/distributed/distributed_data_parallel.py
   builds them on ``get_data_parallel_group(with_context_parallel=True)``). This matches the
@@ -67,14 +68,29 @@ def bytes_per_param(parallel: ParallelConfig, data_parallel_size: int,
         weights, grads, optimizer = 4.0, 4.0, 8.0  # Adam m and v; the parameter is its own master
     else:
         weights = 2.0
-        grads = 2.0 if parallel.precision == "fp16" or parallel.grad_reduce_in_bf16 else 4.0
+        grads = parallel.grad_bytes_per_param  # 2 with --grad-reduce-in-bf16 or --main-grads-dtype bf16
         optimizer = 12.0
         if parallel.use_precision_aware_optimizer:
-            optimizer = sum(STATE_DTYPE_BYTES[d] for d in (parallel.main_params_dtype, parallel.exp_avg_dtype,
-                                                           parallel.exp_avg_sq_dtype))
+            optimizer = master_param_bytes(parallel) + sum(STATE_DTYPE_BYTES[d] for d in (parallel.exp_avg_dtype,
+                                                                                           parallel.exp_avg_sq_dtype))
     if parallel.use_distributed_optimizer:
         optimizer /= data_parallel_size * context_parallel_size
     return weights, grads, optimizer
+
+
+def master_param_bytes(parallel: ParallelConfig) -> float:
+    """Bytes of one master parameter under ``--use-precision-aware-optimizer``.
+
+    Megatron-LM d98e8a64ddf3 core/optimizer/optimizer_config.py: ``use_precision_aware_optimizer_no_fp8_or_ds_fp8``
+    (main params not fp32, or no FP8 / delayed-scaling FP8) hands the master weights to TE's FusedAdam
+    (core/optimizer/__init__.py ``master_weights=True``) with ``store_param_remainders`` (default True): for bf16
+    parameters and fp32 masters it keeps only the 16 low bits of each fp32 master (an int16 shard,
+    distrib_optimizer.py), the high 16 being the bf16 parameter itself: 2 bytes. Otherwise (FP8 current
+    scaling / blockwise / mxfp8 with fp32 masters) Megatron-Core keeps full ``main_params_dtype`` masters."""
+    te_masters = parallel.main_params_dtype != "fp32" or not parallel.fp8 or parallel.fp8_recipe == "delayed"
+    if te_masters and parallel.precision == "bf16" and parallel.main_params_dtype == "fp32":
+        return 2.0
+    return STATE_DTYPE_BYTES[parallel.main_params_dtype]
 
 
 def fp8_weight_bytes_per_param(parallel: ParallelConfig) -> float:

@@ -111,10 +111,15 @@ def paired_fraction(schedule: str, stage: int, p: int, m: int, v: int) -> float:
     return max(0, total - warmup) / total
 
 
+def _part(op: Op) -> str:
+    """The schedule-plan part of a MoE op: the experts' activation ("expert_act") is part of "experts"."""
+    return "experts" if op.subregion == "expert_act" else op.subregion
+
+
 def _parts(ops: tuple[Op, ...], ctx: CostContext) -> tuple[PhaseCost, dict[str, PhaseCost]]:
     """(everything outside the routed path, {dispatch, experts, combine}) of one pass of an MoE layer."""
-    routed = {part: tuple(op for op in ops if op.region == "moe" and op.subregion == part) for part in EXPERT_PARTS}
-    rest = tuple(op for op in ops if not (op.region == "moe" and op.subregion in EXPERT_PARTS))
+    routed = {part: tuple(op for op in ops if op.region == "moe" and _part(op) == part) for part in EXPERT_PARTS}
+    rest = tuple(op for op in ops if not (op.region == "moe" and _part(op) in EXPERT_PARTS))
     return phase_cost(rest, ctx), {part: phase_cost(o, ctx) for part, o in routed.items()}
 
 

@@ -44,13 +44,14 @@ bda_backward = kernels._define("bias_dropout_add_backward", "(Tensor dy, Tensor 
 def _bda_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)
     ctx.mark_non_differentiable(output[1])
-    ctx.save_for_backward(output[1])
+    # at p = 0 torch's dropout returns its input: the compiled kernel is bias + residual add, no mask kept
+    ctx.save_for_backward(output[1] if inputs[3] > 0 else None)
     ctx.p, ctx.has_bias = inputs[3], inputs[1] is not None
 
 
 def _bda_backward(ctx, dy, _dmask):
     (mask,) = ctx.saved_tensors
-    dx = torch.ops.echo_tune.bias_dropout_add_backward(dy, mask, ctx.p)
+    dx = torch.ops.echo_tune.bias_dropout_add_backward(dy, mask, ctx.p) if mask is not None else dy
     dbias = dx.reshape(-1, dx.shape[-1]).sum(0) if ctx.has_bias else None
     return dx, dbias, dy, None
 

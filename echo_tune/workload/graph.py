@@ -72,7 +72,9 @@ class Trace:
     region's inputs and outputs are not counted: the checkpoint or the next region keeps them."""
     region_created_bytes: dict[str, int] = field(default_factory=dict)
     """Saved bytes by the region whose op created them, whoever saves them: what output-discarding
-    recompute of that region frees (Megatron's layernorm / mla_up_proj / moe_act modules)."""
+    recompute of that region frees (Megatron's layernorm / mla_up_proj / moe_act modules). Both dicts also
+    hold "region/subregion" keys for tagged sub-regions (e.g. "moe/expert_act", "moe/shared"), which overlap
+    their region's total: sum only the keys you recompute."""
     input_bytes: int = 0
     """Bytes of the piece's input tensor (what full recompute keeps per checkpointed layer)."""
     output_bytes: int = 0

@@ -153,7 +153,7 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     else:
         params["fc1"] = _linear_params(shard, fc1_out, m.hidden_size, bias=True)
         params["fc2"] = _linear_params(shard, m.hidden_size, shard.ffn, bias=True)
-    if m.position_embedding_type == "rope":  # a constant buffer, not a parameter (no gradient)
+    if m.rotary:  # rope or yarn (config/model.py POSITION_EMBEDDING_TYPES); a constant buffer, not a parameter (no gradient)
         rot = d if m.multi_latent_attention else rotary_dim(d, m.rotary_percent)
         params["buffers"] = {"rope_freqs": shard.tensor(shard.seq, 1, 1, rot, dtype=torch.float32)}
     return params

@@ -144,15 +144,26 @@ def _router(tokens, params, shard):
     return probs.to(shard.dtype), indices
 
 
+def _expert_act(hidden, shard):
+    """The experts' activation of fc1's output, as its own sub-region "expert_act" (nested in "experts"):
+    what ``--recompute-modules moe_act`` replays (experts.py ``bias_act_func`` under
+    ``CheckpointWithoutOutput``, Megatron-LM d98e8a64ddf3). fc1 is tagged first so the backward walk of
+    the activation stops at fc1's node (``context.in_subregion``: parts in forward order)."""
+    return in_subregion("expert_act", _activation, hidden, shard)
+
+
 def _experts(x, params, shard):
     """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert."""
     n, fc1, fc2 = local_experts(shard), params["experts"]["fc1"], params["experts"]["fc2"]
     rows = x.shape[0] // n  # a multiple of n by construction (_received_rows)
     # the local spec always builds SequentialMLP (core/models/backends.py LocalSpecProvider.grouped_mlp_modules)
     if (shard.model.moe_grouped_gemm and not shard.model.local_spec) or n == 1:
-        hidden = torch.bmm(x.view(n, rows, -1), fc1)
-        return torch.bmm(_activation(hidden, shard), fc2).reshape(rows * n, -1)
-    outs = [torch.mm(_activation(torch.mm(x[i * rows:(i + 1) * rows], fc1[i]), shard), fc2[i]) for i in range(n)]
+        hidden = in_subregion("experts", torch.bmm, x.view(n, rows, -1), fc1)
+        return torch.bmm(_expert_act(hidden, shard), fc2).reshape(rows * n, -1)
+    outs = []
+    for i in range(n):
+        hidden = in_subregion("experts", torch.mm, x[i * rows:(i + 1) * rows], fc1[i])
+        outs.append(torch.mm(_expert_act(hidden, shard), fc2[i]))
     return torch.cat(outs)
 
 
@@ -181,7 +192,29 @@ def _combine_alltoall(expert_out, tokens, probs, indices, shard):
     flat = indices.reshape(-1)
     back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
     weighted = back if shard.model.moe_apply_probs_on_input else back * probs.reshape(-1, 1)
-    return tokens.new_zeros(tokens.shape).index_add(0, flat, weighted)
+    return _scatter_add(tokens.new_zeros(tokens.shape), flat, weighted)
+
+
+class _UnpermuteSum(Function):
+    """Megatron's un-permute sum (moe_utils.py ``unpermute``, Megatron-LM d98e8a64ddf3: ``scatter_add_``
+    over the expanded index, or ``index_add_`` under deterministic algorithms; TE's fused un-permute
+    likewise): traced as one ``index_add`` forward and one ``index_select`` of the gradient backward, saving
+    only the index. Autograd's own ``index_add`` would also save ``src``, a [T*k, h] copy Megatron does not
+    keep."""
+
+    @staticmethod
+    def forward(ctx, out, index, src):
+        ctx.save_for_backward(index)
+        return out.index_add(0, index, src)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad, None, grad.index_select(0, index)
+
+
+def _scatter_add(out, index, src):
+    return _UnpermuteSum.apply(out, index, src)
 
 
 def _shared(x, params, shard):
@@ -194,8 +227,8 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     """One MoE MLP on this rank; ``x`` is the post-attention-norm hidden [seq_in, b, h].
 
     Each part runs as a sub-region of "moe" (``context.in_subregion``), in forward order: "router",
-    "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP), "combine" and
-    "shared" (a TE-linear MLP)."""
+    "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP; their activation is
+    "expert_act", see ``_expert_act``), "combine" and "shared" (a TE-linear MLP)."""
     m = shard.model
     s, b, h = x.shape
     tokens = x.reshape(s * b, h)
@@ -212,7 +245,7 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
         gathered = in_subregion("dispatch", lambda t: _gather(t, "tpep", group_size), tokens)
         expert_in = in_subregion("dispatch", lambda g: g.index_select(0, rows), gathered)
         expert_out = in_subregion("experts", _experts, expert_in, params, shard)
-        out = in_subregion("combine", lambda g, e: _scatter(g.new_zeros(g.shape).index_add(0, rows, e), "tpep",
+        out = in_subregion("combine", lambda g, e: _scatter(_scatter_add(g.new_zeros(g.shape), rows, e), "tpep",
                                                              group_size), gathered, expert_out).view(s, b, h)
     if "shared" in params:
         out = out + in_subregion("shared", _shared, x, params, shard)

@@ -10,7 +10,9 @@ autograd-node pre-hooks re-enter the forward region of the node that runs).
 Activation memory: a ``saved_tensors_hooks`` pack hook counts each saved tensor's storage once
 (views share a storage), skipping parameters and buffers. ``activation_bytes_by_region`` charges a
 storage to the region that first saves it; ``region_internal_bytes`` counts only storages created and
-saved inside one region (what recomputing that region frees; see ``SavedTensorMeter``).
+saved inside one region (what recomputing that region frees; see ``SavedTensorMeter``). Both, and
+``region_created_bytes``, also carry "region/subregion" keys for tagged sub-regions (``context.in_subregion``,
+e.g. "moe/expert_act" for ``--recompute-modules moe_act``), beside the region totals.
 
 Kinds: "gemm" (mm / addmm / bmm / baddbmm, FLOPs from ``torch.utils.flop_counter``), "attention"
 (``echo_tune::flash_attn`` and its backward, FLOPs from ``kernels.ATTENTION_FLOPS``), "memory"
@@ -106,6 +108,13 @@ class TraceRecorder(TorchDispatchMode):
         self.tagged_nodes: set = set()
         self.created_in: dict[int, str] = {}
         """Storage id -> the forward region whose op first wrote it."""
+        self.created_in_part: dict[int, str] = {}
+        """Storage id -> the forward "region/subregion" whose op first wrote it (tagged sub-regions only)."""
+
+    @property
+    def part(self) -> str | None:
+        """The current "region/subregion", or None outside a tagged sub-region."""
+        return f"{self.region}/{self.subregion}" if self.subregion else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -124,6 +133,10 @@ class TraceRecorder(TorchDispatchMode):
             key = t.untyped_storage()._cdata
             if key not in inputs:
                 self.created_in[key] = self.region
+                if self.part is not None:
+                    self.created_in_part[key] = self.part
+                else:
+                    self.created_in_part.pop(key, None)
 
     def add_collective(self, name: str, group: str, size_bytes: int) -> None:
         self.ops[self.phase].append(Op(name=name, kind="collective", phase=self.phase, region=self.region,
@@ -145,12 +158,14 @@ class SavedTensorMeter:
         self.skip = {t.untyped_storage()._cdata for t in constants}
         self.nbytes: dict[int, int] = {}
         self.savers: dict[int, list[str]] = defaultdict(list)
+        self.part_savers: dict[int, list[str | None]] = defaultdict(list)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
         if storage._cdata not in self.skip:
             self.nbytes.setdefault(storage._cdata, storage.nbytes())
             self.savers[storage._cdata].append(self.recorder.region)
+            self.part_savers[storage._cdata].append(self.recorder.part)
         return t
 
     @staticmethod
@@ -164,19 +179,24 @@ class SavedTensorMeter:
         return dict(totals)
 
     def created_by_region(self) -> dict[str, int]:
+        """By region, and by "region/subregion" for the tagged sub-regions (keys of both kinds)."""
         totals: dict[str, int] = defaultdict(int)
         for key, nbytes in self.nbytes.items():
-            creator = self.recorder.created_in.get(key)
-            if creator is not None:
-                totals[creator] += nbytes
+            for creator in (self.recorder.created_in.get(key), self.recorder.created_in_part.get(key)):
+                if creator is not None:
+                    totals[creator] += nbytes
         return dict(totals)
 
     def internal_by_region(self) -> dict[str, int]:
+        """By region, and by "region/subregion" for the tagged sub-regions (keys of both kinds)."""
         totals: dict[str, int] = defaultdict(int)
         for key, nbytes in self.nbytes.items():
             creator = self.recorder.created_in.get(key)
             if set(self.savers[key]) == {creator}:
                 totals[creator] += nbytes
+            part = self.recorder.created_in_part.get(key)
+            if part is not None and set(self.part_savers[key]) == {part}:
+                totals[part] += nbytes
         return dict(totals)
 
 

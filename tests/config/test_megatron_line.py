@@ -53,8 +53,8 @@ def test_recompute_activations_is_selective_and_modules_are_checked():
     assert parallel.recompute_granularity == "selective"
     _, parallel, _ = _specs(GPT_2021 + " --recompute-modules core_attn mlp")
     assert parallel.recompute_modules == ("core_attn", "mlp")
-    with pytest.raises(ConfigError, match="'moe_act' is not modelled"):
-        _specs(GPT_2021 + " --recompute-granularity selective --recompute-modules core_attn moe_act --bf16")
+    with pytest.raises(ConfigError, match="'mhc' is not modelled"):
+        _specs(GPT_2021 + " --recompute-granularity selective --recompute-modules core_attn mhc --bf16")
 
 
 def test_query_groups_need_group_query_attention():

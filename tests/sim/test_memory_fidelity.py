@@ -34,9 +34,41 @@ def test_measured_8b_run_fits_and_bf16_gradients_halve_the_buffer():
 def test_precision_aware_optimizer_state_bytes():
     base = mem(RUN)
     states = mem(RUN.replace(use_precision_aware_optimizer=True, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"))
-    assert states.optimizer_bytes == pytest.approx(base.optimizer_bytes * (4 + 2 + 2) / 12, rel=1e-6)
+    # TE's FusedAdam keeps the fp32 masters of bf16 parameters as their 16 low bits (store_param_remainders,
+    # Megatron-LM d98e8a64ddf3 optimizer/__init__.py + distrib_optimizer.py int16 shard): 2 + 2 + 2 of 4 + 4 + 4
+    assert states.optimizer_bytes == pytest.approx(base.optimizer_bytes * (2 + 2 + 2) / 12, rel=1e-6)
+    fp32_states = mem(RUN.replace(use_precision_aware_optimizer=True))
+    assert fp32_states.optimizer_bytes == pytest.approx(base.optimizer_bytes * (2 + 4 + 4) / 12, rel=1e-6)
     with pytest.raises(ConfigError, match="use_precision_aware_optimizer"):
         et.simulate(LLAMA8, H100, 8, RUN.replace(exp_avg_dtype="bf16"))
+
+
+def test_fp8_current_scaling_keeps_full_fp32_masters():
+    # FP8 tensorwise (not delayed) with fp32 masters: Megatron-Core keeps the masters itself
+    # (use_precision_aware_optimizer_no_fp8_or_ds_fp8 is False): 4 + 2 + 2 bytes
+    fp8 = RUN.replace(fp8_format="hybrid", fp8_recipe="tensorwise")
+    base = mem(fp8)
+    states = mem(fp8.replace(use_precision_aware_optimizer=True, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"))
+    assert states.optimizer_bytes == pytest.approx(base.optimizer_bytes * (4 + 2 + 2) / 12, rel=1e-6)
+
+
+def test_bf16_main_grads_halve_the_grad_buffer_and_its_reduction():
+    # --main-grads-dtype bf16 (training/arguments.py: no fp32 accumulation forced) -> a bf16 grad buffer:
+    # 2 bytes per parameter instead of 4, and so is each reduce-scatter message
+    from echo_tune.sim.dp import grad_bytes_per_param
+
+    aware = RUN.replace(use_precision_aware_optimizer=True)
+    fp32 = et.simulate(LLAMA8, H100, 8, aware)
+    bf16 = et.simulate(LLAMA8, H100, 8, aware.replace(main_grads_dtype="bf16"))
+    params = LLAMA8.num_params()  # TP1 PP1: every parameter on the rank (untied embeddings counted once each)
+    assert fp32.stage_memory[0].gradients_bytes == pytest.approx(4 * params, rel=1e-6)
+    assert bf16.stage_memory[0].gradients_bytes == pytest.approx(2 * params, rel=1e-6)
+    assert grad_bytes_per_param(aware.replace(main_grads_dtype="bf16")) == 2.0
+    exposed = aware.replace(overlap_grad_reduce=False, overlap_param_gather=False)  # the reduction on the step
+    assert et.simulate(LLAMA8, H100, 8, exposed.replace(main_grads_dtype="bf16")).breakdown_s["dp_comm"] < \
+        et.simulate(LLAMA8, H100, 8, exposed).breakdown_s["dp_comm"]
+    with pytest.raises(ConfigError, match="main_grads_dtype"):
+        et.simulate(LLAMA8, H100, 8, RUN.replace(main_grads_dtype="bf16"))
 
 
 def test_headroom_turns_a_tight_fit_into_a_no():
