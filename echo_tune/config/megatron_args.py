@@ -141,6 +141,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "pipeline_model_parallel_layout": ("--pipeline-model-parallel-layout", "str"),
     "microbatch_group_size_per_vp_stage": ("--microbatch-group-size-per-virtual-pipeline-stage", "int"),
     "use_tp_pp_dp_mapping": ("--use-tp-pp-dp-mapping", "flag"),
+    "overlap_p2p_comm_warmup_flush": ("--overlap-p2p-communication-warmup-flush", "flag"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.

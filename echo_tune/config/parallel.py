@@ -217,6 +217,15 @@ class ParallelConfig:
     """``--use-tp-pp-dp-mapping``: rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp (training/initialize.py):
     pipeline stages sit inside the data-parallel stride."""
 
+    overlap_p2p_comm_warmup_flush: bool = False
+    """``--overlap-p2p-communication-warmup-flush``: overlap the interleaved schedule's pipeline sends and
+    receives with compute in the warm-up and flush phases too, not only in steady 1F1B (Megatron-LM d98e8a64ddf3
+    core/pipeline_parallel/schedules.py ``forward_backward_pipelining_with_interleaving``: the receive for
+    micro-batch k+1 is posted before computing k). echo-tune's pipeline engine (sim/engine.py) overlaps every
+    send / receive in all phases, so this setting is what it models; Megatron's default (blocking
+    send-and-receive in warm-up and flush) is not modelled. Needs the interleaved schedule
+    (model_parallel_config.py: only with overlap_p2p_comm, which Megatron turns off without it)."""
+
     def __post_init__(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "micro_batch_size", "global_batch_size"):
