@@ -142,6 +142,13 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "microbatch_group_size_per_vp_stage": ("--microbatch-group-size-per-virtual-pipeline-stage", "int"),
     "use_tp_pp_dp_mapping": ("--use-tp-pp-dp-mapping", "flag"),
     "overlap_p2p_comm_warmup_flush": ("--overlap-p2p-communication-warmup-flush", "flag"),
+    # the optimizer (config/optimizer_fields.py, sim/optimizer_muon.py)
+    "optimizer": ("--optimizer", "str"),
+    "muon_num_ns_steps": ("--muon-num-ns-steps", "int"),
+    "muon_tp_mode": ("--muon-tp-mode", "str"),
+    "muon_split_qkv": ("--muon-no-split-qkv", "not_flag"),
+    "muon_scalar_optimizer": ("--muon-scalar-optimizer", "str"),
+    "use_layer_wise_param_layout": ("--no-use-layer-wise-param-layout", "not_flag"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.
@@ -152,6 +159,9 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
                      "exp_avg_sq_dtype": "use_precision_aware_optimizer",
                      "cross_entropy_fusion_impl": "cross_entropy_loss_fusion",
                      "wgrad_deferral_limit": "defer_embedding_wgrad_compute"}
+# Fields written only when they differ from Megatron's default (the Muon settings: with --optimizer muon only).
+_OPTIMIZER_DEFAULTS = {"optimizer": "adam", "muon_num_ns_steps": 5, "muon_tp_mode": "duplicated",
+                       "muon_scalar_optimizer": "adam"}
 # Other real Megatron-LM flags echo-tune writes or reads.
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")
@@ -306,6 +316,8 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
                     "pipeline_model_parallel_layout")):
                 continue  # the layout sets VPP; arguments.py refuses both flags together
             if field in DEFAULT_ONLY_WITH and not values.get(DEFAULT_ONLY_WITH[field]):
+                continue
+            if field in _OPTIMIZER_DEFAULTS and value == _OPTIMIZER_DEFAULTS[field]:
                 continue
             if field in _MOE_MLA_DEFAULTS and value == _MOE_MLA_DEFAULTS[field]:
                 continue  # MoE / MLA / EP settings at Megatron's defaults (a dense model writes none)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.config.cluster import PRECISIONS
+from echo_tune.config.optimizer_fields import OptimizerFields
 from echo_tune.config.pipeline_layout import normalize_layout, parse_layout
 
 RECOMPUTE_GRANULARITIES = (None, "full", "selective")
@@ -32,7 +33,7 @@ OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ParallelConfig:
+class ParallelConfig(OptimizerFields):
     """A Megatron-LM parallel layout and the training settings that shape one step."""
 
     tensor_model_parallel_size: int = 1
@@ -265,6 +266,7 @@ class ParallelConfig:
             if value is not None:
                 object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         require_choice("cuda_graph_impl", self.cuda_graph_impl, CUDA_GRAPH_IMPLS)
+        self._check_optimizer()
         require_positive("num_distributed_optimizer_instances", self.num_distributed_optimizer_instances)
         for name in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "wgrad_deferral_limit",
                      "cuda_graph_warmup_steps"):
