@@ -78,6 +78,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "cross_entropy_loss_fusion": ("--cross-entropy-loss-fusion", "flag"),
     "cross_entropy_fusion_impl": ("--cross-entropy-fusion-impl", "str"),
     "transformer_impl": ("--transformer-impl", "str"),
+    "attention_output_gate": ("--attention-output-gate", "flag"),
     # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/moe_overlap.py)
     "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
     "moe_enable_deepep": ("--moe-enable-deepep", "flag"),

@@ -101,3 +101,10 @@ def test_muon_rules():
     assert dist.optimizer == "muon" and dist.use_distributed_optimizer
     with pytest.raises(ConfigError, match="multi_latent_attention"):
         check_muon(et.load_model("deepseek-v3"), dist)
+
+
+def test_output_gate_is_its_own_matrix_in_split_qkv():
+    # emerging_optimizers.py _get_qkv_split_shapes: [q, gate, k, v] with attention_output_gate
+    gated = LLAMA8.replace(attention_output_gate=True)
+    shapes = [(m.rows, m.cols) for m in layer_matrices(gated, BASE.replace(optimizer="muon"), 1, False)][:4]
+    assert shapes == [(4096, 4096), (4096, 4096), (1024, 4096), (1024, 4096)]
