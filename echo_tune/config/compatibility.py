@@ -184,6 +184,10 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
         else:
             check_group_size(group, pp, num_micro_batches)
     else:
+        require(not parallel.overlap_p2p_comm_warmup_flush,
+                f"--overlap-p2p-communication-warmup-flush needs the interleaved schedule (Megatron turns "
+                f"overlap_p2p_comm off without it), but got (virtual pipeline size={vpp}); drop it or set "
+                f"virtual_pipeline_model_parallel_size")
         require(parallel.microbatch_group_size_per_vp_stage is None,
                 f"microbatch_group_size_per_vp_stage applies to the interleaved schedule only, but got "
                 f"(microbatch_group_size_per_vp_stage={parallel.microbatch_group_size_per_vp_stage}, "

@@ -120,6 +120,10 @@ class LayerFields:
     """``--apply-query-key-layer-scaling``: scale Q K^T by 1 / layer number; turns on
     ``attention_softmax_in_fp32`` (arguments.py validate_args) and adds a scale kernel on the torch path."""
 
+    attention_output_gate: bool = False
+    """``--attention-output-gate``: the QKV projection also outputs a gate of the query's size, and the core
+    attention output is multiplied by its sigmoid before the output projection (workload/output_gate.py)."""
+
     def _check_layer_variants(self) -> None:
         object.__setattr__(self, "window_size", parse_window_size(self.window_size))
         require_choice("softmax_type", self.softmax_type, SOFTMAX_TYPES)
@@ -134,6 +138,9 @@ class LayerFields:
                                                 f"(window_size={self.window_size})")
         if self.window_attn_skip_freq is not None:
             self.window_pattern  # noqa: B018  (validates the pattern)
+        require(not (self.attention_output_gate and self.multi_latent_attention),  # type: ignore[attr-defined]
+                "`attention_output_gate` is not supported with `multi_latent_attention` (transformer_config.py "
+                "MLATransformerConfig: \"Output gate is not supported for MLA yet.\"), but got both; drop one")
         require(not (self.squared_relu and self.swiglu),  # type: ignore[attr-defined]
                 "`squared_relu` and `swiglu` cannot both be set (argument_utils.py asserts not args.swiglu), "
                 "but got (squared_relu=True, swiglu=True); pick one activation")

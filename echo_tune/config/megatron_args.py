@@ -82,6 +82,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "masked_softmax_fusion": ("--no-masked-softmax-fusion", "not_flag"),
     "attention_softmax_in_fp32": ("--attention-softmax-in-fp32", "flag"),
     "apply_query_key_layer_scaling": ("--apply-query-key-layer-scaling", "flag"),
+    "attention_output_gate": ("--attention-output-gate", "flag"),
     # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/moe_overlap.py)
     "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
     "moe_enable_deepep": ("--moe-enable-deepep", "flag"),
@@ -155,6 +156,14 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "megatron_fsdp_grad_comm_dtype": ("--megatron-fsdp-grad-comm-dtype", "str"),
     "fsdp_double_buffer": ("--fsdp-double-buffer", "flag"),
     "nccl_ub": ("--use-nccl-ub", "flag"),
+    "overlap_p2p_comm_warmup_flush": ("--overlap-p2p-communication-warmup-flush", "flag"),
+    # the optimizer (config/optimizer_fields.py, sim/optimizer_muon.py)
+    "optimizer": ("--optimizer", "str"),
+    "muon_num_ns_steps": ("--muon-num-ns-steps", "int"),
+    "muon_tp_mode": ("--muon-tp-mode", "str"),
+    "muon_split_qkv": ("--muon-no-split-qkv", "not_flag"),
+    "muon_scalar_optimizer": ("--muon-scalar-optimizer", "str"),
+    "use_layer_wise_param_layout": ("--no-use-layer-wise-param-layout", "not_flag"),
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.
@@ -170,6 +179,9 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
                          "data_parallel_sharding_strategy", "outer_dp_sharding_strategy",
                          "megatron_fsdp_main_params_dtype", "megatron_fsdp_main_grads_dtype",
                          "megatron_fsdp_grad_comm_dtype")}}
+# Fields written only when they differ from Megatron's default (the Muon settings: with --optimizer muon only).
+_OPTIMIZER_DEFAULTS = {"optimizer": "adam", "muon_num_ns_steps": 5, "muon_tp_mode": "duplicated",
+                       "muon_scalar_optimizer": "adam"}
 # Other real Megatron-LM flags echo-tune writes or reads.
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")
@@ -333,6 +345,8 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
                     "pipeline_model_parallel_layout")):
                 continue  # the layout sets VPP; arguments.py refuses both flags together
             if field in DEFAULT_ONLY_WITH and not values.get(DEFAULT_ONLY_WITH[field]):
+                continue
+            if field in _OPTIMIZER_DEFAULTS and value == _OPTIMIZER_DEFAULTS[field]:
                 continue
             if field in _MOE_MLA_DEFAULTS and value == _MOE_MLA_DEFAULTS[field]:
                 continue  # MoE / MLA / EP settings at Megatron's defaults (a dense model writes none)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.config.cluster import PRECISIONS
+from echo_tune.config.optimizer_fields import OptimizerFields
 from echo_tune.config.pipeline_layout import normalize_layout, parse_layout
 
 RECOMPUTE_GRANULARITIES = (None, "full", "selective")
@@ -36,7 +37,7 @@ OUTPUT_DISCARDING_MODULES = ("layernorm", "mla_up_proj", "moe_act")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ParallelConfig:
+class ParallelConfig(OptimizerFields):
     """A Megatron-LM parallel layout and the training settings that shape one step."""
 
     tensor_model_parallel_size: int = 1
@@ -255,6 +256,15 @@ class ParallelConfig:
     nccl_ub: bool = False
     """``--use-nccl-ub``: NCCL user-buffer registration of the FSDP buffers (turns on ``fsdp_double_buffer``)."""
 
+    overlap_p2p_comm_warmup_flush: bool = False
+    """``--overlap-p2p-communication-warmup-flush``: overlap the interleaved schedule's pipeline sends and
+    receives with compute in the warm-up and flush phases too, not only in steady 1F1B (Megatron-LM d98e8a64ddf3
+    core/pipeline_parallel/schedules.py ``forward_backward_pipelining_with_interleaving``: the receive for
+    micro-batch k+1 is posted before computing k). echo-tune's pipeline engine (sim/engine.py) overlaps every
+    send / receive in all phases, so this setting is what it models; Megatron's default (blocking
+    send-and-receive in warm-up and flush) is not modelled. Needs the interleaved schedule
+    (model_parallel_config.py: only with overlap_p2p_comm, which Megatron turns off without it)."""
+
     def __post_init__(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "micro_batch_size", "global_batch_size"):
@@ -295,6 +305,7 @@ class ParallelConfig:
             if value is not None:
                 object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         require_choice("cuda_graph_impl", self.cuda_graph_impl, CUDA_GRAPH_IMPLS)
+        self._check_optimizer()
         require_positive("num_distributed_optimizer_instances", self.num_distributed_optimizer_instances)
         for name in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "wgrad_deferral_limit",
                      "cuda_graph_warmup_steps"):

@@ -44,7 +44,8 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import cuda_graph_setting
 
-ATTN_REGIONS = ("input_norm", "qkv", "core_attention", "mla_up_proj", "attention_proj", "attention_residual")
+ATTN_REGIONS = ("input_norm", "qkv", "core_attention", "mla_up_proj", "output_gate", "attention_proj",
+                "attention_residual")
 MLP_REGIONS = ("mlp_norm", "mlp", "mlp_residual")
 MOE_REGIONS = ("mlp_norm", "moe", "mlp_residual")
 ROUTER_REGIONS = ("mlp_norm", "moe/router", "moe/shared")

@@ -6,7 +6,8 @@ max(40M, 1M x DP) parameters) once the last micro-batch's backward produced them
 reduction hides behind the remaining backward passes; without it, the whole buffer is reduced after
 the backward. The distributed optimizer reduce-scatters instead of all-reducing and all-gathers the
 updated bf16 parameters afterwards (hidden behind the next forward with ``overlap_param_gather``,
-except the first bucket that the first layer waits for).
+except the first bucket that the first layer waits for). ``--optimizer muon`` adds its Newton-Schulz
+step to the optimizer time (sim/optimizer_muon.py, added in sim/simulate.py).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Calibra
     ``spans``: if a list, each bucket's reduction is appended as (begin_s, end_s, params) (for the trace;
     the bucket-by-bucket loop is used then, equal to the closed form up to rounding).
     """
-    collective = "reduce_scatter" if parallel.use_distributed_optimizer else "all_reduce"
+    # Muon's layer-wise distributed optimizer without its param layout all-reduces (sim/optimizer_muon.py)
+    collective = "reduce_scatter" if parallel.use_distributed_optimizer and (
+        not parallel.muon or parallel.use_layer_wise_param_layout) else "all_reduce"
     grad_bytes = grad_bytes_per_param(parallel)
     total_params = sum(chunk_params)
     bucket = ddp_bucket_params(dp.size) if parallel.overlap_grad_reduce else max(total_params, 1)

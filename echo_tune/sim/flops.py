@@ -7,7 +7,8 @@ d98e8a64ddf3), standard-transformer branch with the BSHD defaults (every sample 
   the attention projections (MHA/GQA with ``kv_channels``, or MLA's low-rank projections), the dense
   MLPs (3 h ffn with SwiGLU, else 2 h ffn), the routed experts of the MoE layers (top-k x moe_ffn) and
   their shared expert, the MTP norms and projections, and the logits over the padded vocabulary
-  (multiple of make_vocab_size_divisible_by x TP) once per output head (1 + MTP layers);
+  (multiple of make_vocab_size_divisible_by x TP) once per output head (1 + MTP layers); with
+  ``--attention-output-gate`` also the QKV projection's gate columns (h x query projection size);
 - core attention: 3 x 2 x batch x s^2 x (query projection size) / 2 (causal mask) x 2 (QK^T and PV); for
   MLA, heads x ((qk_head_dim + qk_pos_emb_head_dim) + v_head_dim) / 2.
 Megatron's formula has no router term (the [h, E] router GEMM is not counted), nor norms or softmax.
@@ -29,7 +30,8 @@ def _attention_terms(model: ModelSpec) -> tuple[float, float]:
         return linear, a * qk / 2 + a * model.v_head_dim / 2
     d = model.kv_channels or h // a
     query, kv = d * a, d * model.query_groups
-    return h * (query + 2 * kv) + query * h, query / 2 * 2
+    gate = query if model.attention_output_gate else 0  # training.py gate_projection_size
+    return h * (query + 2 * kv + gate) + query * h, query / 2 * 2
 
 
 def model_flops_per_step(model: ModelSpec, global_batch_size: int, tensor_model_parallel_size: int = 1) -> float:

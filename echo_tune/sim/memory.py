@@ -22,6 +22,9 @@ Each allocation as Megatron-LM makes it (d98e8a64ddf3):
   training/theoretical_memory_usage.py (18 bytes, or 6 + 12/d with the distributed optimizer, d
   = DP x CP).
 
+With ``--optimizer muon`` the 2-D weight matrices keep one state less (a momentum, no second moment;
+sim/optimizer_muon.py).
+
 With ``--num-distributed-optimizer-instances N`` the optimizer states are sharded over DP x CP / N ranks
 (sim/dp_instances.py). CUDA graphs add their static buffers (``cuda_graph_bytes``, sim/cuda_graphs.py).
 
@@ -46,6 +49,7 @@ from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
 from echo_tune.sim.fsdp import fsdp_memory_bytes
+from echo_tune.sim.optimizer_muon import matrix_params, state_saving_bytes
 from echo_tune.sim.schedules import peak_in_flight_bytes
 from echo_tune.workload.graph import Trace
 
@@ -206,6 +210,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         weights, grads, optimizer, buffers = fsdp_memory_bytes(layout, parallel, pieces, stage, params_on_rank,
                                                                expert_params_on_rank)
         weights += fp8_weight_bytes_per_param(parallel) * linear_params
+    if model is not None and parallel.muon:  # Muon keeps one state less on its matrices (sim/optimizer_muon.py)
+        matrices = matrix_params(model, parallel, layout, dense_layers, moe_layers)
+        optimizer -= state_saving_bytes(parallel, layout, params_on_rank, expert_params_on_rank, matrices)
     return StageMemory(stage=stage, weights_bytes=int(weights), gradients_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations),
                        cuda_graph_bytes=int(graphs), fsdp_buffer_bytes=int(buffers))

@@ -34,6 +34,7 @@ from echo_tune.sim.flops import model_flops_per_step
 from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes
 from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
+from echo_tune.sim.optimizer_muon import check_muon, step_extra_s
 from echo_tune.sim.moe_overlap import paired_fraction
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
@@ -147,6 +148,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     parallel = check_fsdp(parallel)  # Megatron-FSDP's rules and the settings it implies (sim/fsdp.py)
     layout = check_compatible(model, cluster, num_gpus, parallel)
     check_deterministic(model, parallel)
+    check_muon(model, parallel)
     profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster
     check_profile_device(profile, cluster)
     check_op_times_device(profile, cluster)
@@ -207,8 +209,9 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     h = model.hidden_size
     mtp_params = 2 * h * h // parallel.tensor_model_parallel_size + 2 * h  # per MTP layer
     buckets = [] if timeline else None
+    muon = functools.partial(step_extra_s, model, parallel, layout, profile, cluster.gpu) if parallel.muon else None
     stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix,
-                                                              mtp_params, buckets)
+                                                              mtp_params, buckets, muon=muon)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time,
@@ -295,11 +298,12 @@ def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple
     return spans
 
 
-def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None):
+def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None, muon=None):
     """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
     backward, and when its step ends. ``mtp_params``: the extra parameters of one MTP layer.
     ``bucket_spans``: a list to receive, per stage, its DP buckets' (begin_s, end_s, params) for the trace
-    (the tail itself is computed as without it)."""
+    (the tail itself is computed as without it). ``muon``: with ``--optimizer muon``, what it adds to a stage's
+    optimizer step, from (its layer mix, its parameters, their routed experts'): sim/optimizer_muon.py."""
     p = len(layout.stage_chunk_layers)
     layer_params = pieces["layer"].param_count
     moe = pieces.get("moe_layer")
@@ -327,6 +331,9 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
             kwargs.update(dp=dp_cp_group(layout), root_params=fsdp_root_params(layout, pieces, s))
         tail_of = fsdp_stage_tail if parallel.use_megatron_fsdp else stage_tail
         tail = tail_of(**kwargs)
+        if muon is not None:
+            tail = dataclasses.replace(tail, optimizer_s=tail.optimizer_s + muon(mix[s], stage_params[s],
+                                                                                 stage_experts[s]))
         if bucket_spans is not None:
             bucket_spans.append([])
             tail_of(**kwargs, spans=bucket_spans[-1])

@@ -22,6 +22,7 @@ from echo_tune.workload.attention import core_attention
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import in_region
 from echo_tune.workload.fused_elementwise import fused_bias_dropout_add
+from echo_tune.workload.output_gate import apply_output_gate
 from echo_tune.workload.rotary import apply_rope, rotary_dim
 from echo_tune.workload.scale_mask_softmax import local_softmax
 from echo_tune.workload.activations import activation, fc1_fuses_bias
@@ -141,7 +142,8 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
         params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * m.v_head_dim, bias=True)
         d = m.qk_pos_emb_head_dim  # RoPE applies to the decoupled rope part only
     else:
-        params["qkv"] = _linear_params(shard, (shard.heads + 2 * shard.groups) * d, m.hidden_size, bias=True)
+        gate = shard.heads * d if m.attention_output_gate else 0  # workload/output_gate.py: the gate's columns
+        params["qkv"] = _linear_params(shard, (shard.heads + 2 * shard.groups) * d + gate, m.hidden_size, bias=True)
         params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * d, bias=True)
         if m.qk_layernorm:  # one RMSNorm weight over the head dimension for queries, one for keys
             params["qk_norm"] = {"q": shard.tensor(d, grad=True), "k": shard.tensor(d, grad=True)}
@@ -160,13 +162,18 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def _qkv(x, params, shard: Shard):
-    """QKV projection, split into q [s, b, heads, d] and k, v [s, b, groups, d] (+ fused RoPE)."""
+    """QKV projection, split into q [s, b, heads, d] and k, v [s, b, groups, d] (+ fused RoPE), and the output
+    gate (q's shape) with ``attention_output_gate`` (per group [q, gate, k, v]; else None)."""
     p, d = params["qkv"], shard.model.head_dim
     mixed = column_parallel_linear(x, p["weight"], p.get("bias"), shard.tp, shard.sequence_parallel)
     s, b = mixed.shape[:2]
     per_group = shard.heads // shard.groups
-    mixed = mixed.view(s, b, shard.groups, (per_group + 2) * d)
-    q, k, v = torch.split(mixed, [per_group * d, d, d], dim=3)
+    gated = shard.model.attention_output_gate
+    mixed = mixed.view(s, b, shard.groups, ((2 if gated else 1) * per_group + 2) * d)
+    if gated:
+        q, gate, k, v = torch.split(mixed, [per_group * d, per_group * d, d, d], dim=3)
+    else:
+        (q, k, v), gate = torch.split(mixed, [per_group * d, d, d], dim=3), None
     q = q.reshape(s, b, shard.heads, d)
     if "qk_norm" in params:
         q = torch.ops.echo_tune.rms_norm(q, params["qk_norm"]["q"], NORM_EPS)[0]
@@ -175,7 +182,7 @@ def _qkv(x, params, shard: Shard):
         freqs, m = params["buffers"]["rope_freqs"], shard.model
         q = apply_rope(q, freqs, fused=m.apply_rope_fusion, interleaved=m.rotary_interleaved)
         k = apply_rope(k, freqs, fused=m.apply_rope_fusion, interleaved=m.rotary_interleaved)
-    return q, k, v
+    return q, k, v, gate
 
 
 def _attention_proj(context, params, shard: Shard):
@@ -208,13 +215,15 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     m = shard.model
     hidden = in_region("input_norm", norm, x, params["input_norm"], shard)
     if m.multi_latent_attention:
-        q, k, v = mla.mla_qkv(hidden, params, shard)
+        (q, k, v), gate = mla.mla_qkv(hidden, params, shard), None
     else:
-        q, k, v = in_region("qkv", _qkv, hidden, params, shard)
+        q, k, v, gate = in_region("qkv", _qkv, hidden, params, shard)
     context = in_region("core_attention", lambda: core_attention(
         q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout,
         window_left=m.window_left if shard.window else None,
         softmax=local_softmax(shard, params.get("softmax_offset", {}).get("offset"))))
+    if gate is not None:  # --attention-output-gate (workload/output_gate.py)
+        context = in_region("output_gate", apply_output_gate, context, gate)
     attn = in_region("attention_proj", _attention_proj, context, params, shard)
     x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout,
                   m.bias_dropout_fusion)

@@ -166,3 +166,12 @@ def test_microbatch_group_size_rules():
     with pytest.raises(ConfigError, match="applies to the interleaved schedule only"):
         check_compatible(GPT3, A100, 1024, base.replace(virtual_pipeline_model_parallel_size=None,
                                                         microbatch_group_size_per_vp_stage=16))
+
+
+def test_overlap_p2p_warmup_flush_needs_the_interleaved_schedule():
+    # model_parallel_config.py: only with overlap_p2p_comm, which validate_args turns off without VPP
+    base = ParallelConfig(tensor_model_parallel_size=8, pipeline_model_parallel_size=16, global_batch_size=1536,
+                          virtual_pipeline_model_parallel_size=2, overlap_p2p_comm_warmup_flush=True)
+    check_compatible(GPT3, A100, 1024, base)
+    with pytest.raises(ConfigError, match="needs the interleaved schedule"):
+        check_compatible(GPT3, A100, 1024, base.replace(virtual_pipeline_model_parallel_size=None))

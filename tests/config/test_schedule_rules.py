@@ -26,3 +26,10 @@ def test_defaults_are_not_written():
     for flag in ("--wgrad-deferral-limit", "--num-distributed-optimizer-instances", "--cuda-graph-impl",
                  "--cuda-graph-warmup-steps", "--defer-embedding-wgrad-compute"):
         assert flag not in flags
+
+
+def test_overlap_p2p_warmup_flush_is_read_and_written():
+    _, fields, _, ignored = parse_megatron_line("--overlap-p2p-communication-warmup-flush")
+    assert fields == {"overlap_p2p_comm_warmup_flush": True} and not ignored
+    parallel = et.ParallelConfig(global_batch_size=8, **fields)
+    assert "--overlap-p2p-communication-warmup-flush" in to_megatron_flags({}, parallel.to_dict(), "bf16")

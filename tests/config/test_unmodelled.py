@@ -61,7 +61,7 @@ def test_deepseek_v3_example_simulates_with_mla_moe_and_megatron_fsdp(capsys):
 
 @pytest.mark.parametrize("extra, named", [
     ("--fp4-format e2m1", "--fp4-format"),
-    ("--attention-output-gate", "--attention-output-gate"),
+    ("--qk-l2-norm", "--qk-l2-norm"),
     ("--cpu-offloading", "--cpu-offloading"),
     ("--moe-paged-stash", "--moe-paged-stash"),
     ("--some-new-flag 3", "--some-new-flag"),
@@ -100,8 +100,8 @@ def test_lists_are_disjoint_and_modelled_flags_are_in_neither():
 def test_yaml_model_key_that_shapes_the_step_is_refused(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump({"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                                    "seq_length": 128, "vocab_size": 256, "attention_output_gate": True}))
-    with pytest.raises(UnmodelledError, match="'attention_output_gate'.*not modelled"):
+                                    "seq_length": 128, "vocab_size": 256, "qk_l2_norm": True}))
+    with pytest.raises(UnmodelledError, match="'qk_l2_norm'.*not modelled"):
         load_model(path)
 
 
