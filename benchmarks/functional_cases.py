@@ -78,7 +78,10 @@ def load_corpus(data_dir: Path = DATA) -> dict[str, dict]:
 
 def gpus_for(case: dict, defaults: list[dict], platform: str) -> tuple[int, str]:
     """GPUs of the recipe that runs the case on ``platform`` (nodes x GPUs per node), and where it came from:
-    a recipe listing that platform, else one in the same recipe folder, else the set's main recipe."""
+    the case's own GPUS_PER_NODE for its first block when it states one, else a recipe listing that platform,
+    else one in the same recipe folder, else the set's main recipe."""
+    if "model_args_gpus_per_node" in case:  # the case states it (MODEL_ENV_VARS): one node of that many
+        return case["model_args_gpus_per_node"], "the case's MODEL_ENV_VARS.MODEL_ARGS.GPUS_PER_NODE"
     wanted = RECIPE_PLATFORM.get(platform, platform)
     family = "gb200/" if wanted == "dgx_gb200" else "h100/"
     recipes = case.get("recipes") or []

@@ -133,6 +133,10 @@ def read_case(case_dir: Path) -> dict:
             case[key.lower()] = config[key]
     if "MODEL_ARGS_2" in config:
         case["has_model_args_2"] = True
+    # the case's own GPU count for its first block (Megatron's launcher reads MODEL_ENV_VARS.MODEL_ARGS)
+    gpus = ((config.get("MODEL_ENV_VARS") or {}).get("MODEL_ARGS") or {}).get("GPUS_PER_NODE")
+    if gpus is not None:
+        case["model_args_gpus_per_node"] = int(gpus)
     return case
 
 

@@ -5,6 +5,7 @@ weight gradients (``--delay-wgrad-compute``): megatron/core/transformer/transfor
 from __future__ import annotations
 
 from echo_tune.config._checks import require
+from echo_tune.config.pipeline_layout import num_virtual_stages
 
 
 def check_moe_overlap(model, parallel) -> None:
@@ -17,6 +18,9 @@ def check_moe_overlap(model, parallel) -> None:
         return
     ep, pp = parallel.expert_model_parallel_size, parallel.pipeline_model_parallel_size
     vpp = parallel.virtual_pipeline_model_parallel_size or parallel.num_layers_per_virtual_pipeline_stage
+    if vpp is None and parallel.pipeline_model_parallel_layout:  # the layout sets VPP (arguments.py)
+        chunks = num_virtual_stages(parallel.pipeline_model_parallel_layout) // pp
+        vpp = chunks if chunks > 1 else None
     require(pp == 1 or vpp is not None,
             f"`overlap_moe_expert_parallel_comm` with `pipeline_model_parallel_size > 1` needs a virtual pipeline, "
             f"but got (pipeline_model_parallel_size={pp}, virtual_pipeline_model_parallel_size=None); add "

@@ -56,3 +56,14 @@ def test_out_of_scope_cases_are_counted_apart():
     assert len(runs) + sum(map(len, left_out.values())) == 206 + 65
     first = runs["gpt/gpt3_7b_tp1_pp4_memory_speed"]
     assert [r.cluster for r in first] == ["h100-sxm", "a100-80gb", "gb200-nvl72"]  # primary platform first
+
+
+def test_a_case_that_states_its_gpus_runs_on_them():
+    # gpt3_mcore_reruns_resume_check_grads/model_config.yaml: MODEL_ENV_VARS.MODEL_ARGS.GPUS_PER_NODE: 1
+    # ("DP=1, TP=1, CP=1, PP=1"), though its recipe h100/gpt-grads.yaml books a node of 8
+    from functional_cases import gpus_for, load_corpus
+    gpt = load_corpus()["gpt"]
+    case = gpt["cases"]["gpt3_mcore_reruns_resume_check_grads"]
+    assert gpus_for(case, gpt["default_recipes"], "dgx_h100")[0] == 1
+    other = gpt["cases"]["gpt3_mcore_te_tp2_pp2"]
+    assert "model_args_gpus_per_node" not in other and gpus_for(other, gpt["default_recipes"], "dgx_h100")[0] == 8

@@ -38,3 +38,19 @@ def test_a_valid_overlap_layout_passes():
 def test_megatron_overlap_rules(model, changes, rule):
     with pytest.raises(ConfigError, match=rule):
         check(model, **changes)
+
+
+def test_a_pipeline_layout_sets_the_virtual_pipeline_the_overlap_needs():
+    # Megatron-LM d98e8a64ddf3 arguments.py: the layout's chunk count / PP is the VPP (8 / 2 = 4 here), which
+    # transformer_config.py's EP-overlap assert then sees; functional test
+    # moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental runs exactly this
+    from echo_tune.config.moe_overlap_rules import check_moe_overlap
+    model = et.ModelSpec(num_layers=16, hidden_size=64, num_attention_heads=4, seq_length=128, vocab_size=256,
+                         num_experts=4, moe_router_topk=2, moe_token_dispatcher_type="alltoall",
+                         mtp_num_layers=1)
+    parallel = et.ParallelConfig(pipeline_model_parallel_size=2, expert_model_parallel_size=4,
+                                 pipeline_model_parallel_layout="Et*3|(tt|)*6tmL", global_batch_size=8,
+                                 overlap_moe_expert_parallel_comm=True)
+    check_moe_overlap(model, parallel)  # no error
+    with pytest.raises(ConfigError, match="needs a virtual pipeline"):
+        check_moe_overlap(model, parallel.replace(pipeline_model_parallel_layout="Et*8|t*8mL"))
