@@ -12,6 +12,7 @@ import pytest
 
 from echo_tune.config.megatron_args import MEGATRON_FLAGS
 from echo_tune.errors import ConfigError
+from echo_tune.config.flag_catalog import megatron_flags
 from echo_tune.search import SearchOptions, check_space, load_space, run_search, space_from_dict
 from echo_tune.search.params import full_params
 from echo_tune.search.objective import Evaluator
@@ -19,11 +20,12 @@ from echo_tune.search.storage import open_storage
 from echo_tune.search.study import run_one_trial
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
-FLAGS_LIST = Path(__file__).with_name("megatron_lm_flags.txt")
 
 
 def megatron_flag_list() -> set[str]:
-    return {line.strip() for line in FLAGS_LIST.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    """Every flag Megatron-LM defines at the reference commit (config/data/megatron_flags.json, generated from
+    its arguments.py by config/flag_catalog_build.py)."""
+    return set(megatron_flags())
 
 
 def test_tpe_and_exhaustive(small_exhaustive, small_tpe):
