@@ -1,7 +1,7 @@
 """The simulator's view of one stage: its parts, and when its neighbours' tasks end (the p2p waits).
 
 Everything comes from ``simulate`` itself (its timeline, with ``timeline=True``) and from the same
-pass costs (``sim.passes.pass_costs``, ``simulate._chunk_passes``), so emulate compares against exactly
+pass costs (``sim.passes.pass_costs``, ``sim.chunk_passes.chunk_passes``), so emulate compares against exactly
 what ``simulate`` reports. "compute" includes recompute (``simulate`` reports it as its own part).
 """
 
@@ -18,7 +18,8 @@ from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.passes import pass_costs, trace_pieces
 from echo_tune.sim.report import StepReport
-from echo_tune.sim.simulate import _chunk_passes, _p2p_time_s, simulate
+from echo_tune.sim.chunk_passes import chunk_passes
+from echo_tune.sim.simulate import _p2p_time_s, simulate
 
 _TASK = re.compile(r"^([FB])(\d+)(?:\.(\d+))?$")
 
@@ -69,7 +70,7 @@ def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paralle
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap)
     costs = pass_costs(pieces, ctx)
-    passes = [_chunk_passes(layout, costs, stage, c) for c in range(layout.virtual_pipeline_size)]
+    passes = [chunk_passes(layout, costs, stage, c) for c in range(layout.virtual_pipeline_size)]
     forward = [f for f, _, _ in passes]
     backward = [b + r for _, b, r in passes]  # recompute runs inside the backward pass
     ends = task_end_times(report)

@@ -4,7 +4,6 @@ each with its source file and commit) simulate as what they are, or are refused 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
