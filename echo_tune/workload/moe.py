@@ -144,26 +144,61 @@ def _router(tokens, params, shard):
     return probs.to(shard.dtype), indices
 
 
-def _expert_act(hidden, shard):
+class _WeightByProbs(Function):
+    """The routing-probability weighting inside a fused weighted activation (Megatron-LM d98e8a64ddf3
+    core/fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction.forward``: ``save_for_backward(input,
+    weights)``, one kernel forward and one backward that also yields the probabilities' gradient): the
+    activation's input is saved by the activation already, so only the probabilities [rows, 1] are kept,
+    and the product runs inside the activation's own kernels (no kernel here: a view forward; backward
+    the gradient passes through and the probabilities' [rows, 1] gradient is a negligible fill)."""
+
+    @staticmethod
+    def forward(ctx, act, probs):
+        ctx.save_for_backward(probs)
+        return act.view_as(act)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (probs,) = ctx.saved_tensors
+        return grad, torch.zeros_like(probs)
+
+
+def _weighted_act(hidden, shard, probs):
+    act = _activation(hidden, shard)
+    if probs is None:
+        return act
+    if shard.model.swiglu and shard.model.bias_swiglu_fusion:
+        return _WeightByProbs.apply(act, probs)
+    return act * probs  # experts.py bias_act_func, unfused: ``intermediate_parallel * permuted_probs``
+
+
+def _expert_act(hidden, shard, probs=None):
     """The experts' activation of fc1's output, as its own sub-region "expert_act" (nested in "experts"):
     what ``--recompute-modules moe_act`` replays (experts.py ``bias_act_func`` under
     ``CheckpointWithoutOutput``, Megatron-LM d98e8a64ddf3). fc1 is tagged first so the backward walk of
-    the activation stops at fc1's node (``context.in_subregion``: parts in forward order)."""
-    return in_subregion("expert_act", _activation, hidden, shard)
+    the activation stops at fc1's node (``context.in_subregion``: parts in forward order).
+
+    ``probs`` [rows, 1]: the permuted routing probabilities, which Megatron applies here, in the experts'
+    activation (experts.py ``TEGroupedMLP.forward`` ``bias_act_func(fc1_output, bias, permuted_probs)``),
+    not at the un-permute (token_dispatcher.py: every dispatcher's ``unpermute`` call passes no probs)."""
+    return in_subregion("expert_act", _weighted_act, hidden, shard, probs)
 
 
-def _experts(x, params, shard):
-    """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert."""
+def _experts(x, params, shard, probs=None):
+    """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert;
+    ``probs`` [M, 1] weight the activation (``_expert_act``)."""
     n, fc1, fc2 = local_experts(shard), params["experts"]["fc1"], params["experts"]["fc2"]
     rows = x.shape[0] // n  # a multiple of n by construction (_received_rows)
     # the local spec always builds SequentialMLP (core/models/backends.py LocalSpecProvider.grouped_mlp_modules)
     if (shard.model.moe_grouped_gemm and not shard.model.local_spec) or n == 1:
         hidden = in_subregion("experts", torch.bmm, x.view(n, rows, -1), fc1)
-        return torch.bmm(_expert_act(hidden, shard), fc2).reshape(rows * n, -1)
+        weights = probs.view(n, rows, 1) if probs is not None else None
+        return torch.bmm(_expert_act(hidden, shard, weights), fc2).reshape(rows * n, -1)
     outs = []
     for i in range(n):
         hidden = in_subregion("experts", torch.mm, x[i * rows:(i + 1) * rows], fc1[i])
-        outs.append(torch.mm(_expert_act(hidden, shard), fc2[i]))
+        weights = probs[i * rows:(i + 1) * rows] if probs is not None else None
+        outs.append(torch.mm(_expert_act(hidden, shard, weights), fc2[i]))
     return torch.cat(outs)
 
 
@@ -174,25 +209,28 @@ def _received_rows(tokens: int, shard) -> int:
     return max(1, math.ceil(tokens * shard.model.moe_router_topk * busiest_share(shard.model) / n)) * n
 
 
-def _dispatch_alltoall(tokens, indices, recv: int, shard, probs=None):
-    """Permute the top-k copies by expert, all-to-all over EP, all-gather over ETP, regroup by local expert."""
+def _to_experts(rows, recv: int, shard):
+    """All-to-all over EP, all-gather over ETP, regroup by local expert (sort_chunks_by_idxs: a copy)."""
+    received = _gather(_AllToAll.apply(rows, "ep", shard.ep, recv), "etp", shard.etp)
+    return received.clone() if local_experts(shard) > 1 else received
+
+
+def _dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool):
+    """Permute the top-k copies by expert and send them to their experts; with them the permuted
+    probabilities (token_dispatcher.py ``MoEAlltoAllTokenDispatcher``: ``permute(..., probs=probs)`` and
+    the probs' own all-to-all): (expert input, their probabilities [M, 1], or None when applied here)."""
     permuted = tokens.index_select(0, indices.reshape(-1))  # [T*k, h], grouped by expert
-    if probs is not None:  # --moe-apply-probs-on-input: weight the copies before the experts
-        permuted = permuted * probs.reshape(-1, 1)
-    received = _AllToAll.apply(permuted, "ep", shard.ep, recv)
-    expert_in = _gather(received, "etp", shard.etp)
-    if local_experts(shard) > 1:
-        expert_in = expert_in.clone()  # sort_chunks_by_idxs: copies regrouped by local expert
-    return expert_in
+    if on_input:  # --moe-apply-probs-on-input: weight the copies before the experts
+        return _to_experts(permuted * probs.reshape(-1, 1), recv, shard), None
+    return _to_experts(permuted, recv, shard), _to_experts(probs.reshape(-1, 1), recv, shard)
 
 
-def _combine_alltoall(expert_out, tokens, probs, indices, shard):
-    """Reduce-scatter over ETP, all-to-all back, un-permute weighting each copy by its probability (unless
-    the probabilities were applied on the input)."""
+def _combine_alltoall(expert_out, tokens, indices, shard):
+    """Reduce-scatter over ETP, all-to-all back, un-permute: a plain sum of the copies, already weighted by
+    the experts (token_dispatcher.py ``combine_postprocess`` calls ``unpermute`` without probs)."""
     flat = indices.reshape(-1)
     back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
-    weighted = back if shard.model.moe_apply_probs_on_input else back * probs.reshape(-1, 1)
-    return _scatter_add(tokens.new_zeros(tokens.shape), flat, weighted)
+    return _scatter_add(tokens.new_zeros(tokens.shape), flat, back)
 
 
 class _UnpermuteSum(Function):
@@ -235,10 +273,10 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     probs, indices = in_subregion("router", _router, tokens, params, shard)
     recv = _received_rows(s * b, shard)
     if m.moe_token_dispatcher_type in ("alltoall", "flex"):
-        on_input = probs if m.moe_apply_probs_on_input else None
-        expert_in = in_subregion("dispatch", _dispatch_alltoall, tokens, indices, recv, shard, on_input)
-        expert_out = in_subregion("experts", _experts, expert_in, params, shard)
-        out = in_subregion("combine", _combine_alltoall, expert_out, tokens, probs, indices, shard).view(s, b, h)
+        expert_in, expert_probs = in_subregion("dispatch", _dispatch_alltoall, tokens, indices, recv, shard,
+                                               probs, m.moe_apply_probs_on_input)
+        expert_out = in_subregion("experts", _experts, expert_in, params, shard, expert_probs)
+        out = in_subregion("combine", _combine_alltoall, expert_out, tokens, indices, shard).view(s, b, h)
     else:  # allgather: every rank of the ETP x EP group sees all of the group's tokens
         group_size = shard.ep * shard.etp
         rows = torch.zeros(recv * shard.etp, dtype=torch.int64, device=x.device)

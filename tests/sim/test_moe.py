@@ -31,8 +31,10 @@ def test_alltoall_dispatch_is_traced_with_megatron_sizes():
     t = trace_moe_layer(SMALL, tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=4,
                         expert_tensor_parallel_size=1)
     a2a = collectives(t, "ep")
-    assert [op.collective for op in a2a] == ["all_to_all"] * 4  # dispatch + combine, forward and backward
-    assert {op.size_bytes for op in a2a} == {512 * 2 * 4096 * 2}
+    # dispatch (tokens and their probabilities: token_dispatcher.py ``global_probs = all_to_all(...)``,
+    # Megatron-LM d98e8a64ddf3) + combine, forward and backward
+    assert [op.collective for op in a2a] == ["all_to_all"] * 6
+    assert {op.size_bytes for op in a2a} == {512 * 2 * 4096 * 2, 512 * 2 * 1 * 2}  # [T k, h] and [T k, 1] bf16
     # 8 experts / EP 4 = 2 local experts, grouped GEMM: one batched GEMM per expert projection and pass
     fwd_gemms = [op for op in t.forward if op.kind == "gemm" and op.region == "moe"]
     assert len(fwd_gemms) == 3  # router, fc1, fc2
@@ -152,4 +154,6 @@ def test_probs_on_input_weight_the_copies_before_the_dispatch():
     assert muls == ["dispatch"]  # one weighting, before the experts; none at the un-permute
     plain = trace_moe_layer(SMALL.replace(moe_router_topk=1), tensor_model_parallel_size=1,
                             expert_model_parallel_size=4, expert_tensor_parallel_size=1)
-    assert [op.subregion for op in plain.forward if op.region == "moe" and op.name == "aten.mul"] == ["combine"]
+    # without it the probabilities weight the fused SwiGLU's output inside its own kernel (experts.py
+    # ``weighted_bias_swiglu_impl``, Megatron-LM d98e8a64ddf3): no separate multiply at all
+    assert [op.subregion for op in plain.forward if op.region == "moe" and op.name == "aten.mul"] == []

@@ -68,7 +68,8 @@ def test_ep_overlap_lowers_ep_comm_and_the_parts_still_add_up():
     plain = et.simulate(MIXTRAL, H100, 32, LAYOUT)
     over = et.simulate(MIXTRAL, H100, 32, LAYOUT.replace(overlap_moe_expert_parallel_comm=True,
                                                           delay_wgrad_compute=True), timeline=True)
-    assert over.breakdown_s["ep_comm"] < 0.5 * plain.breakdown_s["ep_comm"]
+    # half or less (the small latency-bound all-to-all of the permuted probs rides with the tokens')
+    assert over.breakdown_s["ep_comm"] <= 0.5 * plain.breakdown_s["ep_comm"] * (1 + 1e-9)
     assert over.breakdown_s["interference"] > plain.breakdown_s["interference"]
     assert over.step_time_s < plain.step_time_s
     assert sum(over.breakdown_s[p] for p in BREAKDOWN_PARTS) == pytest.approx(over.step_time_s)

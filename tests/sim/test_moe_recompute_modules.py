@@ -78,3 +78,15 @@ def test_moe_act_under_fp8_saves_no_fp8_copy_of_fc2s_input():
     assert plain - act == ROWS * 14336  # fc2's input elements, one byte each
     with pytest.raises(et.ConfigError, match="delayed"):
         et.simulate(SMALL, H100, 4, _parallel(["moe_act"], fp8_format="hybrid", fp8_recipe="delayed"))
+
+
+def test_probabilities_weight_the_experts_not_the_unpermute():
+    # Megatron-LM d98e8a64ddf3: TEGroupedMLP applies the permuted probs in bias_act_func (experts.py) and the
+    # all-to-all dispatcher's combine_postprocess un-permutes without probs, so TE's fused un-permute keeps
+    # only its index map: no [T k, h] copy of the returned tokens is saved. By hand: "combine" saves nothing;
+    # "dispatch" saves fc1's input [ROWS, h] bf16 = 2048 x 4096 x 2 and the permuted probs [ROWS, 1] bf16
+    # = 2048 x 2, kept by the fused weighted SwiGLU (fused_bias_swiglu.py WeightedSwiGLUFunction).
+    trace = trace_moe_layer(SMALL, tensor_model_parallel_size=1, expert_model_parallel_size=4,
+                            expert_tensor_parallel_size=1)
+    assert trace.region_created_bytes.get("moe/combine", 0) == 0
+    assert trace.region_created_bytes["moe/dispatch"] == ROWS * 4096 * 2 + ROWS * 2
