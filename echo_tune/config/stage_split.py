@@ -121,11 +121,18 @@ def _from_layout(model, parallel) -> Contents:
 
 
 def _split_layers(model, parallel) -> tuple[int, ...]:
+    """Layers per pipeline stage of a model and layout (see ``split_layers``)."""
+    return split_layers(model.num_layers, parallel.pipeline_model_parallel_size,
+                        parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers,
+                        parallel.account_for_embedding_in_pipeline_split,
+                        parallel.account_for_loss_in_pipeline_split)
+
+
+def split_layers(total: int, pp: int, first: int | None, last: int | None, account_for_embedding: bool,
+                 account_for_loss: bool) -> tuple[int, ...]:
     """Layers per pipeline stage (embedding/loss counted as layers under account_for_*), honouring uneven
-    first/last stages."""
-    pp, total = parallel.pipeline_model_parallel_size, model.num_layers
-    first, last = parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers
-    extra = int(parallel.account_for_embedding_in_pipeline_split) + int(parallel.account_for_loss_in_pipeline_split)
+    first/last stages; a split Megatron refuses raises ConfigError."""
+    extra = int(account_for_embedding) + int(account_for_loss)
     require(not extra or (first is None and last is None),
             "account_for_embedding/loss_in_pipeline_split do not combine with uneven first/last stages (Megatron "
             "refuses it, core/transformer/transformer_block.py); drop one of them")

@@ -28,6 +28,8 @@ from __future__ import annotations
 import functools
 import math
 
+from echo_tune.config.stage_split import split_layers
+
 SPLIT_FIELDS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 EVEN = (None, None, False, False)
@@ -63,20 +65,10 @@ def canonical_splits(num_layers: int, pp: int) -> tuple[tuple, ...]:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=4096)
 def split_stage_layers(num_layers: int, pp: int, split: tuple) -> tuple[int, ...]:
     """The layers per stage Megatron divides by VPP for a split (account_for: (L + extra) / PP each)."""
-    first, last, emb, loss = split
-    if emb or loss:
-        return ((num_layers + emb + loss) // pp,) * pp
-    fixed = (first or 0) + (last or 0)
-    middle_stages = pp - (first is not None) - (last is not None)
-    middle = (num_layers - fixed) // middle_stages if middle_stages else 0
-    stages = [middle] * pp
-    if first is not None:
-        stages[0] = first
-    if last is not None:
-        stages[-1] = last
-    return tuple(stages)
+    return split_layers(num_layers, pp, *split)
 
 
 def split_vpp_values(num_layers: int, pp: int) -> set[int]:
