@@ -17,6 +17,8 @@ from echo_tune.config.batch_schedule import final_global_batch_size
 from echo_tune.config.flag_catalog import spelling
 from echo_tune.config.layer_fields import LayerFields, parse_window_size
 from echo_tune.config.moe_fields import MLAFields, MoEFields
+from echo_tune.config.optimizer_fields import OptimizerFields
+from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.tokenizers import tokenizer_vocab_size
 from echo_tune.config.unmodelled import VALUE_RULES, refuse_if_unmodelled
 from echo_tune.errors import ConfigError
@@ -180,8 +182,8 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
                          "megatron_fsdp_main_params_dtype", "megatron_fsdp_main_grads_dtype",
                          "megatron_fsdp_grad_comm_dtype")}}
 # Fields written only when they differ from Megatron's default (the Muon settings: with --optimizer muon only).
-_OPTIMIZER_DEFAULTS = {"optimizer": "adam", "muon_num_ns_steps": 5, "muon_tp_mode": "duplicated",
-                       "muon_scalar_optimizer": "adam"}
+_OPTIMIZER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(OptimizerFields)
+                       if f.name in ("optimizer", "muon_num_ns_steps", "muon_tp_mode", "muon_scalar_optimizer")}
 # Other real Megatron-LM flags echo-tune writes or reads.
 EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
                "--virtual-pipeline-model-parallel-size")
@@ -325,10 +327,10 @@ def _defaults(*classes) -> dict:
     return {f.name: f.default for cls in classes for f in dataclasses.fields(cls)}
 
 
-_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields) | {"expert_model_parallel_size": 1,
-                                                        "mtp_num_layers": None, "recompute_modules": None,
-                                                        "cuda_graph_impl": "none", "cuda_graph_warmup_steps": 3,
-                                                        "num_distributed_optimizer_instances": 1}
+_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields) | {"mtp_num_layers": None} | {
+    name: value for name, value in _defaults(ParallelConfig).items()
+    if name in ("expert_model_parallel_size", "recompute_modules", "cuda_graph_impl", "cuda_graph_warmup_steps",
+                "num_distributed_optimizer_instances")}
 
 
 def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:
