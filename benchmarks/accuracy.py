@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from echo_tune.cli.main import main
+from echo_tune.validate.datasets import published_runs
 
-DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "published-runs" / "runs_megatron.csv"
+DEFAULT = published_runs("runs_megatron.csv")
 
 if __name__ == "__main__":
     raise SystemExit(main(["validate", sys.argv[1] if len(sys.argv) > 1 else str(DEFAULT)]))

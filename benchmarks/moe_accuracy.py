@@ -14,8 +14,9 @@ from pathlib import Path
 
 from echo_tune.sim.simulate import simulate
 from echo_tune.validate import read_runs
+from echo_tune.validate.datasets import published_runs
 
-DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "published-runs" / "runs_modern.csv"
+DEFAULT = published_runs("runs_modern.csv")
 
 
 def main(path: Path) -> None:

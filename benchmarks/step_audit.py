@@ -36,8 +36,9 @@ from echo_tune.sim.dp import grad_bytes_per_param
 from echo_tune.sim.passes import trace_pieces
 from echo_tune.sim.simulate import simulate
 from echo_tune.validate.runs import read_runs
+from echo_tune.validate.datasets import PUBLISHED_RUNS_DIR
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "published-runs"
+DATA = PUBLISHED_RUNS_DIR
 DEFAULT_ROWS = (("runs_modern.csv", "dgxc2411-llama31-8b-bf16-8gpu"),
                 ("runs_modern.csv", "dgxc2411-gpt3-175b-bf16-128gpu"),
                 ("runs_megatron.csv", "row41-GPT-1.7B"), ("runs_megatron.csv", "row42-GPT-7.1B"))

@@ -16,8 +16,9 @@ import json
 from pathlib import Path
 
 from echo_tune.validate import validate
+from echo_tune.validate.datasets import PUBLISHED_RUNS_DIR
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "published-runs"
+DATA = PUBLISHED_RUNS_DIR
 
 
 def groups(name: str) -> str:

@@ -15,7 +15,7 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("validate", help="compare simulated and measured step times of past runs",
                                    description="Simulate each row of a runs CSV (Megatron argument names as "
                                                "columns) and compare with its measured_step_time_s.")
-    parser.add_argument("runs", help="CSV of measured runs (format of shared/data/published-runs/runs_megatron.csv)")
+    parser.add_argument("runs", help="CSV of measured runs (format of calibration/published-runs/runs_megatron.csv)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--no-errata", dest="errata", action="store_false",
                         help="leave out the dataset's errata (settings each row's source states that the CSV "

@@ -4,8 +4,8 @@ A family is (GPU, dense or MoE, precision: bf16 or fp8, scale: GPUs up to 64, up
 table ``error_bands.json`` beside this module is built from ``echo-tune validate``'s rows on the shipped
 published-runs CSVs by::
 
-    python -m echo_tune.plan.bands ../shared/data/published-runs/runs_megatron.csv \
-        ../shared/data/published-runs/runs_modern.csv
+    python -m echo_tune.plan.bands calibration/published-runs/runs_megatron.csv \
+        calibration/published-runs/runs_modern.csv
 
 (the command and the simulator's version are stored in the file). Each family keeps its row count, its mean
 absolute error, its mean signed error and its lowest and highest signed error in percent; a prediction is shown

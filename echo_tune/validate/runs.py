@@ -169,7 +169,7 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"runs file {str(path)!r} does not exist; give a CSV like "
-                          f"shared/data/published-runs/runs_megatron.csv")
+                          f"calibration/published-runs/runs_megatron.csv")
     columns, rows = read_csv_rows(path, "runs file")  # BOM, short rows, non-UTF-8: one-line errors
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:

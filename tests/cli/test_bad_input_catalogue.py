@@ -15,14 +15,13 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
+from echo_tune.validate.datasets import published_runs
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 SMALL = str(REPO / "search_spaces" / "small-gpt7b-16xa100.yaml")
 RANK = str(REPO / "search_spaces" / "rank" / "gpt3-175b-options.yaml")
-RUNS = REPO.parent / "shared" / "data" / "published-runs" / "runs_megatron.csv"
-if not RUNS.is_file():
-    RUNS = Path("/work/shared/data/published-runs/runs_megatron.csv")
+RUNS = published_runs("runs_megatron.csv")
 LOG2 = REPO / "calibration" / "azure-ndv4-a100-40gb" / "nccl-tests" / "all_reduce_2gpu.log"
 A100 = str(REPO / "calibration" / "azure-ndv4-a100-40gb" / "cluster.yaml")
 SIM = ["simulate", "--model", "gpt-1.7b", "--num-gpus", "8", "--global-batch-size", "64"]

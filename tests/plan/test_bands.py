@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from echo_tune.validate.datasets import published_runs
 from echo_tune.plan.bands import (band_for, band_summary, band_text, build_bands, family_key, load_bands,
                                   measured_ratio_range, scale_of)
 
@@ -59,9 +60,7 @@ def test_shipped_table_is_consistent_and_names_its_command():
 
 
 def test_build_from_a_runs_csv_groups_rows_by_family():
-    csv = REPO.parent / "shared" / "data" / "published-runs" / "runs_megatron.csv"
-    if not csv.is_file():
-        pytest.skip("shared published runs not on this machine")
+    csv = published_runs("runs_megatron.csv")
     bands = build_bands([str(csv)])
     assert bands["all"]["n_runs"] >= 10
     assert all(k.startswith(("a100", "h100", "h800", "h200", "b200", "gb200")) for k in bands["families"])

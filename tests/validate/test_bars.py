@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from echo_tune.validate import validate
+from echo_tune.validate.datasets import published_runs
 
-MODERN = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "published-runs" / "runs_modern.csv"
-pytestmark = pytest.mark.skipif(not MODERN.is_file(), reason="shared/data not beside the checkout")
+MODERN = published_runs("runs_modern.csv")
 
 
 @pytest.fixture(scope="module")

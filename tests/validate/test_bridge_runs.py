@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from echo_tune.validate import read_runs, simulate_case
+from echo_tune.validate.datasets import published_runs
 
-BRIDGE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "published-runs" / "runs_bridge.csv"
-pytestmark = pytest.mark.skipif(not BRIDGE.is_file(), reason="shared/data not beside the checkout")
+BRIDGE = published_runs("runs_bridge.csv")
 # Predicted out of memory, with the reason (see docs/bridge_runs.md): the row's table micro-batch size
 # over its recipe preset's, on a schedule that keeps every micro-batch of a stage in flight.
 OVER_MEMORY = {

@@ -12,8 +12,9 @@ from echo_tune.cli.main import main
 from echo_tune.errors import ConfigError
 from echo_tune.validate import read_runs
 from echo_tune.validate.errata import ERRATA_DIR, errata_path_for, load_errata
+from echo_tune.validate.datasets import published_runs
 
-MODERN = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "published-runs" / "runs_modern.csv"
+MODERN = published_runs("runs_modern.csv")
 HEADER = ["name", "source", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size", "cluster",
           "num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size", "micro_batch_size",
           "global_batch_size", "precision", "measured_step_time_s", "assumptions"]
@@ -89,7 +90,6 @@ def test_shipped_errata_cite_a_commit_and_parse():
                 assert e.quote and e.flags.startswith("--")
 
 
-@pytest.mark.skipif(not MODERN.is_file(), reason="shared/data not beside the checkout")
 def test_runs_modern_errata_name_existing_rows_and_are_listed_by_the_cli(capsys):
     assert errata_path_for(MODERN) == ERRATA_DIR / "runs_modern.yaml"
     with MODERN.open(newline="") as handle:

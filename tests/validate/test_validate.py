@@ -9,8 +9,9 @@ import pytest
 from echo_tune.cli.main import main
 from echo_tune.errors import ConfigError
 from echo_tune.validate import read_runs, spearman, validate
+from echo_tune.validate.datasets import published_runs
 
-SHARED_RUNS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "published-runs" / "runs_megatron.csv"
+SHARED_RUNS = published_runs("runs_megatron.csv")
 HEADER = ["name", "source", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size", "cluster",
           "num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size", "micro_batch_size",
           "global_batch_size", "recompute_granularity", "precision", "measured_step_time_s", "assumptions", "extra"]
@@ -88,7 +89,6 @@ GUARDED = ["row1-GPT-1.7B", "row5-GPT-39.1B", "row7-GPT-145.6B", "row20-GPT-174.
            "row43-GPT-16B", "row45-GPT-70B", "row48-GPT-314B"]
 
 
-@pytest.mark.skipif(not SHARED_RUNS.is_file(), reason="shared/data not beside the checkout")
 def test_published_runs_regression_guard():
     rows, summary, _ = validate(SHARED_RUNS)
     by_name = {r.name: r for r in rows}
