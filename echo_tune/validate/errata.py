@@ -17,6 +17,10 @@ File format::
           - flags: "--hidden-dropout 0.0 --attention-dropout 0.0"   # Megatron-LM flags
             quote: "model.hidden_dropout: 0.0; model.attention_dropout: 0.0"   # what the source says
             note: "how the source's key maps to the flag, when it is not a rename"   # optional
+          - flags: "--micro-batch-size 1"
+            quote: "GPT_OSS_120B_H100_BF16_BASE_CONFIG: micro_batch_size=1 (from the base config)"
+            corrects: "micro_batch_size"   # only where the row contradicts itself: overrides that column
+            reason: "why the CSV's value cannot be what ran (its own columns disagree), in one sentence"
     rows:
       <row name>: [<source id>, ...]
 """
@@ -45,8 +49,16 @@ class Erratum:
     """The source's own key(s) and value(s)."""
     note: str = ""
     """How the source's setting maps to the flag, where that is not a plain rename."""
+    corrects: tuple[str, ...] = ()
+    """CSV columns this setting overrides. Empty for the usual erratum, which only fills fields no column
+    sets; a correction is allowed only with a ``reason`` showing the row's own values cannot all hold."""
+    reason: str = ""
+    """Why the corrected column cannot be what ran."""
 
     def describe(self) -> str:
+        if self.corrects:
+            return (f"{self.flags} corrects {', '.join(self.corrects)} ({self.source}: {self.quote}; "
+                    f"{self.reason})")
         return f"{self.flags} ({self.source}: {self.quote})"
 
 
@@ -87,8 +99,18 @@ def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
             _require((model or parallel) and precision is None and not ignored, path,
                      f"flags {setting['flags']!r} of {key!r} must set model or layout fields only, but "
                      f"{ignored or 'none'} set nothing")
+            corrects = setting.get("corrects") or ()
+            corrects = (corrects,) if isinstance(corrects, str) else tuple(corrects)
+            set_fields = {*model, *parallel}
+            _require(all(isinstance(c, str) and c in set_fields for c in corrects), path,
+                     f"`corrects` of {key!r} must name fields its flags set ({sorted(set_fields)}), "
+                     f"but got {list(corrects)!r}")
+            _require(not corrects or (isinstance(setting.get("reason"), str) and setting["reason"].strip()), path,
+                     f"a correction of {key!r} ({list(corrects)!r}) needs a `reason`: why the CSV's value "
+                     f"cannot be what ran")
             items.append(Erratum(flags=setting["flags"], source=entry["source"], quote=setting["quote"],
-                                 note=str(setting.get("note") or "")))
+                                 note=str(setting.get("note") or ""), corrects=corrects,
+                                 reason=str(setting.get("reason") or "")))
         sources[key] = tuple(items)
     rows = {}
     for row, keys in data["rows"].items():
@@ -101,14 +123,14 @@ def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
 
 def errata_settings(errata: tuple[Erratum, ...], taken: set[str]) -> tuple[dict, dict, list[str]]:
     """(model fields, parallel fields, applied errata descriptions) of a row's errata, leaving out every
-    field in ``taken`` (set by a CSV column or by the row's assumptions)."""
+    field in ``taken`` (set by a CSV column or by the row's assumptions) except those a correction names."""
     from echo_tune.config.megatron_args import parse_megatron_line
 
     model, parallel, applied = {}, {}, []
     for erratum in errata:
         m, p, _, _ = parse_megatron_line(erratum.flags)
-        m = {k: v for k, v in m.items() if k not in taken}
-        p = {k: v for k, v in p.items() if k not in taken}
+        m = {k: v for k, v in m.items() if k not in taken or k in erratum.corrects}
+        p = {k: v for k, v in p.items() if k not in taken or k in erratum.corrects}
         if m or p:
             model.update(m)
             parallel.update(p)

@@ -143,6 +143,9 @@ def _case(row: dict, base_dir: Path, errata: dict[str, tuple[Erratum, ...]]) -> 
         taken = {*model_fields, *parallel_fields, *model_extra, *parallel_extra}
         model_errata, parallel_errata, applied = errata_settings(errata.get(name, ()), taken)
         model_extra, parallel_extra = {**model_extra, **model_errata}, {**parallel_extra, **parallel_errata}
+        # a correction overrides its column (errata.py: only where the row's own values cannot all hold)
+        model_fields = {k: v for k, v in model_fields.items() if k not in model_errata}
+        parallel_fields = {k: v for k, v in parallel_fields.items() if k not in parallel_errata}
         parallel = build(ParallelConfig, {**parallel_fields, **parallel_extra}, f"row {name!r} layout")
         if (model_fields.get("num_experts") and "add_bias_linear" not in {**model_fields, **model_extra}
                 and parallel.expert_tensor_size > 1):

@@ -70,6 +70,10 @@ def test_the_rows_assumptions_win_over_the_errata(tmp_path):
     ("sources: {a: {source: x@1 f, settings: [{flags: --no-such-flag, quote: q}]}}\nrows: {}\n", "--no-such-flag"),
     ("sources: {a: {source: x@1 f, settings: [{flags: --log-interval 1, quote: q}]}}\nrows: {}\n", "set nothing"),
     ("sources: {a: {source: x@1 f, settings: [{flags: --hidden-dropout 0.0, quote: q}]}}\nrows: {r: [b]}\n", "'r'"),
+    ("sources: {a: {source: x@1 f, settings: [{flags: --micro-batch-size 1, quote: q, corrects: micro_batch_size}]}}"
+     "\nrows: {}\n", "needs a `reason`"),
+    ("sources: {a: {source: x@1 f, settings: [{flags: --micro-batch-size 1, quote: q, corrects: num_layers, "
+     "reason: r}]}}\nrows: {}\n", "must name fields its flags set"),
 ])
 def test_a_broken_errata_file_is_one_line_naming_the_problem(tmp_path, text, named):
     path = tmp_path / "bad.yaml"
@@ -77,6 +81,15 @@ def test_a_broken_errata_file_is_one_line_naming_the_problem(tmp_path, text, nam
     with pytest.raises(ConfigError) as err:
         load_errata(path)
     assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_correction_overrides_its_column_and_says_why(tmp_path):
+    path, errata = write(tmp_path, [ROW])
+    errata.write_text(ERRATA.replace('quote: "micro_batch_size: 4"', 'quote: "micro_batch_size: 4"\n'
+                                     '        corrects: micro_batch_size\n        reason: "GBS / DP / GA disagree"'))
+    (case,) = read_runs(path, errata)
+    assert case.parallel.micro_batch_size == 4  # the correction wins over the CSV's 1
+    assert any("corrects micro_batch_size" in e and "GBS / DP / GA disagree" in e for e in case.errata)
 
 
 def test_shipped_errata_cite_a_commit_and_parse():
