@@ -86,7 +86,7 @@ DATASHEET_KERNEL_LAUNCH_S = 4.0e-6
 #   paper's causal forward bars are 484/518/529 TFLOP/s at 2k/4k/8k, 0.85 of the unmasked rate at 4k
 #   (0.78-0.88 over 2k-8k): diagonal tiles half wasted and a triangle of work spread unevenly over the
 #   SMs. The paper shows no causal backward, so the factor applies to forward kernels only (applying the
-#   forward's ratio to the backward too is an extrapolation left out; benchmarks/step_audit.py, README).
+#   forward's ratio to the backward too is an extrapolation left out; benchmarks/step_audit.py, docs/accuracy.md).
 DATASHEET_ATTENTION_EFFICIENCY = 0.61
 DATASHEET_ATTENTION_BACKWARD_EFFICIENCY = 0.50
 DATASHEET_ATTENTION_CAUSAL_FACTOR = 0.85

@@ -10,7 +10,7 @@ published-runs CSVs by::
 (the command and the simulator's version are stored in the file). Each family keeps its row count, its mean
 absolute error, its mean signed error and its lowest and highest signed error in percent; a prediction is shown
 with the range of measured / predicted over its family's runs (``band_text``), which lies above 1 where the
-family's runs all took longer than predicted (the H100 rows, README "Validation") instead of around it.
+family's runs all took longer than predicted (the H100 rows, docs/accuracy.md) instead of around it.
 
 A prediction takes the band of its own family; if no validated run shares it, the nearest family with the
 same GPU, dense/MoE and precision (another scale), then the same GPU architecture (Ampere, Hopper,
