@@ -101,11 +101,10 @@ def simulate_line(line: str, cluster: str, num_gpus: int) -> dict:
     except Exception as exc:  # noqa: BLE001 - anything else is a bug to list
         return {"outcome": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     last = report.stage_memory[-1]  # Megatron logs memory on the last rank: the last pipeline stage
-    static = last.weights_bytes + last.gradients_bytes + last.optimizer_bytes
     return {"outcome": "simulated", "step_time_s": report.step_time_s, "fits_memory": report.fits_memory,
-            # torch's allocated bytes: after a step the activations are freed (static state), its peak
-            # adds them; neither counts the runtime reserve outside the caching allocator (sim/memory.py)
-            "mem_allocated_bytes": static, "mem_max_allocated_bytes": last.total_bytes - last.reserve_bytes}
+            # torch's allocated bytes: after a step the activations are freed (static state and workspaces),
+            # its peak adds them; neither counts the runtime reserve outside the caching allocator (sim/memory.py)
+            "mem_allocated_bytes": last.steady_bytes, "mem_max_allocated_bytes": last.total_bytes - last.reserve_bytes}
 
 
 def code_hash() -> str:

@@ -21,3 +21,21 @@ class CalibrationError(EchoTuneError):
 
 class InfeasibleConfigError(EchoTuneError):
     """A valid layout that cannot run (e.g. it does not fit in GPU memory)."""
+
+
+def raise_problems(problems: list[Exception | str], what: str) -> None:
+    """Raise every problem of one input at once: a single problem as its own one-line error; several as one
+    error whose message is a header line and one line per problem (issue 21). The error's class is the
+    problems' common class (an UnmodelledError only when every problem is one), else ConfigError."""
+    if not problems:
+        return
+    errors, seen = [], set()
+    for p in problems:  # a value read twice is one problem
+        if str(p) not in seen:
+            seen.add(str(p))
+            errors.append(p if isinstance(p, Exception) else ConfigError(p))
+    if len(errors) == 1:
+        raise errors[0]
+    cls = type(errors[0]) if all(type(e) is type(errors[0]) for e in errors) else ConfigError
+    lines = "\n".join(f"  - {e}" for e in errors)
+    raise cls(f"{len(errors)} problems in {what}:\n{lines}")

@@ -3,12 +3,21 @@
 Every message names the file, what it was meant to be, what went wrong (the OS's own words) and the
 way out (issue 10). ``cli.main`` also turns any OSError that escapes elsewhere into the same kind of
 line, so no file problem ends in a traceback.
+
+Every output is written safely (issue 20): into a temporary file beside it, then moved into place with
+one ``os.replace`` (a reader never sees half a file, an interrupted write leaves the old one), and never
+through a symbolic link unless the caller asks (``follow_symlinks=True``): a link planted where an
+output goes (``best.json`` -> ``~/.bashrc``) is refused in one line instead of overwriting its target.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from echo_tune.errors import ConfigError
@@ -25,6 +34,8 @@ def os_error_message(exc: OSError, what: str = "file") -> str:
         "FileExistsError": "a file stands where a folder is needed; remove it or choose another path",
     }
     hint = hints.get(type(exc).__name__, "check the path and the disk")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"disk full: cannot write {what} {str(path)!r} ({exc.strerror or exc}); free some space and run again"
     return f"{what} {str(path)!r}: {exc.strerror or exc}; {hint}"
 
 
@@ -43,15 +54,73 @@ def read_text(path: str | Path, what: str = "file") -> str:
                           f"save it as UTF-8") from None
 
 
-def write_text(path: str | Path, text: str, what: str = "file") -> Path:
-    """Write ``text`` (creating the parent folders), or raise a one-line ConfigError."""
+def check_not_symlink(path: str | Path, what: str = "output") -> None:
+    """Refuse (one line) to write ``path`` when it is a symbolic link: its target would be overwritten."""
     path = Path(path)
+    if path.is_symlink():
+        raise ConfigError(f"{what} {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); echo-tune does "
+                          f"not write through links: remove the link or give another path")
+
+
+def _new_file_mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777  # an existing output keeps its permissions
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, what: str = "file", *, follow_symlinks: bool = False) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write into; when the block ends without an error it replaces
+    ``path`` in one ``os.replace`` (on an error it is removed and ``path`` is left as it was).
+
+    ``path`` may not be a symbolic link (one-line ConfigError) unless ``follow_symlinks``: then the
+    link's target is replaced. The temporary file keeps ``path``'s suffix (writers that pick a format by
+    suffix, as matplotlib does, see the right one). OS errors (a full disk, say) become one-line
+    ConfigErrors."""
+    path = Path(path)
+    if path.is_symlink():
+        if not follow_symlinks:
+            check_not_symlink(path, what)
+        path = Path(os.path.realpath(path))
+    if path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a directory; give a file path, not a directory")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
+        os.close(fd)
     except OSError as exc:
         raise ConfigError(os_error_message(exc, what)) from None
-    return path
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.chmod(tmp_path, _new_file_mode(path))
+        os.replace(tmp_path, path)
+    except OSError as exc:
+        tmp_path.unlink(missing_ok=True)
+        if exc.filename == tmp:
+            exc.filename = str(path)
+        raise ConfigError(os_error_message(exc, what)) from None
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(path: str | Path, data: bytes, what: str = "file", *, follow_symlinks: bool = False) -> Path:
+    """Write ``data`` atomically (see ``atomic_path``), creating the parent folders."""
+    with atomic_path(path, what, follow_symlinks=follow_symlinks) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    return Path(path)
+
+
+def write_text(path: str | Path, text: str, what: str = "file", *, follow_symlinks: bool = False) -> Path:
+    """Write ``text`` as UTF-8 atomically (creating the parent folders), or raise a one-line ConfigError."""
+    return write_bytes(path, text.encode("utf-8"), what, follow_symlinks=follow_symlinks)
 
 
 def ensure_dir(path: str | Path, what: str = "folder") -> Path:

@@ -93,6 +93,9 @@ MAX_SIMULATED_MICRO_BATCHES = 2**16
 # ~40 s and ~0.5 GB, 17x the largest shipped example (deepseek/gpt3 spaces hold <= 30k); more is refused
 # with the way to narrow it, instead of running for minutes with nothing printed.
 MAX_VALID_LAYOUTS = 500_000
+# Rows of a runs CSV ``validate`` reads: each is one full simulation (~0.1-0.5 s here), so 2000 rows are
+# minutes, 80x the shipped published-run files (25-27 rows); a 100k-row file would run for hours.
+MAX_RUN_ROWS = 2_000
 
 
 def check_number(key: str, value: object, limit: Limit | None = None, *, flag: str | None = None) -> None:

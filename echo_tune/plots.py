@@ -33,23 +33,37 @@ def _pyplot():
 
 
 def plot_pareto(points: list[tuple[float, float]], front: list[tuple[float, float]], labels: list[str],
-                path: str | Path, *, title: str = "") -> Path | None:
+                path: str | Path, *, title: str = "", front_labels: list[str] | None = None) -> Path | None:
+    """Every feasible layout (grey) and the Pareto front (red staircase). With ``front_labels`` (one per
+    front point, in the order of ``front``) each front point gets a ray to a text box naming its layout."""
     if not available():
         return None
+    import textwrap
+
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(9, 5.6))
     if points:
         ax.scatter([p[0] for p in points], [p[1] for p in points], s=12, c="0.65", label="feasible layouts")
-    front = sorted(front)
+    named = sorted(zip(front, front_labels or [None] * len(front)), key=lambda pl: pl[0])
+    front = [p for p, _ in named]
     ax.plot([p[0] for p in front], [p[1] for p in front], "o-", color="tab:red", ms=5, drawstyle="steps-post",
             label="Pareto front")
+    for k, (p, name) in enumerate(named[:12]):  # rays to the layouts' names, alternately above and below
+        if name:
+            ax.annotate(textwrap.fill(name, 30), xy=p, xytext=(18, 28 if k % 2 == 0 else -34),
+                        textcoords="offset points", fontsize=7, ha="left",
+                        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "tab:red", "alpha": 0.85},
+                        arrowprops={"arrowstyle": "-", "color": "tab:red", "lw": 0.8})
     ax.set_xlabel(labels[0])
     ax.set_ylabel(labels[1])
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from echo_tune.io import atomic_path
+
+    with atomic_path(path, "plot") as tmp:  # atomically, never through a symlink
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     return Path(path)
 
@@ -74,6 +88,9 @@ def plot_breakdowns(layouts: list[dict], path: str | Path, *, title: str = "") -
     ax.set_title(title)
     ax.legend(ncol=min(5, len(parts)), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.1 / len(layouts)))
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    from echo_tune.io import atomic_path
+
+    with atomic_path(path, "plot") as tmp:  # atomically, never through a symlink
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return Path(path)

@@ -10,6 +10,10 @@ the step report's numbers, the breakdown parts (``<part>_s``) and
   negative = over by that much;
 - ``rejected_rule``: the rule a layout broke ("" otherwise).
 
+Word-valued settings keep their words: recompute, its method and the FP8 format read ``none`` when unset
+(as in a space file), never NaN. ``pd.read_csv(dir / "trials.csv", keep_default_na=False)`` reads the same
+way from the CSV file.
+
 Rows are sorted feasible first, fastest first, so ``df.iloc[0]`` is the best layout.
 """
 
@@ -26,6 +30,7 @@ def load_results(path: str | Path, study_name: str | None = None):
     import pandas as pd
 
     from echo_tune.errors import ConfigError
+    from echo_tune.search.outputs import spell_none
     from echo_tune.search.results import trial_record
     from echo_tune.search.storage import JOURNAL_NAME, open_storage
 
@@ -57,7 +62,7 @@ def load_results(path: str | Path, study_name: str | None = None):
             row.update({f"{part}_s": seconds for part, seconds in record["breakdown_s"].items()})
         row["feasible"] = bool(record and record["fits_memory"])
         rows.append(row)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(spell_none(rows))  # recompute "none" stays the word, not NaN
     if df.empty:
         return df
     return df.sort_values(["feasible", "step_time_s", "trial"], ascending=[False, True, True],

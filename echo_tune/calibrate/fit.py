@@ -240,9 +240,10 @@ def write_residuals(results: list[FitResult], path: str | Path) -> Path:
     """Every point's measured and predicted value, one CSV row each."""
     import csv
 
+    from echo_tune.io import atomic_path  # atomically, never through a symlink
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
+    with atomic_path(path, "residuals file") as tmp, tmp.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["quantity", "source", "point", "unit", "measured", "predicted", "relative_error"])
         for result in results:

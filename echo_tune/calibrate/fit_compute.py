@@ -5,7 +5,9 @@ Predictions come from ``op_time_s`` itself, so the fitted coefficients mean what
 * memory: a copy's time = bytes_moved / memory_bandwidth + kernel_launch_overhead (both fitted);
 * GEMM: e_max and x_half of the surface e_max * g(m) g(n) g(k), g(x) = x / (x + x_half), with the
   fitted memory bandwidth and launch cost held fixed; efficiencies are against the cluster GPU's
-  datasheet peak for the dtype;
+  datasheet peak for the dtype at its peak clock: a bench times each kernel for well under a second, too
+  short to heat the GPU into its power limit, so it runs at the boost clock, and the simulator applies the
+  sustained clock of long training runs on top (``GPUSpec.clock_factor``);
 * attention: one efficiency against the dense peak, forward and backward rows together;
 * interference: slowdown(size) = 1 + amplitude * size / (size + half_size_bytes) for compute beside
   a collective and for the collective beside compute; the profile's scalars are the saturated
@@ -40,7 +42,8 @@ def _op(kind: str, row: dict, **fields) -> Op:
 
 
 def _times_s(ops: list[Op], profile: CalibrationProfile, gpu: GPUSpec, precision: str) -> np.ndarray:
-    return np.array([op_time_s(op, profile, gpu, precision) for op in ops])
+    at_peak = gpu.replace(sustained_clock_mhz=None)  # bench kernels run at the boost clock (module docstring)
+    return np.array([op_time_s(op, profile, at_peak, precision) for op in ops])
 
 
 def fit_memory(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec,
@@ -173,6 +176,7 @@ def _slowdown_curve(rows: list[dict], column: str, quantity: str) -> tuple[float
                                for r, m, p in zip(rows, measured, predicted)])
     if scalar < 1.0:
         result.notes.append(f"{quantity}: measured below 1 (noise); the profile keeps 1.0")
+    result.flag_poor_fit()  # every fitted curve is judged by the same rule (README: rms > 15 % or a point > 40 %)
     return max(scalar, 1.0), curve, result
 
 

@@ -80,6 +80,14 @@ def check_rows_match_collective(log: NcclTestsLog) -> None:
             f"{log.path}: read as {log.collective}, but its rows have {root}, unlike every rooted collective's "
             f"output; the file name or header names the wrong collective: rename the file after the *_perf "
             f"binary that wrote it")
+    if row.redop is not None and row.root is None and log.collective not in REDUCING:
+        # nccl-tests before 51af557 (2022-08-19, "Resync with NCCL 2.13") printed a redop column only in the
+        # tables of the reducing tests (src/all_reduce.cu, src/reduce_scatter.cu); sendrecv, all_gather and
+        # alltoall printed none, broadcast a root; from then on every table has both redop and root columns
+        raise CalibrationError(
+            f"{log.path}: read as {log.collective}, but its table has a redop column and no root column, the "
+            f"layout older nccl-tests printed only for all_reduce and reduce_scatter; the file name or header "
+            f"names the wrong collective: rename the file after the *_perf binary that wrote it")
     if (row.redop or "").lower() == "none" and log.collective in REDUCING:
         raise CalibrationError(
             f"{log.path}: read as {log.collective}, but its rows have redop {row.redop!r}; the file name or header "

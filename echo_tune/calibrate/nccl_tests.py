@@ -123,9 +123,10 @@ def _parse_row(tokens: list[str], columns: list[str], line_no: int, where: str,
     if not all(math.isfinite(x) and x >= 0 for x in measured):  # nan, inf: issue 10
         raise CalibrationError(f"{where}: times and bandwidths must be finite numbers >= 0, but got "
                                f"{' '.join(tokens)!r}; remove the line or rerun the test")
-    if row.size_bytes < 0 or row.time_us <= 0:
-        raise CalibrationError(f"{where}: `size >= 0 and time > 0` must hold, but got "
-                               f"(size={row.size_bytes}, time={row.time_us})")
+    if row.size_bytes < 0 or row.time_us <= 0 or (row.count is not None and row.count < 0):
+        raise CalibrationError(f"{where}: `size >= 0 and count >= 0 and time > 0` must hold, but got "
+                               f"(size={row.size_bytes}, count={row.count}, time={row.time_us}); remove the line "
+                               f"or rerun the test")
     return row
 
 
@@ -244,8 +245,8 @@ def parse_nccl_tests(path: str | Path, collective: str | None = None) -> NcclTes
                        header=state.header, avg_busbw_gbyte_s=state.avg_busbw, ignored_lines=tuple(state.ignored),
                        refused_rows=tuple(state.refused), warnings=tuple(_table_warnings(state, str(path))))
     check_single_run(log)
+    _check_bus_factor(log)  # the ratio names the wrong collective where it can; the table layout after it
     check_rows_match_collective(log)
-    _check_bus_factor(log)
     return log
 
 

@@ -29,15 +29,26 @@ COLUMNS = {
 _TEXT_COLUMNS = {"device", "dtype", "phase", "collective", "scope", "comm_scope"}
 
 
+def check_bench_name(name: str) -> str:
+    """``--name`` is one folder under ``--output-root``: no path separators, no ``..``, not absolute."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        from echo_tune.errors import CalibrationError
+
+        raise CalibrationError(f"`--name` must be a plain folder name (results go to <output-root>/<name>/raw/), "
+                               f"but got ({name!r}); give a name without '/', '\\' or '..'")
+    return name
+
+
 def raw_dir(output_root: str | Path, name: str) -> Path:
-    return Path(output_root) / name / "raw"
+    return Path(output_root) / check_bench_name(name) / "raw"
 
 
 def write_csv(directory: Path, kind: str, rows: list[dict]) -> Path:
     """Write one raw table; the columns are COLUMNS[kind], in that order."""
+    from echo_tune.io import atomic_path  # atomically, never through a symlink
+
     path = directory / f"{kind}.csv"
-    directory.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
+    with atomic_path(path, "raw benchmark table") as tmp, tmp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS[kind], extrasaction="raise")
         writer.writeheader()
         for row in rows:
@@ -46,10 +57,10 @@ def write_csv(directory: Path, kind: str, rows: list[dict]) -> Path:
 
 
 def write_env(directory: Path, env: dict) -> Path:
-    path = directory / "env.json"
-    directory.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"raw_format_version": RAW_FORMAT_VERSION, **env}, indent=2, sort_keys=True) + "\n")
-    return path
+    from echo_tune.io import write_text
+
+    return write_text(directory / "env.json", json.dumps({"raw_format_version": RAW_FORMAT_VERSION, **env}, indent=2,
+                                                         sort_keys=True) + "\n", "benchmark environment file")
 
 
 def _convert(value: str, column: str, where: str):

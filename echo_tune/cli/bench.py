@@ -62,10 +62,27 @@ def _forwarded_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def run(args: argparse.Namespace) -> int:
+def _check_args(args: argparse.Namespace) -> None:
+    """What torchrun's children would fail on, refused here in one line (issue 20) before anything starts."""
+    from echo_tune.calibrate.raw import check_bench_name
+
+    check_bench_name(args.name)
     if args.nproc_per_node is not None and "RANK" not in os.environ:
         if args.nproc_per_node < 1:
             raise CalibrationError(f"`--nproc-per-node >= 1` must hold, but got (nproc_per_node={args.nproc_per_node})")
+        if args.ranks_per_node and args.nproc_per_node % args.ranks_per_node:
+            raise CalibrationError(f"`--nproc-per-node % --ranks-per-node == 0` must hold (every simulated node holds "
+                                   f"the same number of ranks), but got (nproc_per_node={args.nproc_per_node}, "
+                                   f"ranks_per_node={args.ranks_per_node}); give a divisor of --nproc-per-node")
+    world = os.environ.get("WORLD_SIZE")
+    if args.ranks_per_node and world is not None and world.isdigit() and int(world) % args.ranks_per_node:
+        raise CalibrationError(f"`world_size % --ranks-per-node == 0` must hold, but got (world_size={world}, "
+                               f"ranks_per_node={args.ranks_per_node}); give a divisor of the process count")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_args(args)
+    if args.nproc_per_node is not None and "RANK" not in os.environ:
         code = subprocess.call(_torchrun_command(args, _forwarded_argv(args)),
                                stdout=subprocess.DEVNULL if args.json else None)
         if code == 0 and args.json:

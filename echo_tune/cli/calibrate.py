@@ -15,6 +15,7 @@ from rich.table import Table
 from echo_tune.calibrate.check import check_log, extrapolation_warnings, placement_for, predict_us
 from echo_tune.calibrate.fit import fit_profile, write_residuals
 from echo_tune.calibrate.results import FitResult
+from echo_tune.cli.calibrate_runs import add_run_arguments, run_fit_runs, wants_runs
 from echo_tune.config.loading import load_cluster
 from echo_tune.cost.comm import COLLECTIVES
 from echo_tune.cost.profile import load_profile, profile_for, profile_warnings, save_profile
@@ -28,7 +29,8 @@ def add_parser(subparsers) -> None:
                                                "predict collective times for a group size (predict).")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
     fit = sub.add_parser("fit", help="fit a profile (least squares) and write it as YAML")
-    fit.add_argument("--cluster", required=True, help="cluster preset or YAML file (datasheet values and layout)")
+    fit.add_argument("--cluster", help="cluster preset or YAML file (datasheet values and layout); with --runs the "
+                                       "rows name their own")
     fit.add_argument("--nccl-tests", nargs="+", default=[], metavar="LOG", help="nccl-tests logs to fit")
     fit.add_argument("--bench", metavar="DIR", help="output folder of `echo-tune bench` (calibration/<name>)")
     fit.add_argument("--out", required=True, metavar="PROFILE.yaml", help="profile to write")
@@ -42,6 +44,7 @@ def add_parser(subparsers) -> None:
                      help="fit a GPU cluster from a CPU (gloo) bench; the profile and every report then say so")
     fit.add_argument("--json", action="store_true",
                      help="print one JSON object (profile written, fit quality per quantity, warnings) instead of tables")
+    add_run_arguments(fit)
     fit.set_defaults(run=run_fit)
     check = sub.add_parser("check", help="compare a profile's predictions with an nccl-tests log")
     check.add_argument("--cluster", required=True, help="cluster preset or YAML file")
@@ -105,6 +108,10 @@ def points_table(results: list[FitResult]) -> Table:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    if wants_runs(args):
+        return run_fit_runs(args)
+    if not args.cluster:
+        raise ConfigError("`calibrate fit` needs --cluster (the cluster the bench or nccl-tests logs ran on)")
     cluster = load_cluster(args.cluster)
     outcome = fit_profile(cluster, nccl_logs=args.nccl_tests, bench_dir=args.bench, name=args.name,
                           max_tiers=args.max_tiers, allow_gpu_mismatch=args.allow_gpu_mismatch,

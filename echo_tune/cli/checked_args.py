@@ -13,7 +13,6 @@ import argparse
 from echo_tune.errors import ConfigError
 from echo_tune.limits import check_number
 
-
 def _checked(kind, dest: str, flag: str):
     def convert(text: str):
         value = kind(text)  # a ValueError is argparse's own "invalid int value: 'x'"
@@ -24,7 +23,6 @@ def _checked(kind, dest: str, flag: str):
         return value
     convert.__name__ = kind.__name__  # argparse names the type in its own messages
     return convert
-
 
 def guard_numeric_flags(parser: argparse.ArgumentParser) -> None:
     """Wrap every int/float argument of ``parser`` and its subparsers with the range check."""
@@ -38,5 +36,11 @@ def guard_numeric_flags(parser: argparse.ArgumentParser) -> None:
             action.type = _checked(action.type, action.dest, action.dest)
 
 
-
-
+def currency(text: str) -> str:
+    """``--currency``: a short printable label (USD, EUR, €); control characters (terminal escape sequences)
+    would reach the terminal raw, so they are refused."""
+    if not 1 <= len(text) <= 12 or not text.isprintable() or text != text.strip():
+        raise argparse.ArgumentTypeError(
+            f"`--currency` must be 1 to 12 printable characters without control characters (e.g. USD, EUR, €), "
+            f"but got ({ascii(text)})")
+    return text

@@ -58,6 +58,25 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
                              "ignored with a note, unmodelled step-shaping or unknown ones refused")
 
 
+def add_clock_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu-clock-mhz", type=float, default=None, metavar="MHZ",
+                        help="SM clock the GPUs sustain on compute-bound kernels (e.g. nvidia-smi during training); "
+                             "overrides the cluster's sustained_clock_mhz, a fitted profile's and the GPU preset's")
+
+
+def with_clock(cluster, args: argparse.Namespace):
+    """The cluster with --gpu-clock-mhz applied (checked by ClusterSpec: > 0, the GPU states its peak clock)."""
+    clock = getattr(args, "gpu_clock_mhz", None)
+    return cluster if clock is None else build_cluster_clock(cluster, clock)
+
+
+def build_cluster_clock(cluster, clock: float):
+    from echo_tune.config._checks import require
+
+    require(clock == clock and 0 < clock < 10_000, f"`0 < --gpu-clock-mhz < 10000` must hold, but got ({clock})")
+    return cluster.replace(sustained_clock_mhz=float(clock))
+
+
 def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gpt3-175b",
                     default_global_batch_size: int | None = None) -> tuple[ModelSpec, ParallelConfig, list[str]]:
     """Model and layout from --model, --megatron-args and explicit flags (explicit flags win)."""
@@ -97,6 +116,17 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
                           "needs no flags); add --global-batch-size N")
     parallel = build(ParallelConfig, {**parallel_fields, "precision": precision}, "parallel layout")
     return model, parallel, notes
+
+
+def model_header(model: ModelSpec, model_ref=None, seq_length: int | None = None) -> list[str]:
+    """The lines every command prints above its answer: the model and its training length, and for a
+    config.json the assumptions made reading it (config/hf_config.py notes)."""
+    lines = [f"model {model.name}: seq_length {model.seq_length:,} tokens per sequence"]
+    if model_ref is not None and str(model_ref).endswith(".json"):
+        from echo_tune.config.hf_config import hf_notes
+
+        lines += [f"{model_ref}: {n}" for n in hf_notes(model_ref, seq_length=seq_length)]
+    return lines
 
 
 def set_torch_threads(threads: int | None) -> None:

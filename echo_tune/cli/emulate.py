@@ -42,13 +42,26 @@ def run(args: argparse.Namespace) -> int:
     from echo_tune.emulate.run import emulate
 
     set_torch_threads(args.threads)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():  # else torch's AssertionError "Torch not compiled with CUDA enabled"
+            raise ConfigError("--device cuda was asked for, but torch sees no CUDA device on this machine; drop "
+                              "--device or use --device cpu")
     if args.repeats < 1:
         raise ConfigError(f"`repeats >= 1` must hold, but got (repeats={args.repeats})")
     model, parallel, notes = specs_from_args(args)
     cluster = load_cluster(args.cluster)
     profile = load_profile(args.profile) if args.profile else None
-    result = emulate(model, cluster, args.num_gpus, parallel, stage=args.stage, profile=profile,
-                     device=args.device, repeats=args.repeats)
+    try:
+        result = emulate(model, cluster, args.num_gpus, parallel, stage=args.stage, profile=profile,
+                         device=args.device, repeats=args.repeats)
+    except (MemoryError, RuntimeError) as exc:  # torch's allocator: "DefaultCPUAllocator: can't allocate ..."
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if not isinstance(exc, MemoryError) and "alloc" not in text.lower() and "out of memory" not in text.lower():
+            raise
+        raise ConfigError(f"stage {args.stage}'s tensors do not fit in this machine's memory ({text[:160]}); "
+                          f"emulate a smaller model or layout (more TP/PP, a smaller micro-batch)") from None
     if args.json:
         data = result.to_dict()
         data["notes"] += notes
@@ -56,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     console.print(f"[bold]stage {result.stage} of {model.name} on {result.device}[/bold] "
-                  f"(median of {result.repeats} runs)")
+                  f"(median of {result.repeats} runs; seq_length {model.seq_length:,})")
     table = Table(show_header=True)
     for col in ("part", "simulated", "emulated", "difference"):
         table.add_column(col, justify="left" if col == "part" else "right")

@@ -90,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     device, info = local_device(args.device)
     folder = Path("calibration") / cluster.name
     db_path = Path(args.db) if args.db else folder / "optime.sqlite"
+    from echo_tune.io import check_not_symlink  # before measuring: outputs never go through a link (issue 20)
+
+    check_not_symlink(db_path, "--db file")
+    check_not_symlink(args.write_profile or folder / "profile-optime.yaml", "--write-profile file")
     notes = []
     if not serves(info.name, info.kind, cluster.gpu.name):
         notes.append(f"measuring on {info.name!r}, which is not cluster {cluster.name!r}'s GPU {cluster.gpu.name!r}: "

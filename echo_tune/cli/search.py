@@ -10,16 +10,16 @@ from rich.console import Console
 
 from echo_tune.console import make_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from echo_tune.cli.common import human_bytes, human_time, print_json
+from echo_tune.cli.common import add_clock_argument, human_bytes, human_time, model_header, print_json
 from echo_tune.cli.progress import STOP, PlainProgress
-from echo_tune.plan.labels import short_labels
 from echo_tune.errors import ConfigError
-from echo_tune.search.auto_space import CAPS_HELP, auto_space_dict, write_space
+from echo_tune.search.auto_space import CAPS_HELP, FP8_CHOICES, auto_space_dict, layout_overrides, write_space
 from echo_tune.search.space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
 from echo_tune.search.sampler import SAMPLERS
-from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, SearchResult, run_search
+from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, run_search
+from echo_tune.cli.search_report import layout_label, print_result, result_tables  # noqa: F401 (imported from here)
+from echo_tune.tables import add_format_arguments, output_format, print_table
 
 
 def add_parser(subparsers) -> None:
@@ -38,6 +38,13 @@ def add_parser(subparsers) -> None:
     zero.add_argument("--num-gpus", type=int, help="GPUs in the run")
     zero.add_argument("--global-batch-size", type=int, help="sequences per step (Megatron --global-batch-size)")
     zero.add_argument("--seq-length", type=int, help="training sequence length (default: the model's)")
+    zero.add_argument("--fp8-format", choices=FP8_CHOICES, default=None,
+                      help="FP8 linear GEMMs (Megatron --fp8-format): auto searches BF16 and FP8 hybrid where the "
+                           "GPU has FP8 tensor cores, hybrid or e4m3 fixes the format, none (default) trains in BF16")
+    zero.add_argument("--layout", action="append", metavar="FIELD=VALUES", default=None,
+                      help="search any setting a space file can, replacing the built values: FIELD=auto or a "
+                           "comma-separated list, e.g. --layout recompute_method=auto --layout "
+                           "recompute_num_layers=1,2,4 (repeat the flag)")
     zero.add_argument("--write-space", metavar="FILE", help="also save the built space as YAML, to edit and reuse. "
                                                             + CAPS_HELP)
     parser.add_argument("--sampler", default="tpe", choices=sorted(SAMPLERS),
@@ -54,6 +61,7 @@ def add_parser(subparsers) -> None:
                         help=f"comma-separated, overrides the file: {', '.join(OBJECTIVES)} "
                              f"(e.g. step_time,peak_memory)")
     parser.add_argument("--gpu-hour-cost", type=float, default=None, help="price of one GPU-hour (cost objective)")
+    parser.add_argument("--currency", default=None, help="currency of the price (default: the space's, else USD)")
     parser.add_argument("--memory-headroom-gib", type=float, default=None,
                         help="GiB a layout must leave free under the HBM size (default: the space's, else 2)")
     parser.add_argument("--study-name", default=None, help="study name (default: the space's name)")
@@ -65,12 +73,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--overwrite", action="store_true", help="delete the study if it exists and start over")
     parser.add_argument("--no-baselines", dest="baselines", action="store_false",
                         help="do not seed the study with the obvious baseline layouts")
+    parser.add_argument("--near-tie-pct", type=float, default=3.0,
+                        help="name a layout at most this many percent slower than the best that leaves at least "
+                             "4 GiB more memory free (default 3)")
     parser.add_argument("--top", type=int, default=10, help="rows in the table of best layouts (default 10)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    add_format_arguments(parser, "the table of best layouts")
     parser.add_argument("--no-explain", dest="explain", action="store_false",
                         help="skip the explanation: the best layout of each TP x PP x CP family beside the winner's "
                              "breakdown, why it wins, and the ranking with overlap, interference and efficiency "
                              "assumptions off or worse (single-objective searches)")
+    add_clock_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -90,19 +102,25 @@ def closest_miss(result) -> dict | None:
         return None
     number, rec = min(over, key=lambda nr: nr[1]["memory_overshoot_bytes"])
     return {"trial": number, "layout": full_label(rec["config"], rec["derived"].get("data_parallel_size")),
-            "over_gib": rec["memory_overshoot_bytes"] / 2**30, "config": rec["config"]}
+            "over_gib": rec["memory_overshoot_bytes"] / 2**30, "config": rec["config"], "record": rec}
 
 
-def explain_search(space, result) -> dict | None:
-    """The planner's explanation for a finished single-objective search (its stored trials)."""
-    if len(space.objectives) > 1:
-        return None
-    from echo_tune.plan.explain import explain
+def search_records(space, result) -> list[dict]:
+    """Every simulated record of a finished search's study."""
     from echo_tune.plan.planner import study_records
     from echo_tune.search.storage import open_storage
 
     store = open_storage(Path(result.results_dir), result.storage)
-    return explain(space, study_records(space, store.storage, result.study_name))
+    return study_records(space, store.storage, result.study_name)
+
+
+def explain_search(space, result, records: list[dict] | None = None) -> dict | None:
+    """The planner's explanation for a finished single-objective search (its stored trials)."""
+    if len(space.objectives) > 1:
+        return None
+    from echo_tune.plan.explain import explain
+
+    return explain(space, records if records is not None else search_records(space, result))
 
 
 def _progress_bar(console: Console, label: str):
@@ -116,6 +134,7 @@ def space_of_args(args: argparse.Namespace):
     zero = {k: getattr(args, k) for k in ("model", "cluster", "num_gpus", "global_batch_size")}
     if args.space is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in {**zero, "seq_length": args.seq_length,
+                                                        "fp8_format": args.fp8_format, "layout": args.layout,
                                                         "write_space": args.write_space}.items() if v is not None]
         if given:
             raise ConfigError(f"give a space file or {', '.join(given)}, not both; the file names the model, "
@@ -129,7 +148,8 @@ def space_of_args(args: argparse.Namespace):
         if zero[key] <= 0:
             raise ConfigError(f"`--{key.replace('_', '-')} > 0` must hold, but got ({zero[key]})")
     data = auto_space_dict(args.model, args.cluster, args.num_gpus, args.global_batch_size,
-                           seq_length=args.seq_length)
+                           seq_length=args.seq_length, fp8_format=args.fp8_format or "none",
+                           layout=layout_overrides(args.layout))
     if args.write_space:
         write_space(data, args.write_space)
     return space_from_dict(data, name=data["name"], source=data["name"])
@@ -140,10 +160,12 @@ def result_total(total: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    fmt = output_format(args)
     space = space_of_args(args)
     objectives = tuple(o.strip() for o in args.objectives.split(",")) if args.objectives else None
     space = with_overrides(space, objectives=objectives, gpu_hour_cost=args.gpu_hour_cost,
-                           memory_headroom_gib=args.memory_headroom_gib)
+                           memory_headroom_gib=args.memory_headroom_gib, gpu_clock_mhz=args.gpu_clock_mhz,
+                           currency=args.currency)
     opts = SearchOptions(sampler=args.sampler, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
                          n_jobs=args.n_jobs, study_name=args.study_name, results_dir=args.results_dir,
                          storage=args.storage, resume=args.resume, overwrite=args.overwrite,
@@ -174,104 +196,63 @@ def run(args: argparse.Namespace) -> int:
             result = run_search(space, opts, progress=progress)
         finally:
             STOP.deferred = False
-    explanation, miss = None, None
-    if args.explain and result.best is not None and not result.interrupted:
-        explanation = explain_search(space, result)
+    explanation, miss, tie = None, None, None
+    if result.best is not None and not result.interrupted and len(space.objectives) == 1:
+        from echo_tune.plan.safety import near_tie
+
+        records = search_records(space, result)
+        tie = near_tie(records, args.near_tie_pct)
+        explanation = explain_search(space, result, records) if args.explain else None
     if result.best is None and result.n_trials:
         miss = closest_miss(result)
+        if miss is not None:
+            from echo_tune.plan.safety import fit_hint
+
+            miss["fit_hint"] = fit_hint(space, miss.pop("record"))
     band = None
     if result.best is not None:
-        from echo_tune.plan.bands import band_for, band_summary
+        from echo_tune.cost.profile import profile_for
+        from echo_tune.plan.bands import band_or_none
 
         cfg = result.best["config"]
-        band = band_for(space.cluster.gpu.name, space.model.is_moe, bool(cfg.get("fp8_format")), cfg["num_gpus"])
-        band = band_summary(band)
+        from echo_tune.cost.profile import load_profile
+
+        used = load_profile(space.profile_path) if space.profile_path else profile_for(space.cluster)
+        band = band_or_none(used, space.cluster, space.model.is_moe, bool(cfg.get("fp8_format")), cfg["num_gpus"])
         result.best["error_band"] = band
-    if args.json:
-        print_json({**result.to_dict(), **({"explanation": explanation} if explanation else {}),
+        band = None if band["match"] == "none" else band
+    header = model_header(space.model, args.model if args.space is None else None, args.seq_length)
+    if fmt == "json":
+        print_json({**result.to_dict(), "model_header": header,
+                    **({"explanation": explanation} if explanation else {}),
+                    **({"near_tie": tie} if tie else {}),
                     **({"closest_miss": miss} if miss else {})})
     else:
-        print_result(space, result, top=args.top)
-        if band is not None:
-            make_console().print(f"error band: measured {band['text']} against predicted ({band['note']}, "
-                            f"{band['n_runs']} validated runs)", highlight=False)
-        if miss is not None:
-            make_console().print(f"closest miss: {miss['layout']} needs {miss['over_gib']:.1f} GiB more than the limit "
-                            f"(trial {miss['trial']})", highlight=False)
-        if explanation is not None:
-            from echo_tune.plan.report import explanation_tables
+        console = make_console()
+        print_result(space, result, top=args.top, console=console, fmt=fmt, header=header)
+        if fmt != "csv":
+            if band is not None:
+                console.print(f"error band: measured {band['text']} against predicted ({band['note']}, "
+                              f"{band['n_runs']} validated runs)", highlight=False, markup=False)
+            if tie is not None:
+                from echo_tune.plan.safety import near_tie_text
 
-            console = make_console()
-            for table in explanation_tables(explanation):
-                console.print(table)
-            console.print(explanation["why"], highlight=False)
+                console.print(near_tie_text(tie, args.near_tie_pct), highlight=False, markup=False)
+            if miss is not None:
+                from echo_tune.plan.safety import fit_hint_text
+
+                console.print(f"closest miss (trial {miss['trial']}): {miss['layout']}; "
+                              f"{fit_hint_text(miss['fit_hint'], space.cluster.gpu.name)}",
+                              highlight=False, markup=False)
+            if explanation is not None:
+                from echo_tune.plan.report import explanation_tables
+
+                breakdown, sens = explanation_tables(explanation)
+                print_table(breakdown, fmt, console)
+                console.print(explanation["why"], highlight=False, markup=False)
+                print_table(sens, fmt, console)
     if result.interrupted:
         sys.stderr.write(f"echo-tune search: interrupted; {result.n_trials} finished trial(s) kept in "
                          f"{result.storage}; continue with --resume\n")
         return 130
     return 0 if result.best is not None else 1
-
-
-def layout_label(cfg: dict, dp: int | None = None) -> str:
-    """A compact layout string: TP4 PP8 DP32 VPP6 mbs2 selective SP DistOpt."""
-    parts = [f"TP{cfg['tensor_model_parallel_size']}", f"PP{cfg['pipeline_model_parallel_size']}"]
-    if cfg.get("context_parallel_size", 1) > 1:
-        parts.append(f"CP{cfg['context_parallel_size']}")
-    if dp is not None:
-        parts.append(f"DP{dp}")
-    if cfg.get("virtual_pipeline_model_parallel_size"):
-        parts.append(f"VPP{cfg['virtual_pipeline_model_parallel_size']}")
-    parts.append(f"mbs{cfg['micro_batch_size']}")
-    recompute = cfg.get("recompute_granularity")
-    if recompute == "full":
-        method = cfg.get("recompute_method") or "uniform"
-        parts.append(f"full-{method}{cfg.get('recompute_num_layers') or 1}")
-    elif recompute:
-        parts.append(recompute)
-    parts += [flag for key, flag in (("sequence_parallel", "SP"), ("use_distributed_optimizer", "DistOpt"),
-                                     ("tp_comm_overlap", "TPoverlap")) if cfg.get(key)]
-    return " ".join(parts)
-
-
-def print_result(space, result: SearchResult, *, top: int = 10, console: Console | None = None) -> None:
-    console = console or make_console()
-    several_gpus = len(space.choices["num_gpus"]) > 1
-    cost = "cost" in space.objectives or space.gpu_hour_cost is not None
-    shown = result.top[:top]
-    labels, common = short_labels([r["config"] for r in shown], [r["derived"].get("data_parallel_size") for r in shown])
-    table = Table(title=f"{space.name}: best {min(top, len(result.top))} of {result.n_feasible} feasible layouts",
-                  caption=f"every layout: {common}" if common else None)
-    cols = ["#", "trial", "step time", "MFU", "peak mem"] + (["GPUs"] if several_gpus else []) + \
-        (["cost/step"] if cost else []) + ["layout"]
-    for col in cols:
-        table.add_column(col, justify="left" if col == "layout" else "right")
-    for i, rec in enumerate(result.top[:top], 1):
-        cfg = rec["config"]
-        row = [str(i), str(rec["trial"]), human_time(rec["step_time_s"]), f"{100 * rec['mfu']:.1f}%",
-               human_bytes(rec["peak_memory_bytes"])]
-        row += [str(cfg["num_gpus"])] if several_gpus else []
-        row += [f"{rec['cost_per_step']:.4g}"] if cost else []
-        row.append(labels[i - 1])
-        table.add_row(*row)
-    console.print(table)
-    if result.pareto:
-        front = Table(title=f"Pareto front ({' vs '.join(space.objectives)})")
-        for col in ["trial"] + list(space.objectives) + ["layout"]:
-            front.add_column(col, justify="left" if col == "layout" else "right")
-        for e in result.pareto:
-            front.add_row(str(e["trial"]), *[f"{e['objectives'][o]:.4g}" for o in space.objectives],
-                          layout_label(e["config"], e["derived"].get("data_parallel_size")))
-        console.print(front)
-    console.print(f"{result.sampler}: {result.n_trials} trials ({result.new_trials} new), {result.n_feasible} "
-                  f"feasible, {result.n_infeasible} over memory, {result.n_rejected} rejected; "
-                  f"{result.space_size} valid layouts in the space; {result.wall_time_s:.1f} s")
-    if result.best is not None:
-        best = result.best
-        console.print(f"[bold green]best: {human_time(best['step_time_s'])} per step[/bold green] "
-                      f"(trial {best['trial']}, MFU {100 * best['mfu']:.1f}%, {best['memory_verdict']})")
-        console.print(f"Megatron-LM flags: {best['megatron_args']}", highlight=False, markup=False)
-    else:
-        console.print("[bold red]no feasible layout: every simulated layout exceeds GPU memory[/bold red]")
-    console.print(f"[dim]results in {result.results_dir}/ (study storage: {result.storage})[/dim]")
-    for note in result.notes:
-        console.print(f"[dim]note: {note}[/dim]")

@@ -10,7 +10,8 @@ from rich.console import Console
 from echo_tune.console import make_console
 from rich.table import Table
 
-from echo_tune.cli.common import add_layout_arguments, human_bytes, human_time, print_json, specs_from_args
+from echo_tune.cli.common import (add_clock_argument, add_layout_arguments, human_bytes, human_time, model_header,
+                                  print_json, specs_from_args, with_clock)
 from echo_tune.config.loading import load_cluster
 from echo_tune.cost.profile import load_profile
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from echo_tune.sim.report import StepReport
 
 DEFAULT_MODEL, DEFAULT_CLUSTER, DEFAULT_NUM_GPUS = "gpt3-175b", "a100-80gb", 1024
+SEARCH_HINT = ("no throughput or MFU for a layout that does not fit in memory: run `echo-tune search` with the "
+               "same --model, --cluster, --num-gpus and batch to find layouts that fit")
 
 
 def add_parser(subparsers) -> None:
@@ -34,6 +37,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--memory-headroom-gib", type=float, default=None,
                         help="GiB the layout must leave free under the HBM size to count as fitting (default 2: "
                              "allocator fragmentation, see sim/memory.py)")
+    add_clock_argument(parser)
     add_layout_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -54,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
     _defaults(args)
     model, parallel, notes = specs_from_args(args, default_model=DEFAULT_MODEL)
-    cluster = load_cluster(args.cluster)
+    header = model_header(model, args.model, args.seq_length)
+    cluster = with_clock(load_cluster(args.cluster), args)
     profile = load_profile(args.profile) if args.profile else None
     num_gpus = args.num_gpus if args.num_gpus is not None else DEFAULT_NUM_GPUS
     from echo_tune.errors import ConfigError
@@ -68,23 +73,36 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         write_chrome_trace(report, args.trace)
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
-    band = None
-    if profile is None:  # the bands come from validating the datasheet profiles; a measured profile has its own
-        from echo_tune.plan.bands import band_for, band_summary
+    # the bands come from validating the datasheet profiles; a measured or fitted profile has its own error
+    from echo_tune.cost.profile import profile_for
+    from echo_tune.plan.bands import band_or_none
 
-        band = band_summary(band_for(cluster.gpu.name, model.is_moe, parallel.fp8_format is not None, num_gpus))
+    band = band_or_none(profile or profile_for(cluster), cluster, model.is_moe, parallel.fp8_format is not None,
+                        num_gpus)
+    if band["match"] == "none":
+        notes.append(band["note"])
+        band = None
+    elif report.fits_memory:  # the family's median and range applied to the step (no step for a layout that does not fit)
+        lo, hi = band["measured_over_predicted"]
+        band["step_time_s"] = report.step_time_s * band["median_measured_over_predicted"]
+        band["step_time_s_band"] = [report.step_time_s * lo, report.step_time_s * hi]
     if args.json:
         data = report.to_dict()
-        data["notes"] = list(report.notes) + notes
+        data["notes"] = header[1:] + list(report.notes) + notes
+        if not report.fits_memory:  # a layout that cannot run has no throughput
+            data.update(tokens_per_s=None, model_tflops_per_gpu=None, mfu=None, search_hint=SEARCH_HINT)
         if band is not None:
             data["error_band"] = band
         print_json(data)
     else:
-        print_report(report, notes)
+        print_report(report, header[1:] + notes)
         if band is not None:
+            step = "" if "step_time_s" not in band else (
+                f"; step with the family's median applied: {band['step_time_s']:.3f} s "
+                f"({band['step_time_s_band'][0]:.3f}-{band['step_time_s_band'][1]:.3f} s)")
             make_console().print(f"[dim]error band: measured vs predicted step time of the validated runs of "
                                  f"{band['family']}: {band['text']}"
-                                 f"{'' if band['match'] == 'exact' else ' (' + band['note'] + ')'}[/dim]",
+                                 f"{'' if band['match'] == 'exact' else ' (' + band['note'] + ')'}{step}[/dim]",
                                  highlight=False)
     return 0
 
@@ -94,7 +112,8 @@ def print_report(report: "StepReport", notes: list[str], console: Console | None
     cfg = report.config
     title = (f"{cfg['model']} on {cfg['num_gpus']} x {cfg['cluster']}: TP{cfg['tensor_model_parallel_size']} "
              f"PP{cfg['pipeline_model_parallel_size']} CP{cfg['context_parallel_size']} DP{cfg['data_parallel_size']}, "
-             f"micro-batch {cfg['micro_batch_size']} x {cfg['num_micro_batches']}, global batch {cfg['global_batch_size']}")
+             f"micro-batch {cfg['micro_batch_size']} x {cfg['num_micro_batches']}, global batch {cfg['global_batch_size']}"
+             f" of {cfg['model_spec']['seq_length']:,}-token sequences")
     console.print(f"[bold]{title}[/bold]")
     table = Table(show_header=True)
     table.add_column("step part")
@@ -104,19 +123,26 @@ def print_report(report: "StepReport", notes: list[str], console: Console | None
         table.add_row(name, human_time(seconds), f"{100 * seconds / report.step_time_s:.1f}%")
     table.add_row("[bold]step time[/bold]", f"[bold]{human_time(report.step_time_s)}[/bold]", "100%")
     console.print(table)
-    console.print(f"throughput {report.tokens_per_s:,.0f} tokens/s, {report.model_tflops_per_gpu:.1f} model "
-                  f"TFLOP/s per GPU, MFU {100 * report.mfu:.1f}%  (critical stage {report.critical_stage})")
+    if report.fits_memory:
+        console.print(f"throughput {report.tokens_per_s:,.0f} tokens/s, {report.model_tflops_per_gpu:.1f} model "
+                      f"TFLOP/s per GPU, MFU {100 * report.mfu:.1f}%"
+                      f"{' of the BF16 peak' if report.config.get('fp8_format') else ''}  "
+                      f"(critical stage {report.critical_stage})")
     mem = Table(title="memory per GPU, by pipeline stage", show_header=True)
-    for col in ("stage", "weights", "grads", "optimizer", "activations", "total"):
+    for col in ("stage", "weights", "grads", "optimizer", "activations", "workspaces", "total"):
         mem.add_column(col, justify="right")
     stages = report.stage_memory
     shown = stages if len(stages) <= 6 else stages[:3] + stages[-2:]
     for m in shown:
         mem.add_row(str(m.stage), human_bytes(m.weights_bytes), human_bytes(m.gradients_bytes),
-                    human_bytes(m.optimizer_bytes), human_bytes(m.activations_bytes), human_bytes(m.total_bytes))
+                    human_bytes(m.optimizer_bytes), human_bytes(m.activations_bytes), f"{m.workspace_bytes / 2**20:.0f} MiB",
+                    human_bytes(m.total_bytes))
     console.print(mem)
-    style = "green" if report.fits_memory else "bold red"
-    console.print(f"[{style}]{report.memory_verdict()}[/{style}]")
+    band = report.memory_band()
+    style = {"fits": "green", "at risk": "bold yellow"}.get(band.band, "bold red")
+    console.print(f"[{style}]{band.text}[/{style}]", soft_wrap=True)
+    if not report.fits_memory:
+        console.print(f"[{style}]{SEARCH_HINT}[/{style}]", soft_wrap=True)
     console.print(f"[dim]profile: {report.profile}[/dim]")
     for note in [*report.notes, *notes]:
         console.print(f"[dim]note: {note}[/dim]", soft_wrap=True)

@@ -37,15 +37,35 @@ class GPUSpec:
     """Dense fp4 tensor-core peak (Blackwell); listed for reference, FP4 training is not simulated."""
     sm_count: int | None = None
     """Streaming multiprocessors (SMs a communication kernel takes are a share of these)."""
+    peak_clock_mhz: float | None = None
+    """SM clock the tensor-core peaks are specified at (SMs x FLOPs/clock/SM x this clock = the peak)."""
+    sustained_clock_mhz: float | None = None
+    """SM clock the GPU sustains on compute-bound kernels at its default power limit; compute-bound kernel
+    time scales with ``peak_clock_mhz / sustained_clock_mhz`` (``clock_factor``), memory-bound time does not.
+    None = the peak clock (no public measurement)."""
     source: str = ""
 
     def __post_init__(self) -> None:
         for name in ("peak_bf16_tflops", "peak_fp16_tflops", "peak_fp32_tflops", "memory_bytes",
                      "memory_bandwidth_gbyte_s"):
             require_positive(f"gpu.{name}", getattr(self, name))
-        for name in ("peak_fp8_tflops", "peak_fp4_tflops"):
+        for name in ("peak_fp8_tflops", "peak_fp4_tflops", "peak_clock_mhz", "sustained_clock_mhz"):
             if getattr(self, name) is not None:
                 require_positive(f"gpu.{name}", getattr(self, name))
+        if self.sustained_clock_mhz is not None:
+            require(self.peak_clock_mhz is not None,
+                    f"gpu {self.name!r}: `sustained_clock_mhz` needs `peak_clock_mhz` (the clock the peak TFLOP/s are "
+                    f"specified at), but got (sustained_clock_mhz={self.sustained_clock_mhz}, peak_clock_mhz=None)")
+
+    @property
+    def clock_factor(self) -> float:
+        """Sustained over peak clock: the share of the datasheet tensor-core rate compute-bound kernels get."""
+        if self.sustained_clock_mhz is None or self.peak_clock_mhz is None:
+            return 1.0
+        return self.sustained_clock_mhz / self.peak_clock_mhz
+
+    def replace(self, **changes) -> "GPUSpec":
+        return dataclasses.replace(self, **changes)
 
     def peak_tflops(self, precision: str) -> float:
         if precision in LOW_PRECISIONS:
@@ -80,12 +100,20 @@ class ClusterSpec:
     process group inside one NVLink domain communicates over NVLink even across compute trays."""
     profile: Path | None = None
     """Calibration profile file; None uses the GPU preset's datasheet-derived defaults."""
+    sustained_clock_mhz: float | None = None
+    """SM clock this cluster's GPUs sustain under load (measured, e.g. ``nvidia-smi -q -d CLOCK`` during
+    training); overrides the GPU preset's and a fitted profile's. None = those."""
     source: str = ""
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node", "nic_bandwidth_gbit_s"):
             require_positive(name, getattr(self, name))
+        if self.sustained_clock_mhz is not None:
+            require_positive("sustained_clock_mhz", self.sustained_clock_mhz)
+            require(self.gpu.peak_clock_mhz is not None,
+                    f"`sustained_clock_mhz` needs the GPU's `peak_clock_mhz`, but GPU {self.gpu.name!r} has none; "
+                    f"add peak_clock_mhz to the gpu mapping")
         require(isinstance(self.gpus_per_node, int), f"`gpus_per_node` must be an integer, but got "
                                                      f"(gpus_per_node={self.gpus_per_node!r})")
         require(self.nodes_per_leaf is None or (isinstance(self.nodes_per_leaf, int) and self.nodes_per_leaf >= 1),

@@ -10,21 +10,28 @@ the step. Field meanings: the transformers configuration classes (``LlamaConfig`
 ``Qwen2Config``, ``Qwen3MoeConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``); Megatron
 names as in ``megatron/training/arguments.py`` of NVIDIA/Megatron-LM d98e8a64ddf3.
 
-The training sequence length is not in a config.json (``max_position_embeddings`` is the longest context
-the model supports, 131072 for Llama 3.1): it is taken from ``seq_length`` when given, else from
-``rope_scaling.original_max_position_embeddings`` (the pre-training length of a context-extended model),
-else ``max_position_embeddings`` -- and the choice is stated in the returned notes.
+The training sequence length is not in most config.json files (``max_position_embeddings`` is the longest
+context the model supports, 131072 for Llama 3.1 and Qwen2.5, 40960 for Qwen3): it is taken from
+``seq_length`` when given, else from a key that states the pre-training length --
+``rope_scaling.original_max_position_embeddings`` (a context-extended model) or, for GPT-2's learned
+absolute position table, ``n_positions`` -- and otherwise ``--seq-length`` is required (a one-line error
+says so). The choice is stated in the returned notes. Values are read with their types checked
+(config/hf_values.py) and every problem of a file is reported at once.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from echo_tune.config.loading import build
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.unmodelled import UnmodelledError
-from echo_tune.errors import ConfigError
+from echo_tune.config.hf_rebuild import rebuild_fields
+from echo_tune.config.hf_values import HFValues
+from echo_tune.errors import ConfigError, raise_problems
+from echo_tune.io import read_text
+from echo_tune.limits import LIMITS
+from echo_tune.safe_yaml import load_json
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
              "gpt2", "gpt_neox")
@@ -57,10 +64,8 @@ def _refuse(key: str, value, why: str) -> None:
                           f"modelled by echo-tune; use a model whose config does not need it")
 
 
-def _need(cfg: dict, key: str, model_type: str):
-    if key not in cfg:
-        raise ConfigError(f"config.json of model_type {model_type!r} must set {key!r}; the file looks incomplete")
-    return cfg[key]
+def _need(cfg: HFValues, key: str, model_type: str) -> int:
+    return cfg.integer(key)
 
 
 def _gated(cfg: dict, model_type: str) -> bool:
@@ -71,7 +76,7 @@ def _gated(cfg: dict, model_type: str) -> bool:
                       f"(hidden_act={act!r})")
 
 
-def _check_refused(cfg: dict, model_type: str, seq_length: int) -> None:
+def _check_refused(cfg: HFValues, model_type: str, seq_length: int) -> None:
     for key, why in _STEP_SHAPING.items():
         if key not in cfg or key in ("rotary_pct", "partial_rotary_factor"):  # mapped to --rotary-percent
             continue
@@ -86,67 +91,74 @@ def _check_refused(cfg: dict, model_type: str, seq_length: int) -> None:
     if model_type.startswith("deepseek") and cfg.get("moe_layer_freq", 1) != 1:
         _refuse("moe_layer_freq", cfg["moe_layer_freq"], "MoE layers every few layers after the dense ones, "
                                                          "not mapped to --moe-layer-freq by echo-tune")
-    window = cfg.get("sliding_window")
-    on = cfg.get("use_sliding_window", True)
-    if window is not None and on and int(window) < seq_length and model_type != "mistral":
+    window = cfg.integer("sliding_window", None)
+    on = cfg.flag("use_sliding_window", True)
+    if window is not None and on and window < seq_length and model_type != "mistral":
         raise UnmodelledError(f"config.json key 'sliding_window' (sliding_window={window}) is shorter than the "
                               f"sequence (seq_length={seq_length}) for model_type {model_type!r}, whose per-layer "
                               f"window (max_window_layers) is not mapped; train with seq_length <= {window}")
-    if bool(cfg.get("attention_bias", False)) and model_type in ("llama", "mistral") \
-            and not bool(cfg.get("mlp_bias", False)):
+    if cfg.flag("attention_bias", False) and model_type in ("llama", "mistral") and not cfg.flag("mlp_bias", False):
         _refuse("attention_bias", True, "biases on the attention linears only")
 
 
-def _seq_length(cfg: dict, seq_length: int | None, notes: list[str]) -> int:
+def _seq_length(cfg: HFValues, model_type: str, seq_length: int | None, notes: list[str]) -> int:
+    scaling = cfg.mapping("rope_scaling")  # read (and type-checked) even when the length is given
+    original = cfg.integer("original_max_position_embeddings", None, where=scaling,
+                           name="rope_scaling.original_max_position_embeddings")
     if seq_length is not None:
         return seq_length
-    scaling = cfg.get("rope_scaling") or {}
-    if isinstance(scaling, dict) and scaling.get("original_max_position_embeddings"):
-        value = int(scaling["original_max_position_embeddings"])
-        notes.append(f"seq_length {value} from rope_scaling.original_max_position_embeddings (the pre-training "
+    if original is not None:
+        notes.append(f"seq_length {original} from rope_scaling.original_max_position_embeddings (the pre-training "
                      f"length); set --seq-length for another")
+        return original
+    if model_type == "gpt2" and cfg.get("n_positions") is not None:  # a learned table of that many positions
+        value = cfg.integer("n_positions")
+        notes.append(f"seq_length {value} from n_positions (GPT-2's learned position table, the length it was "
+                     f"trained at); set --seq-length for another")
         return value
-    value = cfg.get("max_position_embeddings", cfg.get("n_positions"))
-    if value is None:
-        raise ConfigError("config.json has no max_position_embeddings; give the training length with --seq-length")
-    notes.append(f"seq_length {value} from max_position_embeddings; set --seq-length for another")
-    return int(value)
+    longest = cfg.get("max_position_embeddings")
+    cfg.problems.append(ConfigError(
+        f"config.json states no pre-training sequence length (no rope_scaling.original_max_position_embeddings; "
+        f"max_position_embeddings={longest!r} is the longest context the model supports, not the length it "
+        f"trains at); give the training length with --seq-length N (e.g. --seq-length 4096; in a space or rank "
+        f"file, model: {{from: <config.json>, seq_length: N}})"))
+    return 1
 
 
-def _common(cfg: dict, model_type: str, seq: int) -> dict:
-    h, a = int(_need(cfg, "hidden_size", model_type)), int(_need(cfg, "num_attention_heads", model_type))
-    out = {"num_layers": int(_need(cfg, "num_hidden_layers", model_type)), "hidden_size": h,
-           "num_attention_heads": a, "seq_length": seq, "vocab_size": int(_need(cfg, "vocab_size", model_type)),
+def _common(cfg: HFValues, model_type: str, seq: int) -> dict:
+    h, a = cfg.integer("hidden_size"), cfg.integer("num_attention_heads")
+    out = {"num_layers": cfg.integer("num_hidden_layers"), "hidden_size": h,
+           "num_attention_heads": a, "seq_length": seq, "vocab_size": cfg.integer("vocab_size"),
            "normalization": "RMSNorm", "position_embedding_type": "rope", "add_bias_linear": False,
-           "untie_embeddings_and_output_weights": not bool(cfg.get("tie_word_embeddings", False)),
-           "hidden_dropout": 0.0, "attention_dropout": float(cfg.get("attention_dropout", 0.0) or 0.0),
+           "untie_embeddings_and_output_weights": not cfg.flag("tie_word_embeddings", False),
+           "hidden_dropout": 0.0, "attention_dropout": cfg.number("attention_dropout", 0.0),
            "attention_backend": "auto"}
-    groups = cfg.get("num_key_value_heads")
-    if groups is not None and int(groups) != a:
-        out["num_query_groups"] = int(groups)
-    rotary = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
-    if rotary is not None and float(rotary) != 1.0:  # RoPE on that fraction of each head (--rotary-percent)
-        out["rotary_percent"] = float(rotary)
-    head_dim = cfg.get("head_dim")
-    if head_dim is not None and int(head_dim) * a != h:
-        out["kv_channels"] = int(head_dim)
+    groups = cfg.integer("num_key_value_heads", None)
+    if groups is not None and groups != a:
+        out["num_query_groups"] = groups
+    rotary = cfg.number("partial_rotary_factor", cfg.number("rotary_pct", 1.0))
+    if rotary != 1.0:  # RoPE on that fraction of each head (--rotary-percent)
+        out["rotary_percent"] = rotary
+    head_dim = cfg.integer("head_dim", None)
+    if head_dim is not None and head_dim * a != h:
+        out["kv_channels"] = head_dim
     return out
 
 
-def _llama_like(cfg: dict, model_type: str, seq: int, notes: list[str]) -> dict:
+def _llama_like(cfg: HFValues, model_type: str, seq: int, notes: list[str]) -> dict:
     out = _common(cfg, model_type, seq)
     out["swiglu"] = _gated(cfg, model_type)
-    out["ffn_hidden_size"] = int(_need(cfg, "intermediate_size", model_type))
-    if bool(cfg.get("mlp_bias", False)) and bool(cfg.get("attention_bias", False)):
+    out["ffn_hidden_size"] = cfg.integer("intermediate_size")
+    if cfg.flag("mlp_bias", False) and cfg.flag("attention_bias", False):
         out["add_bias_linear"] = True
-    window = cfg.get("sliding_window")
-    if model_type == "mistral" and window is not None and int(window) < seq:
+    window = cfg.integer("sliding_window", None)
+    if model_type == "mistral" and window is not None and window < seq:
         # every layer windowed, (w, 0) as Megatron-Bridge converts an HF sliding_window (GPT-OSS: 128 -> (128, 0))
-        out["window_size"] = (int(window), 0)
+        out["window_size"] = (window, 0)
         notes.append(f"sliding_window {window} as --window-size {window},0 on every layer")
     if model_type == "qwen2":  # Qwen2Attention: q/k/v projections with bias, the others without
-        notes.append("Qwen2's QKV bias ((a+2g)·d values per layer, added in the QKV GEMM's epilogue) is not "
-                     "timed separately")
+        notes.append("Qwen2's QKV bias as --add-qkv-bias ((a+2g)·d parameters per layer, added in the QKV GEMM's "
+                     "epilogue: not timed separately)")
     if model_type in ("qwen3", "qwen3_moe"):  # Qwen3Attention: RMSNorm on each query and key head
         out["qk_layernorm"] = True
     if model_type in ("mixtral", "qwen3_moe"):
@@ -154,68 +166,66 @@ def _llama_like(cfg: dict, model_type: str, seq: int, notes: list[str]) -> dict:
         # Megatron-LM's examples/mixtral script and the Qwen3 MoE conf of d98e8a64ddf3 launch them.
         out.update(moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True)
         if model_type == "mixtral":
-            out.update(num_experts=int(_need(cfg, "num_local_experts", model_type)),
-                       moe_router_topk=int(_need(cfg, "num_experts_per_tok", model_type)))
+            out.update(num_experts=cfg.integer("num_local_experts"), moe_router_topk=cfg.integer("num_experts_per_tok"))
         else:
-            out.update(num_experts=int(_need(cfg, "num_experts", model_type)),
-                       moe_router_topk=int(_need(cfg, "num_experts_per_tok", model_type)),
-                       moe_ffn_hidden_size=int(_need(cfg, "moe_intermediate_size", model_type)),
-                       moe_router_dtype="fp32")
+            out.update(num_experts=cfg.integer("num_experts"), moe_router_topk=cfg.integer("num_experts_per_tok"),
+                       moe_ffn_hidden_size=cfg.integer("moe_intermediate_size"), moe_router_dtype="fp32")
         notes.append("MoE dispatch assumed as Megatron-LM's examples launch it: --moe-token-dispatcher-type "
                      "alltoall --moe-grouped-gemm")
     return out
 
 
-def _deepseek(cfg: dict, model_type: str, seq: int, notes: list[str]) -> dict:
+def _deepseek(cfg: HFValues, model_type: str, seq: int, notes: list[str]) -> dict:
     out = _common(cfg, model_type, seq)
     out.pop("num_query_groups", None)
     out.pop("kv_channels", None)
     out["swiglu"] = _gated(cfg, model_type)
     layers = out["num_layers"]
-    dense = int(cfg.get("first_k_dense_replace", 0))
-    shared = int(cfg.get("n_shared_experts") or 0) * int(_need(cfg, "moe_intermediate_size", model_type))
-    q_lora = cfg.get("q_lora_rank")
-    out.update(ffn_hidden_size=int(_need(cfg, "intermediate_size", model_type)),
-               num_experts=int(_need(cfg, "n_routed_experts", model_type)),
-               moe_router_topk=int(_need(cfg, "num_experts_per_tok", model_type)),
-               moe_ffn_hidden_size=int(cfg["moe_intermediate_size"]),
+    dense = cfg.integer("first_k_dense_replace", 0)
+    if not 0 <= dense <= min(layers, LIMITS["num_layers"].high):  # before the pattern string is built
+        cfg.problems.append(ConfigError(f"`0 <= first_k_dense_replace <= num_hidden_layers` must hold, but got "
+                                        f"(first_k_dense_replace={dense}, num_hidden_layers={layers}); fix the file"))
+        dense = 0
+    moe_ffn = cfg.integer("moe_intermediate_size")
+    shared = cfg.integer("n_shared_experts", 0) * moe_ffn
+    q_lora = cfg.integer("q_lora_rank", None)
+    out.update(ffn_hidden_size=cfg.integer("intermediate_size"), num_experts=cfg.integer("n_routed_experts"),
+               moe_router_topk=cfg.integer("num_experts_per_tok"), moe_ffn_hidden_size=moe_ffn,
                moe_shared_expert_intermediate_size=shared or None,
                moe_layer_freq=f"([0]*{dense}+[1]*{layers - dense})" if dense else 1,
                moe_router_load_balancing_type="seq_aux_loss", moe_token_dispatcher_type="alltoall",
                moe_grouped_gemm=True, moe_router_dtype="fp32", multi_latent_attention=True,
-               q_lora_rank=int(q_lora) if q_lora else None,
-               kv_lora_rank=int(_need(cfg, "kv_lora_rank", model_type)),
-               qk_head_dim=int(_need(cfg, "qk_nope_head_dim", model_type)),
-               qk_pos_emb_head_dim=int(_need(cfg, "qk_rope_head_dim", model_type)),
-               v_head_dim=int(_need(cfg, "v_head_dim", model_type)), qk_layernorm=True)
-    if cfg.get("num_nextn_predict_layers"):
-        out["mtp_num_layers"] = int(cfg["num_nextn_predict_layers"])
+               q_lora_rank=q_lora or None, kv_lora_rank=cfg.integer("kv_lora_rank"),
+               qk_head_dim=cfg.integer("qk_nope_head_dim"), qk_pos_emb_head_dim=cfg.integer("qk_rope_head_dim"),
+               v_head_dim=cfg.integer("v_head_dim"), qk_layernorm=True)
+    mtp = cfg.integer("num_nextn_predict_layers", 0)
+    if mtp:
+        out["mtp_num_layers"] = mtp
     notes.append("MLA latent norms as --qk-layernorm, dispatch as Megatron-LM's DeepSeek examples launch it "
                  "(alltoall, grouped GEMM, fp32 router)")
     return out
 
 
-def _gpt2(cfg: dict, seq: int) -> dict:
+def _gpt2(cfg: HFValues, seq: int) -> dict:
     act = str(cfg.get("activation_function", "gelu_new"))
     if not act.startswith("gelu"):
         raise ConfigError(f"config.json: `activation_function` of a gpt2 model must be a GeLU, but got ({act!r})")
-    h = int(_need(cfg, "n_embd", "gpt2"))
-    return {"num_layers": int(_need(cfg, "n_layer", "gpt2")), "hidden_size": h,
-            "num_attention_heads": int(_need(cfg, "n_head", "gpt2")),
-            "ffn_hidden_size": int(cfg.get("n_inner") or 4 * h), "seq_length": seq,
-            "vocab_size": int(_need(cfg, "vocab_size", "gpt2")), "normalization": "LayerNorm",
+    h = cfg.integer("n_embd")
+    return {"num_layers": cfg.integer("n_layer"), "hidden_size": h, "num_attention_heads": cfg.integer("n_head"),
+            "ffn_hidden_size": cfg.integer("n_inner", None) or 4 * h, "seq_length": seq,
+            "vocab_size": cfg.integer("vocab_size"), "normalization": "LayerNorm",
             "position_embedding_type": "learned_absolute", "add_bias_linear": True,
-            "untie_embeddings_and_output_weights": not bool(cfg.get("tie_word_embeddings", True)),
-            "hidden_dropout": float(cfg.get("resid_pdrop", 0.1)), "attention_dropout": float(cfg.get("attn_pdrop", 0.1))}
+            "untie_embeddings_and_output_weights": not cfg.flag("tie_word_embeddings", True),
+            "hidden_dropout": cfg.number("resid_pdrop", 0.1), "attention_dropout": cfg.number("attn_pdrop", 0.1)}
 
 
-def _neox(cfg: dict, seq: int) -> dict:
+def _neox(cfg: HFValues, seq: int) -> dict:
     act = str(cfg.get("hidden_act", "gelu"))
     if not act.startswith("gelu"):
         raise ConfigError(f"config.json: `hidden_act` of a gpt_neox model must be a GeLU, but got ({act!r})")
     out = _common(cfg, "gpt_neox", seq)
-    out.update(ffn_hidden_size=int(_need(cfg, "intermediate_size", "gpt_neox")), normalization="LayerNorm",
-               add_bias_linear=True, hidden_dropout=float(cfg.get("hidden_dropout", 0.0) or 0.0))
+    out.update(ffn_hidden_size=cfg.integer("intermediate_size"), normalization="LayerNorm",
+               add_bias_linear=True, hidden_dropout=cfg.number("hidden_dropout", 0.0))
     return out
 
 
@@ -244,8 +254,8 @@ def model_fields_from_hf(cfg: dict, *, seq_length: int | None = None) -> tuple[d
                               f"Megatron setting nor listed as harmless in config/hf_config.py), so it cannot "
                               f"tell whether they shape the step; remove them")
     notes: list[str] = []
-    seq = _seq_length(cfg, seq_length, notes)
-    _check_refused(cfg, model_type, seq)
+    cfg = HFValues(cfg, model_type)
+    seq = _seq_length(cfg, model_type, seq_length, notes)
     if model_type == "gpt2":
         fields = _gpt2(cfg, seq)
     elif model_type == "gpt_neox":
@@ -254,19 +264,28 @@ def model_fields_from_hf(cfg: dict, *, seq_length: int | None = None) -> tuple[d
         fields = _deepseek(cfg, model_type, seq, notes)
     else:
         fields = _llama_like(cfg, model_type, seq, notes)
+    fields.update(rebuild_fields(cfg, model_type, seq, notes))
+    raise_problems(cfg.problems, "config.json")  # every wrong value at once, before any check that uses them
+    _check_refused(cfg, model_type, seq)
     return fields, notes
+
+
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"model file {str(path)!r} does not exist; give a preset name, a YAML file or a "
+                          f"Hugging Face config.json")
+    try:
+        return load_json(read_text(path, "model file"), f"model file {str(path)!r}")
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"model file {str(path)!r} is not valid JSON: {exc}") from None
 
 
 def load_hf_config(path: str | Path, *, seq_length: int | None = None, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a Hugging Face config.json (see the module docstring)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"model file {str(path)!r} does not exist; give a preset name, a YAML file or a "
-                          f"Hugging Face config.json")
-    try:
-        cfg = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"model file {str(path)!r} is not valid JSON: {exc}") from None
+    cfg = _read(path)
     fields, _ = model_fields_from_hf(cfg, seq_length=seq_length)
     named = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1]
     default = path.stem if path.stem != "config" else (named or path.resolve().parent.name or "config")
@@ -275,5 +294,4 @@ def load_hf_config(path: str | Path, *, seq_length: int | None = None, name: str
 
 def hf_notes(path: str | Path, *, seq_length: int | None = None) -> list[str]:
     """The assumptions ``load_hf_config`` makes for this file (for reports)."""
-    cfg = json.loads(Path(path).read_text())
-    return model_fields_from_hf(cfg, seq_length=seq_length)[1]
+    return model_fields_from_hf(_read(Path(path)), seq_length=seq_length)[1]

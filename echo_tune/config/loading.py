@@ -13,13 +13,14 @@ import yaml
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
-from echo_tune.errors import ConfigError
+from echo_tune.errors import ConfigError, raise_problems
 from echo_tune.io import read_text
+from echo_tune.safe_yaml import load_yaml
 from echo_tune.limits import LIMITS, check_number
 
 CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", "nics_per_node",
                 "nic_bandwidth_gbit_s", "nvlink_domain_size", "nodes_per_leaf",
-                "spine_oversubscription", "profile", "source")
+                "spine_oversubscription", "profile", "sustained_clock_mhz", "source")
 
 
 # Short names a user types for a GPU or cluster preset (the SXM boards are the training parts).
@@ -42,7 +43,7 @@ def read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():
         raise ConfigError(f"{what} file {str(path)!r} does not exist; give a preset name or an existing YAML path")
     try:
-        data = yaml.safe_load(read_text(path, f"{what} file"))
+        data = load_yaml(read_text(path, f"{what} file"), f"{what} file {str(path)!r}")  # bounded: safe_yaml
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -82,18 +83,26 @@ def build(cls: type, data: dict[str, Any], what: str):
     """Construct a frozen spec from a mapping, turning type errors into one-line ConfigErrors."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     refuse_unmodelled_keys(data, fields, what)
-    check_keys(data, list(fields), what)
+    problems: list[ConfigError] = []  # every bad key of the mapping at once, one line each (issue 21)
+    try:
+        check_keys(data, list(fields), what)
+    except ConfigError as exc:
+        problems.append(exc)
     for name, value in data.items():
-        check_type(name, value, fields[name].type, what)
-        if name in LIMITS and value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
-            try:  # the generous ranges of echo_tune.limits, for files as for flags (issue 10)
-                check_number(name, value)
-            except ConfigError as exc:
-                raise ConfigError(f"{what}: {exc}") from None
+        if name not in fields:
+            continue
+        try:
+            check_type(name, value, fields[name].type, what)
+            if name in LIMITS and value is not None and not isinstance(value, bool) \
+                    and isinstance(value, (int, float)):
+                check_number(name, value)  # the generous ranges of echo_tune.limits, for files as for flags
+        except ConfigError as exc:
+            problems.append(exc if str(exc).startswith(what) else ConfigError(f"{what}: {exc}"))
     missing = sorted(n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
                      and f.default_factory is dataclasses.MISSING)
     if missing:
-        raise ConfigError(f"{what} is missing required key(s) {missing}")
+        problems.append(ConfigError(f"{what} is missing required key(s) {missing}"))
+    raise_problems(problems, what)
     try:
         return cls(**data)
     except TypeError as exc:
@@ -120,6 +129,25 @@ def load_model(ref: str | Path) -> ModelSpec:
     return build(ModelSpec, {"name": ref, **table[ref]}, "model")
 
 
+def load_model_from(data: dict, what: str = "model") -> ModelSpec:
+    """``{from: <preset, YAML file or config.json>, <field>: <value>, ...}``: the model with those fields
+    changed; a config.json is read at the ``seq_length`` given (the way a space or rank file states the
+    training length of a config.json that has none)."""
+    data = dict(data)
+    ref = data.pop("from")
+    if not isinstance(ref, str):
+        raise ConfigError(f"{what}: `from` must name a preset, a YAML file or a config.json, but got (from={ref!r})")
+    if ref.endswith(".json"):
+        from echo_tune.config.hf_config import load_hf_config
+
+        seq = data.get("seq_length")
+        base = load_hf_config(ref, seq_length=seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
+    else:
+        base = load_model(ref)
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    return build(ModelSpec, {**fields, **data}, what) if data else base
+
+
 def load_gpu(ref: str | dict) -> GPUSpec:
     if isinstance(ref, dict):
         return build(GPUSpec, ref, "gpu")
@@ -137,6 +165,14 @@ def cluster_from_dict(data: dict, *, name: str, base_dir: Path | None = None) ->
     data.setdefault("name", name)
     if "gpu" not in data:
         raise ConfigError(f"cluster {name!r} is missing required key 'gpu' (a GPU preset: {preset_names('gpus')})")
+    problems = []
+    if not isinstance(data["gpu"], (str, dict)):
+        problems.append(f"cluster {name!r}: `gpu` must be a GPU preset name or a mapping of GPU keys, but got "
+                        f"(gpu={data['gpu']!r}); write e.g. `gpu: a100-80gb`")
+    if data.get("profile") is not None and not isinstance(data["profile"], str):
+        problems.append(f"cluster {name!r}: `profile` must be the path of a profile YAML file, but got "
+                        f"(profile={data['profile']!r}); write e.g. `profile: profile.yaml`")
+    raise_problems(problems, f"cluster {name!r}")
     data["gpu"] = load_gpu(data["gpu"])
     if data.get("profile") is not None:
         profile = Path(data["profile"])

@@ -15,13 +15,15 @@ import shlex
 
 from echo_tune.config.batch_schedule import final_global_batch_size
 from echo_tune.config.flag_catalog import spelling
+from echo_tune.config.launch_tokens import split_line
 from echo_tune.config.layer_fields import LayerFields, parse_window_size
 from echo_tune.config.moe_fields import MLAFields, MoEFields
 from echo_tune.config.optimizer_fields import OptimizerFields
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.rebuild_fields import RebuildFields
 from echo_tune.config.tokenizers import tokenizer_vocab_size
 from echo_tune.config.unmodelled import VALUE_RULES, refuse_if_unmodelled
-from echo_tune.errors import ConfigError
+from echo_tune.errors import ConfigError, raise_problems
 
 # field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false),
 # "freq" (an integer or a list expression, --moe-layer-freq), "list" (nargs="+"), "window" (--window-size:
@@ -95,6 +97,16 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "moe_router_num_groups": ("--moe-router-num-groups", "int"),
     "moe_router_group_topk": ("--moe-router-group-topk", "int"),
     "moe_router_force_load_balancing": ("--moe-router-force-load-balancing", "flag"),
+    # what a launch line needs to rebuild the model, not simulated (config/rebuild_fields.py)
+    "add_qkv_bias": ("--add-qkv-bias", "flag"),
+    "rotary_base": ("--rotary-base", "int"),
+    "norm_epsilon": ("--norm-epsilon", "float"),
+    "use_rope_scaling": ("--use-rope-scaling", "flag"),
+    "rope_scaling_factor": ("--rope-scaling-factor", "float"),
+    "rotary_scaling_factor": ("--rotary-scaling-factor", "float"),
+    "mscale": ("--mscale", "float"),
+    "mscale_all_dim": ("--mscale-all-dim", "float"),
+    "max_position_embeddings": ("--max-position-embeddings", "int"),
 }
 PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "tensor_model_parallel_size": ("--tensor-model-parallel-size", "int"),
@@ -185,8 +197,7 @@ DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": 
 _OPTIMIZER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(OptimizerFields)
                        if f.name in ("optimizer", "muon_num_ns_steps", "muon_tp_mode", "muon_scalar_optimizer")}
 # Other real Megatron-LM flags echo-tune writes or reads.
-EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--max-position-embeddings",
-               "--virtual-pipeline-model-parallel-size")
+EXTRA_FLAGS = ("--bf16", "--fp16", "--group-query-attention", "--virtual-pipeline-model-parallel-size")
 # Flags of a launch line that set a field indirectly (Megatron-LM d98e8a64ddf3 training/arguments.py and
 # training/training.py unless noted): flag -> number of values it takes.
 LINE_FLAGS = {
@@ -220,12 +231,12 @@ def _convert(flag: str, kind: str, raw: str):
         raise ConfigError(f"{flag} takes a{'n integer' if kind == 'int' else ' number'}, but got ({flag}={raw!r})") from None
 
 
-def _values(tokens: list[str], i: int) -> tuple[tuple[str, ...], int]:
-    """The value tokens after a flag (up to the next ``--flag``), and the index after them."""
-    j = i
-    while j < len(tokens) and not tokens[j].startswith("--"):
-        j += 1
-    return tuple(tokens[i:j]), j
+def _arities(by_flag: dict) -> dict[str, int | str]:
+    """Values each flag echo-tune reads takes (launch_tokens.split_line); the others come from the catalog."""
+    kinds = {flag: 0 if kind in ("flag", "not_flag") else "+" if kind == "list" else 1
+             for flag, (_, kind, _) in by_flag.items()}
+    kinds |= {flag: "+" if count < 0 else count for flag, count in LINE_FLAGS.items()}
+    return kinds | {flag: 0 for flag in SPECIAL_FLAGS}
 
 
 def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
@@ -233,63 +244,53 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
 
     Flags that do not shape the step are returned as ignored; a flag that shapes the step but is not
     modelled, or is not a Megatron-LM flag (config/flag_catalog.py), raises ``UnmodelledError`` naming it
-    (config/unmodelled.py)."""
+    (config/unmodelled.py). The line is split as Megatron-LM's argparse reads it (config/launch_tokens.py),
+    and every problem of the line is reported at once (errors.raise_problems)."""
     by_flag = {flag: (field, kind, "model") for field, (flag, kind) in MODEL_FLAGS.items()}
     by_flag |= {flag: (field, kind, "parallel") for field, (flag, kind) in PARALLEL_FLAGS.items()}
     by_flag |= {alias: (field, PARALLEL_FLAGS[field][1], "parallel") for alias, field in ALIASES.items()}
-    try:
-        tokens = shlex.split(line.replace("\\\n", " "))
-    except ValueError as exc:
-        raise ConfigError(f"--megatron-args is not a valid shell line: {exc}") from None
-    model, parallel, precision, ignored, line_flags = {}, {}, None, [], {}
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        flag, _, inline = token.partition("=")
-        flag = spelling(flag, by_flag)  # argparse's exact option string first, then `_` read as `-`
-        i += 1
+    problems: list = []
+    items = split_line(line, _arities(by_flag), problems)
+    model, parallel, precisions, ignored, line_flags = {}, {}, [], [], {}
+    for flag, values in items:
         if flag in ("--bf16", "--fp16"):
-            precision = flag[2:]
+            precisions.append(flag[2:])
             continue
         if flag == "--checkpoint-activations":  # Megatron 2021 spelling of full, uniform recompute
             parallel["recompute_granularity"] = "full"
             continue
         if flag in LINE_FLAGS:
-            count = LINE_FLAGS[flag]
-            values = [inline] if inline else []
-            while not inline and (count < 0 or len(values) < count) and i < len(tokens) \
-                    and not tokens[i].startswith("--"):
-                values.append(tokens[i])
-                i += 1
-            if count > 0 and len(values) < count:
-                raise ConfigError(f"{flag} needs a value, but the line ends after it")
-            line_flags[flag] = values
+            line_flags[flag] = list(values)
             continue
         if flag not in by_flag:
-            if flag.startswith("--") and flag not in EXTRA_FLAGS:
-                values, after = _values(tokens, i)
-                refuse_if_unmodelled(flag, (inline,) if inline else values)
-                ignored.append(flag)
-                if flag in VALUE_RULES:
-                    i = after
+            if flag not in EXTRA_FLAGS:
+                try:
+                    refuse_if_unmodelled(flag, values)
+                    ignored.append(flag)
+                except ConfigError as exc:
+                    problems.append(exc)
             continue
         field, kind, target = by_flag[flag]
-        if kind in ("flag", "not_flag"):
-            value = kind == "flag"
-        elif kind == "list":  # nargs="+": every value up to the next flag
-            value, i = _values(tokens, i)
-            value = ((inline,) if inline else ()) + value
-            if not value:
-                raise ConfigError(f"{flag} needs at least one value, but none follows it")
-        else:
-            if not inline:
-                if i >= len(tokens):
-                    raise ConfigError(f"{flag} needs a value, but the line ends after it")
-                inline, i = tokens[i], i + 1
-            value = _convert(flag, kind, inline)
+        try:
+            value = (kind == "flag" if kind in ("flag", "not_flag") else tuple(values) if kind == "list"
+                     else _convert(flag, kind, values[0]))
+        except ConfigError as exc:
+            problems.append(exc)
+            continue
         (model if target == "model" else parallel)[field] = value
+    if len(set(precisions)) > 1:  # training/arguments.py validate_args: `if args.fp16: assert not args.bf16`
+        problems.append(ConfigError("--bf16 and --fp16 cannot both be given (Megatron-LM asserts `not (fp16 and "
+                                    "bf16)` in validate_args); keep one"))
+    seq, max_positions = model.get("seq_length"), model.get("max_position_embeddings")
+    if isinstance(max_positions, int) and isinstance(seq, int) and max_positions < seq:
+        problems.append(ConfigError(f"`max_position_embeddings >= seq_length` must hold (Megatron-LM asserts it "
+                                    f"in validate_args), but got (max_position_embeddings={max_positions}, "
+                                    f"seq_length={seq}); raise --max-position-embeddings"))
+    raise_problems(problems, "the Megatron launch line")
+    if max_positions is not None and max_positions == seq:
+        del model["max_position_embeddings"]  # the table fits the sequence: ModelSpec's default (None)
     _apply_line_flags(line_flags, model, parallel, ignored)
-    return model, parallel, precision, ignored
+    return model, parallel, (precisions[0] if precisions else None), ignored
 
 
 def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, ignored: list[str]) -> None:
@@ -327,7 +328,7 @@ def _defaults(*classes) -> dict:
     return {f.name: f.default for cls in classes for f in dataclasses.fields(cls)}
 
 
-_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields) | {"mtp_num_layers": None} | {
+_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields, RebuildFields) | {"mtp_num_layers": None} | {
     name: value for name, value in _defaults(ParallelConfig).items()
     if name in ("expert_model_parallel_size", "recompute_modules", "cuda_graph_impl", "cuda_graph_warmup_steps",
                 "num_distributed_optimizer_instances")}
@@ -364,10 +365,13 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
             out += [flag] if kind in ("flag", "not_flag") else [flag, str(value)]
             if field == "use_flash_attn":
                 continue  # the legacy spelling; attention_backend is written instead
-            if field == "num_query_groups" and value != model_fields.get("num_attention_heads"):
-                out.insert(len(out) - 2, "--group-query-attention")
-            if field == "seq_length":
-                out += ["--max-position-embeddings", str(value)]
+            if field == "num_query_groups":
+                if value == model_fields.get("num_attention_heads"):
+                    del out[-2:]  # one group per head is multi-head attention, Megatron's default
+                else:
+                    out.insert(len(out) - 2, "--group-query-attention")
+            if field == "seq_length" and model_fields.get("max_position_embeddings") is None:
+                out += ["--max-position-embeddings", str(value)]  # Megatron requires it; the table fits s
     if precision in ("bf16", "fp16"):
         out.append(f"--{precision}")
     return out

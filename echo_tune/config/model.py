@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.config.layer_fields import LayerFields
+from echo_tune.config.rebuild_fields import RebuildFields
 from echo_tune.config.moe_fields import MLAFields, MoEFields, mla_params, moe_layer_pattern, moe_params
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
@@ -24,12 +25,13 @@ FLASH_STYLE_BACKENDS = ("auto", "flash", "fused")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec(MoEFields, MLAFields, LayerFields):
+class ModelSpec(MoEFields, MLAFields, LayerFields, RebuildFields):
     """A decoder-only transformer, described with Megatron-LM's argument names.
 
     MoE and MLA fields (``num_experts``, ``moe_*``, ``multi_latent_attention``, ...) come from
     ``moe_fields.py``; attention variants and kernel fusions (``window_size``, ``softmax_type``, ...)
-    from ``layer_fields.py``.
+    from ``layer_fields.py``; settings a launch line needs to rebuild the model (``rotary_base``, ...) from
+    ``rebuild_fields.py``.
 
     Optional fields left as ``None`` take Megatron's defaults (see the properties below).
     """
@@ -118,6 +120,7 @@ class ModelSpec(MoEFields, MLAFields, LayerFields):
         self._check_moe()
         self._check_mla()
         self._check_layer_variants()
+        self._check_rebuild()
         groups = self.query_groups
         require(self.num_attention_heads % groups == 0,
                 f"`num_attention_heads % num_query_groups == 0` must hold, but got "
@@ -185,7 +188,8 @@ class ModelSpec(MoEFields, MLAFields, LayerFields):
         """Parameters of one transformer layer (unsharded); ``moe``: the layer whose MLP is the MoE block."""
         h, d, a, g, f = self.hidden_size, self.head_dim, self.num_attention_heads, self.query_groups, self.ffn_size
         bias = self.add_bias_linear
-        qkv = h * (a + 2 * g) * d + (bias and (a + 2 * g) * d) + (2 * d if self.qk_layernorm else 0)
+        qkv_bias = (bias or self.add_qkv_bias) and (a + 2 * g) * d
+        qkv = h * (a + 2 * g) * d + qkv_bias + (2 * d if self.qk_layernorm else 0)
         proj = a * d * h + (bias and h)
         if self.multi_latent_attention:
             qkv, proj = mla_params(self), a * self.v_head_dim * h + (bias and h)
@@ -198,7 +202,7 @@ class ModelSpec(MoEFields, MLAFields, LayerFields):
 
     def embedding_params(self, tensor_model_parallel_size: int = 1) -> int:
         v = self.padded_vocab_size(tensor_model_parallel_size) * self.hidden_size
-        pos = self.seq_length * self.hidden_size if self.position_embedding_type == "learned_absolute" else 0
+        pos = self.position_table_rows * self.hidden_size if self.position_embedding_type == "learned_absolute" else 0
         return v + pos
 
     def num_params(self, tensor_model_parallel_size: int = 1) -> int:

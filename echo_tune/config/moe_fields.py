@@ -7,53 +7,16 @@ NVIDIA/Megatron-LM commit d98e8a64ddf3).
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
-from echo_tune.errors import ConfigError
+from echo_tune.config.layer_pattern import moe_layer_pattern
 
 DISPATCHERS = ("allgather", "alltoall", "flex")
 # --moe-flex-dispatcher-backend (transformer_config.py at d98e8a64ddf3 also lists ncclep: not modelled)
 FLEX_BACKENDS = ("deepep", "hybridep")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 ROUTER_DTYPES = (None, "fp32", "fp64")
-
-
-def _eval_pattern(node: ast.AST):
-    """A Megatron ``--moe-layer-freq`` list expression: int lists, ``*`` by ints and ``+`` only."""
-    if isinstance(node, ast.Expression):
-        return _eval_pattern(node.body)
-    if isinstance(node, ast.List):
-        return [_eval_pattern(e) for e in node.elts]
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add)):
-        left, right = _eval_pattern(node.left), _eval_pattern(node.right)
-        return left * right if isinstance(node.op, ast.Mult) else left + right
-    raise ValueError("unsupported expression")
-
-
-def moe_layer_pattern(freq: int | str, num_layers: int) -> tuple[int, ...]:
-    """1 for an MoE layer, 0 for a dense one; Megatron's ``moe_freq_type`` (arguments.py)."""
-    if isinstance(freq, int) and not isinstance(freq, bool):
-        require_positive("moe_layer_freq", freq)
-        return tuple(1 if i % freq == 0 else 0 for i in range(num_layers))
-    text = str(freq).strip()
-    try:
-        value = _eval_pattern(ast.parse(text if text.startswith(("[", "(")) else f"[{text}]", mode="eval"))
-        pattern = tuple(int(v) for v in value) if isinstance(value, list) else None
-    except (SyntaxError, ValueError, TypeError):
-        pattern = None
-    if pattern is None and text.isdigit():
-        return moe_layer_pattern(int(text), num_layers)
-    if pattern is None or any(v not in (0, 1) for v in pattern):
-        raise ConfigError(f"`moe_layer_freq` must be an integer or a list expression of 0/1 such as "
-                          f"([0]*3+[1]*58), but got (moe_layer_freq={freq!r})")
-    require(len(pattern) == num_layers,
-            f"`len(moe_layer_freq pattern) == num_layers` must hold, but got (pattern length={len(pattern)}, "
-            f"num_layers={num_layers}); write one 0/1 per layer")
-    return pattern
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ bandwidth (inter_node: one GPU's share of its node's NICs). From those:
   members per node: each of a node's ring channels leaves through its own NIC. Across nodes the
   Simple all-reduce ring's latency takes NCCL's plateau factor.
 * **tree** (all-reduce across nodes): a chain inside each node and a double binary tree across
-  nodes, 2((g-1) NVLink hops + log2(N) network hops) at NCCL's tree/ring hop-latency ratios, moving
+  nodes, 2((g-1) NVLink hops + floor(log2 N) network hops, NCCL's log2i: ``nccl_tuning.tree_depth``) at NCCL's tree/ring hop-latency ratios, moving
   the buffer twice at NCCL's tree/ring bandwidth ratio per protocol times NCCL's medium-size
   ``treeCorrectionFactor``. What binds it depends on the node count, as in NCCL's tuner (``bw =
   nNodes <= 2 ? bwIntra : bwInter``): with two nodes each node's NICs carry half the buffer per
@@ -53,7 +53,7 @@ import math
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.nccl_tuning import (RING_SIMPLE_PLATEAU, TREE_ALGBW_RATIO, TREE_VS_RING_BANDWIDTH,
                                         TREE_VS_RING_NET_HOP, TREE_VS_RING_NVLINK_HOP, nccl_picks_tree,
-                                        tier_protocol, tree_correction)
+                                        tier_protocol, tree_correction, tree_depth)
 from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
@@ -122,7 +122,7 @@ def _tree_time_s(protocol: str, size_bytes: float, place: GroupPlacement, intra:
                  inter: LinkCoefficients) -> float:
     """NCCL's tree all-reduce: a chain inside each node, a double binary tree across nodes."""
     latency = inter.base_latency_s + 2 * (
-        math.ceil(math.log2(place.num_nodes)) * inter.latency_s * TREE_VS_RING_NET_HOP[protocol]
+        tree_depth(place.num_nodes) * inter.latency_s * TREE_VS_RING_NET_HOP[protocol]
         + (place.ranks_per_node - 1) * intra.latency_s * TREE_VS_RING_NVLINK_HOP[protocol])
     # What binds the tree depends on the node count (NCCL's tuner: ``bw = nNodes <= 2 ? bwIntra :
     # bwInter``, and NVLS-tree's ``bwInter * 2`` at nNodes <= 2). With two nodes each node is the root

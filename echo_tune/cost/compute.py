@@ -6,6 +6,8 @@
                forward at ``attention_causal_factor`` of that)
     memory:    time = bytes / hbm + launch
 
+where ``peak`` is the datasheet tensor-core peak times the GPU's ``clock_factor`` (sustained over peak
+SM clock under the power limit: compute-bound time scales with the clock, memory-bound time does not),
 with the saturation g(x) = x / (x + x_half): small dimensions leave tensor cores idle (tile
 quantisation and wave tails). e_max, x_half, the HBM bandwidth and the launch cost come from the
 cluster's calibration profile. When the profile points at an op-time database (``echo-tune
@@ -33,7 +35,7 @@ def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str)
         if measured is not None:
             return measured + profile.op_times.host_overhead_s
     memory_s = op.bytes / (profile.memory_bandwidth_gbyte_s * 1e9)
-    peak_flops = gpu.peak_tflops(precision) * 1e12
+    peak_flops = gpu.peak_tflops(precision) * 1e12 * gpu.clock_factor
     if op.kind == "gemm":
         m, n, k = op.gemm_mnk or (4096, 4096, 4096)
         compute_s = op.flops / (peak_flops * gemm_efficiency(m, n, k, profile))

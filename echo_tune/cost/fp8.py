@@ -33,7 +33,11 @@ Quantisation kernels each recipe adds (memory-bound, at the profile's HBM bandwi
   a row-wise and a column-wise (transposed) FP8 copy (1 B each), because Hopper's FP8 tensor cores take
   only the "TN" layout and the wgrad GEMM needs the transposed operand: 4 B per element.
 - ``delayed``: the scale comes from the amax history and the amax is taken inside the cast: 4 B.
-- ``tensorwise`` (current scaling): an extra read of the tensor for its amax first: 6 B.
+- ``tensorwise`` (current scaling): an extra read of the tensor for its amax first: 6 B, in three kernels
+  (TE's ``Float8CurrentScalingQuantizer::quantize_impl``, NVIDIA/TransformerEngine@ad3f651f1dad
+  transformer_engine/pytorch/csrc/quantizer.cpp: ``nvte_compute_amax``, ``nvte_compute_scale_from_amax`` --
+  "compute scale cannot be fused with quantize kernel" -- then ``nvte_quantize_v2``), so three launches
+  (``CAST_KERNELS``); the amax all-reduce TE adds for sequence-parallel inputs is not modelled.
 - ``blockwise`` / ``mxfp8``: scales per 128 / 32 elements computed inside the cast kernel: 4 B plus
   the scale factors (4 B per 128 and 1 B per 32 elements, for both copies).
 - weights: TE caches the FP8 weight over the micro-batches of a step (Megatron passes
@@ -81,6 +85,10 @@ CAST_BYTES_PER_ELEMENT = {
 """HBM bytes moved to quantise one bf16 element (read 2 B, write row- and column-wise FP8 copies)."""
 
 
+CAST_KERNELS = {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
+"""Kernels one quantisation launches: current scaling takes its amax, then the scale, then casts."""
+
+
 def is_fp8_gemm(op: Op) -> bool:
     return op.kind == "gemm" and where(op) in FP8_REGIONS
 
@@ -89,7 +97,7 @@ def fp8_gemm_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec) -> float:
     """Time of one FP8 GEMM: FP8 peak x FP8 efficiency x size saturation; 1-byte operands."""
     m, n, k = op.gemm_mnk or (4096, 4096, 4096)
     efficiency = gemm_efficiency(m, n, k, profile) * profile.fp8_gemm_max_efficiency / profile.gemm_max_efficiency
-    compute_s = op.flops / (gpu.peak_tflops("fp8") * 1e12 * efficiency)
+    compute_s = op.flops / (gpu.peak_tflops("fp8") * 1e12 * gpu.clock_factor * efficiency)
     memory_s = (m * k + k * n + 2 * m * n) / (profile.memory_bandwidth_gbyte_s * 1e9)
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s
 
@@ -103,7 +111,7 @@ def fp8_cast_s(op: Op, recipe: str, profile: CalibrationProfile) -> float:
     m, _, k = op.gemm_mnk or (4096, 4096, 4096)
     elements = m * k if op.phase == "fwd" else m * k / 2
     return elements * CAST_BYTES_PER_ELEMENT[recipe] / (profile.memory_bandwidth_gbyte_s * 1e9) \
-        + profile.kernel_launch_overhead_s
+        + CAST_KERNELS[recipe] * profile.kernel_launch_overhead_s
 
 
 def fp8_collective_bytes(op: Op) -> float:

@@ -11,31 +11,10 @@ an algorithm, not a time prediction.
 
 from __future__ import annotations
 
-import math
-
 NCCL_VERSION = "2.30.7"
 NCCL_SOURCE = "NCCL 2.30.7 src/graph/tuning.cc (commit 5067397c2676)"
 
 PROTOCOLS = ("ll", "ll128", "simple")
-
-# Default network per-hop latency of a ring, hwLatencies[NCCL_HW_NET][NCCL_ALGO_RING] (us):
-# LL 2.7, LL128 4.0, Simple 14.0. Used only where no measurement across nodes exists.
-NET_RING_HOP_LATENCY_S = {"ll": 2.7e-6, "ll128": 4.0e-6, "simple": 14.0e-6}
-
-# Tree hop latency relative to the ring's of the same protocol, per link kind:
-# hwLatencies[NCCL_HW_NET]: Tree {5.0, 8.5, 14} vs Ring {2.7, 4.0, 14.0} us;
-# hwLatencies[NCCL_HW_NVLINK]: Tree {0.6, 1.25, 4.0} vs Ring {0.6, 1.9, 3.4} us (LL, LL128, Simple).
-TREE_VS_RING_NET_HOP = {"ll": 5.0 / 2.7, "ll128": 8.5 / 4.0, "simple": 14.0 / 14.0}
-TREE_VS_RING_NVLINK_HOP = {"ll": 0.6 / 0.6, "ll128": 1.25 / 1.9, "simple": 4.0 / 3.4}
-
-# Bandwidth of a tree all-reduce relative to a ring of the same protocol over the same links
-# (ncclTopoTuneModel: every tree all-reduce busBw *= .92; then LL: busBw / 3.8 where ring LL is
-# busBw * .5; LL128: busBw * 120/128 across nodes where ring LL128 is busBw * .92; Simple: 1).
-TREE_VS_RING_BANDWIDTH = {"ll": 0.92 / 3.8 / 0.5, "ll128": 0.92 * (120.0 / 128.0) / 0.92, "simple": 0.92}
-
-# A tree all-reduce moves the buffer twice (reduce up, broadcast down): algbw = busBw * .5
-# ("Convert bus BW to algorithm BW", ratio .5 for every algorithm but ring / NVLS).
-TREE_ALGBW_RATIO = 0.5
 
 # treeCorrectionFactor[protocol][log2(nBytes / 64)] for 64 B to 256 MiB (ncclTopoGetAlgoTime):
 # "Trees are not perfectly sticking to the model for medium sizes"; factor 1 outside the table.
@@ -67,11 +46,33 @@ NET_HOP_US = {"tree": {"ll": 5.0, "ll128": 8.5, "simple": 14.0}, "ring": {"ll": 
 # of a ring that crosses nodes costs at least this. The cluster's CPU vendor is not a cluster key, so
 # the default (1.0) is used.
 NET_OVERHEAD_US = 1.0
-# Bus bandwidth of each protocol relative to Simple on the same links: ring LL busBw * .5, ring
-# LL128 * .92; tree all-reduce * .92, then LL / 3.8, LL128 * 120/128 across nodes.
+# Bus bandwidth of each protocol relative to Simple on the same links (ncclTopoTuneModel): ring LL busBw * .5,
+# ring LL128 * .92; every tree all-reduce busBw * .92, then LL / 3.8, LL128 * 120/128 across nodes.
 RING_PROTOCOL_BANDWIDTH = {"ll": 0.5, "ll128": 0.92, "simple": 1.0}
 TREE_PROTOCOL_BANDWIDTH = {"ll": 0.92 / 3.8, "ll128": 0.92 * 120.0 / 128.0, "simple": 0.92}
 
+# A tree all-reduce moves the buffer twice (reduce up, broadcast down): algbw = busBw * .5
+# ("Convert bus BW to algorithm BW", ratio .5 for every algorithm but ring / NVLS).
+TREE_ALGBW_RATIO = 0.5
+
+# --- derived from the tables above (one copy of each NCCL number) ---
+# Default network per-hop latency of a ring, hwLatencies[NCCL_HW_NET][NCCL_ALGO_RING]; used only where no
+# measurement across nodes exists.
+NET_RING_HOP_LATENCY_S = {p: us * 1e-6 for p, us in NET_HOP_US["ring"].items()}
+# Tree hop latency relative to the ring's of the same protocol, per link kind.
+TREE_VS_RING_NET_HOP = {p: NET_HOP_US["tree"][p] / NET_HOP_US["ring"][p] for p in PROTOCOLS}
+TREE_VS_RING_NVLINK_HOP = {p: NVLINK_HOP_US["tree"][p] / NVLINK_HOP_US["ring"][p] for p in PROTOCOLS}
+# Bandwidth of a tree all-reduce relative to a ring of the same protocol over the same links.
+TREE_VS_RING_BANDWIDTH = {p: TREE_PROTOCOL_BANDWIDTH[p] / RING_PROTOCOL_BANDWIDTH[p] for p in PROTOCOLS}
+
+
+def tree_depth(num_nodes: int) -> int:
+    """Network levels of NCCL's double binary tree across ``num_nodes`` nodes: NCCL's ``log2i(nNodes)``,
+    which is ``log2Down``, floor(log2) (src/include/utils.h and src/include/bitops.h at 5067397c2676), as
+    the tree latency of ncclTopoTuneModel (src/graph/tuning.cc) and connectTrees' depth
+    (src/graph/connect.cc) use it: 1 for 2 or 3 nodes, 2 for 4 to 7. The one rule of echo-tune for
+    the tree's time and for NCCL's algorithm choice alike."""
+    return max(int(num_nodes), 1).bit_length() - 1
 
 def nccl_picks_tree(protocol: str, size_bytes: float, size: int, num_nodes: int, ranks_per_node: int,
                     graph_bus_bytes_per_us: float) -> bool:
@@ -90,7 +91,7 @@ def nccl_picks_tree(protocol: str, size_bytes: float, size: int, num_nodes: int,
     if protocol == "simple":
         ring_latency *= RING_SIMPLE_PLATEAU
     tree_latency = BASE_LATENCY_US["tree"][protocol] + 2 * ((ranks_per_node - 1) * NVLINK_HOP_US["tree"][protocol]
-                                                            + int(math.log2(num_nodes)) * NET_HOP_US["tree"][protocol])
+                                                            + tree_depth(num_nodes) * NET_HOP_US["tree"][protocol])
     ring_bw = graph_bus_bytes_per_us * RING_PROTOCOL_BANDWIDTH[protocol] * size / steps
     tree_bw = (graph_bus_bytes_per_us * TREE_PROTOCOL_BANDWIDTH[protocol] * TREE_ALGBW_RATIO
                * tree_correction(protocol, size_bytes))

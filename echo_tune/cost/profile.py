@@ -34,6 +34,10 @@ YAML layout (version 1)::
       compute_slowdown: 1.08          # compute kernels run this much slower while a collective runs
       comm_slowdown: 1.05             # collectives run this much slower beside compute
       slowdown_curves: {}             # optional: measured slowdown vs message size (calibrate fit)
+    fitted:                           # optional: written by `calibrate fit --runs/--megatron-log` (fit_runs.py)
+      params: {sustained_clock_mhz: 1620, comm_time_factor: 1.1, kernel_launch_overhead_s: 5.0e-6}
+      label: "fitted on runs: <sources>"  # shown wherever a report names the profile
+      rows: [...]                     # the rows fitted (name, source, measured, predicted), errors, inputs' SHA-256
     op_times: optime.sqlite           # optional: op-time database (``echo-tune profile``), relative to
                                       # this file; its measured op times come before the surface above
 """
@@ -136,6 +140,10 @@ class CalibrationProfile:
     """The ``op_times`` key as written: an op-time database file (relative to the profile file)."""
     op_times: "OpTimes | None" = field(default=None, compare=False, repr=False)
     """Its measured times for the profile's GPU, loaded with the profile (``optime/db.py``)."""
+    fitted: dict = field(default_factory=dict)
+    """Parameters fitted on training runs and their provenance (``calibrate fit --runs``): ``params``
+    (``sustained_clock_mhz``: compute-bound kernels' clock; ``comm_time_factor``: every collective's time
+    times this; ``kernel_launch_overhead_s``: copied into the field above), ``label``, rows and errors."""
     nccl_ring_only: bool = False
     """NCCL_ALGO=Ring (set by ``--deterministic-mode``, sim/determinism.py): no tree all-reduce. Not a
     profile-file key: set per simulated run."""
@@ -156,6 +164,29 @@ class CalibrationProfile:
         for scope in SCOPES:
             require(scope in self.comm and "default" in self.comm[scope],
                     f"profile {self.name!r} needs comm.{scope}.default coefficients")
+        require(isinstance(self.fitted, dict), f"profile {self.name!r}: `fitted` must be a mapping, but got "
+                                               f"(fitted={self.fitted!r})")
+        params = self.fitted.get("params") or {}
+        require(isinstance(params, dict), f"profile {self.name!r}: `fitted.params` must be a mapping, but got "
+                                          f"(params={params!r})")
+        for name in ("sustained_clock_mhz", "comm_time_factor"):
+            if params.get(name) is not None:
+                check_number(f"fitted.params.{name}", params[name])
+                require_positive(f"fitted.params.{name}", params[name])
+        factor = self.comm_time_factor
+        if factor != 1.0:  # every collective's time x factor: latencies x f, bandwidths / f (all tiers)
+            object.__setattr__(self, "_scaled_comm", {s: {c: _scaled(v, factor) for c, v in t.items()}
+                                                      for s, t in self.comm.items()})
+
+    @property
+    def fitted_clock_mhz(self) -> float | None:
+        """The compute-bound clock fitted on training runs (None: not fitted)."""
+        return (self.fitted.get("params") or {}).get("sustained_clock_mhz")
+
+    @property
+    def comm_time_factor(self) -> float:
+        """Fitted factor on every collective's modelled time (1: not fitted)."""
+        return float((self.fitted.get("params") or {}).get("comm_time_factor") or 1.0)
 
     @property
     def attention_bwd_efficiency(self) -> float:
@@ -163,7 +194,7 @@ class CalibrationProfile:
         return self.attention_backward_efficiency or self.attention_efficiency
 
     def link(self, scope: str, collective: str) -> LinkCoefficients:
-        table = self.comm[scope]
+        table = getattr(self, "_scaled_comm", self.comm)[scope]
         return table.get(collective, table["default"])
 
     @property
@@ -181,6 +212,8 @@ class CalibrationProfile:
             label = "measured"
         if self.op_times is not None:
             label += f"; op times measured on {self.op_times.device!r}"
+        if self.fitted.get("label"):
+            label += f"; {self.fitted['label']}"
         return label
 
     def to_dict(self) -> dict:
@@ -203,7 +236,16 @@ class CalibrationProfile:
         if not head["measured_on"]:
             del head["measured_on"]
         tail = {"op_times": self.op_times_db} if self.op_times_db else {}
+        if self.fitted:
+            tail["fitted"] = data.pop("fitted")
         return {**head, "compute": compute, "comm": data.pop("comm"), "interference": interference, **tail}
+
+
+def _scaled(link: LinkCoefficients, factor: float) -> LinkCoefficients:
+    """``link`` with every time it gives multiplied by ``factor`` (latencies x f, bandwidth / f)."""
+    return dataclasses.replace(link, latency_s=link.latency_s * factor, base_latency_s=link.base_latency_s * factor,
+                               bus_bandwidth_gbyte_s=link.bus_bandwidth_gbyte_s / factor,
+                               protocols={k: _scaled(v, factor) for k, v in link.protocols.items()})
 
 
 def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
@@ -237,7 +279,7 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
     from echo_tune.config.loading import check_keys
 
     check_keys(data, ("version", "name", "measured", "gpu", "measured_on", "provenance", "compute", "comm",
-                      "interference", "op_times"), where)
+                      "interference", "op_times", "fitted"), where)
     version = data.get("version", PROFILE_VERSION)
     require(version == PROFILE_VERSION, f"{where}: `version == {PROFILE_VERSION}` must hold, but got (version={version})")
     db = data.get("op_times")
@@ -255,7 +297,7 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
                                   measured=bool(data.get("measured", False)), comm=comm,
                                   provenance=data.get("provenance") or {}, version=version,
                                   measured_on=data.get("measured_on") or {},
-                                  op_times_db=db, op_times=op_times,
+                                  op_times_db=db, op_times=op_times, fitted=data.get("fitted") or {},
                                   **(data.get("compute") or {}), **(data.get("interference") or {}))
     except (TypeError, AttributeError) as exc:
         raise ConfigError(f"{where}: bad profile contents: {exc}") from None
@@ -268,7 +310,7 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     return profile_from_dict(read_yaml(path, "profile"), where=f"profile {str(path)!r}", base_dir=path.parent)
 
 
-def save_profile(profile: CalibrationProfile, path: str | Path) -> None:
+def save_profile(profile: CalibrationProfile, path: str | Path, header: str = "") -> None:
     from echo_tune.io import write_text
 
     data = profile.to_dict()
@@ -276,13 +318,18 @@ def save_profile(profile: CalibrationProfile, path: str | Path) -> None:
     if bad:  # never write a profile of NaNs (a fit that diverged): issue 10
         raise ConfigError(f"profile {profile.name!r}: `{bad[0]}` is {bad[1]!r}, not a finite number; the fit did "
                           f"not converge: check the inputs' residuals (--show-points) or fit fewer tiers")
-    write_text(path, yaml.safe_dump(data, sort_keys=False), "profile")
+    write_text(path, header + yaml.safe_dump(data, sort_keys=False), "profile")
 
 
 
 def profile_for(cluster: ClusterSpec) -> CalibrationProfile:
     """The cluster's own profile file if it names one, else the datasheet-derived default."""
     return load_profile(cluster.profile) if cluster.profile is not None else default_profile(cluster)
+
+
+def load_cluster_profile(cluster: ClusterSpec) -> CalibrationProfile:
+    """``profile_for`` (the cluster's profile file, else its datasheet-derived default)."""
+    return profile_for(cluster)
 
 
 def check_profile_device(profile: CalibrationProfile, cluster: ClusterSpec) -> None:

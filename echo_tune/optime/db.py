@@ -8,6 +8,7 @@ for the cluster's GPU and refuses a database measured on another device (one lin
 from __future__ import annotations
 
 import datetime
+import math
 import socket
 import sqlite3
 from dataclasses import dataclass, field
@@ -45,6 +46,31 @@ CREATE TABLE IF NOT EXISTS host_overhead (   -- optime/insitu.py: framework time
 """
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """An existing op-time database opened read-only (``mode=ro``): an empty or foreign file is refused in one
+    line and left byte for byte as it was."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise ConfigError(f"op-time database {str(path)!r} cannot be read ({exc.strerror or exc}); check the "
+                          f"`op_times` path of the profile") from None
+    if head != SQLITE_HEADER:
+        what = "is empty" if not head else "is not an SQLite database"
+        raise ConfigError(f"op-time database {str(path)!r} {what}; point the profile's `op_times` at a database "
+                          f"written by `echo-tune profile`, or remove `op_times`")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn.execute("SELECT device, device_kind, key, time_s FROM op_times LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"op-time database {str(path)!r} is not an op-time database ({exc}); point the "
+                          f"profile's `op_times` at a database written by `echo-tune profile`") from None
+    return conn
+
+
 @dataclass(frozen=True, kw_only=True)
 class Measurement:
     time_s: float
@@ -57,8 +83,11 @@ class Measurement:
 class OpTimeDB:
     """An open op-time database (created on first use)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
+        if read_only:  # reading a profile must never turn the file it names into a database (issue 20)
+            self.conn = _open_read_only(self.path)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.conn = sqlite3.connect(self.path)
@@ -120,28 +149,63 @@ class OpTimes:
     zero on CUDA, where the host runs ahead of the GPU."""
 
 
+def _checked_times(rows, path: Path) -> dict[str, float]:
+    """key -> seconds; a time that is not a finite number > 0 (text, NaN, negative) refuses the database."""
+    times, bad = {}, []
+    for key, value in rows:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        if ok and isinstance(key, str):
+            times[key] = float(value)
+        else:
+            bad.append((key, value))
+    if bad:
+        shown = ", ".join(f"{str(k)[:60]!r}: {v!r}" for k, v in bad[:3])
+        raise ConfigError(f"op-time database {str(path)!r}: `time_s > 0` (a finite number of seconds) must hold for "
+                          f"every op, but {len(bad)} row(s) break it ({shown}{', ...' if len(bad) > 3 else ''}); "
+                          f"measure again with `echo-tune profile` into a new file")
+    return times
+
+
 def load_op_times(path: str | Path, gpu_name: str) -> OpTimes:
     """The times measured on the device that serves ``gpu_name``; ConfigError when there is none.
 
     With several such devices (e.g. CPU runs with different thread counts) the one with most rows
-    is used; with several torch/CUDA versions, the latest measurement of each op.
+    is used; with several torch/CUDA versions, the latest measurement of each op. The file is read
+    read-only and checked: echo-tune's schema, and every time a finite number of seconds > 0.
     """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"op-time database {str(path)!r} does not exist; run `echo-tune profile` to create it "
                           f"or remove `op_times` from the profile")
-    with OpTimeDB(path) as db:
-        devices = db.devices()
-        fitting = [(name, kind) for name, kind, _ in devices if serves(name, kind, gpu_name)]
+    conn = _open_read_only(path)
+    try:
+        version = conn.execute("SELECT value FROM info WHERE name='schema_version'").fetchone()
+        if version is None or str(version[0]) != str(SCHEMA_VERSION):
+            raise ConfigError(f"op-time database {str(path)!r} has schema version {version and version[0]!r}, "
+                              f"echo-tune reads {SCHEMA_VERSION}; measure again with `echo-tune profile`")
+        devices = list(conn.execute("SELECT device, device_kind, COUNT(*) FROM op_times GROUP BY device, "
+                                    "device_kind ORDER BY COUNT(*) DESC, device"))
+        fitting = [(name, kind) for name, kind, _ in devices if serves(str(name), str(kind), gpu_name)]
         if not fitting:
             found = ", ".join(repr(name) for name, _, _ in devices) or "no device (it is empty)"
             raise ConfigError(f"op-time database {str(path)!r} was measured on {found}, not on this cluster's GPU "
                               f"{gpu_name!r}; run `echo-tune profile` on a {gpu_name} or remove `op_times` from "
                               f"the profile")
         name, kind = fitting[0]
-        rows = db.conn.execute("SELECT key, time_s FROM op_times WHERE device=? ORDER BY measured_at", (name,))
-        times = {key: float(t) for key, t in rows}
-        host = db.conn.execute("SELECT seconds_per_op FROM host_overhead WHERE device=? ORDER BY measured_at DESC",
-                               (name,)).fetchone()
-    overhead = float(host[0]) if host is not None and kind == "cpu" else 0.0
-    return OpTimes(path=str(path), device=name, kind=kind, times=times, host_overhead_s=overhead)
+        times = _checked_times(conn.execute("SELECT key, time_s FROM op_times WHERE device=? ORDER BY measured_at",
+                                            (name,)), path)
+        host = conn.execute("SELECT seconds_per_op FROM host_overhead WHERE device=? ORDER BY measured_at DESC",
+                            (name,)).fetchone()
+    except sqlite3.Error as exc:  # a foreign schema: tables or columns echo-tune did not write
+        raise ConfigError(f"op-time database {str(path)!r} is not one `echo-tune profile` wrote ({exc}); give "
+                          f"that file, or remove `op_times` from the profile") from None
+    finally:
+        conn.close()
+    overhead = 0.0
+    if host is not None and kind == "cpu":
+        overhead = host[0]
+        if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not math.isfinite(overhead) \
+                or overhead < 0:
+            raise ConfigError(f"op-time database {str(path)!r}: `seconds_per_op >= 0` must hold for the host "
+                              f"overhead, but got ({overhead!r}); measure again with `echo-tune profile`")
+    return OpTimes(path=str(path), device=name, kind=kind, times=times, host_overhead_s=float(overhead))

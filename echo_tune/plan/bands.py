@@ -48,10 +48,24 @@ def family_key(f: dict) -> str:
     return f"{f['gpu']}/{f['kind']}/{f['precision']}/{f['scale']}"
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _summary(errors: list[float]) -> dict:
     return {"n_runs": len(errors), "mean_abs_error_pct": sum(abs(e) for e in errors) / len(errors),
             "mean_signed_error_pct": sum(errors) / len(errors), "max_abs_error_pct": max(abs(e) for e in errors),
-            "min_signed_error_pct": min(errors), "max_signed_error_pct": max(errors)}
+            "min_signed_error_pct": min(errors), "max_signed_error_pct": max(errors),
+            "median_signed_error_pct": _median(errors)}
+
+
+def median_ratio(band: dict) -> float:
+    """Median measured / predicted step time of the band's runs: 1 / (1 + e / 100) of the median signed error
+    (the ratio is monotone in e, so it is the median ratio); a table without the median uses the mean."""
+    e = band.get("median_signed_error_pct", band.get("mean_signed_error_pct", 0.0))
+    return 1.0 / (1.0 + e / 100.0)
 
 
 def measured_ratio_range(band: dict) -> tuple[float, float]:
@@ -71,14 +85,43 @@ def band_summary(band: dict) -> dict:
     """What a result carries of its band (``band_for``'s answer): family, match, note, run count, mean absolute
     and mean signed error, the measured / predicted range and its text."""
     return {**{k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct", "mean_signed_error_pct")},
+            "median_measured_over_predicted": median_ratio(band),
             "measured_over_predicted": list(measured_ratio_range(band)), "text": band_text(band)}
 
 
 def band_text(band: dict) -> str:
-    """"+6..+18% (n=5)": how much longer (or shorter) the family's validated runs took than predicted."""
+    """"+12% (+6..+18%, n=5)": how much longer (or shorter) the family's validated runs took than predicted,
+    the median first, then the lowest..highest."""
     lo, hi = (100.0 * (r - 1.0) for r in measured_ratio_range(band))
-    span = f"{lo:+.0f}%" if round(lo) == round(hi) else f"{lo:+.0f}..{hi:+.0f}%"
-    return f"{span} (n={band['n_runs']})"
+    if round(lo) == round(hi):
+        return f"{lo:+.0f}% (n={band['n_runs']})"
+    return f"{100.0 * (median_ratio(band) - 1.0):+.0f}% ({lo:+.0f}..{hi:+.0f}%, n={band['n_runs']})"
+
+
+def inputs_sha256(paths: list[str]) -> dict[str, str]:
+    """SHA-256 of each runs CSV and of its errata file (``validate/errata/<stem>.yaml``), by file name."""
+    import hashlib
+
+    from echo_tune.validate.errata import errata_path_for
+
+    files = [Path(p) for p in paths] + [e for e in (errata_path_for(p) for p in paths) if e is not None]
+    return {(f"errata/{f.name}" if f.suffix == ".yaml" else f.name): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in files}
+
+
+def code_version() -> dict:
+    """echo-tune's version and a SHA-256 over its package sources and data (Python, YAML, JSON; this table
+    excepted), in path order: what the table was computed by."""
+    import hashlib
+
+    import echo_tune
+
+    root = Path(echo_tune.__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".yml", ".json")
+                    and p.name != BANDS_FILE and "__pycache__" not in p.parts):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return {"version": getattr(echo_tune, "__version__", "unknown"), "sources_sha256": h.hexdigest()}
 
 
 def build_bands(paths: list[str]) -> dict:
@@ -100,9 +143,45 @@ def build_bands(paths: list[str]) -> dict:
             by_family.setdefault(key, []).append(result.error_pct)
             every.append(result.error_pct)
     return {"command": "python -m echo_tune.plan.bands " + " ".join(str(p) for p in paths),
-            "sources": [Path(p).name for p in paths],
+            "sources": [Path(p).name for p in paths], "inputs_sha256": inputs_sha256(paths),
+            "code": code_version(),
             "families": {k: {**families[k], **_summary(v)} for k, v in sorted(by_family.items())},
             "all": _summary(every)}
+
+
+def band_applies(profile, cluster) -> bool:
+    """The bands were measured with each cluster's datasheet profile (``cost/profile.py default_profile``): a
+    measured, CPU-fitted or runs-fitted profile (or an op-time database) is not what they validated."""
+    from echo_tune.cost.profile import default_profile
+
+    return profile is None or profile == default_profile(cluster)
+
+
+def no_band(note: str) -> dict:
+    """What a result carries where no band applies (``band_summary``'s keys, no numbers)."""
+    return {"family": None, "match": "none", "n_runs": 0, "mean_abs_error_pct": None, "mean_signed_error_pct": None,
+            "median_measured_over_predicted": None, "measured_over_predicted": None, "text": "-", "note": note}
+
+
+def band_or_none(profile, cluster, moe: bool, fp8: bool, num_gpus: int) -> dict:
+    """``band_summary`` of the prediction's family where a band applies, else ``no_band``: the profile must be
+    the datasheet one the bands validated, and the GPU one of the GPU presets (whose architecture a validated
+    family shares or neighbours); a user-described device (a CPU "cluster", a GPU not among the presets) gets
+    none rather than another GPU's band."""
+    if not band_applies(profile, cluster):
+        return no_band(f"no error band: profile {profile.name!r} is not the datasheet profile the bands were "
+                       f"validated with; its own fit error applies")
+    if cluster.gpu.name not in ARCHITECTURES:
+        return no_band(f"no error band: {cluster.gpu.name!r} is not a GPU preset ({', '.join(sorted(ARCHITECTURES))}); "
+                       f"no validated run speaks for it")
+    return band_summary(band_for(cluster.gpu.name, moe, fp8, num_gpus))
+
+
+def band_note(band: dict) -> str | None:
+    """The table note of a band that is not its family's own, or None."""
+    return {"nearest": f"band of nearest validated family {band['family']}",
+            "outside": "outside every validated family (band of all runs)",
+            "none": band["note"]}.get(band["match"])
 
 
 def load_bands() -> dict:

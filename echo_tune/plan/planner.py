@@ -5,11 +5,18 @@ searched with the zero-YAML space (``search/auto_space.py``) in its own study un
 ``RESULTS_DIR/plan-<model>-<gpus>x<cluster>-gbs<G>/``; a finished study is reused (resumed: only missing
 trials run). The row of a candidate holds its best layout's step time, tokens/s, MFU, memory headroom, days,
 GPU-hours, cost and the error band of its validated family; a candidate whose every layout overflows memory
-is shown as infeasible with the closest miss and no time or cost.
+is shown as infeasible with the closest miss, what would hold it (more GPUs of the part, or a larger part:
+``plan/safety.py``) and no time or cost.
+
+A candidate may name its precision (``h100:256:2.49:fp8``: BF16 and FP8 hybrid searched, the faster wins;
+``bf16``, ``hybrid`` or ``e4m3``); the others take ``--fp8-format``. A row says which precision won
+(``precision``) and, when a layout within ``near_tie_pct`` percent of its best leaves much more memory free,
+names it (``near_tie``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,42 +25,69 @@ import optuna
 
 from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
-from echo_tune.plan.bands import band_for, band_summary
+from echo_tune.cost.profile import profile_for
+from echo_tune.plan.bands import band_or_none
+from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project
 from echo_tune.plan.labels import full_label
-from echo_tune.search.auto_space import auto_space_dict, load_model_at
-from echo_tune.search.results import trial_record
+from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
+from echo_tune.plan.safety import fit_hint, near_tie
+from echo_tune.search.results import megatron_flags, trial_record
 from echo_tune.search.space import SearchSpace, space_from_dict
 
 SORT_KEYS = ("time", "cost")
 GIB = 2**30
 
 
-@dataclass(frozen=True)
+PRECISION_WORDS = {"fp8": "auto", "auto": "auto", "hybrid": "hybrid", "e4m3": "e4m3", "bf16": "none",
+                   "none": "none"}
+"""A candidate's optional precision (``h100:256:2.49:fp8``) -> its ``--fp8-format``: fp8 searches BF16 and
+FP8 hybrid (the fastest wins), hybrid or e4m3 fixes the format, bf16 searches BF16 alone."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlanCandidate:
     cluster: str
     num_gpus: int
     gpu_hour_price: float | None = None
+    fp8_format: str | None = None
+    """``--fp8-format`` of this candidate's search (FP8_CHOICES); None: the plan's ``--fp8-format``."""
+    precision_word: str | None = None
+    """The precision as the candidate wrote it (fp8, bf16, hybrid, ...), shown in its name."""
 
     @property
     def name(self) -> str:
-        return f"{self.num_gpus} x {self.cluster}"
+        return f"{self.num_gpus} x {self.cluster}" + (f" {self.precision_word}" if self.precision_word else "")
 
 
 def parse_candidate(text: str) -> PlanCandidate:
-    """``CLUSTER:GPUS[:PRICE]``, e.g. ``h100:256:2.49`` (price of one GPU-hour, in the plan's currency)."""
+    """``CLUSTER:GPUS[:PRICE][:PRECISION]``, e.g. ``h100:256:2.49:fp8`` (price of one GPU-hour, in the plan's
+    currency; precision fp8, bf16, hybrid or e4m3, see PRECISION_WORDS)."""
     parts = str(text).split(":")
+    word = None
+    if len(parts) in (3, 4) and parts[-1].lower() in PRECISION_WORDS:
+        word = parts.pop().lower()
     if len(parts) not in (2, 3) or not parts[0]:
-        raise ConfigError(f"a candidate must be CLUSTER:GPUS[:PRICE] such as h100:256:2.49, but got ({text!r})")
+        raise ConfigError(f"a candidate must be CLUSTER:GPUS[:PRICE][:PRECISION] such as h100:256:2.49:fp8 "
+                          f"(PRECISION one of {sorted(PRECISION_WORDS)}), but got ({text!r})")
     try:
         gpus = int(parts[1])
         price = float(parts[2]) if len(parts) == 3 else None
     except ValueError:
-        raise ConfigError(f"a candidate must be CLUSTER:GPUS[:PRICE] with an integer GPU count and a number as "
-                          f"price, but got ({text!r})") from None
+        raise ConfigError(f"a candidate must be CLUSTER:GPUS[:PRICE][:PRECISION] with an integer GPU count, a "
+                          f"number as price and a precision in {sorted(PRECISION_WORDS)}, but got ({text!r})") from None
     if gpus <= 0 or (price is not None and price <= 0):
         raise ConfigError(f"`GPUS > 0` and `PRICE > 0` must hold in a candidate, but got ({text!r})")
-    load_cluster(parts[0])  # a bad cluster fails here with its one-line error
-    return PlanCandidate(cluster=parts[0], num_gpus=gpus, gpu_hour_price=price)
+    cluster = load_cluster(parts[0])  # a bad cluster fails here with its one-line error
+    fp8 = PRECISION_WORDS[word] if word else None
+    if fp8 not in (None, "none") and cluster.gpu.peak_fp8_tflops is None:
+        raise ConfigError(f"candidate {text!r} asks for {word}, but {cluster.gpu.name} has no FP8 tensor cores; "
+                          f"drop ':{word}' or pick an H100, H200 or B200")
+    return PlanCandidate(cluster=parts[0], num_gpus=gpus, gpu_hour_price=price, fp8_format=fp8, precision_word=word)
+
+
+def precision_of(cfg: dict) -> str:
+    """The precision a layout trains in: ``bf16`` or ``fp8 hybrid`` / ``fp8 e4m3``."""
+    return f"fp8 {cfg['fp8_format']}" if cfg.get("fp8_format") else "bf16"
 
 
 @dataclass
@@ -71,8 +105,18 @@ class PlanOptions:
     results_dir: str | Path = "results"
     sort: str = "time"
     memory_headroom_gib: float | None = None
+    goodput: float = GOODPUT_DEFAULT
+    """Share of wall time spent training (plan/projection.py: Llama 3 paper's >90% effective training time)."""
     seq_length: int | None = None
     """Training sequence length; None: the model's (a config.json's pre-training length)."""
+    gpu_clock_mhz: float | None = None
+    """Every candidate's sustained GPU clock (--gpu-clock-mhz); None: each cluster's own."""
+    fp8_format: str = "none"
+    """``--fp8-format`` of the candidates that name no precision (FP8_CHOICES of search/auto_space.py)."""
+    layout: dict | None = None
+    """Space-file ``layout:`` entries replacing the built ones on every candidate (``--layout``)."""
+    near_tie_pct: float = 3.0
+    """A layout this many percent slower than the winner at most, with much more memory free, is named."""
 
 
 @dataclass
@@ -87,6 +131,9 @@ class PlanResult:
     """Candidate name -> every simulated record of its study (for the explanation)."""
     notes: list[str] = field(default_factory=list)
     """What was assumed reading the model (a config.json's training length, dispatcher, ...)."""
+    near_tie_pct: float = 3.0
+    seq_length: int | None = None
+    """Tokens per sequence of the model planned (printed in the header)."""
 
     @property
     def winner(self) -> dict | None:
@@ -95,7 +142,7 @@ class PlanResult:
         return ok[0] if ok else next((r for r in self.rows if r["feasible"]), None)
 
 
-def _fingerprint(spec, cluster: str, headroom_gib: float | None) -> str:
+def _fingerprint(spec, cluster: str, headroom_gib: float | None, layout: dict | None = None) -> str:
     """8 hex digits of everything a reused study must share besides its name's parts: the model's fields, the
     cluster's and the memory headroom (an edited config.json or cluster file starts a new study)."""
     import dataclasses
@@ -103,12 +150,16 @@ def _fingerprint(spec, cluster: str, headroom_gib: float | None) -> str:
     import json
 
     cl = dataclasses.asdict(load_cluster(cluster))
-    text = json.dumps([dataclasses.asdict(spec), cl, headroom_gib], sort_keys=True, default=str)
+    extra = [layout] if layout else []  # a study without --layout keeps its name
+    text = json.dumps([dataclasses.asdict(spec), cl, headroom_gib] + extra, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def default_global_batch_size(seq_length: int) -> int:
-    return max(1, 2**22 // seq_length)
+    """About 4M tokens (Llama 3's starting batch), as the power of two of sequences nearest to it (in log
+    scale), so it divides by every power-of-two data-parallel size times micro-batch: 1024 at 4096 tokens,
+    128 (not 102) at Qwen3's 40960."""
+    return 2 ** max(0, round(math.log2(2**22 / seq_length)))
 
 
 def study_records(space: SearchSpace, storage, study_name: str) -> list[dict]:
@@ -132,33 +183,42 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
     row = {"candidate": c.name, "cluster": space.cluster.name, "gpu": space.cluster.gpu.name, "num_gpus": c.num_gpus,
            "gpu_hour_price": c.gpu_hour_price, "currency": opts.currency if c.gpu_hour_price else None,
            "study": str(Path(result.results_dir)), "n_trials": result.n_trials, "n_feasible": result.n_feasible}
-    band = band_for(space.cluster.gpu.name, model.is_moe, False, c.num_gpus)
-    row["error_band"] = band_summary(band)
+    fp8 = bool(result.best and result.best["config"].get("fp8_format"))
+    row["error_band"] = band_or_none(profile_for(space.cluster), space.cluster, model.is_moe, fp8, c.num_gpus)
+    row["precision_searched"] = "bf16+fp8" if len(space.choices.get("fp8_format", (None,))) > 1 else \
+        precision_of({"fp8_format": space.choices.get("fp8_format", (None,))[0]})
     best = result.best
     if best is None:
         over = [r for r in records if not r["fits_memory"]]
         miss = min(over, key=lambda r: r["memory_overshoot_bytes"]) if over else None
         row.update(feasible=False, layout=None, step_time_s=None, tokens_per_s=None, mfu=None, days=None,
                    gpu_hours=None, cost=None, headroom_gib=None, meets_deadline=None, within_budget=None,
+                   precision=None, near_tie=None,
                    closest_miss=None if miss is None else {
                        "layout": full_label(miss["config"], miss["derived"].get("data_parallel_size")),
-                       "over_gib": miss["memory_overshoot_bytes"] / GIB, "config": miss["config"]})
+                       "over_gib": miss["memory_overshoot_bytes"] / GIB, "config": miss["config"]},
+                   fit_hint=None if miss is None else fit_hint(space, miss))
         return row
     seconds = opts.tokens / best["tokens_per_s"]
-    gpu_hours = seconds * c.num_gpus / 3600.0
-    cost = gpu_hours * c.gpu_hour_price if c.gpu_hour_price is not None else None
-    days = seconds / 86400.0
-    ratio_lo, ratio_hi = row["error_band"]["measured_over_predicted"]
+    # the band's median and range applied to days, GPU-hours and cost, over the goodput (plan/projection.py)
+    proj = project(seconds, row["error_band"], num_gpus=c.num_gpus, gpu_hour_price=c.gpu_hour_price,
+                   deadline_days=opts.deadline_days, goodput=opts.goodput)
+    days, gpu_hours, cost = proj["days"], proj["gpu_hours"], proj["cost"]
     row.update(feasible=True, layout=full_label(best["config"], best["derived"].get("data_parallel_size")),
                config=best["config"], data_parallel_size=best["derived"].get("data_parallel_size"),
                step_time_s=best["step_time_s"], tokens_per_s=best["tokens_per_s"],
                mfu=best["mfu"], peak_memory_gib=best["peak_memory_bytes"] / GIB,
                headroom_gib=(space.cluster.gpu.memory_bytes - best["peak_memory_bytes"]) / GIB,
-               days=days, days_band=(days * ratio_lo, days * ratio_hi), gpu_hours=gpu_hours, cost=cost,
+               days=days, days_band=proj["days_band"], gpu_hours=gpu_hours, gpu_hours_band=proj["gpu_hours_band"],
+               cost=cost, cost_band=proj["cost_band"], goodput=proj["goodput"], deadline=proj["deadline"],
+               predicted_days=seconds / 86400.0,
                breakdown_s=best["breakdown_s"], megatron_args=best["megatron_args"],
-               meets_deadline=None if opts.deadline_days is None else days <= opts.deadline_days,
+               meets_deadline=None if opts.deadline_days is None else proj["deadline"] != "missed",
                within_budget=None if opts.budget is None or cost is None else cost <= opts.budget,
-               closest_miss=None)
+               closest_miss=None, fit_hint=None, precision=precision_of(best["config"]),
+               near_tie=near_tie(records, opts.near_tie_pct))
+    if row["near_tie"] is not None:
+        row["near_tie"]["megatron_args"] = " ".join(megatron_flags(space, {"config": row["near_tie"]["config"]}))
     return row
 
 
@@ -182,34 +242,48 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     for name, value in (("--deadline-days", opts.deadline_days), ("--budget", opts.budget)):
         if value is not None and value <= 0:
             raise ConfigError(f"`{name} > 0` must hold, but got ({value})")
+    check_goodput(opts.goodput)
     spec = load_model_at(model, opts.seq_length)
     gbs = opts.global_batch_size or default_global_batch_size(spec.seq_length)
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ConfigError(f"candidates must differ, but {sorted({n for n in names if names.count(n) > 1})} repeat")
     stem = spec.name.replace("/", "_")
-    rows, spaces, records = [], {}, {}
+    rows, spaces, records, bf16_only = [], {}, {}, []
     for c in candidates:
+        fp8 = c.fp8_format or opts.fp8_format
+        fp8_value = fp8_layout_value(fp8, load_cluster(c.cluster), c.cluster)
         data = auto_space_dict(model, c.cluster, c.num_gpus, gbs, gpu_hour_cost=c.gpu_hour_price,
-                               seq_length=opts.seq_length,
+                               seq_length=opts.seq_length, fp8_format=fp8, layout=opts.layout,
                                name=f"plan-{stem}-{c.num_gpus}x{Path(c.cluster).stem}-gbs{gbs}-"
-                                    f"{_fingerprint(spec, c.cluster, opts.memory_headroom_gib)}")
+                                    + (f"fp8{fp8_value}-" if fp8_value else "")
+                                    + f"{_fingerprint(spec, c.cluster, opts.memory_headroom_gib, opts.layout)}")
         if opts.memory_headroom_gib is not None:
             data["memory_headroom_gib"] = opts.memory_headroom_gib
         space = space_from_dict(data, name=data["name"], source=data["name"])
+        if opts.gpu_clock_mhz is not None:
+            from echo_tune.search.space import with_overrides
+            space = with_overrides(space, gpu_clock_mhz=opts.gpu_clock_mhz)
         bar = None if progress is None else (lambda done, total, rec, _n=c.name: progress(_n, done, total, rec))
         result, recs = _search(space, opts, bar)
         if result.interrupted:  # Ctrl-C or SIGTERM: the finished trials are stored; a rerun resumes them
             raise KeyboardInterrupt
         rows.append(_row(c, space, result, recs, opts))
+        if fp8 == "none" and c.fp8_format is None and space.cluster.gpu.peak_fp8_tflops is not None:
+            bf16_only.append(c.name)
         spaces[c.name], records[c.name] = space, recs
     notes = []
     if str(model).endswith(".json"):
         from echo_tune.config.hf_config import hf_notes
 
         notes = [f"{model}: {n}" for n in hf_notes(model, seq_length=opts.seq_length)]
+    if bf16_only:
+        notes.append(f"{', '.join(bf16_only)}: searched in BF16 only, though the GPU has FP8 tensor cores; add "
+                     f":fp8 to the candidate (or --fp8-format auto) to search FP8 too")
     if opts.global_batch_size is None:
-        notes.append(f"global batch {gbs} sequences = {gbs * spec.seq_length:,} tokens (about 4M, Llama 3's "
-                     f"starting batch); set --global-batch-size for another")
-    return PlanResult(model=spec.name, tokens=opts.tokens, global_batch_size=gbs, currency=opts.currency,
-                      rows=sort_rows(rows, opts.sort), spaces=spaces, records=records, notes=notes)
+        notes.append(f"global batch {gbs} sequences = {gbs * spec.seq_length:,} tokens (the power of two nearest "
+                     f"4M tokens, Llama 3's starting batch, so that it divides by power-of-two DP x micro-batch "
+                     f"sizes); set --global-batch-size for another")
+    return PlanResult(model=spec.name, tokens=opts.tokens, global_batch_size=gbs, seq_length=spec.seq_length,
+                      currency=opts.currency, rows=sort_rows(rows, opts.sort), spaces=spaces, records=records,
+                      notes=notes, near_tie_pct=opts.near_tie_pct)

@@ -1,106 +1,151 @@
-"""The planner's table and explanation, for the terminal."""
+"""The planner's table and explanation, for the terminal (or CSV / Markdown: echo_tune/tables.py)."""
 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from echo_tune.console import make_console
-from rich.table import Table
+from echo_tune.plan.bands import band_note
+from echo_tune.plan.projection import deadline_note, legend
+from echo_tune.plan.safety import fit_hint_text, near_tie_text
+from echo_tune.tables import Column, TextTable, print_table
 
 
 def _num(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def plan_table(rows: list[dict], currency: str, title: str) -> Table:
+def mfu_header(rows: list[dict]) -> str:
+    """MFU is always of the BF16 peak (Megatron's convention); said so when an FP8 layout is in the table."""
+    return "MFU of BF16 peak" if any((r.get("precision") or "").startswith("fp8") for r in rows) else "MFU"
+
+
+def _row_notes(r: dict) -> list[str]:
+    band = r["error_band"]
+    notes = [n for n in (band_note(band) if r["feasible"] else None, deadline_note(r)) if n]
+    if not r["feasible"]:
+        notes.append("infeasible: no layout fits in memory" + (" (what would fit: below)" if r.get("fit_hint") else ""))
+    if r.get("within_budget") is False:
+        notes.append("over budget")
+    if r["feasible"] and r["gpu_hour_price"] is None:
+        notes.append("no price given")
+    if r.get("near_tie"):
+        notes.append("a near-tie leaves more memory free (below)")
+    return notes
+
+
+def plan_table(rows: list[dict], currency: str, title: str) -> TextTable:
     from echo_tune.plan.labels import short_labels
 
     shown = [r for r in rows if r["feasible"]]
     labels, common = short_labels([r["config"] for r in shown],
                                   [r["data_parallel_size"] for r in shown])
     label_of = {id(r): label for r, label in zip(shown, labels)}
-    table = Table(title=title, caption=f"every layout: {common}" if common else None)
-    cols = ["#", "candidate", "layout", "step", "tokens/s", "MFU", "headroom", "days", "GPU-hours",
-            f"cost ({currency})", "error band", "notes"]
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("candidate", "layout", "notes") else "right",
-                         overflow="fold", no_wrap=col in ("candidate", "step", "MFU", "headroom", "error band"))
+    table = TextTable(title=title, caption=f"every layout: {common}" if common else None, columns=[
+        Column(header="#"), Column(header="candidate", wrap=True, justify="left"),
+        Column(header="precision", priority=1, wrap=True), Column(header="layout", priority=2, wrap=True,
+                                                                  justify="left"),
+        Column(header="step", priority=3), Column(header="tokens/s", priority=1),
+        Column(header=mfu_header(rows), priority=3), Column(header="free memory", priority=2),
+        Column(header="days"), Column(header="days range", priority=4), Column(header="GPU-hours"),
+        Column(header=f"cost ({currency})"), Column(header="cost range", priority=4),
+        Column(header="error band", priority=4),
+        Column(header="notes", priority=5, wrap=True, justify="left")])
+    names = []
     for i, r in enumerate(rows, 1):
-        band = r["error_band"]
-        band_text = band["text"] if r["feasible"] else "-"
-        notes = [] if band["match"] == "exact" or not r["feasible"] else [
-            f"band of nearest validated family {band['family']}" if band["match"] == "nearest"
-            else "outside every validated family (band of all runs)"]
-        if not r["feasible"]:
-            miss = r["closest_miss"]
-            notes.append("infeasible: no layout fits in memory" + (
-                f"; closest miss {miss['layout']} over by {miss['over_gib']:.1f} GiB" if miss else ""))
-        if r.get("meets_deadline") is False:
-            notes.append("misses the deadline")
-        if r.get("within_budget") is False:
-            notes.append("over budget")
-        if r["feasible"] and r["gpu_hour_price"] is None:
-            notes.append("no price given")
-        days = None if r["days"] is None else f"{r['days']:.1f} ({r['days_band'][0]:.1f}-{r['days_band'][1]:.1f})"
-        table.add_row(str(i), r["candidate"], label_of.get(id(r), "-"), _num(r["step_time_s"], ".3f") + (
-            " s" if r["step_time_s"] is not None else ""), _num(r["tokens_per_s"], ",.0f"),
-            "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
-            "-" if r["headroom_gib"] is None else f"{r['headroom_gib']:.1f} GiB", days or "-",
-            _num(r["gpu_hours"], ",.0f"), _num(r["cost"], ",.0f"), band_text, "; ".join(notes))
+        names.append(f"#{i} {r['candidate']}")
+        # days and cost: the family's median bias and the goodput applied, the band's range beside (projection.py)
+        days_range = "-" if r["days"] is None or not r.get("days_band") else \
+            f"{r['days_band'][0]:.1f}-{r['days_band'][1]:.1f}"
+        cost_range = "-" if r["cost"] is None or not r.get("cost_band") else \
+            f"{r['cost_band'][0]:,.0f}-{r['cost_band'][1]:,.0f}"
+        table.add_row(str(i), escape(r["candidate"]), r.get("precision") or "-", escape(label_of.get(id(r), "-")),
+                      _num(r["step_time_s"], ".3f") + (" s" if r["step_time_s"] is not None else ""),
+                      _num(r["tokens_per_s"], ",.0f"), "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
+                      "-" if r["headroom_gib"] is None else f"{r['headroom_gib']:.1f} GiB", _num(r["days"], ",.1f"),
+                      days_range, _num(r["gpu_hours"], ",.0f"), _num(r["cost"], ",.0f"), cost_range,
+                      r["error_band"]["text"] if r["feasible"] else "-", escape("; ".join(_row_notes(r))))
+    table.row_names = names
     return table
 
 
-def explanation_tables(explanation: dict) -> tuple[Table, Table]:
+def explanation_tables(explanation: dict) -> tuple[TextTable, TextTable]:
     fams = explanation["families"]
     parts = sorted({p for f in fams for p in f["breakdown_s"]},
                    key=lambda p: -max(f["breakdown_s"].get(p, 0.0) for f in fams))
-    breakdown = Table(title="winner's breakdown beside the best layout of each other TP x PP x CP family (s/step)",
-                      caption=f"every layout: {fams[0]['common']}" if fams[0]["common"] else None)
-    breakdown.add_column("part")
-    for i, f in enumerate(fams):
-        breakdown.add_column(("winner: " if i == 0 else "") + f["label"], justify="right")
+    breakdown = TextTable(
+        title="winner's breakdown beside the best layout of each other TP x PP x CP family (s/step)",
+        caption=f"every layout: {fams[0]['common']}" if fams[0]["common"] else None, fold="pages",
+        columns=[Column(header="part", wrap=True, justify="left")] + [
+            Column(header=("winner: " if i == 0 else "") + f["label"], priority=i, wrap=True)
+            for i, f in enumerate(fams)])
     for p in parts:
         breakdown.add_row(p, *[f"{f['breakdown_s'].get(p, 0.0):.3f}" for f in fams])
     breakdown.add_row("step", *[f"{f['step_time_s']:.3f}" for f in fams])
-    breakdown.add_row("headroom GiB", *[f"{f['headroom_gib']:.1f}" for f in fams])
-    sens = Table(title="sensitivity: step time (s) of the top families' best layouts when an assumption fails")
-    sens.add_column("assumption")
+    breakdown.add_row("free GiB", *[f"{f['headroom_gib']:.1f}" for f in fams])
     top = fams[:len(explanation["sensitivity"][0]["step_time_s"])]
-    for f in top:
-        sens.add_column(f["family"], justify="right")
-    sens.add_column("fastest")
+    sens = TextTable(title="sensitivity: step time (s) of the top families' best layouts when an assumption fails",
+                     fold="pages",
+                     columns=[Column(header="assumption", wrap=True, justify="left")]
+                     + [Column(header=f["family"], priority=i, wrap=True) for i, f in enumerate(top)]
+                     + [Column(header="fastest", wrap=True, justify="left")])
     for s in explanation["sensitivity"]:
         sens.add_row(s["assumption"], *[_num(t, ".3f") for t in s["step_time_s"]],
                      top[s["fastest"]]["family"] if s["fastest"] is not None else "none fits")
     return breakdown, sens
 
 
-def print_plan(result, explanation: dict | None, *, sort: str, console: Console | None = None) -> None:
+def print_plan(result, explanation: dict | None, *, sort: str, console: Console | None = None,
+               fmt: str = "table") -> None:
+    """The table (``fmt`` table, csv or markdown; csv prints the planner's table alone), the recommendation,
+    its safety notes and the explanation."""
     console = console or make_console()
-    title = (f"plan: {result.model}, {result.tokens:.3g} tokens, global batch {result.global_batch_size}, "
+    seq = f" of {result.seq_length:,}-token sequences" if getattr(result, "seq_length", None) else ""
+    title = (f"plan: {result.model}, {result.tokens:.3g} tokens, global batch {result.global_batch_size}{seq}, "
              f"sorted by {sort}")
-    console.print(plan_table(result.rows, result.currency, title))
-    console.print("[dim]error band: how much longer (+) or shorter (-) the validated runs of the prediction's family "
-                  "took than predicted, lowest..highest (n runs); days in brackets: the same range applied[/dim]",
-                  highlight=False)
+    print_table(plan_table(result.rows, result.currency, title), fmt, console)
+    if fmt == "csv":
+        return
+
+    def say(text: str, style: str | None = None) -> None:
+        console.print(Text(text, style=style if fmt == "table" and style else ""), highlight=False,
+                      soft_wrap=fmt != "table")  # Markdown: one line per paragraph
+        if fmt == "markdown":
+            console.print()
+
+    say(legend(result.rows), "dim")
+    for i, r in enumerate(result.rows, 1):
+        if not r["feasible"] and r.get("fit_hint"):
+            say(f"#{i} {r['candidate']} does not fit: its closest miss {fit_hint_text(r['fit_hint'], r['gpu'])}",
+                "yellow")
     winner = result.winner
     if winner is None:
-        console.print("[bold red]no candidate has a layout that fits in memory[/bold red]")
+        say("no candidate has a layout that fits in memory", "bold red")
         return
     cost = "" if winner["cost"] is None else f", {winner['cost']:,.0f} {result.currency}"
     misses = [text for key, text in (("meets_deadline", "misses the deadline"), ("within_budget", "is over budget"))
               if winner.get(key) is False]
     if misses:
-        console.print(f"[bold yellow]no candidate meets the deadline and budget; the fastest one "
-                      f"{' and '.join(misses)}[/bold yellow]")
-    console.print(f"[bold green]recommended: {winner['candidate']}[/bold green] with {winner['layout']}: "
-                  f"{winner['days']:.1f} days{cost} ({winner['error_band']['note']})", highlight=False)
-    console.print(f"Megatron-LM flags: {winner['megatron_args']}", highlight=False, markup=False)
+        say(f"no candidate meets the deadline and budget; the fastest one {' and '.join(misses)}", "bold yellow")
+    say(f"recommended: {winner['candidate']} in {winner['precision']} with {winner['layout']}: "
+        f"{winner['days']:.1f} days{cost} ({winner['error_band']['note']})", "bold green")
+    if (winner.get("precision") or "").startswith("fp8"):
+        say(f"MFU {100 * winner['mfu']:.1f}% is of the BF16 peak (Megatron-LM's convention), with FP8 GEMMs")
+    say(f"Megatron-LM flags: {winner['megatron_args']}")
+    for i, r in enumerate(result.rows, 1):
+        tie = r.get("near_tie")
+        if tie:
+            say(f"#{i} {r['candidate']}: {near_tie_text(tie, result.near_tie_pct)}",
+                "bold yellow" if r is winner else "yellow")
+            if r is winner:
+                say(f"its Megatron-LM flags: {tie['megatron_args']}")
     if explanation is not None:
         breakdown, sens = explanation_tables(explanation)
-        console.print(breakdown)
-        console.print(explanation["why"], highlight=False)
-        console.print(sens)
+        print_table(breakdown, fmt, console)
+        say(explanation["why"])
+        print_table(sens, fmt, console)
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/dim]", highlight=False)
-    console.print(f"[dim]studies in {', '.join(r['study'] for r in result.rows)} (run again to reuse them)[/dim]")
+        say(f"note: {note}", "dim")
+    say(f"studies in {', '.join(r['study'] for r in result.rows)} (run again to reuse them)", "dim")

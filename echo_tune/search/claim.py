@@ -104,11 +104,31 @@ def claim(store) -> Iterator[None]:
     yield
 
 
-def die_with_parent(parent: int | None = None, poll_s: float = 0.5) -> None:
+_STOP = threading.Event()
+
+
+def stop_requested() -> bool:
+    """In a sampling worker: SIGTERM or SIGINT arrived; finish the trial in hand and return (issue 20)."""
+    return _STOP.is_set()
+
+
+def die_with_parent(parent: int | None = None, poll_s: float = 0.5, signals: str = "ignore") -> None:
     """In a worker process: exit as soon as the parent is gone (SIGKILLed parents run no clean-up).
 
     ``parent``: the pid of the process that started this one, passed from there (the parent may have
-    died before this runs, and then ``os.getppid()`` already names the reaper)."""
+    died before this runs, and then ``os.getppid()`` already names the reaper).
+
+    ``signals``: what SIGTERM and SIGINT do here. A scheduler's SIGTERM (or Ctrl-C) goes to the whole
+    process group; a worker killed by it loses its batch and breaks the pool (loky's
+    TerminatedWorkerError). So an exhaustive worker ``"ignore"``s them (the parent stops after the batch
+    in hand, its workers' batches are short), and a sampling worker ``"stop"``s: ``stop_requested()``
+    turns true and its loop returns after the trial in hand is stored (issue 20)."""
+    import signal
+
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.SIG_IGN if signals == "ignore" else (lambda signum, frame: _STOP.set())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, handler)
     parent = os.getppid() if parent is None else parent
     if os.getppid() != parent:
         os._exit(1)

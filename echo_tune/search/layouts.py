@@ -115,6 +115,15 @@ def options(space: SearchSpace, field_name: str, chosen: dict) -> tuple:
         # `auto` uneven stages: the canonical splits of the chosen PP (uneven.py), not every combination
         return consistent_values(field_name, space.choices[field_name], space.model.num_layers, chosen) \
             or space.choices[field_name][:1]
+    if field_name == "expert_tensor_parallel_size":
+        # canonical layouts: unset ETP is Megatron's default, ETP = TP, so at the chosen TP one of the two
+        # spellings is an alias of the other (EP4 ETP1 and EP4 at TP 1 are one layout): keep the first listed
+        tp, seen, kept = chosen.get("tensor_model_parallel_size", 1), set(), []
+        for v in space.choices[field_name]:
+            if (tp if v is None else v) not in seen:
+                seen.add(tp if v is None else v)
+                kept.append(v)
+        return tuple(kept)
     if field_name == "sequence_parallel" and space.model.is_moe and chosen.get("tensor_model_parallel_size", 1) > 1:
         # Megatron-Core's MoE layer refuses TP > 1 without sequence parallelism (moe_layer.py)
         return tuple(v for v in space.choices[field_name] if v) or space.choices[field_name]

@@ -26,10 +26,10 @@ OBJECTIVE_KEYS = {"step_time": "step_time_s", "peak_memory": "peak_memory_gib", 
 OBJECTIVE_UNITS = {"step_time": "s", "peak_memory": "GiB", "num_gpus": "GPUs", "cost": "per step"}
 
 
-def objective_label(objective: str, gpu_hour_cost: float | None = None) -> str:
-    """Axis and column label of an objective, with its unit."""
+def objective_label(objective: str, gpu_hour_cost: float | None = None, currency: str = "USD") -> str:
+    """Axis and column label of an objective, with its unit (the cost in ``currency`` when priced)."""
     if objective == "cost":
-        return "cost per step" + (" (price)" if gpu_hour_cost is not None else " (GPU-hours)")
+        return "cost per step" + (f" ({currency})" if gpu_hour_cost is not None else " (GPU-hours)")
     return f"{objective.replace('_', ' ')} ({OBJECTIVE_UNITS[objective]})"
 # Constraint names (Optuna: > 0 means violated).
 MEMORY_CONSTRAINT = "memory_overshoot_gib"

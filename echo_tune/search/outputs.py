@@ -6,6 +6,9 @@
 ``best_trace.json``   the best layout's simulated step as a Chrome trace (open in https://ui.perfetto.dev)
 ``pareto.csv``        multi-objective runs: the feasible Pareto front
 ``pareto.svg``        multi-objective runs: every feasible trial and the front, first two objectives
+
+Each is written atomically (``echo_tune.io``: temporary file, then ``os.replace``) and never through a
+symbolic link: a resumed study whose folder holds ``best.json -> elsewhere`` is refused in one line.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from echo_tune.io import atomic_path, write_text
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_label
 from echo_tune.search.plot import pareto_svg
@@ -22,9 +26,31 @@ from echo_tune.search.results import candidate_of, megatron_flags, trial_row
 from echo_tune.search.space import SearchSpace
 
 
+CATEGORICAL_FIELDS = ("recompute_granularity", "recompute_method", "fp8_format")
+"""Layout settings whose values are words; unset (None) is written ``none``, as in space files, so that
+pandas reads it back as the word, not as a missing value (NaN)."""
+
+OUTPUT_NAMES = ("trials.csv", "best.json", "megatron_args.txt", "best_trace.json", "pareto.csv", "pareto.svg",
+                "pareto.png", "breakdowns.png")
+
+
+def spell_none(rows: list[dict]) -> list[dict]:
+    """The rows with the CATEGORICAL_FIELDS' None written ``none``."""
+    return [{k: ("none" if v is None and k in CATEGORICAL_FIELDS else v) for k, v in r.items()} for r in rows]
+
+
+def check_outputs(out_dir: Path) -> None:
+    """Refuse (one line) a results folder where an output name is a symbolic link, before any work."""
+    from echo_tune.io import check_not_symlink
+
+    for name in OUTPUT_NAMES:
+        check_not_symlink(Path(out_dir) / name, "search output")
+
+
 def write_trials_csv(space: SearchSpace, trials, path: Path) -> None:
-    rows = [trial_row(space, t) for t in sorted(trials, key=lambda t: t.number)]
-    pd.DataFrame(rows).to_csv(path, index=False)
+    rows = spell_none([trial_row(space, t) for t in sorted(trials, key=lambda t: t.number)])
+    with atomic_path(path, "trials file") as tmp:
+        pd.DataFrame(rows).to_csv(tmp, index=False)
 
 
 def write_megatron_args(space: SearchSpace, best: dict, path: Path, *, study_name: str) -> None:
@@ -34,17 +60,20 @@ def write_megatron_args(space: SearchSpace, best: dict, path: Path, *, study_nam
     nodes, per_node = (num_gpus // node, node) if num_gpus >= node else (1, num_gpus)
     lines = [f"# echo-tune search, study {study_name}: best layout for {space.model.name} on {num_gpus} x "
              f"{space.cluster.name}",
-             f"# simulated step time {best['step_time_s']:.3f} s, MFU {100 * best['mfu']:.1f}%, "
+             f"# simulated step time {best['step_time_s']:.3f} s, MFU {100 * best['mfu']:.1f}%"
+             f"{' of the BF16 peak' if best['config'].get('fp8_format') else ''}, "
              f"{best['memory_verdict']}",
              f"# world size {num_gpus} = {nodes} node(s) x {per_node} GPU(s) (set by the launcher, e.g. torchrun); "
-             f"data-parallel size {best['derived'].get('data_parallel_size')}"]
+             f"data-parallel size {best['derived'].get('data_parallel_size')}",
+             "# model and layout flags only (data, tokenizer, schedule and checkpoint flags are yours to add); a "
+             "config.json setting with no flag here is named in the search's notes"]
     pairs: list[str] = []
     for flag in flags:  # "--flag value" on one line, switches alone
         if flag.startswith("--") or not pairs:
             pairs.append(flag)
         else:
             pairs[-1] += f" {flag}"
-    path.write_text("\n".join(lines + pairs) + "\n")
+    write_text(path, "\n".join(lines + pairs) + "\n", "Megatron flags file")
 
 
 def write_trace(space: SearchSpace, best: dict, path: Path, *, profile=None) -> None:
@@ -63,21 +92,25 @@ def write_pareto(space: SearchSpace, pareto: list[dict], all_points: list[tuple[
         row.update({k: e[k] for k in ("tokens_per_s", "mfu", "peak_memory_bytes")})
         row["megatron_args"] = e["megatron_args"]
         rows.append(row)
-    pd.DataFrame(rows).to_csv(csv_path, index=False)
+    with atomic_path(csv_path, "Pareto file") as tmp:
+        pd.DataFrame(rows).to_csv(tmp, index=False)
     objs = space.objectives[:2]
     front = [tuple(e["objectives"][o] for o in objs) for e in pareto]
-    labels = [objective_label(o, space.gpu_hour_cost) for o in objs]
-    svg_path.write_text(pareto_svg([p[:2] for p in all_points], front, labels,
-                                   title=f"{space.name}: feasible layouts and Pareto front"))
+    labels = [objective_label(o, space.gpu_hour_cost, space.currency) for o in objs]
+    write_text(svg_path, pareto_svg([p[:2] for p in all_points], front, labels,
+                                   title=f"{space.name}: feasible layouts and Pareto front"), "Pareto plot")
     from echo_tune.plots import plot_pareto  # matplotlib, when installed (the `plot` extra)
+    from echo_tune.plan.labels import short_labels
 
+    names, _ = short_labels([e["config"] for e in pareto], [e["derived"].get("data_parallel_size") for e in pareto])
     plot_pareto([p[:2] for p in all_points], front, labels, svg_path.with_suffix(".png"),
-                title=f"{space.name}: feasible layouts and Pareto front")
+                title=f"{space.name}: feasible layouts and Pareto front", front_labels=names)
 
 
 def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None, pareto: list[dict],
                   profile=None) -> list[str]:
     """Write every output file; returns their paths."""
+    check_outputs(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     trials = study.get_trials(deepcopy=False)
     files = []
@@ -86,7 +119,7 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
     files.append(path)
     if best is not None:
         path = out_dir / "best.json"
-        path.write_text(json.dumps(best, indent=2, default=str) + "\n")
+        write_text(path, json.dumps(best, indent=2, default=str) + "\n", "best layout file")
         files.append(path)
         path = out_dir / "megatron_args.txt"
         write_megatron_args(space, best, path, study_name=study.study_name)

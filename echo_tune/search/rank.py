@@ -26,7 +26,6 @@ candidate with a setting that shapes the step but is not modelled is listed last
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +36,10 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.errors import ConfigError
+from echo_tune.io import read_text
 from echo_tune.limits import check_number
+from echo_tune.plan.projection import GOODPUT_DEFAULT
+from echo_tune.safe_yaml import load_json
 from echo_tune.search.space import load_cluster_ref, load_model_ref, resolve_ref
 
 FILE_KEYS = ("tokens", "defaults", "candidates", "description")
@@ -65,12 +67,18 @@ def _from_search(ref: str, where: str, base_dir: Path | None) -> dict:
         raise ConfigError(f"{where}: `from_search` must point to a search result (a results folder or its "
                           f"best.json), but {str(path)!r} does not exist; run echo-tune search first")
     try:
-        best = json.loads(path.read_text())
-        config, specs = dict(best["config"]), best["specs"]
+        best = load_json(read_text(path, "best.json"), f"{where}: {str(path)!r}")
+        config, specs = dict(best["config"]), dict(best["specs"])
     except (ValueError, KeyError, TypeError):
         raise ConfigError(f"{where}: {str(path)!r} is not a best.json written by echo-tune search") from None
+    missing = [k for k, d in (("config.num_gpus", config), ("specs.model_spec", specs),
+                              ("specs.cluster_spec", specs)) if k.split(".")[1] not in d]
+    bad = [k for k in ("model_spec", "cluster_spec") if k in specs and not isinstance(specs[k], dict)]
+    if missing or bad:
+        raise ConfigError(f"{where}: {str(path)!r} lacks {missing + bad} (or holds no mapping there), which a "
+                          f"best.json written by echo-tune search has; rerun the search or give a `layout`")
     model = build(ModelSpec, specs["model_spec"], f"{where}: model of {path}")
-    cluster = cluster_from_dict(dict(specs["cluster_spec"]), name=specs["cluster_spec"].get("name", "cluster"))
+    cluster = cluster_from_dict(dict(specs["cluster_spec"]), name=str(specs["cluster_spec"].get("name", "cluster")))
     num_gpus = config.pop("num_gpus")
     return {"model": model, "cluster": cluster, "num_gpus": num_gpus, "layout": config}
 
@@ -120,12 +128,24 @@ def _candidate(data: dict, index: int, defaults: dict, base_dir: Path | None) ->
     num_gpus = merged["num_gpus"]
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus <= 0:
         raise ConfigError(f"{where}: `num_gpus > 0` must hold for an integer, but got (num_gpus={num_gpus!r})")
+    try:
+        check_number("num_gpus", num_gpus)  # the CLI's cap (2^20), for files as for flags
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     if "global_batch_size" not in layout:
         raise ConfigError(f"{where}: the layout needs `global_batch_size` (--global-batch-size)")
     parallel = build(ParallelConfig, layout, f"{where} layout")
     cost = merged.get("gpu_hour_cost")
-    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost <= 0):
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost > 0):
         raise ConfigError(f"{where}: `gpu_hour_cost > 0` must hold, but got (gpu_hour_cost={cost!r})")
+    if cost is not None:
+        try:
+            check_number("gpu_hour_cost", cost)  # NaN, inf and absurd prices (echo_tune.limits)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    if merged.get("profile") is not None and not isinstance(merged["profile"], str):
+        raise ConfigError(f"{where}: `profile` must be the path of a profile YAML file, but got "
+                          f"(profile={merged['profile']!r})")
     profile = Path(resolve_ref(merged["profile"], base_dir)) if merged.get("profile") else None
     return RankCandidate(name=name, model=model, cluster=cluster, num_gpus=num_gpus, parallel=parallel,
                          gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile)
@@ -171,16 +191,20 @@ def load_rank_file(path: str | Path) -> tuple[list[RankCandidate], float | None]
 
 
 def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: float = 2.0, *,
-         sort: str = "time") -> list[dict]:
+         sort: str = "time", goodput: float = GOODPUT_DEFAULT, deadline_days: float | None = None) -> list[dict]:
     """Simulate every candidate; fitting ones first (fastest, or cheapest with ``sort="cost"``), then the ones
     that do not fit, with no time or cost (a candidate fits when it leaves ``memory_headroom_gib`` free, as in
-    ``search``). Each row carries the planner's columns: headroom, days, GPU-hours, cost, error band."""
-    from echo_tune.plan.bands import band_for, band_summary
+    ``search``). Each row carries the planner's columns: headroom, days, GPU-hours, cost, error band; days,
+    GPU-hours and cost carry the band's median and range and the goodput (plan/projection.py), while
+    ``time_to_train_s`` is the simulator's own tokens / throughput."""
+    from echo_tune.plan.bands import band_or_none
     from echo_tune.plan.planner import sort_rows
+    from echo_tune.plan.projection import check_goodput, project
 
-    from echo_tune.cost.profile import load_profile
+    from echo_tune.cost.profile import load_profile, profile_for
     from echo_tune.sim.simulate import simulate
 
+    check_goodput(goodput)
     rows, refused = [], []
     for c in candidates:
         if c.refused:
@@ -197,18 +221,21 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
         fits = report.fits_memory
         seconds = tokens / report.tokens_per_s if fits else None  # a layout that does not fit has no time
-        gpu_hours = seconds * c.num_gpus / 3600.0 if fits else None
-        band = band_for(c.cluster.gpu.name, c.model.is_moe, c.parallel.fp8_format is not None, c.num_gpus)
+        band = band_or_none(profile or profile_for(c.cluster), c.cluster, c.model.is_moe,
+                            c.parallel.fp8_format is not None, c.num_gpus)
+        proj = project(seconds, band, num_gpus=c.num_gpus, gpu_hour_price=c.gpu_hour_cost,
+                       deadline_days=deadline_days, goodput=goodput) if fits else {}
         row = {"name": c.name, **report.to_dict(), "tokens": tokens, "time_to_train_s": seconds,
-               "time_to_train_days": seconds / 86400.0 if fits else None, "gpu_hours": gpu_hours,
-               "gpu_hour_cost": c.gpu_hour_cost,
-               "cost": gpu_hours * c.gpu_hour_cost if fits and c.gpu_hour_cost is not None else None,
+               "time_to_train_days": proj.get("days"), "gpu_hours": proj.get("gpu_hours"),
+               "gpu_hour_cost": c.gpu_hour_cost, "cost": proj.get("cost"),
+               **{k: proj.get(k) for k in ("days_band", "gpu_hours_band", "cost_band", "goodput", "deadline")},
                "headroom_gib": (c.cluster.gpu.memory_bytes - report.peak_memory_bytes) / 2**30,
-               "error_band": band_summary(band)}
+               "error_band": band}
         rows.append(row)
-    for r in rows:  # the planner's sort keys
+    for r in rows:  # the planner's sort keys: the expected days and cost shown (band median and goodput applied)
         r["feasible"], r["days"] = r["fits_memory"], r["time_to_train_days"]
     rows = sort_rows(rows, sort)
+
     for i, r in enumerate(rows, 1):
         r["rank"] = i
     return rows + refused

@@ -11,6 +11,7 @@ A space file names the model, the cluster, the GPU count(s), the global batch si
     precision: bf16
     objectives: [step_time]       # or [step_time, peak_memory] / [step_time, num_gpus] / [step_time, cost]
     gpu_hour_cost: 2.0            # optional, price of one GPU-hour (for the cost objective)
+    currency: USD                 # optional, the price's currency (default USD; labels the cost axis)
     layout:
       tensor_model_parallel_size: auto       # auto: every value a rule allows (micro-batch and CP capped,
                                              # see AUTO_CAPS)
@@ -33,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from echo_tune.config.cluster import PRECISIONS, ClusterSpec
-from echo_tune.config.loading import build, check_keys, cluster_from_dict, load_cluster, load_model, read_yaml
+from echo_tune.config.loading import (build, check_keys, cluster_from_dict, load_cluster, load_model, load_model_from,
+                                      read_yaml)
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
@@ -48,7 +50,7 @@ from echo_tune.search.auto_values import (AUTO_CAPS, MAX_CONTEXT_PARALLEL, MAX_M
 
 OBJECTIVES = ("step_time", "peak_memory", "num_gpus", "cost")
 SPACE_KEYS = ("name", "description", "model", "cluster", "num_gpus", "global_batch_size", "precision",
-              "objectives", "gpu_hour_cost", "profile", "memory_headroom_gib", "layout")
+              "objectives", "gpu_hour_cost", "currency", "profile", "memory_headroom_gib", "layout")
 DEFAULT_MEMORY_HEADROOM_GIB = 2.0
 """Kept in step with sim.memory.DEFAULT_MEMORY_HEADROOM_GIB (which explains it); this module avoids torch."""
 
@@ -66,6 +68,8 @@ class SearchSpace:
     choices: dict[str, tuple]
     """FIELD_ORDER field -> allowed values (one value = fixed). Always has every field."""
     gpu_hour_cost: float | None = None
+    currency: str = field(default="USD", compare=False)
+    """Currency of ``gpu_hour_cost`` (labels the cost objective's columns and axis)."""
     memory_headroom_gib: float = DEFAULT_MEMORY_HEADROOM_GIB
     """A layout fits only if its peak memory stays this far under the GPU's HBM."""
     profile_path: Path | None = None
@@ -111,6 +115,8 @@ def resolve_ref(ref, base_dir: Path | None):
 
 
 def load_model_ref(value, where: str, base_dir: Path | None) -> ModelSpec:
+    if isinstance(value, dict) and "from" in value:  # a preset or file with fields changed (config/loading.py)
+        return load_model_from({**value, "from": resolve_ref(value["from"], base_dir)}, f"{where}: model")
     if isinstance(value, dict):
         return build(ModelSpec, {"name": "custom", **value}, f"{where}: model")
     if not isinstance(value, str):
@@ -201,6 +207,9 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
         raise _err(where, f"`gpu_hour_cost > 0` must hold, but got (gpu_hour_cost={cost!r})")
     if cost is not None:
         _number(where, "gpu_hour_cost", cost)
+    currency = data.get("currency", "USD")
+    if not isinstance(currency, str) or not currency.strip():
+        raise _err(where, f"`currency` must be a name such as USD or EUR, but got (currency={currency!r})")
     headroom = data.get("memory_headroom_gib", DEFAULT_MEMORY_HEADROOM_GIB)
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not headroom >= 0:
         raise _err(where, f"`memory_headroom_gib >= 0` must hold, but got (memory_headroom_gib={headroom!r})")
@@ -247,7 +256,7 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
     return SearchSpace(name=str(data.get("name") or name), model=model, cluster=cluster, global_batch_size=gbs,
                        precision=precision, objectives=tuple(objectives), choices=choices,
                        gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile_path,
-                       memory_headroom_gib=float(headroom),
+                       memory_headroom_gib=float(headroom), currency=currency.strip(),
                        source=source, description=str(data.get("description", "")), canonical_splits=uneven)
 
 
@@ -260,8 +269,10 @@ def load_space(path: str | Path) -> SearchSpace:
 
 def with_overrides(space: SearchSpace, *, objectives: tuple[str, ...] | None = None,
                    gpu_hour_cost: float | None = None, name: str | None = None,
-                   memory_headroom_gib: float | None = None) -> SearchSpace:
-    """The same space with command-line overrides applied (checked like the file's keys)."""
+                   memory_headroom_gib: float | None = None, gpu_clock_mhz: float | None = None,
+                   currency: str | None = None) -> SearchSpace:
+    """The same space with command-line overrides applied (checked like the file's keys). ``gpu_clock_mhz``
+    (--gpu-clock-mhz): the cluster's sustained clock; the space's name (its study's) says so."""
     changes = {}
     if objectives is not None:
         bad = [o for o in objectives if o not in OBJECTIVES]
@@ -282,4 +293,13 @@ def with_overrides(space: SearchSpace, *, objectives: tuple[str, ...] | None = N
         if memory_headroom_gib < 0:
             raise ConfigError(f"`--memory-headroom-gib >= 0` must hold, but got ({memory_headroom_gib})")
         changes["memory_headroom_gib"] = float(memory_headroom_gib)
+    if gpu_clock_mhz is not None:
+        if not 0 < gpu_clock_mhz < 10_000:
+            raise ConfigError(f"`0 < --gpu-clock-mhz < 10000` must hold, but got ({gpu_clock_mhz})")
+        changes["cluster"] = space.cluster.replace(sustained_clock_mhz=float(gpu_clock_mhz))
+        changes["name"] = f"{changes.get('name', space.name)}-clock{gpu_clock_mhz:g}mhz"
+    if currency is not None:
+        if not currency.strip():
+            raise ConfigError(f"`--currency` must be a name such as USD or EUR, but got ({currency!r})")
+        changes["currency"] = currency.strip()
     return dataclasses.replace(space, **changes) if changes else space

@@ -6,8 +6,12 @@ results/<name>/journal.log`` opens it) with three changes that make a killed run
 
 * the lock is ``fcntl.flock`` on ``journal.log.flock``: the kernel drops it when the process dies, so a
   SIGKILL never leaves a stale lock behind (Optuna's lock files wait out a 30 s grace period);
-* a torn last line (a write cut short by the kill) is cut off when the file is opened, under the lock,
-  instead of being glued to the next record;
+* a torn last line (a write cut short by the kill) is skipped by readers and cut off, under the lock,
+  before the next record is appended (opening never rewrites the file), but only once no other writer can be finishing it (issue 20): never while Optuna's own lock
+  file (``journal.log.lock``, held by a ``JournalFileBackend`` writer such as optuna-dashboard) exists,
+  and only after the line has stayed unchanged for ``TAIL_QUIET_S``; a live writer's half-written line
+  is left for it to finish;
+* a full disk leaves the journal as it was (the partial write is cut back) and says "disk full";
 * ``batch()`` groups the records of one trial (or one chunk of exhaustive results) into one write and one
   fsync: a trial reaches the file whole or not at all, and the search pays one fsync per trial.
 
@@ -35,8 +39,14 @@ from optuna.storages.journal import BaseJournalBackend
 
 from echo_tune.errors import ConfigError
 from echo_tune.search.claim import file_lock
+from echo_tune.search.storage_checks import check_journal_path, check_url, redis_backend, storage_error
 
 JOURNAL_NAME = "journal.log"
+TAIL_QUIET_S = 1.0
+"""A half-written last line unchanged this long, with no writer holding a lock, was left by a dead writer."""
+TAIL_WAIT_S = 30.0
+"""How long to wait for another writer to finish its line before refusing to append."""
+
 
 
 class DurableJournalFile(BaseJournalBackend):
@@ -46,14 +56,14 @@ class DurableJournalFile(BaseJournalBackend):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.touch(exist_ok=True)
-        self._lock_path = str(self.path) + ".flock"  # not ".lock": Optuna's own lock files use that name
+        # beside the real file, so every path to it (a symlink, say) shares the lock; not ".lock": Optuna's
+        # own lock files use that name
+        self._lock_path = os.path.realpath(self.path) + ".flock"
         self._lock_fd: int | None = None
         self._lock_depth = 0
         self._thread_lock = threading.RLock()
         self._resume_at = (0, 0)  # (log number, byte offset) where the last read stopped
         self._batch: list[dict] | None = None
-        with self._locked():
-            self._repair()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -72,15 +82,31 @@ class DurableJournalFile(BaseJournalBackend):
                     os.close(self._lock_fd)
                     self._lock_fd = None
 
-    def _repair(self) -> None:
-        """Cut a torn last line (no newline) left by a writer that was killed mid-write."""
-        size = self.path.stat().st_size
-        if size == 0:
-            return
-        with open(self.path, "rb+") as f:
-            f.seek(size - 1)
-            if f.read(1) == b"\n":
+    def _settle_tail(self) -> None:
+        """Under our lock: a torn last line is cut once no writer can still be finishing it (module docstring)."""
+        deadline = time.monotonic() + TAIL_WAIT_S
+        optuna_lock = str(self.path) + ".lock"
+        while True:
+            st = os.stat(self.path)
+            if st.st_size == 0:
                 return
+            with open(self.path, "rb") as f:
+                f.seek(st.st_size - 1)
+                if f.read(1) == b"\n":
+                    return
+            foreign = os.path.lexists(optuna_lock)
+            if not foreign and time.time() - st.st_mtime >= TAIL_QUIET_S:
+                self._cut_torn_line(st.st_size)
+                return
+            if time.monotonic() > deadline:
+                who = f"Optuna's lock file {optuna_lock!r} exists" if foreign else "it is still changing"
+                raise ConfigError(f"journal {str(self.path)!r} ends in a half-written line that another process has "
+                                  f"not finished in {TAIL_WAIT_S:.0f} s ({who}); stop the other writer (or remove a "
+                                  f"stale lock file) and --resume")
+            time.sleep(0.05)
+
+    def _cut_torn_line(self, size: int) -> None:
+        with open(self.path, "rb+") as f:
             keep, step = 0, 1 << 16
             pos = size
             while pos > 0:
@@ -126,11 +152,20 @@ class DurableJournalFile(BaseJournalBackend):
             return iter(logs)
 
     def _write(self, logs: list[dict]) -> None:
+        """Append under our lock (held by the caller); a failed write (a full disk) is cut back, so the file
+        holds whole records only, and reported in one line."""
         data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
+        self._settle_tail()
         with open(self.path, "ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            size = f.tell()
+            try:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.truncate(self.path, size)
+                raise storage_error(exc, f"journal {str(self.path)!r}") from exc
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         with self._thread_lock:
@@ -173,12 +208,12 @@ def open_storage(results_dir: Path, url: str | None = None) -> StudyStorage:
     """``url`` if given (an Optuna storage URL, or a journal file path), else ``results_dir/journal.log``."""
     if url is None or "://" not in url:
         path = Path(url) if url is not None else results_dir / JOURNAL_NAME
+        check_journal_path(path)
         journal = DurableJournalFile(path)
         return StudyStorage(JournalStorage(journal), str(path), journal)
+    check_url(url)
     if url.startswith("redis://"):
-        from optuna.storages.journal import JournalRedisBackend
-
-        return StudyStorage(JournalStorage(JournalRedisBackend(url)), url)
+        return StudyStorage(JournalStorage(redis_backend(url)), url)
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     for attempt in range(RDB_OPEN_ATTEMPTS):
         try:

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -28,7 +29,7 @@ from echo_tune.io import ensure_dir
 from echo_tune.search import results as res
 from echo_tune.search.results import SearchResult
 from echo_tune.search.exhaustive import run_exhaustive
-from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, worker_id
+from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id
 from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.params import full_params, suggest_layout
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
@@ -38,6 +39,9 @@ from echo_tune.search.shared import run_shared_exhaustive, shares_work
 from echo_tune.search.space import SearchSpace
 from echo_tune.search.summary import summarize
 from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
+from echo_tune.search.storage_checks import storage_error
+from echo_tune.search.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
+from echo_tune.search.outputs import check_outputs
 
 
 
@@ -95,19 +99,6 @@ def _open_study(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Pat
     return store, exists
 
 
-def _check_same_space(space: SearchSpace, study) -> None:
-    stored = study.user_attrs.get("space")
-    if stored is None:
-        return
-    now = space.describe()
-    keys = ["model", "cluster", "global_batch_size", "precision", "objectives", "choices"]
-    keys += ["gpu_hour_cost"] if "cost" in space.objectives else []
-    diff = [k for k in keys if stored.get(k) != now[k]]
-    if diff:
-        raise ConfigError(f"study {study.study_name!r} was created from a different search space (changed: "
-                          f"{', '.join(diff)}); resume it with the same space or use another --study-name")
-
-
 def _tell_rejected(study, trial, exc: RejectedLayout) -> None:
     trial.set_user_attr("rejected_rule", exc.rule)
     trial.set_user_attr("config", {k: v for k, v in exc.config.items()})
@@ -127,7 +118,8 @@ def run_one_trial(space: SearchSpace, study, store: StudyStorage, evaluator: Eva
     The ask and the tell are each written as one batch; the simulation runs outside the lock. The ask
     happens under the storage's cross-process claim, after ``admit()`` (if given) agreed, so workers
     sharing the study never overshoot its target (returns ``STOP`` when not admitted). A trial cut short
-    (Ctrl-C) is told FAIL, as Optuna's own loop does.
+    (Ctrl-C) is told FAIL, as Optuna's own loop does; when the storage itself fails (a full disk), its
+    error is the one raised, not Optuna's "Cannot tell a COMPLETE trial".
     """
     trial, told = None, False
     try:
@@ -159,10 +151,14 @@ def run_one_trial(space: SearchSpace, study, store: StudyStorage, evaluator: Eva
             study.tell(trial, told_values(space, record))
         told = True
         return record
-    finally:
+    except BaseException:
         if trial is not None and not told:
-            with store.batch():
-                study.tell(trial, state=TrialState.FAIL)
+            try:
+                with store.batch():
+                    study.tell(trial, state=TrialState.FAIL)
+            except Exception:  # noqa: BLE001 - the storage itself failed (a full disk): the error in flight says why
+                pass
+        raise
 
 
 def _sampling_loop(space, study, store, evaluator, target: int, deadline: float | None,
@@ -170,7 +166,7 @@ def _sampling_loop(space, study, store, evaluator, target: int, deadline: float 
     # finished trials plus those running in live workers (a killed run's leftovers do not count)
     def admit() -> bool:
         return started_count(study, res.FINISHED) < target
-    while deadline is None or time.monotonic() < deadline:
+    while (deadline is None or time.monotonic() < deadline) and not stop_requested():
         record = run_one_trial(space, study, store, evaluator, admit)
         if record is STOP:
             return
@@ -192,7 +188,7 @@ def _one_torch_thread(threads: int | None = 1) -> int | None:
 def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, sampler_seed, target: int,
             seconds_left: float | None, profile, parent: int | None = None) -> None:
     """One extra process of a parallel sampling run (n_jobs > 1): same study, its own sampler seed."""
-    die_with_parent(parent)  # a SIGKILLed parent must not leave this process searching on alone
+    die_with_parent(parent, signals="stop")  # a SIGKILLed parent must not leave this process searching on alone
     _one_torch_thread()  # concurrent processes' thread pools otherwise fight over the cores
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = open_storage(out_dir, opts.storage)
@@ -269,22 +265,33 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
     out_dir = Path(opts.results_dir) / name
     if opts.write_files or opts.storage is None:  # a file or read-only folder: one line, not a traceback
         ensure_dir(out_dir, "results folder (--results-dir)")
-    store, existed = _open_study(space, opts, name, out_dir)
-    before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
-    if before is not None:
-        _check_same_space(space, before)
-    n_before = len(before.get_trials(deepcopy=False)) if before is not None else 0
-    seed = None if opts.seed is None else opts.seed + n_before  # a resumed sampler must not replay its draws
-    sampler = make_sampler(opts.sampler, space, valid, seed, opts.n_trials, opts.n_jobs)
-    study = optuna.create_study(study_name=name, storage=store.storage, sampler=sampler,
-                                directions=["minimize"] * len(space.objectives), load_if_exists=True)
-    if not existed:
-        study.set_user_attr("space", space.describe())
-        study.set_user_attr("sampler", opts.sampler)
+    if opts.write_files:
+        check_outputs(out_dir)  # a symlink where an output goes: refused before any work
     profile = None
     if space.profile_path is not None:
         from echo_tune.cost.profile import load_profile
         profile = load_profile(space.profile_path)
+    parts = content_parts(space, profile)
+    try:
+        return _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started, deadline, progress)
+    except optuna.exceptions.StorageInternalError as exc:  # e.g. SQLite's "database or disk is full"
+        raise storage_error(exc, opts.storage or str(out_dir)) from None
+
+
+def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started, deadline, progress):
+    store, existed = _open_study(space, opts, name, out_dir)
+    before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
+    if before is not None:  # by content (inputs edited in place), and by names for studies of older versions
+        check_content(name, before.user_attrs.get(CONTENT_ATTR), parts)
+        check_names(space, before)
+    n_before = len(before.get_trials(deepcopy=False)) if before is not None else 0
+    seed = None if opts.seed is None else opts.seed + n_before  # a resumed sampler must not replay its draws
+    sampler = make_sampler(opts.sampler, space, valid, seed, opts.n_trials, opts.n_jobs)
+    # created (with its content digest) or checked under the storage's lock: two different searches started
+    # together on one name cannot both pass
+    study, created = create_or_check(store, name, sampler, ["minimize"] * len(space.objectives), parts,
+                                     {"space": space.describe(), "sampler": opts.sampler})
+    existed = not created
     done_before = res.finished_count(study)
     interrupted = False
     try:
@@ -295,6 +302,9 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
                             profile, progress)
     except KeyboardInterrupt:
         interrupted = True
+    except BrokenProcessPool as exc:  # a worker killed from outside (loky's TerminatedWorkerError): keep what is stored
+        interrupted = True
+        notes = notes + [f"a worker process died ({str(exc).splitlines()[0][:120]}); the stored trials are kept"]
     return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
                          started=started, valid=valid, notes=notes, done_before=done_before,
                          interrupted=interrupted, write_files=opts.write_files, profile=profile)

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.compute import launch_overhead_s, op_time_s
+from echo_tune.cost.compute import is_measured, launch_overhead_s, op_time_s
+from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
-from echo_tune.cost.fp8 import TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
+from echo_tune.cost.fp8 import CAST_KERNELS, TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
 from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.sim.cuda_graphs import captured_graphs, graph_of
@@ -117,13 +118,17 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
                 ep_comm_s += t
             continue
         launches = 0.0
+        # TE's GroupedLinear: one GEMM (and, under FP8, one quantisation) per local expert (moe_grouped_gemm.py)
+        groups, one = (op.gemm_groups, per_expert_op(op)) \
+            if is_grouped_expert_gemm(op) and not is_measured(op, ctx.profile) else (1, op)
         if fp8 and is_fp8_gemm(op):
-            t = fp8_gemm_time_s(op, ctx.profile, ctx.gpu)
-            cast_s += fp8_cast_s(op, ctx.fp8_recipe, ctx.profile)
-            launches = 2 * ctx.profile.kernel_launch_overhead_s  # the GEMM and its cast kernel
+            t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu)
+            cast_s += groups * fp8_cast_s(one, ctx.fp8_recipe, ctx.profile)
+            # the GEMMs and their quantisation kernels
+            launches = (1 + CAST_KERNELS[ctx.fp8_recipe]) * groups * ctx.profile.kernel_launch_overhead_s
         else:
-            t = op_time_s(op, ctx.profile, ctx.gpu, ctx.precision)
-            launches = launch_overhead_s(op, ctx.profile)
+            t = groups * op_time_s(one, ctx.profile, ctx.gpu, ctx.precision)
+            launches = groups * launch_overhead_s(one, ctx.profile)
         g = -1 if graphs is None else (graph_of(op, graphs) if graphs else None)
         if g is not None:  # replayed inside a CUDA graph: no CPU launch
             t -= launches

@@ -43,19 +43,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
+from echo_tune.sim.allocator_memory import loss_working_bytes, workspace_bytes
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
 from echo_tune.sim.fsdp import fsdp_memory_bytes
 from echo_tune.sim.optimizer_muon import matrix_params, state_saving_bytes
-from echo_tune.sim.schedules import peak_in_flight_bytes
+from echo_tune.sim.schedules import after_forward_peak_bytes, peak_in_flight_bytes
 from echo_tune.workload.graph import Trace
 
 # Memory outside PyTorch's caching allocator that nvidia-smi counts against the HBM: the CUDA context
-# with its loaded kernels (~0.5 GiB on A100/H100 with lazy module loading), NCCL's per-peer channel
-# buffers (a few hundred MiB for TP + DP + PP communicators) and cuBLAS/cuBLASLt workspaces: ~1 GiB.
+# with its loaded kernels (~0.5 GiB on A100/H100 with lazy module loading) and NCCL's per-peer channel
+# buffers (a few hundred MiB for TP + DP + PP communicators): ~1 GiB. The cuBLAS / TE workspaces are
+# allocator blocks, counted apart (``StageMemory.workspace_bytes``, sim/allocator_memory.py).
 RUNTIME_RESERVE_BYTES = 1 << 30
 # Safety margin a *recommended* layout keeps below the HBM limit (``--memory-headroom-gib``): the caching
 # allocator's fragmentation (reserved minus allocated memory; blocks split across micro-batches of
@@ -116,11 +119,22 @@ class StageMemory:
     """Static input / output buffers of CUDA graphs (sim/cuda_graphs.py), at the stage's activation peak."""
     fsdp_buffer_bytes: int = 0
     """Megatron-FSDP's unsharded working buffers of the units in flight (sim/fsdp_memory.py)."""
+    workspace_bytes: int = 0
+    """cuBLAS and Transformer Engine workspaces, allocator blocks held all run (sim/allocator_memory.py)."""
+
+    @property
+    def steady_bytes(self) -> int:
+        """What the allocator holds between steps (Megatron's ``mem-allocated-bytes`` after a step): the
+        weights, gradient buffer, optimizer states, workspaces and CUDA graphs' static buffers (made at
+        capture for every micro-batch slot and kept for the run, sim/cuda_graphs.py); no activations, no
+        runtime reserve."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.workspace_bytes
+                + self.cuda_graph_bytes)
 
     @property
     def total_bytes(self) -> int:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.reserve_bytes + self.cuda_graph_bytes + self.fsdp_buffer_bytes)
+                + self.reserve_bytes + self.cuda_graph_bytes + self.fsdp_buffer_bytes + self.workspace_bytes)
 
 
 def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[float, float]:
@@ -144,11 +158,13 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
 
 def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: dict[str, Trace],
                  params_on_rank: int, schedule: str, *, mix: tuple[tuple[int, int], ...] | None = None,
-                 expert_params_on_rank: int = 0, model: ModelSpec | None = None) -> StageMemory:
+                 expert_params_on_rank: int = 0, model: ModelSpec | None = None,
+                 gpu: GPUSpec | None = None) -> StageMemory:
     """Peak memory of one rank of ``stage``.
 
     MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
     experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
+    ``model`` adds the loss's working set, ``model`` and ``gpu`` the GEMM workspaces (sim/allocator_memory.py).
     """
     v = layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
@@ -160,6 +176,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
                  if parallel.fp8 and layout.recompute_granularity != "full" and piece in pieces else 0.0
                  for piece in ("layer", "moe_layer")}
     dense_layers = moe_layers = 0
+    loss_chunk, loss_bytes = None, 0.0
     graph_bytes = []  # per chunk and micro-batch in flight: CUDA graphs' static buffers
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
         dense, moe = mix[chunk] if mix else (layers, 0)  # (MTP layers included in ``mix``)
@@ -177,21 +194,26 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         if contents.embedding:
             kept += pieces["embedding"].activation_bytes
         if contents.loss:
-            # the logits / loss tensors live only between the last forward and its backward
-            transient = max(transient, pieces["output"].activation_bytes)
+            # the logits / loss tensors live only between the loss chunk's forward and its backward, with the
+            # bf16 logits (and the native fused path's second fp32 copy) beside the saved fp32 tensor
+            loss_chunk = chunk
+            loss_bytes = pieces["output"].activation_bytes + (loss_working_bytes(model, parallel) if model else 0)
         chunk_bytes.append(kept)
         transient = max(transient, extra)
     # live micro-batches per chunk over the stage's schedule (cached per pipeline structure)
     group = parallel.microbatch_group_size_per_vp_stage  # the interleaved schedule's group size (None: p)
     grouping = [group] if group else []
     p = len(layout.stage_chunk_layers)
-    activations = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v, chunk_bytes,
-                                       *grouping) + transient
+    in_flight = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v, chunk_bytes, *grouping)
+    activations = in_flight + transient
+    if loss_chunk is not None:  # the loss's bytes on what is live right after a forward of its chunk (the same
+        # state as the peak without interleaving; with it, the other chunks may hold fewer micro-batches then)
+        activations = max(activations, loss_bytes + after_forward_peak_bytes(
+            schedule, stage, p, layout.num_micro_batches, v, loss_chunk, chunk_bytes, *grouping))
     graphs = 0.0
     if any(graph_bytes):  # kept as long as the micro-batch's activations: the peak of the sum, less theirs
         graphs = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v,
-                                      [a + g for a, g in zip(chunk_bytes, graph_bytes)], *grouping) \
-            + transient - activations
+                                      [a + g for a, g in zip(chunk_bytes, graph_bytes)], *grouping) - in_flight
     if model is not None:
         graphs += full_iteration_batch_bytes(parallel, model, layout.num_micro_batches)
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
@@ -203,8 +225,13 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     if parallel.use_distributed_optimizer:  # sharded over DP x CP / N only (sim/dp_instances.py): N copies
         optimizer *= parallel.num_distributed_optimizer_instances
     if expert_params_on_rank:
-        # the expert-data-parallel group already spans the context-parallel ranks (parallel folding)
-        optimizer += bytes_per_param(parallel, layout.expert_data_parallel_size)[2] * expert_params_on_rank
+        # the expert-data-parallel group already spans the context-parallel ranks (parallel folding); with
+        # N instances the experts' buffers shard over the intra-partial expert-DP group, expert DP / N
+        # (core/distributed/distributed_data_parallel.py ``intra_expt_dp_group``, d98e8a64ddf3)
+        expert = bytes_per_param(parallel, layout.expert_data_parallel_size)[2] * expert_params_on_rank
+        if parallel.use_distributed_optimizer:
+            expert *= parallel.num_distributed_optimizer_instances
+        optimizer += expert
     grads, buffers = g * params_on_rank, 0.0
     if parallel.use_megatron_fsdp:  # sharded as --data-parallel-sharding-strategy says (sim/fsdp_memory.py)
         weights, grads, optimizer, buffers = fsdp_memory_bytes(layout, parallel, pieces, stage, params_on_rank,
@@ -213,6 +240,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     if model is not None and parallel.muon:  # Muon keeps one state less on its matrices (sim/optimizer_muon.py)
         matrices = matrix_params(model, parallel, layout, dense_layers, moe_layers)
         optimizer -= state_saving_bytes(parallel, layout, params_on_rank, expert_params_on_rank, matrices)
+    workspaces = workspace_bytes(gpu, model, parallel) if model is not None and gpu is not None else 0
     return StageMemory(stage=stage, weights_bytes=int(weights), gradients_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations),
-                       cuda_graph_bytes=int(graphs), fsdp_buffer_bytes=int(buffers))
+                       cuda_graph_bytes=int(graphs), fsdp_buffer_bytes=int(buffers), workspace_bytes=workspaces)

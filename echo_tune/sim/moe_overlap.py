@@ -102,7 +102,7 @@ def paired_fraction(schedule: str, stage: int, p: int, m: int, v: int) -> float:
     first forward and the last backward run alone (combined_1f1b_schedule_for_no_pipelining)."""
     total = m * v
     if schedule == "interleaved":
-        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+        warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
     elif schedule == "1f1b":
         warmup = min(p - stage - 1, m)
     else:

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from echo_tune.sim.memory import StageMemory
+from echo_tune.sim.memory_band import MemoryBand, memory_band
 
 # The named parts of a step, in the order reports print them. Their sum is the step time.
 BREAKDOWN_PARTS = (
@@ -45,6 +46,8 @@ class StepReport:
     None when the profile has no op-time database."""
     timeline: list = field(default_factory=list, repr=False, compare=False)
     """With ``simulate(..., timeline=True)``: spans (stage, name, category, start_s, end_s)."""
+    timeline_args: list = field(default_factory=list, repr=False, compare=False)
+    """With a timeline: each span's trace ``args`` (stage, micro-batch, chunk, FLOPs, bytes; sim/trace_args.py)."""
 
     @property
     def worst_stage(self) -> StageMemory:
@@ -54,14 +57,14 @@ class StepReport:
     def memory_overshoot_bytes(self) -> int:
         return max(0, self.peak_memory_bytes - self.memory_capacity_bytes)
 
-    def memory_verdict(self) -> str:
+    def memory_band(self) -> MemoryBand:
+        """fits with X GiB spare / at risk / does not fit (the rule: sim/memory_band.py)."""
         worst = self.worst_stage
-        if self.fits_memory:
-            return f"fits: peak {worst.total_bytes / 2**30:.1f} GiB on stage {worst.stage} of " \
-                   f"{self.memory_capacity_bytes / 2**30:.1f} GiB"
-        return (f"does not fit: stage {worst.stage} needs {worst.total_bytes / 2**30:.1f} GiB, "
-                f"{self.memory_overshoot_bytes / 2**30:.1f} GiB over the {self.memory_capacity_bytes / 2**30:.1f} "
-                f"GiB of HBM")
+        return memory_band(peak_bytes=worst.total_bytes, reserve_bytes=worst.reserve_bytes,
+                           limit_bytes=self.memory_capacity_bytes, stage=worst.stage)
+
+    def memory_verdict(self) -> str:
+        return self.memory_band().text
 
     def to_dict(self) -> dict:
         """The JSON contract of ``echo-tune simulate --json``."""
@@ -74,6 +77,7 @@ class StepReport:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_memory": self.fits_memory,
             "memory_verdict": self.memory_verdict(),
+            "memory_band": self.memory_band().band,
             "critical_stage": self.critical_stage,
             "breakdown_s": dict(self.breakdown_s),
             "stage_memory_bytes": [dict(dataclasses.asdict(m), total_bytes=m.total_bytes) for m in self.stage_memory],

@@ -8,7 +8,8 @@ A task is ``(is_backward, micro_batch, chunk)``. Orders follow Megatron-LM's
 - ``1f1b``: ``min(p - s - 1, m)`` warm-up forwards, then one-forward-one-backward, then cool-down.
 - ``interleaved``: v model chunks per stage; micro-batches go in groups of p (or
   ``--microbatch-group-size-per-virtual-pipeline-stage``, N) through each chunk; warm-up
-  ``(p - s - 1) * 2 + (v - 1) * N`` forwards (all of them when m == p).
+  ``(p - s - 1) * 2 + (v - 1) * N`` forwards, at most all of them (d98e8a64ddf3 ``get_pp_rank_microbatches``;
+  older Megatron-LM ran every forward first whenever m == p, the reference commit does not).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _stage_order(schedule: str, stage: int, p: int, m: int, v: int, group: int) 
     if schedule == "interleaved":
         total = m * v
         # schedules.py get_pp_rank_microbatches: (p - s - 1) * 2 + (v - 1) * group warm-up forwards
-        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * group, total)
+        warmup = min((p - stage - 1) * 2 + (v - 1) * group, total)
         table = _schedule_table(m, v, group)
         fwd = [(False, mb, c) for mb, c in table]
         bwd = [(True, mb, v - 1 - c) for mb, c in table]  # backward runs the chunks in reverse
@@ -81,31 +82,36 @@ def peak_in_flight_total(order: tuple[Task, ...], chunk_bytes: list[float]) -> f
     return peak
 
 
+def _state_order(schedule: str, stage: int, p: int, m: int, v: int, group: int | None) -> tuple[Task, ...] | None:
+    """The tasks whose live states are every state of the stage's order (None: GPipe, in closed form).
+
+    The warm-up of 1F1B and interleaving holds at most 2pv forwards; after it the live set cycles with
+    period pv tasks, so the first 4pv + 2 tasks show every state."""
+    if schedule == "interleaved" and group not in (None, p):
+        # another group size: warm-up, period and the last group's size differ; walk the whole order
+        return stage_order(schedule, stage, p, m, v, group)
+    if schedule in ("1f1b", "interleaved"):
+        # the first 4pv + 2 tasks are the same for every m > 4p + 2 (same warm-up, then steady pairs)
+        return stage_order(schedule, stage, p, min(m, 4 * p + 3), v)[:4 * p * v + 2]
+    if schedule == "none":
+        # forward then backward per micro-batch: the live set only ever holds one, for any m
+        return stage_order(schedule, stage, p, min(m, 2), v)
+    if schedule == "gpipe":
+        # all forwards before any backward (building the order would cost memory linear in m: issue 10)
+        return None
+    return stage_order(schedule, stage, p, m, v)
+
+
 @functools.lru_cache(maxsize=4096)
 def live_count_vectors(schedule: str, stage: int, p: int, m: int, v: int,
                        group: int | None = None) -> tuple[tuple[int, ...], ...]:
     """Every distinct number of live micro-batches per chunk after a task of the stage's order.
 
-    The warm-up of 1F1B and interleaving holds at most 2pv forwards; after it the live set cycles with
-    period pv tasks, so the first 4pv + 2 tasks show every state. Vectors dominated by another one are
-    dropped: bytes per chunk are >= 0, so they can never hold the peak.
+    Vectors dominated by another one are dropped: bytes per chunk are >= 0, so they can never hold the peak.
     """
-    if schedule == "interleaved" and group not in (None, p):
-        # another group size: warm-up, period and the last group's size differ; walk the whole order
-        order = stage_order(schedule, stage, p, m, v, group)
-    elif schedule in ("1f1b", "interleaved"):
-        # the first 4pv + 2 tasks are the same for every m > 4p + 2 (same warm-up, then steady pairs)
-        order = stage_order(schedule, stage, p, min(m, 4 * p + 3), v)[:4 * p * v + 2]
-    elif schedule == "none":
-        # forward then backward per micro-batch: the live set only ever holds one, for any m
-        order = stage_order(schedule, stage, p, min(m, 2), v)
-    elif schedule == "gpipe":
-        # all forwards before any backward: the peak is every micro-batch of chunk 0, in closed form
-        # (building the order would cost memory linear in m: issue 10, bounded work)
-        peak = (m,) + (0,) * (v - 1)
-        return (peak,)
-    else:
-        order = stage_order(schedule, stage, p, m, v)
+    order = _state_order(schedule, stage, p, m, v, group)
+    if order is None:  # GPipe: the peak is every micro-batch of chunk 0, in closed form
+        return ((m,) + (0,) * (v - 1),)
     live, seen = [0] * v, set()
     for backward, _, chunk in order:
         live[chunk] += -1 if backward else 1
@@ -132,3 +138,26 @@ def peak_in_flight_bytes(schedule: str, stage: int, p: int, m: int, v: int, chun
             total += n * nbytes
         peak = max(peak, total)
     return peak
+
+
+@functools.lru_cache(maxsize=4096)
+def after_forward_vectors(schedule: str, stage: int, p: int, m: int, v: int, chunk: int,
+                          group: int | None = None) -> tuple[tuple[int, ...], ...]:
+    """Live micro-batches per chunk right after each forward of ``chunk`` (where the last stage computes
+    the loss, on its last chunk): the states the loss's working set is added to."""
+    order = _state_order(schedule, stage, p, m, v, group)
+    if order is None:
+        return live_count_vectors(schedule, stage, p, m, v, group)
+    live, seen = [0] * v, set()
+    for backward, _, c in order:
+        live[c] += -1 if backward else 1
+        if not backward and c == chunk:
+            seen.add(tuple(live))
+    return tuple(sorted(seen))
+
+
+def after_forward_peak_bytes(schedule: str, stage: int, p: int, m: int, v: int, chunk: int,
+                             chunk_bytes: list[float], group: int | None = None) -> float:
+    """Most activation bytes held right after a forward of ``chunk``."""
+    return max((sum(n * b for n, b in zip(counts, chunk_bytes))
+                for counts in after_forward_vectors(schedule, stage, p, m, v, chunk, group)), default=0.0)

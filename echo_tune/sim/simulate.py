@@ -40,6 +40,7 @@ from echo_tune.sim.chunk_passes import chunk_passes
 from echo_tune.sim.passes import pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
 from echo_tune.sim.schedules import SCHEDULES
+from echo_tune.sim.trace_args import chunk_work, p2p_message_bytes, span_args
 
 
 def _stage_pair(layout: Layout) -> GroupPlacement:
@@ -73,6 +74,15 @@ def _embedding_sync_s(pieces, layout: Layout, parallel: ParallelConfig, profile)
     return collective_time_s("all_reduce", size, _stage_pair(layout), profile)
 
 
+def with_sustained_clock(cluster: ClusterSpec, profile: CalibrationProfile) -> ClusterSpec:
+    """The cluster with its GPU at the compute-bound clock in use: the cluster's ``sustained_clock_mhz``
+    (its file or --gpu-clock-mhz), else a clock fitted on training runs (the profile's), else the preset's."""
+    clock = cluster.sustained_clock_mhz or profile.fitted_clock_mhz
+    if clock is None or cluster.gpu.peak_clock_mhz is None or clock == cluster.gpu.sustained_clock_mhz:
+        return cluster
+    return cluster.replace(gpu=cluster.gpu.replace(sustained_clock_mhz=float(clock)))
+
+
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
              profile: CalibrationProfile | None = None, schedule: str | None = None,
              timeline: bool = False, memory_headroom_bytes: int = 0) -> StepReport:
@@ -87,6 +97,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster
     check_profile_device(profile, cluster)
     check_op_times_device(profile, cluster)
+    cluster = with_sustained_clock(cluster, profile)
     schedule = schedule or layout.schedule
     require_choice("schedule", schedule, SCHEDULES)
     if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
@@ -153,7 +164,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                        drains[crit])
 
     memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s],
-                                expert_params_on_rank=stage_experts[s], model=model) for s in range(p))
+                                expert_params_on_rank=stage_experts[s], model=model, gpu=cluster.gpu)
+                   for s in range(p))
     if defer is not None:
         memory = with_buffers(memory, defer)
     peak = max(mem.total_bytes for mem in memory)
@@ -175,8 +187,11 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
                   f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",)
+    spans = _timeline(run, tails, passes, buckets, pipeline_end_s, drains) if timeline else []
+    args = span_args(spans, chunk_work(pieces, layout, mix, windows), p2p_message_bytes(pieces, layout),
+                     grad_bytes_per_param(parallel)) if timeline else []
     return StepReport(
-        measured_compute_share=share, notes=notes,
+        measured_compute_share=share, notes=notes, timeline_args=args,
         step_time_s=step_time, breakdown_s=parts,
         tokens_per_s=parallel.global_batch_size * model.seq_length / step_time,
         model_flops_per_step=flops, model_tflops_per_gpu=flops / step_time / num_gpus / 1e12,
@@ -185,7 +200,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         fits_memory=peak + memory_headroom_bytes <= cluster.gpu.memory_bytes,
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
-        timeline=_timeline(run, tails, passes, buckets, pipeline_end_s, drains) if timeline else [])
+        timeline=spans)
 
 
 @functools.lru_cache(maxsize=64)

@@ -12,8 +12,23 @@ from echo_tune.sim.report import StepReport
 from echo_tune.sim.trace_tracks import COMM_TRACK
 
 
+def process_name(report: StepReport) -> str:
+    """What the trace's one process is: the simulated step of this model, cluster and layout."""
+    cfg = report.config
+    sizes = " ".join(f"{short}{cfg[key]}" for key, short in (
+        ("tensor_model_parallel_size", "TP"), ("pipeline_model_parallel_size", "PP"),
+        ("context_parallel_size", "CP"), ("data_parallel_size", "DP"), ("expert_model_parallel_size", "EP"))
+        if cfg.get(key) is not None)
+    return (f"echo-tune simulated step: {cfg.get('model')} on {cfg.get('num_gpus')} x {cfg.get('cluster')}, {sizes}, "
+            f"{report.step_time_s:.3f} s")
+
+
 def chrome_trace_events(report: StepReport) -> list[dict]:
-    events = []
+    """Metadata (process and thread names, thread order), then one complete event per span with its ``args``
+    (stage, micro-batch, chunk, pass, FLOPs, bytes: sim/trace_args.py)."""
+    events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": process_name(report)}},
+              {"name": "process_labels", "ph": "M", "pid": 0,
+               "args": {"labels": f"profile {report.profile}; critical stage {report.critical_stage}"}}]
     stages = {e[0] for e in report.timeline}
     for tid in sorted(stages):
         stage, track = tid % COMM_TRACK, tid // COMM_TRACK
@@ -25,9 +40,11 @@ def chrome_trace_events(report: StepReport) -> list[dict]:
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid,
                        "args": {"sort_index": 1000 * stage + track}})
-    for stage, name, category, start_s, end_s in report.timeline:
+    args = report.timeline_args or [{"stage": tid % COMM_TRACK, "category": cat} for tid, _, cat, _, _ in
+                                    report.timeline]
+    for (stage, name, category, start_s, end_s), extra in zip(report.timeline, args):
         events.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": stage,
-                       "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6})
+                       "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6, "args": dict(extra)})
     return events
 
 

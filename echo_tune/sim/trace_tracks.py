@@ -55,7 +55,7 @@ def pass_part_spans(events, passes) -> list[tuple[int, str, str, float, float]]:
 def bucket_spans(buckets: list[list[tuple[float, float, int]]] | None) -> list[tuple[int, str, str, float, float]]:
     """Each stage's DP gradient buckets, on its DP track (a bucket over a group of one rank takes no time and
     is left out)."""
-    return [(DP_TRACK + stage, f"gradient bucket ({params / 1e6:.0f}M params)", "dp_bucket", begin, end)
+    return [(DP_TRACK + stage, f"gradient bucket ({params:,} params)", "dp_bucket", begin, end)
             for stage, spans in enumerate(buckets or []) for begin, end, params in spans if end > begin]
 
 

@@ -19,6 +19,11 @@ class RowResult:
     assumed_flags: tuple[str, ...] = ()
     errata: tuple[str, ...] = ()
     error: str | None = None
+    in_sample: bool | None = None
+    """True: the row was among the rows its (fitted) profile was fitted on (``calibrate fit --runs``); False:
+    simulated with a fitted profile that never saw it (held out); None: no fitted profile."""
+    profile_label: str | None = None
+    """The profile's label when a fitted profile was used (``validate --profile``)."""
 
     @property
     def error_pct(self) -> float | None:
@@ -27,15 +32,24 @@ class RowResult:
         return 100.0 * (self.predicted_step_time_s - self.measured_step_time_s) / self.measured_step_time_s
 
 
-def simulate_case(case: RunCase) -> RowResult:
+def fitted_rows(profile) -> set[tuple[str, str]]:
+    """(name, source) of the rows a profile was fitted on."""
+    return {(r.get("name"), r.get("source")) for r in (profile.fitted.get("rows") or []) if isinstance(r, dict)}
+
+
+def simulate_case(case: RunCase, profiles: dict | None = None) -> RowResult:
+    """Simulate one row; ``profiles`` maps a GPU name to the profile its rows use (default: the cluster's)."""
     from echo_tune.sim.simulate import simulate
 
     common = dict(name=case.name, source=case.source, measured_step_time_s=case.measured_step_time_s,
                   assumed_flags=case.assumed_flags, errata=case.errata)
     if case.error:
         return RowResult(**common, error=case.error)
+    profile = (profiles or {}).get(case.cluster.gpu.name)
+    if profile is not None:
+        common.update(in_sample=None if not profile.fitted else (case.name, case.source) in fitted_rows(profile), profile_label=profile.label)
     try:
-        report = simulate(case.model, case.cluster, case.num_gpus, case.parallel)
+        report = simulate(case.model, case.cluster, case.num_gpus, case.parallel, profile=profile)
     except UnmodelledError as exc:
         return RowResult(**common, error=f"refused: {exc}")
     except EchoTuneError as exc:

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.io import read_csv_rows
-from echo_tune.limits import check_number
+from echo_tune.limits import MAX_RUN_ROWS, check_number
 from echo_tune.config.loading import build, load_cluster
-from echo_tune.config.megatron_args import MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
+from echo_tune.config.megatron_args import (ALIASES, LINE_FLAGS, MODEL_FLAGS, PARALLEL_FLAGS, SPECIAL_FLAGS,
+                                            parse_megatron_line)
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, UnmodelledError, harmless_reason, refusal, \
@@ -79,6 +80,9 @@ def _value(column: str, raw: str, annotation: str):
     raise ConfigError(f"column {column!r} must hold {wanted}, but got {text!r}")
 
 
+READ_FLAGS = frozenset(LINE_FLAGS) | frozenset(SPECIAL_FLAGS) | frozenset(ALIASES)
+
+
 def _fields(row: dict, table: dict) -> dict:
     return {name: value for name in table if name in row
             and (value := _value(name, row[name], str(table[name].type))) is not None}
@@ -92,6 +96,9 @@ def _assumed(row: dict, model_fields: dict, parallel_fields: dict) -> tuple[dict
     kept = []  # the flags, and the value after a flag that takes one (--exp-avg-dtype bf16)
     for i, token in enumerate(tokens):
         if token.startswith("--"):
+            if token not in kinds and token not in READ_FLAGS:  # prose, not a launch line: a flag named
+                refuse_if_unmodelled(token, tuple(_until_flag(tokens[i + 1:])))  # without its value is judged
+                continue                                               # alone (harmless: dropped)
             kept.append(token)
             if kinds.get(token) in ("int", "float", "str", "freq", "window") and i + 1 < len(tokens):
                 kept.append(tokens[i + 1])
@@ -181,6 +188,9 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
                           f"measured_step_time_s")
     if not rows:
         raise ConfigError(f"runs file {str(path)!r} has a header but no rows")
+    if len(rows) > MAX_RUN_ROWS:  # each row is a full simulation: bounded time, refused before any is run
+        raise ConfigError(f"runs file {str(path)!r} has {len(rows):,} rows; `rows <= {MAX_RUN_ROWS:,}` must hold "
+                          f"(each row is one simulation, ~0.1-0.5 s); split the file")
     if errata is True:
         errata = errata_path_for(path) or False
     table = load_errata(errata) if errata else {}

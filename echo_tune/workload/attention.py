@@ -112,13 +112,35 @@ def ring_attention(q, k, v, cp: int) -> torch.Tensor:
     return _RingAttention.apply(q, k, v, cp).reshape(s, b, -1)
 
 
+def te_qkv_layout(q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as Transformer Engine's fused attention reads them (``get_qkv_layout``,
+    transformer_engine/pytorch/attention/dot_product_attention/utils.py, TE 2.x).
+
+    Every layout TE reads in place (``sb3hd``, ``sbh3d``, ``sbhd_sb2hd``, ``sbhd_sbh2d``, ``sbhd_sbhd_sbhd``)
+    needs ``check_strides_kv``: k's and v's strides, divided by their head size, equal. When they are not
+    (``not_supported``), TE makes all three contiguous. That is the grouped-query layout after RoPE (or QK
+    norm): Megatron splits the fused QKV output into views ([s, b, groups, (heads / groups + 2) d], attention.py
+    ``get_query_key_value_tensors``), RoPE writes new q and k, and v is left a strided view of the QKV output.
+    So TE saves a contiguous copy of v, not the view, and the QKV output is freed after the forward, instead
+    of being kept whole through the view."""
+    def ratios(t):
+        return tuple(stride / t.shape[-1] for stride in t.stride()[:-1])
+
+    if ratios(k) != ratios(v):
+        q, k, v = (t.contiguous() for t in (q, k, v))
+    return q, k, v
+
+
 def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_p: float,
-                   window_left: int | None = None, softmax=None) -> torch.Tensor:
+                   window_left: int | None = None, softmax=None, te_layout: bool = False) -> torch.Tensor:
     """Pick the core-attention implementation Megatron would run for these settings.
 
     ``window_left``: a sliding window of that many keys before each query (workload/window_attention.py);
     the unfused path masks the full s x s scores, so it costs the same with or without it.
-    ``softmax``: the local spec's softmax (workload/scale_mask_softmax.py ``local_softmax``)."""
+    ``softmax``: the local spec's softmax (workload/scale_mask_softmax.py ``local_softmax``).
+    ``te_layout``: Transformer Engine's attention (fused kernels), which reads q, k, v as ``te_qkv_layout``."""
+    if te_layout and (flash or context_parallel_size > 1):
+        q, k, v = te_qkv_layout(q, k, v)
     if context_parallel_size > 1:
         return ring_attention(q, k, v, context_parallel_size)
     if flash and window_left is not None and window_left + 1 < q.shape[0]:

@@ -40,6 +40,9 @@ class Op:
     """Bytes read plus written in HBM (memory-bound cost)."""
     gemm_mnk: tuple[int, int, int] | None = None
     """For gemm: (m, n, k) with any batch folded into m, for the efficiency surface."""
+    gemm_groups: int = 1
+    """For gemm: the batch count of a batched matmul (bmm), 1 otherwise. The MoE experts' grouped GEMM is
+    traced as one bmm over the local experts; ``cost/moe_grouped_gemm.py`` times it as that many GEMMs."""
     collective: str | None = None
     """For collective: one of COLLECTIVES."""
     group: str | None = None

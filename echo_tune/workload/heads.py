@@ -23,7 +23,7 @@ def embedding_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     m = shard.model
     params = {"word": shard.tensor(shard.vocab, m.hidden_size, grad=True)}
     if m.position_embedding_type == "learned_absolute":
-        params["position"] = shard.tensor(m.seq_length, m.hidden_size, grad=True)
+        params["position"] = shard.tensor(m.position_table_rows, m.hidden_size, grad=True)
     return {"embedding": params}
 
 

@@ -221,7 +221,8 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     context = in_region("core_attention", lambda: core_attention(
         q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout,
         window_left=m.window_left if shard.window else None,
-        softmax=local_softmax(shard, params.get("softmax_offset", {}).get("offset"))))
+        softmax=local_softmax(shard, params.get("softmax_offset", {}).get("offset")),
+        te_layout=m.transformer_impl == "transformer_engine"))
     if gate is not None:  # --attention-output-gate (workload/output_gate.py)
         context = in_region("output_gate", apply_output_gate, context, gate)
     attn = in_region("attention_proj", _attention_proj, context, params, shard)

@@ -89,7 +89,9 @@ def describe(func, args, kwargs, out, *, phase: str, region: str, subregion: str
     common = dict(name=str(packet), phase=phase, region=region, subregion=subregion, bytes=float(nbytes), key=op_key(func, args, kwargs))
     if packet in GEMMS:
         flops = flop_registry[packet](*args, **kwargs, out_val=out)
-        return Op(kind="gemm", flops=float(flops), gemm_mnk=_gemm_mnk(packet, args), **common)
+        a = args[0] if packet in (aten.mm, aten.bmm) else args[1]
+        return Op(kind="gemm", flops=float(flops), gemm_mnk=_gemm_mnk(packet, args),
+                  gemm_groups=int(a.shape[0]) if a.dim() == 3 else 1, **common)
     if packet in ATTENTION_FLOPS:
         return Op(kind="attention", flops=float(ATTENTION_FLOPS[packet](args)),
                   causal=bool(args[ATTENTION_CAUSAL_ARG[packet]]), **common)

@@ -3,7 +3,8 @@
 Each case runs the CLI in-process and asserts exit code 2 and ONE line on stderr that names the
 problem (the key or flag, or the file's fault). The table is built from rules (each numeric flag
 times NaN / inf / out-of-range, each numeric key of each file kind times the same), so a new flag
-or key is one line here.
+or key is one line here. The input-side classes of issue 20 (YAML bombs, config.json types, launch lines
+Megatron refuses, op-time databases, ...) and inputs with several problems: test_bad_input_catalogue_inputs.py.
 """
 
 from __future__ import annotations
@@ -95,7 +96,41 @@ def _files(root: Path) -> dict[str, str]:
     put("afile", "x")
     (root / "adir").mkdir()
     out["adir"] = str(root / "adir")
+    _storage_files(root, out)
     return out
+
+
+def _storage_files(root: Path, out: dict[str, str]) -> None:
+    """Issue 20's storage, output and resume inputs: a FIFO, links planted where outputs go, profiles whose
+    op_times name a non-database, and finished studies whose inputs then changed."""
+    (root / "space-python-tag.yaml").write_text(f"name: x\nmodel: !!python/object/apply:os.system ['touch {root}/pwned']\n"
+                                                f"cluster: a100-40gb\nnum_gpus: 8\nglobal_batch_size: 8\n")
+    out["space-python-tag.yaml"] = str(root / "space-python-tag.yaml")
+    os.mkfifo(root / "fifo")
+    out["fifo"] = str(root / "fifo")
+    (root / "victim.txt").write_text("precious\n")
+    for name in ("link.json", "link.yaml"):
+        os.symlink(root / "victim.txt", root / name)
+        out[name] = str(root / name)
+    for output in ("best.json", "trials.csv"):
+        folder = root / f"planted-{output}" / "small-gpt7b-16xa100"
+        folder.mkdir(parents=True)
+        os.symlink(root / "victim.txt", folder / output)
+        out[f"planted-{output}"] = str(root / f"planted-{output}")
+    (root / "empty.db").write_bytes(b"")
+    for tag, db in (("empty", "empty.db"), ("text", "afile")):
+        out[f"profile-optimes-{tag}.yaml"] = str(root / f"profile-optimes-{tag}.yaml")
+        (root / f"profile-optimes-{tag}.yaml").write_text(yaml.safe_dump({**PROFILE, "op_times": db}))
+    for tag in ("model", "headroom"):  # a finished study, then its model file edited in place
+        folder = root / f"resumed-{tag}"
+        folder.mkdir()
+        for name in ("tiny-space.yaml", "tiny-llama.yaml", "cpu-cluster.yaml"):
+            (folder / name).write_bytes((DATA / name).read_bytes())
+        assert main(["search", str(folder / "tiny-space.yaml"), "--sampler", "exhaustive", "--n-trials", "2",
+                     "--results-dir", str(folder / "results"), "--json"]) == 0
+        out[f"resumed-{tag}"] = str(folder)
+    model = root / "resumed-model" / "tiny-llama.yaml"
+    model.write_text(model.read_text().replace("hidden_size: 256", "hidden_size: 512"))
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +255,47 @@ def _file_cases() -> list[tuple[list[str], str]]:
     return cases
 
 
-CASES = _numeric_flag_cases() + _choice_cases() + _file_cases()
+def _storage_cases() -> list[tuple[list[str], str]]:
+    """Issue 20: storages that cannot work, outputs through links or outside their root, resumed studies whose
+    inputs changed, launch settings torchrun would fail on."""
+    search = ["search", SMALL, "--n-trials", "2"]
+    cases: list[tuple[list[str], str]] = [
+        (search + ["--storage", "/dev/zero"], "regular journal file"),
+        (search + ["--storage", "{fifo}"], "regular journal file"),
+        (search + ["--storage", "{adir}"], "regular journal file"),
+        (search + ["--storage", "redis://127.0.0.1:1"], "redis"),
+        (search + ["--storage", "sqlite:///:memory:"], "in-memory"),
+        (search + ["--storage", "sqlite:///:memory:", "--n-jobs", "2"], "in-memory"),
+        (search + ["--storage", "sqlite://"], "in-memory"),
+        (search + ["--storage", "sqlite:///file::memory:?cache=shared"], "in-memory"),
+        (search + ["--storage", "sqlite:///{afile}/study.db"], "--storage"),
+        (SIM + ["--trace", "{link.json}"], "symbolic link"),
+        (["search", "--model", "gpt-1.7b", "--cluster", "a100-80gb", "--num-gpus", "8", "--global-batch-size", "64",
+          "--write-space", "{link.yaml}"], "symbolic link"),
+        (["calibrate", "fit", "--cluster", A100, "--nccl-tests", str(LOG2), "--out", "{link.yaml}"], "symbolic link"),
+        (["profile", "--model", str(DATA / "tiny-llama.yaml"), "--cluster", str(DATA / "cpu-cluster.yaml"),
+          "--num-gpus", "1", "--global-batch-size", "1", "--write-profile", "{link.yaml}"], "symbolic link"),
+        (["profile", "--model", str(DATA / "tiny-llama.yaml"), "--cluster", str(DATA / "cpu-cluster.yaml"),
+          "--num-gpus", "1", "--global-batch-size", "1", "--db", "{link.json}"], "symbolic link"),
+        (search + ["--results-dir", "{planted-best.json}"], "symbolic link"),
+        (search + ["--results-dir", "{planted-trials.csv}"], "symbolic link"),
+        (SIM + ["--cluster", "a100-80gb", "--profile", "{profile-optimes-empty.yaml}"], "is empty"),
+        (SIM + ["--cluster", "a100-80gb", "--profile", "{profile-optimes-text.yaml}"], "not an SQLite database"),
+        (["search", "{resumed-model}/tiny-space.yaml", "--sampler", "exhaustive", "--resume", "--results-dir",
+          "{resumed-model}/results"], "changed: model"),
+        (["search", "{resumed-headroom}/tiny-space.yaml", "--sampler", "exhaustive", "--resume", "--results-dir",
+          "{resumed-headroom}/results", "--memory-headroom-gib", "30"], "changed: memory_headroom_gib"),
+        (["bench", "--nproc-per-node", "2", "--ranks-per-node", "3"], "--ranks-per-node"),
+        (["bench", "--nproc-per-node", "4", "--ranks-per-node", "3"], "--ranks-per-node"),
+    ]
+    cases += [(search + ["--study-name", name], "plain folder name") for name in ("../escape", "a/b", "..")]
+    cases.append((["search", "{space-python-tag.yaml}"], "python/object"))  # kept: tags are never constructed
+    for name in ("/tmp/echo-tune-elsewhere", "..", "../up", "a/b"):
+        cases.append((["bench", "--name", name, "--quick"], "--name"))
+    return cases
+
+
+CASES = _numeric_flag_cases() + _choice_cases() + _file_cases() + _storage_cases()
 
 
 def test_the_catalogue_is_large():
@@ -270,3 +345,12 @@ def test_bom_csv_is_read(tmp_path, capsys):
     path.write_bytes(b"\xef\xbb\xbf" + ("\n".join(runs[:2]) + "\n").encode())
     assert main(["validate", str(path), "--json"]) in (0, 1)
     assert "missing" not in capsys.readouterr().err
+
+
+def test_planted_links_and_tags_left_nothing_behind(files, tmp_path, capsys):
+    """After the catalogue's cases: no link's target was written, no YAML tag ran (issue 20: keep it so)."""
+    assert main(["search", files["space-python-tag.yaml"], "--results-dir", str(tmp_path)]) == 2
+    root = Path(files["fifo"]).parent
+    assert not (root / "pwned").exists()
+    assert (root / "victim.txt").read_text() == "precious\n"
+    assert (root / "empty.db").read_bytes() == b""

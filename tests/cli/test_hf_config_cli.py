@@ -51,10 +51,10 @@ def test_rank_candidate_with_a_config_json(tmp_path, capsys, monkeypatch):
         shutil.copy(HF / name, tmp_path / "hf" / name)
     rank = tmp_path / "rank.yaml"
     rank.write_text(yaml.safe_dump({"tokens": 1e11, "candidates": [
-        {"name": "qwen", "model": "hf/qwen2.5-7b.json", "cluster": "h100", "num_gpus": 16, "gpu_hour_cost": 2.0,
+        {"name": "qwen", "model": {"from": "hf/qwen2.5-7b.json", "seq_length": 4096}, "cluster": "h100", "num_gpus": 16, "gpu_hour_cost": 2.0,
          "layout": LAYOUT},
-        # at its config's 32768 tokens, Mistral's 4096-token sliding window is --window-size 4096,0
-        {"name": "mistral", "model": "hf/mistral-7b-v0.1.json", "cluster": "h100", "num_gpus": 16,
+        # at 32768 tokens, Mistral's 4096-token sliding window is --window-size 4096,0
+        {"name": "mistral", "model": {"from": "hf/mistral-7b-v0.1.json", "seq_length": 32768}, "cluster": "h100", "num_gpus": 16,
          "layout": LAYOUT}]}))
     monkeypatch.chdir(tmp_path / "hf")  # paths in a rank file are taken relative to it
     rows = {r["name"]: r for r in out_json(capsys, ["rank", str(rank), "--json"])}
@@ -68,6 +68,37 @@ def test_rank_bare_config_json_name_beside_the_rank_file(tmp_path, capsys, monke
     shutil.copy(HF / "qwen2.5-7b.json", tmp_path / "config.json")
     rank = tmp_path / "rank.yaml"
     rank.write_text(yaml.safe_dump({"candidates": [
-        {"name": "qwen", "model": "config.json", "cluster": "h100", "num_gpus": 16, "layout": LAYOUT}]}))
+        {"name": "qwen", "model": {"from": "config.json", "seq_length": 4096}, "cluster": "h100", "num_gpus": 16,
+         "layout": LAYOUT}]}))
     monkeypatch.chdir(tmp_path.parent)
     assert main(["rank", str(rank), "--json"]) == 0
+
+
+def test_config_json_without_a_training_length_needs_seq_length(tmp_path, capsys):
+    """issue 20 item 2: no silent max_position_embeddings (131072 for Qwen2.5); exit 2, one line naming it."""
+    model = str(HF / "qwen2.5-7b.json")
+    code = main(["search", "--model", model, "--cluster", "h100", "--num-gpus", "16", "--global-batch-size", "64",
+                 "--n-trials", "1", "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--seq-length" in err, err
+    assert main(["simulate", "--model", model, "--cluster", "h100", "--num-gpus", "16",
+                 "--global-batch-size", "64"]) == 2
+    assert "--seq-length" in capsys.readouterr().err
+
+
+def test_every_command_header_states_the_sequence_length(tmp_path, capsys):
+    """issue 20 item 2: the length trained, and what reading the config.json assumed, head the output."""
+    model = str(HF / "llama-3.1-70b.json")
+    assert main(["simulate", "--model", model, "--cluster", "h100", "--num-gpus", "64", "--global-batch-size", "64",
+                 "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "8,192-token sequences" in out.splitlines()[0] and "original_max_position_embeddings" in out
+    assert main(["simulate", "--model", model, "--cluster", "h100", "--num-gpus", "64", "--global-batch-size", "64",
+                 "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "4", "--json"]) == 0
+    assert any("original_max_position_embeddings" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    rank = tmp_path / "rank.yaml"
+    rank.write_text(yaml.safe_dump({"tokens": 1e11, "candidates": [
+        {"name": "qwen", "model": {"from": str(HF / "qwen2.5-7b.json"), "seq_length": 2048}, "cluster": "h100",
+         "num_gpus": 16, "layout": LAYOUT}]}))
+    assert main(["rank", str(rank)]) == 0
+    assert "seq_length 2,048" in capsys.readouterr().out

@@ -31,7 +31,14 @@ def test_example_ranks_by_step_time(capsys):
     rows = rank_json(capsys, str(EXAMPLE), "--tokens", "1e12")
     assert len(rows) == 5 and [r["rank"] for r in rows] == [1, 2, 3, 4, 5]
     fits = [r for r in rows if r["fits_memory"]]
-    assert [r["step_time_s"] for r in fits] == sorted(r["step_time_s"] for r in fits)
+    # fastest first by the expected days shown: the simulator's time x the family's median measured/predicted
+    # over the goodput (plan/projection.py); within one family that is the step time's order
+    assert [r["time_to_train_days"] for r in fits] == sorted(r["time_to_train_days"] for r in fits)
+    for r in fits:
+        bias = r["error_band"]["median_measured_over_predicted"]
+        assert r["time_to_train_days"] == pytest.approx(r["time_to_train_s"] * bias / 0.9 / 86400)
+        lo, hi = r["days_band"]
+        assert lo <= r["time_to_train_days"] <= hi and r["goodput"] == 0.9
     assert rows[: len(fits)] == fits  # the ones that do not fit come last
     for r in rows:
         assert {"name", "step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes", "fits_memory", "config",
@@ -87,3 +94,20 @@ def test_bad_rank_files_exit_2_with_one_line(capsys, tmp_path, data, expected):
     assert main(["rank", write(tmp_path, data)]) == 2
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1
+
+
+def test_goodput_and_a_deadline_inside_the_band_is_at_risk(capsys):
+    rows = [r for r in rank_json(capsys, str(EXAMPLE), "--tokens", "1e12", "--goodput", "1") if r["fits_memory"]]
+    first = rows[0]
+    bias = first["error_band"]["median_measured_over_predicted"]
+    assert first["time_to_train_days"] == pytest.approx(first["time_to_train_s"] * bias / 86400)  # goodput 1
+    lo, hi = first["days_band"]
+    lo_cost, hi_cost = first["cost_band"]
+    assert lo_cost == pytest.approx(lo * 24 * first["config"]["num_gpus"] * first["gpu_hour_cost"])
+    assert hi_cost == pytest.approx(hi * 24 * first["config"]["num_gpus"] * first["gpu_hour_cost"])
+    middle = str((lo + hi) / 2)
+    again = {r["name"]: r for r in rank_json(capsys, str(EXAMPLE), "--tokens", "1e12", "--goodput", "1",
+                                             "--deadline-days", middle)}
+    assert again[first["name"]]["deadline"] == "at risk"
+    assert main(["rank", str(EXAMPLE), "--goodput", "0"]) == 2
+    assert "`0 < --goodput <= 1` must hold" in capsys.readouterr().err

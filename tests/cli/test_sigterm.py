@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -50,3 +51,73 @@ def test_plain_progress_lines_when_not_on_a_terminal(tmp_path):
         assert len(counted) >= 5 and counted[-1].split(": ")[1].split(" ")[0].split("/")[0] == \
             counted[-1].split("/")[1].split(" ")[0]  # the last line is done/total with done == total
         assert "none fits yet" not in counted[-1]
+
+
+def _journal_trials(path: Path) -> int:
+    import optuna
+
+    from echo_tune.search.storage import open_storage
+
+    store = open_storage(path.parent, str(path))
+    study = optuna.load_study(study_name="group", storage=store.storage)
+    return len([t for t in study.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED")])
+
+
+def test_sigterm_to_the_process_group_of_a_parallel_exhaustive_search(tmp_path):
+    """A scheduler signals the whole process group: the loky workers must not die mid-batch (issue 20: a
+    TerminatedWorkerError traceback and no outputs); the parent stops after the batch in hand, writes
+    trials.csv and best.json from every stored trial, says so in one line, and the study resumes."""
+    cmd = [sys.executable, "-m", "echo_tune.cli.main", "search", SMALL, "--sampler", "exhaustive", "--n-jobs", "2",
+           "--study-name", "group", "--results-dir", str(tmp_path), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    journal = tmp_path / "group" / "journal.log"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (journal.exists() and journal.stat().st_size > 50000):
+            time.sleep(0.05)
+            assert proc.poll() is None, proc.stderr.read().decode()
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = err.decode()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "TerminatedWorkerError" not in err, err
+    assert "interrupted" in err.splitlines()[-1] and "--resume" in err.splitlines()[-1], err
+    summary = json.loads(out)
+    stored = _journal_trials(journal)
+    assert summary["interrupted"] and 0 < summary["n_trials"] == stored < 744
+    rows = (tmp_path / "group" / "trials.csv").read_text().strip().splitlines()
+    assert len(rows) - 1 == stored  # every stored trial is in trials.csv
+    assert json.loads((tmp_path / "group" / "best.json").read_text())["trial"] >= 0
+    again = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["n_trials"] == 744 and _journal_trials(journal) == 744
+
+
+def test_sigterm_to_the_process_group_of_a_parallel_sampling_search(tmp_path):
+    """The sampling workers (--n-jobs 2, random) finish the trial in hand and return: no BrokenProcessPool,
+    the outputs are written, exit 130 with one line."""
+    cmd = [sys.executable, "-m", "echo_tune.cli.main", "search", SMALL, "--sampler", "random", "--n-jobs", "2",
+           "--n-trials", "700", "--study-name", "group", "--results-dir", str(tmp_path), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    journal = tmp_path / "group" / "journal.log"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (journal.exists() and journal.stat().st_size > 50000):
+            time.sleep(0.05)
+            assert proc.poll() is None, proc.stderr.read().decode()
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = err.decode()
+    assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err.splitlines()[-1], err
+    summary = json.loads(out)
+    assert summary["interrupted"] and 0 < summary["n_trials"] == _journal_trials(journal) < 700
+    assert (tmp_path / "group" / "best.json").is_file()
+    assert len((tmp_path / "group" / "trials.csv").read_text().strip().splitlines()) - 1 >= summary["n_trials"]

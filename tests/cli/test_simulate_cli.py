@@ -1,6 +1,7 @@
 """`echo-tune simulate`: the JSON contract and one-line errors for bad input."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -36,15 +37,28 @@ def test_error_band_of_the_datasheet_profile_family(capsys, tmp_path):
     band = run_json(capsys, ISSUE_LINE)["error_band"]
     assert band["family"] == "a100-80gb/dense/bf16/>512" and band["match"] == "exact" and band["n_runs"] > 0
     lo, hi = band["measured_over_predicted"]
-    assert lo <= hi and band["text"].endswith(f"(n={band['n_runs']})")
+    assert lo <= hi and band["text"].endswith(f"n={band['n_runs']})")
+    # the family's median and range applied to this step (issue 19: bands that carry the bias)
+    mid = band["median_measured_over_predicted"]
+    assert lo <= mid <= hi
+    step = run_json(capsys, ISSUE_LINE)["step_time_s"]
+    assert band["step_time_s"] == pytest.approx(step * mid)
+    assert band["step_time_s_band"] == [pytest.approx(step * lo), pytest.approx(step * hi)]
     assert main(ISSUE_LINE) == 0
     assert f"error band: measured vs predicted step time of the validated runs of {band['family']}" in (
         capsys.readouterr().out.replace("\n", " "))
     from echo_tune.cost.profile import default_profile, save_profile
     from echo_tune.config import load_cluster
+    import dataclasses
+
     path = tmp_path / "p.yaml"
-    save_profile(default_profile(load_cluster("a100-80gb")), path)
-    assert "error_band" not in run_json(capsys, ISSUE_LINE + ["--profile", str(path)])
+    save_profile(default_profile(load_cluster("a100-80gb")), path)  # the datasheet profile, written out: same band
+    assert run_json(capsys, ISSUE_LINE + ["--profile", str(path)])["error_band"]["family"] == band["family"]
+    fitted = dataclasses.replace(default_profile(load_cluster("a100-80gb")), name="mine", measured=True,
+                                 gemm_max_efficiency=0.7)
+    save_profile(fitted, path)  # a profile of the user's own: no band, and a note says why
+    data = run_json(capsys, ISSUE_LINE + ["--profile", str(path)])
+    assert "error_band" not in data and any("no error band: profile 'mine'" in n for n in data["notes"])
 
 
 def test_default_run_is_the_issue_line(capsys):
@@ -189,3 +203,20 @@ def test_pipeline_layout_flag_and_trace(capsys, tmp_path):
     assert main(argv[:-1] + ["Et*6|(t*7|)*12t*5L"]) == 2
     err = capsys.readouterr().err
     assert "number of t == num_layers" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_layout_that_does_not_fit_prints_no_throughput_or_mfu(capsys):
+    """Issue 20 item 4: the memory verdict and a pointer at `search` instead of throughput and MFU."""
+    oom = ["simulate", "--num-gpus", "64", "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "8",
+           "--global-batch-size", "64"]
+    assert main(oom) == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "does not fit: stage 0" in out and "echo-tune search" in out
+    assert "tokens/s" not in out and "TFLOP/s per GPU" not in out and not re.search(r"MFU \d", out)
+    data = run_json(capsys, oom)
+    assert data["memory_band"] == "does not fit" and data["fits_memory"] is False
+    assert data["tokens_per_s"] is None and data["mfu"] is None and data["model_tflops_per_gpu"] is None
+    assert "echo-tune search" in data["search_hint"]
+    assert main(ISSUE_LINE) == 0  # a layout that fits keeps them
+    out = capsys.readouterr().out
+    assert "throughput" in out and "MFU" in out and "GiB spare" in out

@@ -35,15 +35,26 @@ def test_seq_length_override_and_note():
 
 
 def test_mixtral_is_moe_with_megatron_expert_names():
-    model = load_model(str(HF / "mixtral-8x7b.json"))
+    model = load_hf_config(HF / "mixtral-8x7b.json", seq_length=32768)
     assert model.num_experts == 8 and model.moe_router_topk == 2 and model.ffn_hidden_size == 14336
     assert model.num_params() == load_model("mixtral-8x7b").replace(seq_length=32768).num_params()
 
 
 def test_qwen25_has_gqa_and_its_vocabulary():
-    model = load_model(str(HF / "qwen2.5-7b.json"))
+    model = load_hf_config(HF / "qwen2.5-7b.json", seq_length=4096)
     assert (model.num_layers, model.hidden_size, model.num_query_groups, model.ffn_hidden_size) == (28, 3584, 4, 18944)
-    assert model.vocab_size == 152064 and model.seq_length == 131072
+    assert model.vocab_size == 152064 and model.seq_length == 4096
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-7b.json", "qwen3-30b-a3b.json", "mistral-7b-v0.1.json",
+                                  "mixtral-8x7b.json"])
+def test_a_config_without_a_pretraining_length_needs_seq_length(name):
+    """max_position_embeddings is the longest context, not the training length (131072 for Qwen2.5): no
+    silent default; the error names --seq-length."""
+    with pytest.raises(ConfigError, match="--seq-length") as err:
+        load_model(str(HF / name))
+    assert "\n" not in str(err.value)
+    assert load_hf_config(HF / name, seq_length=2048).seq_length == 2048
 
 
 def test_qwen3_moe_head_dim_and_qk_norm():
@@ -71,7 +82,7 @@ def test_gpt2_learned_positions_layernorm_biases_tied():
 
 
 def test_mistral_sliding_window_maps_to_window_size_and_qwen2_window_is_refused():
-    model = load_hf_config(HF / "mistral-7b-v0.1.json")  # sliding_window 4096 < 32768 positions
+    model = load_hf_config(HF / "mistral-7b-v0.1.json", seq_length=32768)  # sliding_window 4096 < 32768
     assert model.window_size == (4096, 0) and model.windowed_attention and all(model.window_pattern)
     assert load_hf_config(HF / "mistral-7b-v0.1.json", seq_length=4096).window_size is None
     cfg = _cfg("llama-3.1-70b.json") | {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 1024}

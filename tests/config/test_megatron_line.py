@@ -54,7 +54,7 @@ def test_recompute_activations_is_selective_and_modules_are_checked():
     _, parallel, _ = _specs(GPT_2021 + " --recompute-modules core_attn mlp")
     assert parallel.recompute_modules == ("core_attn", "mlp")
     with pytest.raises(ConfigError, match="'mhc' is not modelled"):
-        _specs(GPT_2021 + " --recompute-granularity selective --recompute-modules core_attn mhc --bf16")
+        _specs(GPT_2021 + " --recompute-granularity selective --recompute-modules core_attn mhc")
 
 
 def test_query_groups_need_group_query_attention():

@@ -117,3 +117,20 @@ def test_delayed_scaling_pays_an_amax_all_reduce_per_pass_that_grows_with_the_gr
     delayed = et.simulate(LLAMA8, H100, 512, parallel)
     blockwise = et.simulate(LLAMA8, H100, 512, parallel.replace(fp8_recipe="blockwise"))
     assert delayed.breakdown_s["tp_cp_comm"] > blockwise.breakdown_s["tp_cp_comm"]  # no amax all-reduce
+
+
+def test_current_scaling_quantises_in_three_kernels():
+    """TE's Float8CurrentScalingQuantizer: amax kernel, scale kernel, cast kernel (delayed: the cast alone).
+    A 4096 x 4096 forward input: tensorwise moves 6 B / element against delayed's 4, and two more launches."""
+    from echo_tune.cost.fp8 import CAST_KERNELS, fp8_cast_s
+    from echo_tune.cost.profile import profile_for
+    from echo_tune.workload.graph import Op
+
+    import echo_tune as et
+
+    profile = profile_for(et.load_cluster("h100-sxm"))
+    op = Op(name="mm", kind="gemm", phase="fwd", region="mlp", flops=2.0 * 4096 ** 3, gemm_mnk=(4096, 4096, 4096))
+    hbm = profile.memory_bandwidth_gbyte_s * 1e9
+    assert CAST_KERNELS == {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
+    assert fp8_cast_s(op, "tensorwise", profile) - fp8_cast_s(op, "delayed", profile) == pytest.approx(
+        4096 * 4096 * 2.0 / hbm + 2 * 4e-6)

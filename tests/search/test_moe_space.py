@@ -26,6 +26,24 @@ def test_mixtral_space_expands_ep_and_keeps_megatron_rules():
             p.tensor_model_parallel_size * c.layout.data_parallel_size
 
 
+def test_no_layout_is_enumerated_twice_under_another_etp_spelling():
+    """Unset ETP is Megatron's default, ETP = TP: at TP 1, `ETP 1` and unset are the same layout, at TP 2 they
+    are not (search/layouts.py keeps the first listed spelling of each)."""
+    space = load_space(SPACES / "mixtral-8x7b-64xh100.yaml")
+    layouts = list(enumerate_layouts(space))
+
+    def canonical(c):
+        config = dict(c.config)
+        config["expert_tensor_parallel_size"] = c.parallel.expert_tensor_size
+        return tuple(sorted(config.items()))
+
+    keys = [canonical(c) for c in layouts]
+    assert len(keys) == len(set(keys))
+    etp_at = {(c.parallel.tensor_model_parallel_size, c.parallel.expert_tensor_parallel_size) for c in layouts}
+    assert (1, None) in etp_at and (1, 1) not in etp_at  # TP 1: one spelling
+    assert {(2, None), (2, 1)} <= etp_at  # TP 2: ETP 2 (unset) and ETP 1 are different layouts
+
+
 def test_mixtral_search_runs_with_ep(tmp_path, capsys):
     assert main(["search", str(SPACES / "mixtral-8x7b-64xh100.yaml"), "--n-trials", "12", "--seed", "0",
                  "--results-dir", str(tmp_path), "--json"]) == 0

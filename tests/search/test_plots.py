@@ -26,7 +26,8 @@ def test_plots_draw_labelled_axes_and_legends(tmp_path):
 
     def spy(fig, path, *a, **kw):
         ax = fig.axes[0]
-        seen[Path(path).name] = (ax.get_xlabel(), ax.get_legend() is not None,
+        name = Path(path).name  # written atomically: ".p.png.<random>.tmp.png", then renamed to p.png
+        seen[name[1:].rsplit(".", 3)[0] if name.endswith(".tmp" + Path(name).suffix) else name] = (ax.get_xlabel(), ax.get_legend() is not None,
                                  [t.get_text() for t in ax.get_legend().get_texts()])
         return real_savefig(fig, path, *a, **kw)
     plt.Figure.savefig = spy
@@ -48,3 +49,31 @@ def test_search_writes_breakdowns_png(tmp_path, capsys):
     assert main(["search", str(space), "--n-trials", "20", "--results-dir", str(tmp_path), "--json",
                  "--no-explain"]) == 0
     _legend_and_labels(tmp_path / "small-gpt7b-16xa100" / "breakdowns.png")
+
+
+def test_pareto_png_labels_its_front_with_rays_and_the_cost_axis_with_currency(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from echo_tune import plots
+    from echo_tune.search.objective import objective_label
+
+    labels = [objective_label("step_time"), objective_label("cost", 2.49, "EUR")]
+    assert labels[1] == "cost per step (EUR)"
+    assert objective_label("cost") == "cost per step (GPU-hours)"  # no price: GPU-hours, not a currency
+    seen = {}
+    real_savefig = plt.Figure.savefig
+
+    def spy(fig, path, *a, **kw):
+        ax = fig.axes[0]
+        seen["ylabel"] = ax.get_ylabel()
+        seen["notes"] = [(t.get_text(), t.xy, t.arrow_patch is not None) for t in ax.texts]
+        return real_savefig(fig, path, *a, **kw)
+    plt.Figure.savefig = spy
+    try:
+        plots.plot_pareto([(1, 3), (2, 2), (3, 3)], [(2, 2), (1, 3)], labels, tmp_path / "p.png",
+                          front_labels=["TP2 PP1 mbs1", "TP1 PP2 mbs1"])
+    finally:
+        plt.Figure.savefig = real_savefig
+    assert seen["ylabel"] == "cost per step (EUR)"
+    assert sorted(seen["notes"]) == [("TP1 PP2 mbs1", (1, 3), True), ("TP2 PP1 mbs1", (2, 2), True)]
+    _legend_and_labels(tmp_path / "p.png")

@@ -44,7 +44,7 @@ def stage_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> list[T
         return order + [(True, mb, 0) for mb in range(m - warmup, m)]
     if schedule == "interleaved":
         total = m * v
-        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+        warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
         order = [(False, *_interleaved_ids(k, p, v, False)) for k in range(warmup)]
         for k in range(total - warmup):
             order += [(False, *_interleaved_ids(k + warmup, p, v, False)),

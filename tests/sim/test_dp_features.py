@@ -78,3 +78,15 @@ def test_instances_multiply_the_optimizer_shard_and_keep_the_sum():
     assert sum(two.breakdown_s.values()) == pytest.approx(two.step_time_s, rel=1e-12)
     with pytest.raises(ConfigError, match="num_distributed_optimizer_instances"):
         et.simulate(LLAMA8, H100, 16, parallel.replace(num_distributed_optimizer_instances=3))
+
+
+def test_instances_shard_the_experts_optimizer_over_the_intra_partial_expert_group():
+    # Megatron-LM d98e8a64ddf3 distributed_data_parallel.py: expert buffers use ``intra_expt_dp_group``, of
+    # size expert DP / N (parallel_state.py): the experts' optimizer states double with N = 2 as the others do
+    mixtral = et.load_model("mixtral-8x7b")
+    parallel = et.ParallelConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=4,
+                                 expert_model_parallel_size=8, expert_tensor_parallel_size=1, sequence_parallel=True,
+                                 global_batch_size=64, use_distributed_optimizer=True)  # expert DP 64 / (4 x 8) = 2
+    one = et.simulate(mixtral, H100, 64, parallel).stage_memory[0]
+    two = et.simulate(mixtral, H100, 64, parallel.replace(num_distributed_optimizer_instances=2)).stage_memory[0]
+    assert two.optimizer_bytes == pytest.approx(2 * one.optimizer_bytes, rel=1e-6)

@@ -121,3 +121,21 @@ def test_runs_modern_errata_name_existing_rows_and_are_listed_by_the_cli(capsys)
     assert any("grok1/grok1_314b.yaml" in e and "alltoall" in e for e in rows[grok]["errata"])
     assert main(["validate", str(MODERN), "--json", "--no-errata"]) == 0
     assert all(not r["errata"] for r in json.loads(capsys.readouterr().out)["rows"])
+
+
+def test_runs_megatron_table1_rows_run_interleaved_as_the_papers_script_states():
+    """Narayanan et al. 2021 ran Table 1 with the interleaved schedule; its launch script
+    (Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh) gives the layers per virtual stage:
+    76B 60/4/5 = 3 chunks, 145B 80/8/5 = 2, 310B 96/16/3 = 2, 530B 105/35/1 = 3; the rest none."""
+    path = published_runs("runs_megatron.csv")
+    cases = {c.name: c for c in read_runs(path)}
+    plain = {c.name: c for c in read_runs(path, errata=False)}
+    chunks = {"row6-GPT-76.1B": 3, "row7-GPT-145.6B": 2, "row8-GPT-310.1B": 2, "row9-GPT-529.6B": 3}
+    for name, case in cases.items():
+        assert plain[name].parallel.virtual_pipeline_model_parallel_size in (None, 1)
+        assert (case.parallel.virtual_pipeline_model_parallel_size or 1) == chunks.get(name, 1), name
+        if name in chunks:  # a whole number of layers per chunk, as the script's flag gives it
+            layers_per_chunk = case.model.num_layers / case.parallel.pipeline_model_parallel_size / chunks[name]
+            assert layers_per_chunk == {"row6-GPT-76.1B": 5, "row7-GPT-145.6B": 5, "row8-GPT-310.1B": 3,
+                                        "row9-GPT-529.6B": 1}[name]
+            assert any("corrects virtual_pipeline_model_parallel_size" in e for e in case.errata)

@@ -1,0 +1,140 @@
+"""``echo-tune calibrate fit --runs RUNS.csv | --megatron-log LOG...``: fit a profile to measured training runs."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+
+from echo_tune.errors import ConfigError
+
+HEADER = ("# Fitted by echo-tune calibrate fit on measured training runs (echo_tune/calibrate/fit_runs.py).\n"
+          "# Rerun with:\n#   {command}\n# {label}\n")
+
+
+def add_run_arguments(fit: argparse.ArgumentParser) -> None:
+    group = fit.add_argument_group("calibrate from training runs (instead of --bench / --nccl-tests)")
+    group.add_argument("--runs", nargs="+", default=[], metavar="CSV",
+                       help="runs CSVs in the `validate` format (measured_step_time_s per row)")
+    group.add_argument("--megatron-log", nargs="+", default=[], metavar="LOG",
+                       help="Megatron-LM training logs (rank 0's argument dump and 'elapsed time per iteration (ms)' "
+                            "lines); their cluster is --cluster")
+    group.add_argument("--gpu", help="fit the rows on this GPU preset only (runs CSVs may mix GPU types)")
+    group.add_argument("--params", default="clock,comm,launch",
+                       help="parameters to fit, 1-3 of clock (sustained SM clock of compute-bound kernels), comm "
+                            "(factor on collective times), launch (host time per kernel); default all three")
+    group.add_argument("--robust-scale", type=float, default=0.10, metavar="R",
+                       help="soft-L1 scale of the relative residuals (rows off by much more than R count "
+                            "linearly); 0 = plain least squares (default 0.10)")
+    group.add_argument("--no-errata", dest="errata", action="store_false",
+                       help="leave out the runs CSVs' errata files (as `validate --no-errata`)")
+
+
+def wants_runs(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "runs", None) or getattr(args, "megatron_log", None))
+
+
+def _cases(args: argparse.Namespace):
+    from echo_tune.calibrate.megatron_log import read_logs
+    from echo_tune.validate.runs import read_runs
+
+    if args.nccl_tests or args.bench:
+        raise ConfigError("give either training runs (--runs / --megatron-log) or microbenchmarks (--bench / "
+                          "--nccl-tests) to `calibrate fit`, not both")
+    cases = [c for path in args.runs for c in read_runs(path, args.errata)]
+    if args.megatron_log:
+        if not args.cluster:
+            raise ConfigError("--megatron-log needs --cluster (the cluster the logged runs ran on: a preset or YAML)")
+        cases += read_logs(args.megatron_log, args.cluster)
+    skipped = [(c.name, c.error) for c in cases if c.error]
+    cases = [c for c in cases if not c.error]
+    gpus = sorted({c.cluster.gpu.name for c in cases})
+    if args.gpu:
+        cases = [c for c in cases if c.cluster.gpu.name == args.gpu]
+        if not cases:
+            raise ConfigError(f"no row runs on GPU {args.gpu!r}; the rows' GPUs are {gpus}")
+    elif len(gpus) > 1:
+        raise ConfigError(f"a profile is fitted for one GPU type, but the rows run on {gpus}; pick one with --gpu")
+    if not cases:
+        raise ConfigError("no row to fit: every row was refused or invalid")
+    return cases, skipped
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reruns this fit."""
+    parts = ["echo-tune", "calibrate", "fit"]
+    if args.runs:
+        parts += ["--runs", *args.runs]
+    if args.megatron_log:
+        parts += ["--megatron-log", *args.megatron_log]
+    for flag, value, default in (("--cluster", args.cluster, None), ("--gpu", args.gpu, None),
+                                 ("--params", args.params, "clock,comm,launch"), ("--robust-scale", args.robust_scale, 0.10),
+                                 ("--name", args.name, None)):
+        if value is not None and value != default:
+            parts += [flag, str(value)]
+    if not args.errata:
+        parts.append("--no-errata")
+    return " ".join(shlex.quote(str(p)) for p in [*parts, "--out", args.out])
+
+
+def run_fit_runs(args: argparse.Namespace) -> int:
+    from echo_tune.calibrate.fit_runs import fit_runs, is_published, sha256
+    from echo_tune.cost.profile import load_cluster_profile, save_profile
+
+    from pathlib import Path
+
+    if Path(args.out).is_symlink():  # never write through a link into another file (issue 20)
+        raise ConfigError(f"--out {args.out!r} is a symbolic link; give a plain file path (the profile is not "
+                          f"written through links)")
+    cases, skipped = _cases(args)
+    cluster = cases[0].cluster
+    base = load_cluster_profile(cluster)
+    inputs = [{"path": str(p), "sha256": sha256(p)} for p in (*args.runs, *args.megatron_log)]
+    published = bool(args.runs) and not args.megatron_log and all(is_published(p) for p in args.runs)
+    command = _command(args)
+    params = tuple(p.strip() for p in args.params.split(",") if p.strip())
+    if not 0 <= args.robust_scale <= 10:
+        raise ConfigError(f"`0 <= --robust-scale <= 10` must hold, but got ({args.robust_scale})")
+    result = fit_runs(cases, base, cluster.gpu, params=params, robust_scale=args.robust_scale, inputs=inputs,
+                      command=command, published=published)
+    profile = result.profile
+    if args.name:
+        import dataclasses
+        profile = dataclasses.replace(profile, name=args.name)
+    save_profile(profile, args.out, header=HEADER.format(command=command, label=profile.fitted["label"]))
+    _report(args, result, skipped)
+    return 0
+
+
+def _report(args, result, skipped) -> None:
+    from echo_tune.cli.common import print_json
+
+    if args.json:
+        print_json({"profile": str(args.out), "params": result.params, "label": result.profile.fitted["label"],
+                    "errors": result.profile.fitted["errors"], "rows": result.rows, "warnings": result.warnings,
+                    "skipped": [{"name": n, "error": e} for n, e in skipped]})
+        return
+    from echo_tune.cli.calibrate import _console
+    from rich.table import Table
+
+    table = Table(title=f"fit on {len(result.rows)} runs ({result.profile.gpu})")
+    for col in ("run", "source", "measured s", "predicted s", "error", "leave-one-out", "leave-source-out"):
+        table.add_column(col, justify="left" if col in ("run", "source") else "right")
+    for r in result.rows:
+        table.add_row(r["name"], r["source_key"], f"{r['measured_step_time_s']:.3f}", f"{r['predicted_step_time_s']:.3f}",
+                      f"{r['error_pct']:+.1f}%", f"{r['loo_error_pct']:+.1f}%", f"{r['loso_error_pct']:+.1f}%")
+    console = _console()
+    console.print(table)
+    errors = result.profile.fitted["errors"]
+    console.print("fitted: " + ", ".join(f"{k}={v:.4g}" for k, v in result.params.items()), highlight=False)
+    console.print(f"MAPE in-sample {errors['in_sample_mape_pct']:.1f}% (unfitted {errors['unfitted_mape_pct']:.1f}%), "
+                  f"leave-one-out {errors['loo_mape_pct']:.1f}%, leave-one-source-out {errors['loso_mape_pct']:.1f}%; "
+                  f"median signed error {statistics.median(r['error_pct'] for r in result.rows):+.1f}%", highlight=False)
+    for key, value in errors["loso_by_source_mape_pct"].items():
+        console.print(f"  held out {key}: MAPE {value:.1f}%", highlight=False)
+    err = _console(stderr=True)
+    for name, error in skipped:
+        err.print(f"[dim]skipped {name}: {error}[/dim]", highlight=False, soft_wrap=True)
+    for warning in result.warnings:
+        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {args.out} ({result.profile.fitted['label']})", highlight=False)

@@ -1,0 +1,86 @@
+"""Days, GPU-hours and cost to train, carrying the error band's bias and a goodput factor.
+
+A prediction's band (``bands.band_summary``) holds its validated family's median measured / predicted step
+time and the lowest..highest of it. The expected wall time is the predicted training time times the median
+(the family's bias: the H100 rows all took longer than predicted), divided by the goodput, the share of wall
+time spent training (failures, restarts, checkpoints and evaluation take the rest); the band's range gives
+the low..high of days, GPU-hours and cost. A deadline is "met" when even the high end meets it, "missed" when
+even the low end misses it, and "at risk" when the band crosses it.
+
+Default goodput 0.90: Meta's Llama 3 405B pre-training on up to 16K H100 GPUs reached "higher than 90%
+effective training time" over a 54-day snapshot with 466 job interruptions (Dubey et al. 2024, "The Llama 3
+Herd of Models", arXiv 2407.21783, section 3.3.4 "Reliability and Operational Challenges"). ``--goodput 1``
+prices training time alone.
+
+Where no band applies (a measured or fitted profile: the bands were validated with the datasheet profiles
+only, ``bands.band_applies``), the median is 1 and there is no range.
+"""
+
+from __future__ import annotations
+
+from echo_tune.errors import ConfigError
+
+GOODPUT_DEFAULT = 0.90
+"""Share of wall time spent training (Llama 3 paper, section 3.3.4: "higher than 90% effective training time")."""
+
+
+def check_goodput(goodput: float) -> float:
+    if not (isinstance(goodput, (int, float)) and 0.0 < goodput <= 1.0):
+        raise ConfigError(f"`0 < --goodput <= 1` must hold, but got (goodput={goodput!r}); it is the share of wall "
+                          f"time spent training, e.g. 0.9")
+    return float(goodput)
+
+
+def deadline_status(days_low: float, days_high: float, deadline_days: float | None) -> str | None:
+    """"met", "at risk" (the band crosses the deadline) or "missed"; None without a deadline."""
+    if deadline_days is None:
+        return None
+    if days_high <= deadline_days:
+        return "met"
+    return "missed" if days_low > deadline_days else "at risk"
+
+
+def project(train_s: float, band: dict | None, *, num_gpus: int, gpu_hour_price: float | None = None,
+            deadline_days: float | None = None, goodput: float = GOODPUT_DEFAULT) -> dict:
+    """Expected days / GPU-hours / cost of ``train_s`` seconds of predicted training, with the band's median
+    applied and its range (``*_band``: low, high; None without a band), over ``goodput``."""
+    goodput = check_goodput(goodput)
+    wall_s = train_s / goodput
+    if band is not None and band.get("measured_over_predicted"):
+        mid = band["median_measured_over_predicted"]
+        lo, hi = band["measured_over_predicted"]
+    else:
+        mid, lo, hi = 1.0, None, None
+    days = wall_s * mid / 86400.0
+    days_band = None if lo is None else (wall_s * lo / 86400.0, wall_s * hi / 86400.0)
+    hours = days * 24.0 * num_gpus
+    hours_band = None if days_band is None else tuple(d * 24.0 * num_gpus for d in days_band)
+    cost = None if gpu_hour_price is None else hours * gpu_hour_price
+    cost_band = None if cost is None or hours_band is None else tuple(h * gpu_hour_price for h in hours_band)
+    low, high = days_band or (days, days)
+    return {"days": days, "days_band": days_band, "gpu_hours": hours, "gpu_hours_band": hours_band,
+            "cost": cost, "cost_band": cost_band, "goodput": goodput, "bias": mid,
+            "deadline": deadline_status(low, high, deadline_days)}
+
+
+def range_cell(value: float | None, band: tuple[float, float] | None, fmt: str) -> str:
+    """"12.3 (11.0-14.1)" for a table cell; "-" for no value."""
+    if value is None:
+        return "-"
+    return format(value, fmt) + ("" if band is None else f" ({format(band[0], fmt)}-{format(band[1], fmt)})")
+
+
+def deadline_note(row: dict) -> str | None:
+    """The planner's / ranker's note on a row's deadline, or None."""
+    return {"missed": "misses the deadline", "at risk": "deadline at risk: the error band crosses it"}.get(
+        row.get("deadline"))
+
+
+def legend(rows: list[dict]) -> str:
+    """The line under a planner / ranker table saying what the band, days and cost columns hold."""
+    goodputs = sorted({r["goodput"] for r in rows if r.get("goodput") is not None})
+    goodput = "/".join(f"{g:.2f}" for g in goodputs) or f"{GOODPUT_DEFAULT:.2f}"
+    return ("error band: how much longer (+) or shorter (-) the validated runs of the prediction's family took than "
+            "predicted, median (lowest..highest, n runs); days, GPU-hours and cost: the predicted training time x that "
+            f"median / goodput {goodput} (share of wall time spent training; Llama 3 405B: >90%), in brackets the "
+            "band's range applied")

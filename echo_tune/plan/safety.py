@@ -1,0 +1,117 @@
+"""Safety in the answer: a near-tie that leaves much more memory free, and what would fit an infeasible candidate.
+
+- ``near_tie``: the simulator's error band is a few percent wide, so a winner that peaks at the memory limit
+  is a risky booking when a layout within ``pct`` percent of its step time leaves much more memory free
+  (at least ``NEAR_TIE_MIN_EXTRA_GIB`` more). Such a layout is named beside the winner.
+- ``fit_hint``: for a candidate whose every layout overflows memory, the closest miss re-simulated with
+  2x, 4x and 8x the GPUs (its pipeline or data-parallel size scaled; not searched), and the GPU presets whose
+  memory would hold the closest miss as it is (the same layout needs the same bytes per GPU on any part).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from echo_tune.config.loading import load_gpu, preset_names
+from echo_tune.errors import ConfigError
+from echo_tune.plan.labels import full_label
+
+GIB = 2**30
+NEAR_TIE_MIN_EXTRA_GIB = 4.0
+"""'Much more memory free': at least this many GiB more than the winner leaves (about 5% of an 80 GB part,
+the size of one layer's activations of a 70B model at micro-batch 1)."""
+SCALE_FACTORS = (2, 4, 8)
+
+
+def free_gib(record: dict) -> float:
+    """GiB left under the limit (HBM less the required headroom) at the record's peak stage."""
+    return (record["memory_capacity_bytes"] - record["peak_memory_bytes"]) / GIB
+
+
+def near_tie(records: list[dict], pct: float) -> dict | None:
+    """The feasible layout within ``pct`` percent of the fastest one's step time that leaves the most memory
+    free, when that is at least NEAR_TIE_MIN_EXTRA_GIB more than the fastest leaves; None otherwise."""
+    if not pct >= 0:
+        raise ConfigError(f"`--near-tie-pct >= 0` must hold, but got ({pct})")
+    ok = [r for r in records if r["fits_memory"]]
+    if not ok:
+        return None
+    best = min(ok, key=lambda r: r["step_time_s"])
+    close = [r for r in ok if r["step_time_s"] <= best["step_time_s"] * (1 + pct / 100)]
+    safer = max(close, key=lambda r: (free_gib(r), -r["step_time_s"]))
+    if free_gib(safer) - free_gib(best) < NEAR_TIE_MIN_EXTRA_GIB:
+        return None
+    return {"layout": full_label(safer["config"], safer["derived"].get("data_parallel_size")),
+            "config": safer["config"], "step_time_s": safer["step_time_s"],
+            "slower_pct": 100 * (safer["step_time_s"] / best["step_time_s"] - 1),
+            "free_gib": free_gib(safer), "winner_free_gib": free_gib(best),
+            "winner_peak_gib": best["peak_memory_bytes"] / GIB, "limit_gib": best["memory_capacity_bytes"] / GIB,
+            "megatron_args": safer.get("megatron_args")}
+
+
+def near_tie_text(tie: dict, pct: float) -> str:
+    return (f"safer near-tie: the fastest layout peaks at {tie['winner_peak_gib']:.1f} of {tie['limit_gib']:.1f} GiB "
+            f"allowed ({tie['winner_free_gib']:.1f} GiB free); {tie['layout']} is {tie['slower_pct']:.1f}% slower "
+            f"(within {pct:g}%) and leaves {tie['free_gib']:.1f} GiB free")
+
+
+def _scaled(parallel, model, k: int):
+    """The layout on k times the GPUs: k times the pipeline stages where the layers allow, else k times the
+    data-parallel size (the same micro-batch count per replica shrinks; the global batch stays)."""
+    pp = parallel.pipeline_model_parallel_size
+    out = []
+    if model.num_layers % (pp * k) == 0 and parallel.decoder_first_pipeline_num_layers is None \
+            and parallel.decoder_last_pipeline_num_layers is None:
+        out.append(dataclasses.replace(parallel, pipeline_model_parallel_size=pp * k,
+                                       virtual_pipeline_model_parallel_size=None))
+    out.append(parallel)  # same sizes: the data-parallel size takes the new GPUs
+    return out
+
+
+def fit_hint(space, miss_record: dict) -> dict:
+    """What would hold the closest miss: more GPUs of this part (re-simulated) and other GPU presets."""
+    from echo_tune.search.results import candidate_of
+    from echo_tune.sim.simulate import simulate
+
+    peak = miss_record["peak_memory_bytes"]
+    headroom = int(space.memory_headroom_gib * GIB)
+    parts = sorted((name for name in preset_names("gpus") if load_gpu(name).memory_bytes - headroom >= peak),
+                   key=lambda name: (load_gpu(name).memory_bytes, name))
+    more = None
+    cand = candidate_of(space, miss_record)
+    for k in SCALE_FACTORS:
+        for parallel in _scaled(cand.parallel, space.model, k):
+            try:
+                report = simulate(space.model, space.cluster, cand.num_gpus * k, parallel,
+                                  memory_headroom_bytes=headroom)
+            except ConfigError:
+                continue  # the global batch does not divide over the larger data-parallel size, ...
+            if report.fits_memory:
+                more = {"num_gpus": cand.num_gpus * k, "peak_gib": report.peak_memory_bytes / GIB,
+                        "layout": full_label({**parallel.to_dict(), "num_gpus": cand.num_gpus * k},
+                                             report.config.get("data_parallel_size"))}
+                break
+        if more:
+            break
+    return {"need_gib": peak / GIB, "limit_gib": miss_record["memory_capacity_bytes"] / GIB,
+            "parts": parts, "more_gpus": more}
+
+
+def _gib(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def fit_hint_text(hint: dict, cluster_gpu: str) -> str:
+    text = f"needs {_gib(hint['need_gib'])} GiB per GPU, {_gib(hint['limit_gib'])} allowed"
+    options = []
+    if hint["more_gpus"]:
+        m = hint["more_gpus"]
+        sizes = " ".join(t for t in m["layout"].split(" mbs")[0].split() if t[:2] in ("TP", "PP", "CP", "EP")
+                         and not (t[:2] in ("CP", "EP") and t[2:] == "1"))
+        options.append(f"{m['num_gpus']} x {cluster_gpu} ({sizes}, peak {_gib(m['peak_gib'])} GiB; simulated, "
+                       f"not searched)")
+    if hint["parts"]:
+        few = hint["parts"][:3]
+        options.append(f"this layout on {', '.join(few)}" + (" or larger" if len(hint["parts"]) > 3 else ""))
+    return text + ("; fits: " + " or ".join(options) if options else
+                   f"; no more GPUs (up to {SCALE_FACTORS[-1]}x) or larger part holds it")

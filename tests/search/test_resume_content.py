@@ -1,0 +1,131 @@
+"""A resumed study is checked by content, not names (issue 20): a model, cluster or profile file edited in
+place, a changed memory limit, or a different search started together on the same name is refused in
+one line instead of mixing two searches' trials."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from echo_tune.cli.main import main
+from echo_tune.cost.profile import default_profile, save_profile
+from echo_tune.config.loading import load_cluster
+from echo_tune.errors import ConfigError
+from echo_tune.search import SearchOptions, load_space, run_search
+from echo_tune.search import study as study_module
+from echo_tune.search.space import with_overrides
+from echo_tune.search.storage import open_storage
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """The tiny CPU space with its model and cluster files (and a profile) copied beside it, to edit."""
+    for name in ("tiny-space.yaml", "tiny-llama.yaml", "cpu-cluster.yaml"):
+        shutil.copy(DATA / name, tmp_path / name)
+    save_profile(default_profile(load_cluster(str(tmp_path / "cpu-cluster.yaml"))), tmp_path / "profile.yaml")
+    space = yaml.safe_load((tmp_path / "tiny-space.yaml").read_text())
+    space["profile"] = "profile.yaml"
+    (tmp_path / "tiny-space.yaml").write_text(yaml.safe_dump(space))
+    return tmp_path
+
+
+def _edit(path: Path, change) -> None:
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data))
+
+
+def _opts(root: Path, **kw) -> SearchOptions:
+    return SearchOptions(sampler="exhaustive", results_dir=root / "results", study_name="t", write_files=False, **kw)
+
+
+@pytest.mark.parametrize("file,change,part", [
+    ("tiny-llama.yaml", lambda d: d.update(hidden_size=512), "model"),
+    ("cpu-cluster.yaml", lambda d: d.update(gpus_per_node=d["gpus_per_node"] * 2), "cluster"),
+    ("profile.yaml", lambda d: d["compute"].update(kernel_launch_overhead_s=2 * d["compute"]
+                                                   ["kernel_launch_overhead_s"]), "profile"),
+])
+def test_resume_refuses_a_file_edited_in_place(tiny, file, change, part):
+    first = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny))
+    assert first.n_trials > 0
+    _edit(tiny / file, change)
+    with pytest.raises(ConfigError, match=f"different search space \\(changed: {part}[;,]"):
+        run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, resume=True))
+    # nothing was added: the study still holds the first search's trials only
+    study = optuna.load_study(study_name="t", storage=open_storage(tiny / "results" / "t").storage)
+    assert len(study.get_trials()) == first.n_trials
+
+
+def test_unchanged_inputs_resume(tiny):
+    first = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=3))
+    again = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, resume=True))
+    assert first.n_trials == 3 and again.n_trials > 3 and again.new_trials == again.n_trials - 3
+
+
+def test_changed_memory_headroom_is_refused_on_resume(tiny, capsys):
+    """Which stored layouts fit depends on the memory limit: a resumed study must not write a best.json
+    chosen under another one."""
+    run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny))
+    with pytest.raises(ConfigError, match="memory_headroom_gib"):
+        run_search(with_overrides(load_space(tiny / "tiny-space.yaml"), memory_headroom_gib=30),
+                   _opts(tiny, resume=True))
+    results = tiny / "cli"
+    argv = ["search", str(tiny / "tiny-space.yaml"), "--sampler", "exhaustive", "--results-dir", str(results)]
+    assert main(argv + ["--json"]) == 0
+    best = (results / "tiny-cpu" / "best.json").read_text()
+    capsys.readouterr()
+    assert main(argv + ["--resume", "--memory-headroom-gib", "30"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--memory-headroom-gib" in err and "Traceback" not in err, err
+    assert (results / "tiny-cpu" / "best.json").read_text() == best  # no best.json that does not fit
+
+
+def test_a_different_search_started_together_is_refused(tiny, monkeypatch):
+    """Both searches saw no study when they started (the race of two processes launched together); the
+    one that creates it second must find the first one's content digest and stop, not merge."""
+    run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=2))
+    _edit(tiny / "tiny-llama.yaml", lambda d: d.update(num_layers=8))
+    real_open = study_module._open_study
+
+    def saw_no_study(space, opts, name, out_dir):  # as if it had looked before the other one created it
+        store, _ = real_open(space, opts, name, out_dir)
+        return store, False
+    monkeypatch.setattr(study_module, "_open_study", saw_no_study)
+    with pytest.raises(ConfigError, match="changed: model"):
+        run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, resume=True))
+    study = optuna.load_study(study_name="t", storage=open_storage(tiny / "results" / "t").storage)
+    assert len(study.get_trials()) == 2  # the other model's trials were not added
+
+
+def test_two_different_searches_started_together_never_merge(tiny):
+    """Two processes, two versions of the model, one study name, both with --resume, launched at once:
+    whichever creates the study first wins; the other stops with one line (and adds no trial)."""
+    import os
+    import subprocess
+    import sys
+
+    other = tiny / "other"
+    other.mkdir()
+    for name in ("tiny-space.yaml", "tiny-llama.yaml", "cpu-cluster.yaml", "profile.yaml"):
+        shutil.copy(tiny / name, other / name)
+    _edit(other / "tiny-llama.yaml", lambda d: d.update(hidden_size=512))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    procs = [subprocess.Popen([sys.executable, "-m", "echo_tune.cli.main", "search", str(folder / "tiny-space.yaml"),
+                               "--sampler", "exhaustive", "--resume", "--study-name", "race", "--results-dir",
+                               str(tiny / "results"), "--json"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for folder in (tiny, other)]
+    done = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _, _ in done)
+    assert codes == [0, 2], done
+    loser = next(err for code, _, err in done if code == 2)
+    assert "changed: model" in loser and "Traceback" not in loser, loser
+    winner = json.loads(next(out for code, out, _ in done if code == 0))
+    study = optuna.load_study(study_name="race", storage=open_storage(tiny / "results" / "race").storage)
+    assert len(study.get_trials()) == winner["n_trials"] == winner["space_size"]
