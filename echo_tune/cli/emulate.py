@@ -32,6 +32,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of the stage (median reported)")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="where to run (default: cuda when present)")
     parser.add_argument("--threads", type=int, help="torch intra-op threads on CPU")
+    parser.add_argument("--allow-other-device", action="store_true",
+                        help="run even when this device is not the cluster's GPU (e.g. the CPU against h100-sxm); "
+                             "every emulated figure is then labelled with the device it ran on")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_layout_arguments(parser)
     parser.set_defaults(run=run)
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile) if args.profile else None
     try:
         result = emulate(model, cluster, args.num_gpus, parallel, stage=args.stage, profile=profile,
-                         device=args.device, repeats=args.repeats)
+                         device=args.device, repeats=args.repeats, allow_other_device=args.allow_other_device)
     except (MemoryError, RuntimeError) as exc:  # torch's allocator: "DefaultCPUAllocator: can't allocate ..."
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, MemoryError) and "alloc" not in text.lower() and "out of memory" not in text.lower():
@@ -70,8 +73,15 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     console.print(f"[bold]stage {result.stage} of {model.name} on {result.device}[/bold] "
                   f"(median of {result.repeats} runs; seq_length {model.seq_length:,})")
+    columns = ("part", "simulated", "emulated", "difference")
+    if result.other_device:  # every figure says where it comes from: two different devices are compared
+        console.print(f"[bold yellow]warning: ran on {result.device}, not on the cluster's GPU {result.cluster_gpu}: "
+                      f"the differences compare two devices[/bold yellow]")
+        short = "cpu" if result.device.startswith("cpu") else result.device.removeprefix("NVIDIA ")
+        columns = ("part", f"simulated ({result.cluster_gpu})", f"emulated (on {short})",
+                   f"difference ({short} vs {result.cluster_gpu})")
     table = Table(show_header=True)
-    for col in ("part", "simulated", "emulated", "difference"):
+    for col in columns:
         table.add_column(col, justify="left" if col == "part" else "right")
     for key, label in PART_NAMES.items():
         sim, emu = result.simulated[key], result.emulated[key]

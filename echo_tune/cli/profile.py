@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     from echo_tune.cost.profile import profile_for, save_profile
     from echo_tune.optime.db import OpTimeDB
-    from echo_tune.optime.device import local_device, serves
+    from echo_tune.optime.device import local_device, mismatch
     from echo_tune.optime.profiler import profile_layouts
 
     set_torch_threads(args.threads)
@@ -95,9 +95,11 @@ def run(args: argparse.Namespace) -> int:
     check_not_symlink(db_path, "--db file")
     check_not_symlink(args.write_profile or folder / "profile-optime.yaml", "--write-profile file")
     notes = []
-    if not serves(info.name, info.kind, cluster.gpu.name):
-        notes.append(f"measuring on {info.name!r}, which is not cluster {cluster.name!r}'s GPU {cluster.gpu.name!r}: "
-                     f"the simulator will refuse these times for that cluster")
+    why = mismatch(info.name, info.kind, cluster.gpu.name, cluster.gpu.memory_bytes)
+    if why is not None:
+        notes.append(f"measuring on {info.name!r}, which is not cluster {cluster.name!r}'s GPU {cluster.gpu.name!r} "
+                     f"({why}): the simulator will refuse these times for that cluster")
+    notes += _unrun_notes(targets)
 
     def progress(i, n, op, m):
         if not args.quiet:
@@ -116,17 +118,33 @@ def run(args: argparse.Namespace) -> int:
     summary = {"device": info.name, "torch_version": info.torch_version, "cuda_version": info.cuda_version,
                "db": str(db_path), "profile": str(profile_path),
                "ops": sum(r.total for r in results), "already_measured": sum(r.already for r in results),
-               "measured": sum(r.measured for r in results),
+               "measured": sum(r.measured for r in results), "timed_alone": sum(r.timed_alone for r in results),
                "host_overhead_s": results[-1].host_overhead_s if results else None, "notes": notes}
     if args.json:
         print_json(summary)
     else:
-        print(f"{summary['measured']} ops measured, {summary['already_measured']} already in {db_path} "
-              f"({summary['ops']} distinct ops) on {info.name}")
+        print(f"{summary['measured']} ops measured ({summary['timed_alone']} of them timed alone, not in place), "
+              f"{summary['already_measured']} already in {db_path} ({summary['ops']} distinct ops) on {info.name}")
         print(f"profile written: {profile_path} (pass it as --profile, or point the cluster's `profile:` at it)")
         for note in notes:
             print(f"note: {note}")
     return 0
+
+
+def _unrun_notes(targets: list[tuple]) -> list[str]:
+    """What the in-place run does not run, said by name: it builds dense layers in plain precision (issue 20)."""
+    notes = []
+    moe = sorted({f"{m.name} (num_experts={m.num_experts})" for m, _c, _n, _l in targets if m.is_moe})
+    if moe:
+        notes.append(f"MoE model {', '.join(moe)}: the in-place run builds dense layers only, so the MoE layers' ops "
+                     f"(router, token permutation, expert GEMMs) were timed alone from their traced shapes, not "
+                     f"inside a real step (counted in timed_alone)")
+    fp8 = sorted({p.fp8_format for _m, _c, _n, layouts in targets for p in layouts if p.fp8_format})
+    if fp8:
+        notes.append(f"FP8 layouts (fp8_format={', '.join(fp8)}): no FP8 GEMM was run; the GEMMs were timed in the "
+                     f"layouts' plain precision, and the simulator prices their FP8 GEMMs from the GPU's FP8 peak "
+                     f"(cost/fp8.py), not from these times")
+    return notes
 
 
 def _relative(target: Path, start: Path) -> Path:

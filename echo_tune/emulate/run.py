@@ -9,6 +9,9 @@ The stage runs its micro-batches in Megatron's task order for that stage (``sim.
 - Activation recompute runs as Megatron checkpoints: full recompute per layer group (``build.py``),
   selective recompute of the core-attention region (``Waiter.run_region``).
 - The step tail (DP gradient reduction, optimizer step) is not run: the simulator's value is added.
+- What it does not run is refused by name, never run as something else: MoE layers and FP8 GEMMs, and
+  a device that is not the cluster's GPU (``optime.device.mismatch``) unless ``allow_other_device``, when
+  the result names the device it ran on.
 Parameter gradients are dropped after each backward instead of accumulated: Megatron's gradient
 accumulation fusion (``--gradient-accumulation-fusion``, on by default) writes them into the fp32
 main grad inside the weight-gradient GEMM, so there is no separate accumulation kernel to time.
@@ -35,7 +38,7 @@ from echo_tune.cost.profile import CalibrationProfile, profile_for
 from echo_tune.emulate.clock import clock_for
 from echo_tune.emulate.build import Stage, build_stage, chunk_forward
 from echo_tune.emulate.predict import StagePrediction, predict_stage
-from echo_tune.errors import ConfigError
+from echo_tune.errors import ConfigError, raise_problems
 from echo_tune.sim.schedules import stage_order
 from echo_tune.workload import context
 
@@ -82,6 +85,33 @@ class EmulatedRun:
     order: list[tuple[bool, int, int]]
     """The tasks as run: (is_backward, micro_batch, chunk)."""
     task_compute_s: list[float]
+
+
+def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
+    """What emulate does not run is refused by name, never run as something else (issue 20)."""
+    problems = []
+    if model.is_moe:
+        problems.append(f"emulate runs dense layers only and cannot run the MoE layers of this model, but got "
+                        f"(num_experts={model.num_experts}); use `echo-tune simulate` for MoE models")
+    if parallel.fp8_format is not None:
+        problems.append(f"emulate runs the GEMMs in {parallel.precision} only and cannot run FP8 GEMMs, but got "
+                        f"(fp8_format={parallel.fp8_format}); drop --fp8-format to emulate the {parallel.precision} "
+                        f"layout, or use `echo-tune simulate` for FP8")
+    raise_problems(problems, "the emulated layout")
+
+
+def _device_info(device: str, cluster: ClusterSpec, allow_other_device: bool):
+    """(DeviceInfo, why it is not the cluster's GPU or None); a device that is not it is refused unless allowed."""
+    from echo_tune.optime.device import local_device, mismatch
+
+    info = local_device("cuda" if device.startswith("cuda") else "cpu")[1]
+    why = mismatch(info.name, info.kind, cluster.gpu.name, cluster.gpu.memory_bytes)
+    if why is not None and not allow_other_device:
+        raise ConfigError(f"emulate compares a run on this device with the cluster's simulated GPU, so the device "
+                          f"must be that GPU, but got (device={info.name!r}, gpu={cluster.gpu.name!r}: {why}); run "
+                          f"on that GPU ({cluster.gpu.name}), or pass --allow-other-device to get figures labelled with the "
+                          f"device they ran on")
+    return info, why
 
 
 def _refuse_unmodelled(parallel: ParallelConfig, layout) -> None:
@@ -140,6 +170,10 @@ class EmulateResult:
     stage: int
     device: str
     repeats: int
+    cluster_gpu: str = ""
+    """The GPU the simulated figures are for."""
+    other_device: bool = False
+    """The stage ran on a device that is not ``cluster_gpu`` (``--allow-other-device``)."""
     emulated: dict[str, float]
     """The median run's parts (by stage step)."""
     simulated: dict[str, float]
@@ -153,7 +187,8 @@ class EmulateResult:
         return self.emulated["stage_step"] / self.simulated["stage_step"] - 1.0
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "device": self.device, "repeats": self.repeats,
+        return {"stage": self.stage, "device": self.device, "cluster_gpu": self.cluster_gpu,
+                "device_is_cluster_gpu": not self.other_device, "repeats": self.repeats,
                 "emulated_s": self.emulated, "simulated_s": self.simulated, "stage_step_error": self.error,
                 "runs_stage_step_s": self.runs_stage_step_s,
                 "task_order": [("B" if b else "F") + f"{mb}" + (f".{c}" if c else "") for b, mb, c in self.order],
@@ -162,17 +197,22 @@ class EmulateResult:
 
 def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *, stage: int = 0,
             profile: CalibrationProfile | None = None, device: str | None = None, repeats: int = 3,
-            warmup: int = 1, seed: int = 0) -> EmulateResult:
-    """Emulate pipeline stage ``stage`` of a layout ``repeats`` times (after ``warmup`` runs)."""
+            warmup: int = 1, seed: int = 0, allow_other_device: bool = False) -> EmulateResult:
+    """Emulate pipeline stage ``stage`` of a layout ``repeats`` times (after ``warmup`` runs).
+
+    MoE models and FP8 are refused (emulate runs dense layers in plain precision), and so is a device that
+    is not the cluster's GPU unless ``allow_other_device`` (the result then says which device it ran on)."""
+    _refuse_unrun(model, parallel)
     layout = check_compatible(model, cluster, num_gpus, parallel)
     _refuse_unmodelled(parallel, layout)
     p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
     if not 0 <= stage < p:
         raise ConfigError(f"`0 <= stage < pipeline_model_parallel_size` must hold, but got (stage={stage}, "
                           f"pipeline_model_parallel_size={p})")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    info, other = _device_info(device, cluster, allow_other_device)
     profile = profile or profile_for(cluster)
     prediction = predict_stage(model, cluster, num_gpus, parallel, layout, profile, stage)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     clock = clock_for(device)
     built = build_stage(model, parallel, layout, stage, device, seed)
     order = stage_order(prediction.report.config["pipeline_schedule"], stage, p, m, v,
@@ -196,8 +236,9 @@ def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Par
              "the step tail (DP gradient reduction, optimizer) is the simulator's value, not run"]
     if layout.groups["cp"].size > 1:
         notes.append("CP ring exchanges are waited inline; the simulator overlaps them with attention")
-    from echo_tune.optime.device import local_device
-
-    return EmulateResult(stage=stage, device=local_device("cuda" if device.startswith("cuda") else "cpu")[1].name,
+    if other is not None:
+        notes.insert(0, f"ran on {info.name}, not on the cluster's GPU {cluster.gpu.name} ({other}): "
+                        f"the emulated figures are this device's, the simulated ones the {cluster.gpu.name}'s")
+    return EmulateResult(stage=stage, device=info.name, cluster_gpu=cluster.gpu.name, other_device=other is not None,
                          repeats=repeats, emulated=median.parts, simulated=prediction.parts(m),
                          runs_stage_step_s=steps, order=median.order, notes=tuple(notes))

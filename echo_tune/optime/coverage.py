@@ -7,17 +7,18 @@ from echo_tune.config.compatibility import Layout
 from echo_tune.cost.compute import is_measured, op_time_s
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.errors import ConfigError
-from echo_tune.optime.device import serves
+from echo_tune.optime.device import mismatch
 from echo_tune.workload.graph import Op, Trace
 
 
 def check_op_times_device(profile: CalibrationProfile, cluster: ClusterSpec) -> None:
     """Refuse (one line) a profile whose op-time database was measured on another device than the cluster's."""
     times = profile.op_times
-    if times is not None and not serves(times.device, times.kind, cluster.gpu.name):
+    why = None if times is None else mismatch(times.device, times.kind, cluster.gpu.name, cluster.gpu.memory_bytes)
+    if why is not None:
         raise ConfigError(f"op-time database {times.path!r} was measured on {times.device!r}, not on cluster "
-                          f"{cluster.name!r}'s GPU {cluster.gpu.name!r}; run `echo-tune profile` on that GPU or "
-                          f"use a profile without `op_times`")
+                          f"{cluster.name!r}'s GPU {cluster.gpu.name!r} ({why}); run `echo-tune profile` on that "
+                          f"GPU or use a profile without `op_times`")
 
 
 def _stage_ops(pieces: dict[str, Trace], layout: Layout, stage: int) -> list[tuple[Op, float]]:

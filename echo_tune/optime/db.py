@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from echo_tune.errors import ConfigError
-from echo_tune.optime.device import DeviceInfo, serves
+from echo_tune.optime.device import DeviceInfo, mismatch, serves
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -188,9 +188,11 @@ def load_op_times(path: str | Path, gpu_name: str) -> OpTimes:
         fitting = [(name, kind) for name, kind, _ in devices if serves(str(name), str(kind), gpu_name)]
         if not fitting:
             found = ", ".join(repr(name) for name, _, _ in devices) or "no device (it is empty)"
+            why = f" ({mismatch(str(devices[0][0]), str(devices[0][1]), gpu_name)})" if len(devices) == 1 else ""
             raise ConfigError(f"op-time database {str(path)!r} was measured on {found}, not on this cluster's GPU "
-                              f"{gpu_name!r}; run `echo-tune profile` on a {gpu_name} or remove `op_times` from "
-                              f"the profile")
+                              f"{gpu_name!r}{why}, and op times serve only the same GPU model, memory size and form "
+                              f"factor; run `echo-tune profile` on that GPU ({gpu_name}) or remove `op_times` from the "
+                              f"profile")
         name, kind = fitting[0]
         times = _checked_times(conn.execute("SELECT key, time_s FROM op_times WHERE device=? ORDER BY measured_at",
                                             (name,)), path)

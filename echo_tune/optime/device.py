@@ -2,8 +2,9 @@
 
 A CUDA device is named as ``torch.cuda.get_device_name`` names it ("NVIDIA H100 80GB HBM3"); a CPU as
 ``cpu: <model> (<n> threads)``, since the thread count changes every CPU time. A database row is for
-the cluster when its kind fits (a GPU preset needs a CUDA row whose name contains the preset's model,
-e.g. "h100" for ``h100-sxm``; a GPU named ``cpu...`` needs a CPU row).
+the cluster when the device is the cluster's GPU (``mismatch``): a GPU preset needs a CUDA row of the
+same model, memory size and form factor (``NVIDIA A100-SXM4-40GB`` serves ``a100-40gb``, not
+``a100-80gb``); a GPU named ``cpu...`` needs a CPU row.
 """
 
 from __future__ import annotations
@@ -50,10 +51,56 @@ def local_device(kind: str | None = None):
     return torch.device("cpu"), DeviceInfo(name=name, kind="cpu", **versions)
 
 
-def serves(device_name: str, device_kind: str, gpu_name: str) -> bool:
-    """Whether times measured on ``device_name`` may stand for the cluster GPU ``gpu_name``."""
-    gpu = gpu_name.lower()
-    if gpu.startswith("cpu"):
-        return device_kind == "cpu"
-    model = re.split(r"[-_ ]", gpu)[0]
-    return device_kind == "cuda" and model in re.split(r"[-_ ]", device_name.lower())
+_FORMS = {"sxm": "sxm", "pcie": "pcie", "nvl": "nvl"}
+"""Form factors a device or GPU name may carry (``SXM4`` counts as ``sxm``)."""
+
+
+def _tokens(name: str) -> list[str]:
+    return [t for t in re.split(r"[-_ ()]", name.lower()) if t]
+
+
+def _memory_gb(tokens: list[str]) -> int | None:
+    for t in tokens:
+        m = re.fullmatch(r"(\d+)gb", t)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _form(tokens: list[str]) -> str | None:
+    for t in tokens:
+        m = re.fullmatch(r"(sxm|pcie|nvl)\d*", t)
+        if m:
+            return _FORMS[m.group(1)]
+    return None
+
+
+def mismatch(device_name: str, device_kind: str, gpu_name: str, memory_bytes: int | None = None) -> str | None:
+    """Why times measured on ``device_name`` may not stand for the cluster GPU ``gpu_name``; None when they may.
+
+    The rule: a CPU serves a ``cpu...`` GPU only; a CUDA device serves a GPU of the same model (the GPU
+    name's first word, e.g. "a100" of ``a100-80gb``, is a word of the device name), the same memory size
+    (an "NNGB" word in both names must agree; one in the device name must match ``memory_bytes`` within
+    5%) and the same form factor (SXM, PCIe, NVL, where both names say it): an A100-SXM4-40GB does not
+    serve an ``a100-80gb``."""
+    gpu, device = _tokens(gpu_name), _tokens(device_name)
+    if gpu_name.lower().startswith("cpu"):
+        return None if device_kind == "cpu" else "a CPU cluster's GPU stands for a CPU, not a CUDA device"
+    if device_kind != "cuda":
+        return "this is a CPU, not a GPU"
+    if not gpu or gpu[0] not in device:
+        return f"the GPU model differs: {gpu[0] if gpu else gpu_name!r} is not in the device name"
+    device_gb, gpu_gb = _memory_gb(device), _memory_gb(gpu)
+    if device_gb is not None and gpu_gb is not None and device_gb != gpu_gb:
+        return f"the memory size differs: {device_gb} GB against {gpu_gb} GB"
+    if device_gb is not None and memory_bytes and abs(device_gb * 2**30 / memory_bytes - 1) > 0.05:
+        return f"the memory size differs: {device_gb} GB against {memory_bytes / 2**30:.0f} GiB"
+    device_form, gpu_form = _form(device), _form(gpu)
+    if device_form and gpu_form and device_form != gpu_form:
+        return f"the form factor differs: {device_form} against {gpu_form}"
+    return None
+
+
+def serves(device_name: str, device_kind: str, gpu_name: str, memory_bytes: int | None = None) -> bool:
+    """Whether times measured on ``device_name`` may stand for the cluster GPU ``gpu_name`` (``mismatch``)."""
+    return mismatch(device_name, device_kind, gpu_name, memory_bytes) is None

@@ -137,7 +137,8 @@ def measure_in_situ(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paral
         p10, p90 = samples[int(0.1 * (len(samples) - 1))], samples[int(round(0.9 * (len(samples) - 1)))]
         times[key] = Measurement(time_s=median, spread=(p90 - p10) / median if median > 0 else 0.0,
                                  repeats=len(samples), warmup=warmup, method=timer.method)
-    ops = [op for trace in trace_pieces(model, parallel, layout).values()
+    ran = ("layer", "embedding", "output")  # the pieces ``step`` runs (a dense layer: not an MoE or window one)
+    ops = [op for name, trace in trace_pieces(model, parallel, layout).items() if name in ran
            for op in trace.forward + trace.backward if op.kind != "collective"]
     kernels = sum(times[op.key].time_s for op in ops if op.key in times)
     return InSitu(times=times, host_overhead_s=max(0.0, statistics.median(plain) - kernels) / len(ops), ops=len(ops))

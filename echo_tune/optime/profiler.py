@@ -32,6 +32,9 @@ class ProfileResult:
     """Measured by this run."""
     measured_time_s: float
     """Sum of the measured ops' median times (one call each)."""
+    timed_alone: int = 0
+    """Of the measured, those the in-place run did not show, timed alone from their keys (``measure.py``):
+    e.g. an MoE layer's router, permutation and expert GEMMs (the in-place run builds dense layers only)."""
     host_overhead_s: float | None = None
     """Framework host time per op on a CPU (``optime/insitu.py``); None on CUDA or when nothing was run."""
 
@@ -56,7 +59,7 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
     needed = {s: distinct_ops(model, cluster, num_gpus, [p]) for s, p in shapes.items()}
     every = {op.key for ops in needed.values() for op in ops}
     todo_total = len(every - known)
-    done, total_s, overheads = 0, 0.0, []
+    done, total_s, overheads, alone = 0, 0.0, [], 0
     flush_denormal = torch.set_flush_denormal(True)  # as emulate runs (GPUs do not slow down on them)
     try:
         for shape, parallel in shapes.items():
@@ -70,7 +73,9 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
             except OUT_OF_MEMORY:  # the shape's pieces do not fit: every op is timed alone
                 times = {}
             for op in todo:
-                measurement = times.get(op.key) or measure_key(op.key, device, **options)
+                measurement = times.get(op.key)
+                if measurement is None:
+                    measurement, alone = measure_key(op.key, device, **options), alone + 1
                 db.add(info, op.key, measurement)
                 known.add(op.key)
                 done, total_s = done + 1, total_s + measurement.time_s
@@ -84,4 +89,4 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
         if flush_denormal:
             torch.set_flush_denormal(False)
     return ProfileResult(device=info.name, total=len(every), already=len(every) - todo_total, measured=done,
-                         measured_time_s=total_s, host_overhead_s=overhead)
+                         measured_time_s=total_s, timed_alone=alone, host_overhead_s=overhead)
