@@ -101,6 +101,11 @@ def _op_times(root: Path, put) -> None:
     for name in ("negative", "text", "zero", "inf", "foreign", "empty"):
         db = root / (f"optime-{name}.sqlite" if name != "empty" else "optime-empty")
         put(f"profile-optime-{name}.yaml", yaml.safe_dump({**template, "op_times": str(db)}))
+    with OpTimeDB(root / "optime-a100-40gb.sqlite") as db:  # issue 20: a 40GB A100 does not serve an 80GB one
+        db.add(DeviceInfo(name="NVIDIA A100-SXM4-40GB", kind="cuda", torch_version="2.13.0", cuda_version="12.8"),
+               KEY, Measurement(time_s=1e-5, spread=0.1, repeats=5, warmup=3, method="cuda-events"))
+    put("profile-optime-a100-40gb.yaml", yaml.safe_dump({**template, "gpu": "a100-80gb",
+                                                         "op_times": str(root / "optime-a100-40gb.sqlite")}))
 
 
 def _rank_and_logs(root: Path, put) -> None:
@@ -186,6 +191,13 @@ def _cases() -> list[tuple[list[str], str, int]]:
     for name, words in (("negative", "time_s > 0"), ("text", "time_s > 0"), ("zero", "time_s > 0"),
                         ("inf", "time_s > 0"), ("foreign", "echo-tune profile"), ("empty", "is empty")):
         cases.append((TINY_SIM + ["--profile", "{profile-optime-%s.yaml}" % name], words, 1))
+    cases.append((SIM + ["--cluster", "a100-80gb", "--profile", "{profile-optime-a100-40gb.yaml}"],
+                  "the memory size differs: 40 GB against 80 GB", 1))
+    emulate = ["emulate", "--model", TINY, "--num-gpus", "1", "--global-batch-size", "1", "--device", "cpu"]
+    cases += [(emulate + ["--cluster", CPU_CLUSTER, "--num-experts", "8"], "cannot run the MoE layers", 1),
+              (emulate + ["--cluster", CPU_CLUSTER, "--bf16", "--fp8-format", "e4m3"], "cannot run FP8 GEMMs", 1),
+              (emulate + ["--cluster", "h100-sxm"], "--allow-other-device", 1),
+              (emulate + ["--cluster", "a100-40gb", "--num-experts", "4", "--fp8-format", "hybrid"], "2 problems", 3)]
     for tag, words in (("cost-nan", "gpu_hour_cost"), ("cost-inf", "gpu_hour_cost"), ("gpus-1e12", "num_gpus"),
                        ("gpus-2e6", "num_gpus"), ("profile-42", "`profile`"), ("profile-list", "`profile`"),
                        ("from-no-gpus", "num_gpus"), ("from-no-model", "model_spec"),
