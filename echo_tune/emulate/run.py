@@ -109,8 +109,8 @@ def _device_info(device: str, cluster: ClusterSpec, allow_other_device: bool):
     if why is not None and not allow_other_device:
         raise ConfigError(f"emulate compares a run on this device with the cluster's simulated GPU, so the device "
                           f"must be that GPU, but got (device={info.name!r}, gpu={cluster.gpu.name!r}: {why}); run "
-                          f"on that GPU ({cluster.gpu.name}), or pass --allow-other-device to get figures labelled with the "
-                          f"device they ran on")
+                          f"on that GPU ({cluster.gpu.name}), or pass --allow-other-device to get figures labelled "
+                          f"with the device they ran on")
     return info, why
 
 
