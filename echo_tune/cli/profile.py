@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     notes = []
     why = mismatch(info.name, info.kind, cluster.gpu.name, cluster.gpu.memory_bytes)
     if why is not None:
-        notes.append(f"measuring on {info.name!r}, which is not cluster {cluster.name!r}'s GPU {cluster.gpu.name!r} "
+        notes.append(f"measuring on {info.name!r}, which is not the GPU {cluster.gpu.name!r} of cluster {cluster.name!r} "
                      f"({why}): the simulator will refuse these times for that cluster")
     notes += _unrun_notes(targets)
 

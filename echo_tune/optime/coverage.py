@@ -16,8 +16,8 @@ def check_op_times_device(profile: CalibrationProfile, cluster: ClusterSpec) -> 
     times = profile.op_times
     why = None if times is None else mismatch(times.device, times.kind, cluster.gpu.name, cluster.gpu.memory_bytes)
     if why is not None:
-        raise ConfigError(f"op-time database {times.path!r} was measured on {times.device!r}, not on cluster "
-                          f"{cluster.name!r}'s GPU {cluster.gpu.name!r} ({why}); run `echo-tune profile` on that "
+        raise ConfigError(f"op-time database {times.path!r} was measured on {times.device!r}, not on the GPU "
+                          f"{cluster.gpu.name!r} of cluster {cluster.name!r} ({why}); run `echo-tune profile` on that "
                           f"GPU or use a profile without `op_times`")
 
 
