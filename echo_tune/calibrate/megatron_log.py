@@ -106,7 +106,7 @@ def run_row(path: str | Path, cluster: str, *, skip_first: int = 1) -> dict[str,
 
 def read_logs(paths: list[str | Path], cluster: str):
     """RunCases (validate/runs.py) from Megatron-LM logs, all on ``cluster``."""
-    from echo_tune.validate.runs import REQUIRED_COLUMNS, _case
+    from echo_tune.validate.runs import REQUIRED_COLUMNS, case_from_row
 
     cases = []
     for path in paths:
@@ -114,5 +114,5 @@ def read_logs(paths: list[str | Path], cluster: str):
         missing = [c for c in REQUIRED_COLUMNS if c not in row]
         if missing:
             raise ConfigError(f"Megatron log {str(path)!r}: the argument dump lacks {missing}")
-        cases.append(_case(row, Path("."), {}))
+        cases.append(case_from_row(row, Path("."), {}))
     return cases

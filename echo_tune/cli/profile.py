@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from echo_tune.cost.profile import profile_for, save_profile
-    from echo_tune.optime.db import OpTimeDB
-    from echo_tune.optime.device import local_device, mismatch
+    from echo_tune.cost.optime_db import OpTimeDB
+    from echo_tune.cost.optime_device import local_device, mismatch
     from echo_tune.optime.profiler import profile_layouts
 
     set_torch_threads(args.threads)

@@ -58,7 +58,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.limits import check_number, first_non_finite
 
 if TYPE_CHECKING:
-    from echo_tune.optime.db import OpTimes
+    from echo_tune.cost.optime_db import OpTimes
 
 PROFILE_VERSION = 1
 SCOPES = ("intra_node", "inter_node")
@@ -139,7 +139,7 @@ class CalibrationProfile:
     op_times_db: str | None = None
     """The ``op_times`` key as written: an op-time database file (relative to the profile file)."""
     op_times: "OpTimes | None" = field(default=None, compare=False, repr=False)
-    """Its measured times for the profile's GPU, loaded with the profile (``optime/db.py``)."""
+    """Its measured times for the profile's GPU, loaded with the profile (``cost/optime_db.py``)."""
     fitted: dict = field(default_factory=dict)
     """Parameters fitted on training runs and their provenance (``calibrate fit --runs``): ``params``
     (``sustained_clock_mhz``: compute-bound kernels' clock; ``comm_time_factor``: every collective's time
@@ -286,7 +286,7 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
     require(db is None or isinstance(db, str), f"{where}: `op_times` must be a file path, but got (op_times={db!r})")
     op_times = None
     if db is not None:
-        from echo_tune.optime.db import load_op_times
+        from echo_tune.cost.optime_db import load_op_times
 
         path = Path(db) if Path(db).is_absolute() or base_dir is None else base_dir / db
         op_times = load_op_times(path, str(data.get("gpu", "")))

@@ -19,7 +19,7 @@ from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.passes import pass_costs, trace_pieces
 from echo_tune.sim.report import StepReport
 from echo_tune.sim.chunk_passes import chunk_passes
-from echo_tune.sim.simulate import _p2p_time_s, simulate
+from echo_tune.sim.simulate import p2p_time_s, simulate
 
 _TASK = re.compile(r"^([FB])(\d+)(?:\.(\d+))?$")
 
@@ -76,6 +76,6 @@ def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paralle
     ends = task_end_times(report)
     pipeline_end = max(end for (s, *_), end in ends.items() if s == stage)
     stage_end = max(end for s, *_, end in report.timeline if s == stage)
-    return StagePrediction(stage=stage, report=report, task_end_s=ends, p2p_s=_p2p_time_s(pieces, layout, profile),
+    return StagePrediction(stage=stage, report=report, task_end_s=ends, p2p_s=p2p_time_s(pieces, layout, profile),
                            forward=forward, backward=backward, pipeline_end_s=pipeline_end,
                            tail_s=stage_end - pipeline_end)

@@ -10,7 +10,7 @@ The stage runs its micro-batches in Megatron's task order for that stage (``sim.
   selective recompute of the core-attention region (``Waiter.run_region``).
 - The step tail (DP gradient reduction, optimizer step) is not run: the simulator's value is added.
 - What it does not run is refused by name, never run as something else: MoE layers and FP8 GEMMs, and
-  a device that is not the cluster's GPU (``optime.device.mismatch``) unless ``allow_other_device``, when
+  a device that is not the cluster's GPU (``cost.optime_device.mismatch``) unless ``allow_other_device``, when
   the result names the device it ran on.
 Parameter gradients are dropped after each backward instead of accumulated: Megatron's gradient
 accumulation fusion (``--gradient-accumulation-fusion``, on by default) writes them into the fp32
@@ -102,7 +102,7 @@ def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
 
 def _device_info(device: str, cluster: ClusterSpec, allow_other_device: bool):
     """(DeviceInfo, why it is not the cluster's GPU or None); a device that is not it is refused unless allowed."""
-    from echo_tune.optime.device import local_device, mismatch
+    from echo_tune.cost.optime_device import local_device, mismatch
 
     info = local_device("cuda" if device.startswith("cuda") else "cpu")[1]
     why = mismatch(info.name, info.kind, cluster.gpu.name, cluster.gpu.memory_bytes)

@@ -28,7 +28,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import check_compatible
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.optime.db import Measurement
+from echo_tune.cost.optime_db import Measurement
 from echo_tune.sim.passes import trace_pieces
 from echo_tune.workload import heads, layers
 from echo_tune.workload.tracer import describe

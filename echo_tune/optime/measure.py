@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import echo_tune.workload.kernels_real  # noqa: F401  (real echo_tune:: kernels)
-from echo_tune.optime.db import Measurement
+from echo_tune.cost.optime_db import Measurement
 from echo_tune.workload.opkey import materialize, parse_key, resolve_op
 
 CUDA_FLUSH_BYTES = 256 * 2**20

@@ -20,7 +20,7 @@ from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer
 from echo_tune.cost.moe_dispatch import moe_kernels
 from echo_tune.cost.profile import CalibrationProfile, check_profile_device
 from echo_tune.errors import ConfigError
-from echo_tune.optime.coverage import check_op_times_device, measured_compute_share
+from echo_tune.sim.optime_coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.determinism import check_deterministic, ring_only_profile
 from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
@@ -49,7 +49,7 @@ def _stage_pair(layout: Layout) -> GroupPlacement:
     return GroupPlacement(size=2, ranks_per_node=1 if crosses else 2, num_nodes=2 if crosses else 1)
 
 
-def _p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
+def p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
     """Activation (or its gradient) sent between neighbouring stages for one micro-batch.
 
     Without sequence parallelism Megatron scatters the tensor over the TP ranks, sends 1/TP each, and
@@ -140,7 +140,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         passes = with_deferral(passes, defer, m)
     fwd_s = [[f.total_s for f, _, _ in row] for row in passes]
     bwd_s = [[b.total_s + r.total_s for _, b, r in row] for row in passes]
-    p2p_s = _p2p_time_s(pieces, layout, profile)
+    p2p_s = p2p_time_s(pieces, layout, profile)
     group = {"group": parallel.microbatch_group_size_per_vp_stage} if parallel.microbatch_group_size_per_vp_stage \
         else {}  # the interleaved schedule's micro-batch group size, when not the default p
     run = run_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, record=True, **group) if timeline else \

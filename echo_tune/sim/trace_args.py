@@ -56,7 +56,7 @@ def chunk_work(pieces: dict, layout, mix, windows) -> dict[tuple[int, int], dict
 
 def p2p_message_bytes(pieces: dict, layout) -> int:
     """Bytes one rank sends a neighbouring stage per micro-batch (1/TP of the activation without sequence
-    parallelism, as ``simulate._p2p_time_s`` times it)."""
+    parallelism, as ``simulate.p2p_time_s`` times it)."""
     size = pieces["layer"].output_bytes
     tp = layout.groups["tp"].size
     return int(size if layout.sequence_parallel or tp == 1 else size / tp)

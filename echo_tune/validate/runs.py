@@ -133,7 +133,8 @@ def _refused_columns(row: dict) -> None:
                 refuse_if_unmodelled(flag, (text,))
 
 
-def _case(row: dict, base_dir: Path, errata: dict[str, tuple[Erratum, ...]]) -> RunCase:
+def case_from_row(row: dict, base_dir: Path, errata: dict[str, tuple[Erratum, ...]]) -> RunCase:
+    """One row of a runs CSV as a RunCase (its errata applied; paths relative to ``base_dir``)."""
     name = row["name"].strip()
     measured = _value("measured_step_time_s", row["measured_step_time_s"], "float")
     if measured is None:
@@ -194,4 +195,4 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
     if errata is True:
         errata = errata_path_for(path) or False
     table = load_errata(errata) if errata else {}
-    return [_case(row, path.parent, table) for row in rows]
+    return [case_from_row(row, path.parent, table) for row in rows]

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
-from echo_tune.optime.db import Measurement, OpTimeDB
-from echo_tune.optime.device import DeviceInfo
+from echo_tune.cost.optime_db import Measurement, OpTimeDB
+from echo_tune.cost.optime_device import DeviceInfo
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from echo_tune.errors import ConfigError
-from echo_tune.optime.device import DeviceInfo, mismatch, serves
+from echo_tune.cost.optime_device import DeviceInfo, mismatch, serves
 
 SCHEMA_VERSION = 1
 _SCHEMA = """

@@ -7,7 +7,7 @@ from echo_tune.config.compatibility import Layout
 from echo_tune.cost.compute import is_measured, op_time_s
 from echo_tune.cost.profile import CalibrationProfile
 from echo_tune.errors import ConfigError
-from echo_tune.optime.device import mismatch
+from echo_tune.cost.optime_device import mismatch
 from echo_tune.workload.graph import Op, Trace
 
 
