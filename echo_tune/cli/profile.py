@@ -57,7 +57,7 @@ def _file_targets(path: Path) -> list[tuple]:
     from echo_tune.config.loading import read_yaml
 
     if "candidates" in read_yaml(path, "search-space or rank"):
-        from echo_tune.search.rank import load_rank_file
+        from echo_tune.plan.rank import load_rank_file
 
         groups: dict[tuple, tuple] = {}
         for c in load_rank_file(path)[0]:

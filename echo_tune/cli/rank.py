@@ -14,7 +14,7 @@ from echo_tune.cli.common import add_clock_argument, human_time, print_json, wit
 from echo_tune.errors import ConfigError
 from echo_tune.plan.bands import band_note
 from echo_tune.plan.projection import GOODPUT_DEFAULT, deadline_note, legend
-from echo_tune.search.rank import load_rank_file, parse_tokens, rank
+from echo_tune.plan.rank import load_rank_file, parse_tokens, rank
 from echo_tune.tables import Column, TextTable, add_format_arguments, output_format, print_table
 
 DEFAULT_TOKENS = 1e12

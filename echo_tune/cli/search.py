@@ -90,7 +90,7 @@ def closest_miss(result) -> dict | None:
     """The simulated layout that overflows memory the least, when none fits."""
     import optuna
 
-    from echo_tune.plan.labels import full_label
+    from echo_tune.search.labels import full_label
     from echo_tune.search.results import trial_record
     from echo_tune.search.storage import open_storage
 

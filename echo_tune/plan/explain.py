@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from echo_tune.plan.labels import full_label, short_labels
+from echo_tune.search.labels import full_label, short_labels
 from echo_tune.search.results import candidate_of
 from echo_tune.search.space import SearchSpace
 

@@ -28,7 +28,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.cost.profile import profile_for
 from echo_tune.plan.bands import band_or_none
 from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project
-from echo_tune.plan.labels import full_label
+from echo_tune.search.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, near_tie
 from echo_tune.search.results import megatron_flags, trial_record

@@ -37,7 +37,7 @@ def _row_notes(r: dict) -> list[str]:
 
 
 def plan_table(rows: list[dict], currency: str, title: str) -> TextTable:
-    from echo_tune.plan.labels import short_labels
+    from echo_tune.search.labels import short_labels
 
     shown = [r for r in rows if r["feasible"]]
     labels, common = short_labels([r["config"] for r in shown],

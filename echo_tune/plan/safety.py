@@ -14,7 +14,7 @@ import dataclasses
 
 from echo_tune.config.loading import load_gpu, preset_names
 from echo_tune.errors import ConfigError
-from echo_tune.plan.labels import full_label
+from echo_tune.search.labels import full_label
 
 GIB = 2**30
 NEAR_TIE_MIN_EXTRA_GIB = 4.0

@@ -1,5 +1,5 @@
-"""Search Megatron layouts with the simulator as the objective (``echo-tune search``), rank candidates
-(``echo-tune rank``).
+"""Search Megatron layouts with the simulator as the objective (``echo-tune search``; ranking candidates,
+``echo-tune rank``, is ``echo_tune.plan.rank``).
 
     from echo_tune.search import load_space, run_search, SearchOptions
     space = load_space("search_spaces/gpt3-175b-96xh800.yaml")
@@ -10,12 +10,11 @@
 from echo_tune.search.layouts import Candidate, RejectedLayout, baselines, check_space, draw, enumerate_layouts
 from echo_tune.search.params import full_params, layout_of, search_distributions, suggest_layout
 from echo_tune.search.objective import OBJECTIVE_KEYS, Evaluator, evaluate
-from echo_tune.search.rank import load_rank_file, rank
 from echo_tune.search.sampler import SAMPLERS, ValidLayoutSampler, register_sampler
 from echo_tune.search.space import FIELD_ORDER, OBJECTIVES, SearchSpace, load_space, space_from_dict
 from echo_tune.search.study import SearchOptions, SearchResult, run_search
 
 __all__ = ["FIELD_ORDER", "OBJECTIVES", "OBJECTIVE_KEYS", "SAMPLERS", "Candidate", "Evaluator", "RejectedLayout",
            "SearchOptions", "SearchResult", "SearchSpace", "ValidLayoutSampler", "baselines", "check_space", "draw",
-           "enumerate_layouts", "evaluate", "full_params", "layout_of", "load_space", "load_rank_file", "rank",
+           "enumerate_layouts", "evaluate", "full_params", "layout_of", "load_space",
            "register_sampler", "run_search", "search_distributions", "space_from_dict", "suggest_layout"]

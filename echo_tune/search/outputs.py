@@ -100,7 +100,7 @@ def write_pareto(space: SearchSpace, pareto: list[dict], all_points: list[tuple[
     write_text(svg_path, pareto_svg([p[:2] for p in all_points], front, labels,
                                    title=f"{space.name}: feasible layouts and Pareto front"), "Pareto plot")
     from echo_tune.plots import plot_pareto  # matplotlib, when installed (the `plot` extra)
-    from echo_tune.plan.labels import short_labels
+    from echo_tune.search.labels import short_labels
 
     names, _ = short_labels([e["config"] for e in pareto], [e["derived"].get("data_parallel_size") for e in pareto])
     plot_pareto([p[:2] for p in all_points], front, labels, svg_path.with_suffix(".png"),
@@ -144,7 +144,7 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
 
 def _top_breakdowns(space: SearchSpace, trials, path: Path, top: int = 8):
     """The best feasible layouts' breakdowns as stacked bars (matplotlib, when installed)."""
-    from echo_tune.plan.labels import short_labels
+    from echo_tune.search.labels import short_labels
     from echo_tune.plots import available, plot_breakdowns
 
     if not available():

@@ -11,7 +11,7 @@ import yaml
 
 from echo_tune.cli.main import main
 from echo_tune.errors import ConfigError
-from echo_tune.plan.labels import full_label, short_labels
+from echo_tune.search.labels import full_label, short_labels
 from echo_tune.plan.planner import PlanOptions, parse_candidate, plan, sort_rows
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
