@@ -22,6 +22,8 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
+from echo_tune.config.loading import load_cluster
+from echo_tune.cost.profile import default_profile, save_profile
 from echo_tune.cost.optime_db import Measurement, OpTimeDB
 from echo_tune.cost.optime_device import DeviceInfo
 
@@ -83,7 +85,9 @@ def _hf(put) -> None:
 
 
 def _op_times(root: Path, put) -> None:
-    template = yaml.safe_load((REPO / "calibration" / "cpu-cluster" / "profile-optime.yaml").read_text())
+    # the CPU cluster's datasheet-derived profile, as `profile` writes it beside its database
+    save_profile(default_profile(load_cluster(CPU_CLUSTER)), root / "profile-template.yaml")
+    template = yaml.safe_load((root / "profile-template.yaml").read_text())
     for name, value in (("negative", -6e-2), ("text", "fast"), ("zero", 0.0), ("inf", float("inf"))):
         path = root / f"optime-{name}.sqlite"
         with OpTimeDB(path) as db:

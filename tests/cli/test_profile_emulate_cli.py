@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from echo_tune.cli.main import main
@@ -69,3 +70,18 @@ def test_profile_a_rank_file_and_refuse_mixed_gpus(tmp_path, monkeypatch, capsys
     assert main(["profile", str(mixed)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "h100-sxm" in err
+
+
+def test_what_profile_writes_is_not_under_version_control():
+    """`profile` writes calibration/<cluster>/optime.sqlite and profile-optime.yaml: machine-specific, generated
+    files that git ignores, so a profile run never edits a tracked file."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files", "calibration"], cwd=repo, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert not [p for p in tracked if p.endswith(("profile-optime.yaml", "optime.sqlite"))]
+    for path in ("calibration/cpu-cluster/profile-optime.yaml", "calibration/h100-sxm/optime.sqlite"):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=repo).returncode == 0, path
