@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     console.print(f"[bold]stage {result.stage} of {model.name} on {result.device}[/bold] "
-                  f"(median of {result.repeats} runs; seq_length {model.seq_length:,})")
+                  f"(median of {result.repeats} runs, lowest..highest in brackets; seq_length {model.seq_length:,})")
     columns = ("part", "simulated", "emulated", "difference")
     if result.other_device:  # every figure says where it comes from: two different devices are compared
         console.print(f"[bold yellow]warning: ran on {result.device}, not on the cluster's GPU {result.cluster_gpu}: "
@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     for key, label in PART_NAMES.items():
         sim, emu = result.simulated[key], result.emulated[key]
         diff = f"{100 * (emu / sim - 1):+.1f}%" if sim > 0 else "-"
-        table.add_row(label, human_time(sim), human_time(emu), diff)
+        low, high = result.emulated_range[key]
+        spread = f" ({human_time(low)}..{human_time(high)})" if result.repeats > 1 and high > low else ""
+        table.add_row(label, human_time(sim), human_time(emu) + spread, diff)
     console.print(table)
     for note in [*result.notes, *notes]:
         console.print(f"[dim]note: {note}[/dim]")

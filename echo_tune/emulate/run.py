@@ -178,6 +178,8 @@ class EmulateResult:
     """The median run's parts (by stage step)."""
     simulated: dict[str, float]
     runs_stage_step_s: list[float]
+    emulated_range: dict[str, tuple[float, float]] | None = None
+    """Each part's (lowest, highest) over the timed runs: the spread the median hides."""
     order: list[tuple[bool, int, int]]
     notes: tuple[str, ...] = ()
 
@@ -191,6 +193,7 @@ class EmulateResult:
                 "device_is_cluster_gpu": not self.other_device, "repeats": self.repeats,
                 "emulated_s": self.emulated, "simulated_s": self.simulated, "stage_step_error": self.error,
                 "runs_stage_step_s": self.runs_stage_step_s,
+                "emulated_range_s": {k: list(v) for k, v in (self.emulated_range or {}).items()},
                 "task_order": [("B" if b else "F") + f"{mb}" + (f".{c}" if c else "") for b, mb, c in self.order],
                 "notes": list(self.notes)}
 
@@ -241,4 +244,6 @@ def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Par
                         f"the emulated figures are this device's, the simulated ones the {cluster.gpu.name}'s")
     return EmulateResult(stage=stage, device=info.name, cluster_gpu=cluster.gpu.name, other_device=other is not None,
                          repeats=repeats, emulated=median.parts, simulated=prediction.parts(m),
-                         runs_stage_step_s=steps, order=median.order, notes=tuple(notes))
+                         runs_stage_step_s=steps, order=median.order, notes=tuple(notes),
+                         emulated_range={k: (min(r.parts[k] for r in runs), max(r.parts[k] for r in runs))
+                                         for k in median.parts})

@@ -134,3 +134,15 @@ def test_later_stage_waits_for_the_simulated_neighbour(profiled):
     assert prediction.p2p_s > 0
     result = emulate(model, cluster, 4, layout, stage=1, profile=profile, repeats=1, warmup=0)
     assert result.emulated["pp_wait"] >= first_ready - 1e-4  # less the moment before the first check
+
+
+def test_each_emulated_part_carries_its_spread_over_the_runs(profiled):
+    """The median run is reported with each part's lowest and highest value over the timed runs."""
+    model, cluster, layout, profile = profiled
+    result = emulate(model, cluster, 4, layout, stage=1, profile=profile, repeats=3)
+    assert set(result.emulated_range) == set(result.emulated)
+    for key, value in result.emulated.items():
+        low, high = result.emulated_range[key]
+        assert low <= value <= high, key
+    assert (min(result.runs_stage_step_s), max(result.runs_stage_step_s)) == result.emulated_range["stage_step"]
+    assert result.to_dict()["emulated_range_s"]["compute"] == list(result.emulated_range["compute"])
