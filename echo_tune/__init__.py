@@ -13,7 +13,7 @@ The public API, for notebooks and scripts::
 
 from echo_tune.config import (ClusterSpec, GPUSpec, Layout, ModelSpec, ParallelConfig, check_compatible,
                               load_cluster, load_gpu, load_model, preset_names)
-from echo_tune.cost.profile import CalibrationProfile, default_profile, load_profile, profile_for, save_profile
+from echo_tune.cost.profile import ClusterProfile, default_profile, load_profile, profile_for, save_profile
 from echo_tune.errors import CalibrationError, ConfigError, EchoTuneError, InfeasibleConfigError
 
 # The simulator imports torch (for tracing); load it on first use so light commands stay fast.
@@ -31,7 +31,7 @@ def __getattr__(name: str):
 __version__ = "0.1.0"
 
 __all__ = [
-    "BREAKDOWN_PARTS", "CalibrationError", "CalibrationProfile", "ClusterSpec", "ConfigError", "EchoTuneError",
+    "BREAKDOWN_PARTS", "CalibrationError", "ClusterProfile", "ClusterSpec", "ConfigError", "EchoTuneError",
     "GPUSpec", "InfeasibleConfigError", "Layout", "ModelSpec", "ParallelConfig", "StepReport", "check_compatible",
     "default_profile", "load_cluster", "load_gpu", "load_model", "load_profile", "load_results", "preset_names", "profile_for",
     "save_profile", "simulate",

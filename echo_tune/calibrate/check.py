@@ -16,7 +16,7 @@ from echo_tune.calibrate.nccl_tests import parse_nccl_tests
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.profile import CalibrationProfile, profile_warnings
+from echo_tune.cost.profile import ClusterProfile, profile_warnings
 from echo_tune.errors import CalibrationError
 
 # Extrapolation past this many times the largest fitted group (or node count) gets a warning.
@@ -74,12 +74,12 @@ def on_fabric(place: GroupPlacement, cluster: ClusterSpec) -> GroupPlacement:
                                spine_oversubscription=cluster.spine_oversubscription)
 
 
-def predict_us(profile: CalibrationProfile, collective: str, place: GroupPlacement,
+def predict_us(profile: ClusterProfile, collective: str, place: GroupPlacement,
                sizes_bytes: list[int]) -> list[float]:
     return [collective_time_s(collective, size, place, profile) * 1e6 for size in sizes_bytes]
 
 
-def extrapolation_warnings(profile: CalibrationProfile, place: GroupPlacement) -> list[str]:
+def extrapolation_warnings(profile: ClusterProfile, place: GroupPlacement) -> list[str]:
     """Say when a prediction reaches far past what the profile was fitted on (or it was never measured)."""
     coverage = (profile.provenance or {}).get("coverage") or {}
     if not profile.measured or not coverage:
@@ -95,7 +95,7 @@ def extrapolation_warnings(profile: CalibrationProfile, place: GroupPlacement) -
     return warnings
 
 
-def check_log(cluster: ClusterSpec, profile: CalibrationProfile, log_path: str | Path,
+def check_log(cluster: ClusterSpec, profile: ClusterProfile, log_path: str | Path,
               collective: str | None = None, *, allow_gpu_mismatch: bool = False) -> CheckResult:
     """Predicted vs measured time of every row of one nccl-tests log."""
     log = parse_nccl_tests(log_path, collective)

@@ -16,14 +16,14 @@ from pathlib import Path
 
 from echo_tune.config.loading import PRESET_ALIASES, load_cluster, preset_names
 from echo_tune.cost import profile as profile_module
-from echo_tune.cost.profile import CalibrationProfile, default_profile, save_profile
+from echo_tune.cost.profile import ClusterProfile, default_profile, save_profile
 
 
 def _assumptions() -> dict:
     return {name: getattr(profile_module, name) for name in dir(profile_module) if name.startswith("DATASHEET_")}
 
 
-def datasheet_profile(gpu_preset: str) -> CalibrationProfile:
+def datasheet_profile(gpu_preset: str) -> ClusterProfile:
     """The shipped, not-measured profile of one GPU preset."""
     cluster = load_cluster(gpu_preset)
     profile = default_profile(cluster)

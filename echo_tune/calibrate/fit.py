@@ -1,4 +1,4 @@
-"""``echo-tune calibrate fit``: a CalibrationProfile from bench output and/or nccl-tests logs.
+"""``echo-tune calibrate fit``: a ClusterProfile from bench output and/or nccl-tests logs.
 
 Every coefficient a source measures is fitted; the rest keep the cluster's datasheet-derived
 values (``default_profile``), and the profile's provenance says which is which, which files were
@@ -21,13 +21,13 @@ from echo_tune.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from echo_tune.calibrate.results import FitResult
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import GroupPlacement
-from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients, default_profile
+from echo_tune.cost.profile import ClusterProfile, LinkCoefficients, default_profile
 from echo_tune.errors import CalibrationError
 
 
 @dataclass(kw_only=True)
 class FitOutcome:
-    profile: CalibrationProfile
+    profile: ClusterProfile
     results: list[FitResult]
     sources: list[dict] = field(default_factory=list)
     input_warnings: list[str] = field(default_factory=list)
@@ -48,7 +48,7 @@ def _round_link(link: LinkCoefficients) -> LinkCoefficients:
                             protocols={n: _round_link(t) for n, t in link.protocols.items()})
 
 
-def rounded_profile(profile: CalibrationProfile) -> CalibrationProfile:
+def rounded_profile(profile: ClusterProfile) -> ClusterProfile:
     """Coefficients to 5 significant digits, for a readable YAML (far below the fits' residuals)."""
     floats = {f.name: _sig(getattr(profile, f.name)) for f in dataclasses.fields(profile)
               if isinstance(getattr(profile, f.name), float)}
@@ -73,7 +73,7 @@ def _bench_samples(rows: list[dict]) -> list[CommSample]:
                                             num_nodes=r["num_nodes"]), source=r["_source"]) for r in rows]
 
 
-def _fit_collective(samples: list[CommSample], cluster: ClusterSpec, base: CalibrationProfile,
+def _fit_collective(samples: list[CommSample], cluster: ClusterSpec, base: ClusterProfile,
                     max_tiers: int | None) -> tuple[LinkCoefficients, LinkCoefficients, list[FitResult]]:
     collective = samples[0].collective
     intra_samples = [s for s in samples if not s.place.crosses_nodes]
@@ -94,7 +94,7 @@ def _fit_collective(samples: list[CommSample], cluster: ClusterSpec, base: Calib
     return intra, inter, results + [result]
 
 
-def fit_comm_table(samples: list[CommSample], cluster: ClusterSpec, base: CalibrationProfile,
+def fit_comm_table(samples: list[CommSample], cluster: ClusterSpec, base: ClusterProfile,
                    max_tiers: int | None = None) -> tuple[dict, list[FitResult]]:
     """The profile's comm table: one fitted entry per measured collective, all_reduce's as the default."""
     table = {"intra_node": dict(base.comm["intra_node"]), "inter_node": dict(base.comm["inter_node"])}
@@ -120,7 +120,7 @@ def _memory_from_single_gpu_logs(logs: list[NcclTestsLog]) -> list[dict]:
             for log in logs if log.num_gpus == 1 for row in log.rows if row.size_bytes > 0]
 
 
-def _fit_compute(profile: CalibrationProfile, cluster: ClusterSpec, bench: dict, logs: list[NcclTestsLog]):
+def _fit_compute(profile: ClusterProfile, cluster: ClusterSpec, bench: dict, logs: list[NcclTestsLog]):
     results = []
     gpu = cluster.gpu
     if bench.get("memory"):

@@ -33,7 +33,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.nccl_tuning import NCCL_SOURCE, NET_RING_HOP_LATENCY_S
-from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients
+from echo_tune.cost.profile import ClusterProfile, LinkCoefficients
 
 # Network per-hop latency of a ring by protocol, NCCL's default (cost/nccl_tuning.py).
 NCCL_NET_STEP_LATENCY_S = NET_RING_HOP_LATENCY_S
@@ -59,8 +59,8 @@ class CommSample:
         return f"n={self.place.size}{nodes} size={int(self.size_bytes)}"
 
 
-def _with_links(profile: CalibrationProfile, collective: str, intra: LinkCoefficients,
-                inter: LinkCoefficients | None = None) -> CalibrationProfile:
+def _with_links(profile: ClusterProfile, collective: str, intra: LinkCoefficients,
+                inter: LinkCoefficients | None = None) -> ClusterProfile:
     comm = {scope: dict(table) for scope, table in profile.comm.items()}
     comm["intra_node"][collective] = intra
     if inter is not None:
@@ -68,7 +68,7 @@ def _with_links(profile: CalibrationProfile, collective: str, intra: LinkCoeffic
     return dataclasses.replace(profile, comm=comm)
 
 
-def _predict_s(samples: list[CommSample], profile: CalibrationProfile) -> np.ndarray:
+def _predict_s(samples: list[CommSample], profile: ClusterProfile) -> np.ndarray:
     return np.array([collective_time_s(s.collective, s.size_bytes, s.place, profile) for s in samples])
 
 
@@ -105,7 +105,7 @@ def _intra_starts(samples: list[CommSample], k: int) -> list[np.ndarray]:
     return starts
 
 
-def _fit_intra_tiers(samples: list[CommSample], base: CalibrationProfile, k: int, free_base: bool):
+def _fit_intra_tiers(samples: list[CommSample], base: ClusterProfile, k: int, free_base: bool):
     """Best k-tier intra-node link for these samples, and the least-squares cost."""
     collective, names = samples[0].collective, TIER_NAMES[k]
     measured = np.array([s.time_s for s in samples])
@@ -129,7 +129,7 @@ def _sorted_link(link: LinkCoefficients) -> LinkCoefficients:
     return _link([(t.base_latency_s, t.latency_s, t.bus_bandwidth_gbyte_s) for t in tiers], TIER_NAMES[len(tiers)])
 
 
-def _winning_tiers(samples: list[CommSample], base: CalibrationProfile, intra: LinkCoefficients,
+def _winning_tiers(samples: list[CommSample], base: ClusterProfile, intra: LinkCoefficients,
                    inter: LinkCoefficients | None = None) -> set[str]:
     """Names of the tiers that give the minimum for at least one sample."""
     collective = samples[0].collective
@@ -161,7 +161,7 @@ def _params(link: LinkCoefficients) -> dict:
             for name, t in _tiers_of(link)}
 
 
-def fit_intra(samples: list[CommSample], base: CalibrationProfile,
+def fit_intra(samples: list[CommSample], base: ClusterProfile,
               max_tiers: int | None = None) -> tuple[LinkCoefficients, FitResult]:
     """Fit the intra-node link of one collective (tiers chosen by BIC up to ``max_tiers``)."""
     collective = samples[0].collective
@@ -206,7 +206,7 @@ def derive_inter(intra: LinkCoefficients, cluster: ClusterSpec, collective: str)
 
 
 def fit_inter(samples: list[CommSample], intra: LinkCoefficients, cluster: ClusterSpec,
-              base: CalibrationProfile) -> tuple[LinkCoefficients, FitResult]:
+              base: ClusterProfile) -> tuple[LinkCoefficients, FitResult]:
     """Fit the network terms of every tier, intra-node tiers held fixed: each tier's per-call latency,
     one NIC efficiency (every tier's NIC share keeps its NVLink protocol efficiency relative to the
     others, as NCCL's protocol factors are the same on both links) and one tree efficiency.

@@ -26,7 +26,7 @@ from scipy.optimize import least_squares
 from echo_tune.calibrate.results import FitResult, PointResidual
 from echo_tune.config.cluster import GPUSpec
 from echo_tune.cost.compute import op_time_s
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op
 
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -41,18 +41,18 @@ def _op(kind: str, row: dict, **fields) -> Op:
     return Op(name=f"bench.{kind}", kind=kind, phase=row.get("phase", "fwd"), region="bench", **fields)
 
 
-def _times_s(ops: list[Op], profile: CalibrationProfile, gpu: GPUSpec, precision: str) -> np.ndarray:
+def _times_s(ops: list[Op], profile: ClusterProfile, gpu: GPUSpec, precision: str) -> np.ndarray:
     at_peak = gpu.replace(sustained_clock_mhz=None)  # bench kernels run at the boost clock (module docstring)
     return np.array([op_time_s(op, profile, at_peak, precision) for op in ops])
 
 
-def fit_memory(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec,
-               quantity: str = "memory bandwidth") -> tuple[CalibrationProfile, FitResult]:
+def fit_memory(rows: list[dict], profile: ClusterProfile, gpu: GPUSpec,
+               quantity: str = "memory bandwidth") -> tuple[ClusterProfile, FitResult]:
     """Memory bandwidth and launch overhead from copies (``bytes_moved``, ``time_us``)."""
     ops = [_op("memory", r, bytes=float(r["bytes_moved"])) for r in rows]
     measured = np.array([r["time_us"] * 1e-6 for r in rows])
 
-    def make(x: np.ndarray) -> CalibrationProfile:
+    def make(x: np.ndarray) -> ClusterProfile:
         return dataclasses.replace(profile, memory_bandwidth_gbyte_s=float(np.exp(x[0])),
                                    kernel_launch_overhead_s=float(np.exp(x[1])))
 
@@ -80,15 +80,15 @@ def _peak_note(result: FitResult, gpu: GPUSpec, rows: list[dict]) -> None:
                                f"datasheet peak says nothing about that GPU; bench on the GPUs themselves")
 
 
-def fit_gemm(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec,
-             dtype: str) -> tuple[CalibrationProfile, FitResult]:
+def fit_gemm(rows: list[dict], profile: ClusterProfile, gpu: GPUSpec,
+             dtype: str) -> tuple[ClusterProfile, FitResult]:
     """e_max and x_half of the GEMM efficiency surface for one dtype."""
     rows = [r for r in rows if r["dtype"] == dtype]
     ops = [_op("gemm", r, flops=2.0 * r["m"] * r["n"] * r["k"], gemm_mnk=(r["m"], r["n"], r["k"]),
                bytes=float((r["m"] * r["k"] + r["k"] * r["n"] + r["m"] * r["n"]) * ELEMENT_BYTES[dtype])) for r in rows]
     measured = np.array([r["time_us"] * 1e-6 for r in rows])
 
-    def make(x: np.ndarray) -> CalibrationProfile:
+    def make(x: np.ndarray) -> ClusterProfile:
         return dataclasses.replace(profile, gemm_max_efficiency=float(np.exp(x[0])),
                                    gemm_half_saturation_dim=float(np.exp(x[1])))
 
@@ -110,7 +110,7 @@ def fit_gemm(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec,
     return fitted, result
 
 
-def fit_attention(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec) -> tuple[CalibrationProfile, FitResult]:
+def fit_attention(rows: list[dict], profile: ClusterProfile, gpu: GPUSpec) -> tuple[ClusterProfile, FitResult]:
     """Fused-attention efficiencies: the forward's and, when backward rows are measured, the backward's
     (one efficiency for both when only one phase is measured). The bench's kernels are causal, so the
     fitted (unmasked) forward efficiency is the measured rate over the profile's ``attention_causal_factor``:
@@ -124,7 +124,7 @@ def fit_attention(rows: list[dict], profile: CalibrationProfile, gpu: GPUSpec) -
     phases = {op.phase for op in ops}
     split = phases == {"fwd", "bwd"}
 
-    def make(x: np.ndarray) -> CalibrationProfile:
+    def make(x: np.ndarray) -> ClusterProfile:
         backward = float(np.exp(x[1])) if split else None
         return dataclasses.replace(profile, attention_efficiency=float(np.exp(x[0])),
                                    attention_backward_efficiency=backward)
@@ -180,7 +180,7 @@ def _slowdown_curve(rows: list[dict], column: str, quantity: str) -> tuple[float
     return max(scalar, 1.0), curve, result
 
 
-def fit_interference(rows: list[dict], profile: CalibrationProfile) -> tuple[CalibrationProfile, list[FitResult]]:
+def fit_interference(rows: list[dict], profile: ClusterProfile) -> tuple[ClusterProfile, list[FitResult]]:
     compute, compute_curve, compute_result = _slowdown_curve(rows, "compute_slowdown", "compute slowdown")
     comm, comm_curve, comm_result = _slowdown_curve(rows, "comm_slowdown", "comm slowdown")
     fitted = dataclasses.replace(profile, compute_slowdown=round(compute, 4), comm_slowdown=round(comm, 4),

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from echo_tune.calibrate.results import POOR_FIT_MAX, POOR_FIT_RMS
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
 
 PARAMETERS = {"clock": "sustained_clock_mhz", "comm": "comm_time_factor", "launch": "kernel_launch_overhead_s"}
@@ -60,7 +60,7 @@ def sha256(path: str | Path) -> str:
 class RunFit:
     """What ``fit_runs`` found."""
 
-    profile: CalibrationProfile
+    profile: ClusterProfile
     params: dict[str, float]
     rows: list[dict]
     in_sample_mape_pct: float
@@ -70,14 +70,14 @@ class RunFit:
     warnings: list[str] = field(default_factory=list)
 
 
-def start_values(profile: CalibrationProfile, gpu) -> dict[str, float]:
+def start_values(profile: ClusterProfile, gpu) -> dict[str, float]:
     return {"sustained_clock_mhz": float(profile.fitted_clock_mhz or gpu.sustained_clock_mhz or gpu.peak_clock_mhz
                                          or 0.0),
             "comm_time_factor": profile.comm_time_factor,
             "kernel_launch_overhead_s": profile.kernel_launch_overhead_s}
 
 
-def with_params(base: CalibrationProfile, values: dict[str, float], fitted: dict | None = None) -> CalibrationProfile:
+def with_params(base: ClusterProfile, values: dict[str, float], fitted: dict | None = None) -> ClusterProfile:
     """``base`` with the fitted values applied (the launch overhead in its own field, the rest in ``fitted``)."""
     fitted = {"params": {k: float(v) for k, v in values.items()},
               **{k: v for k, v in (fitted or {}).items() if k != "params"}}
@@ -88,7 +88,7 @@ def with_params(base: CalibrationProfile, values: dict[str, float], fitted: dict
 class _Problem:
     """Rows, base profile and the names fitted; ``predict(x)`` simulates every row at log-parameters x."""
 
-    def __init__(self, cases, base: CalibrationProfile, names: list[str], start: dict[str, float], peak_clock_mhz):
+    def __init__(self, cases, base: ClusterProfile, names: list[str], start: dict[str, float], peak_clock_mhz):
         self.cases, self.base, self.names, self.start = cases, base, names, start
         self.measured = np.array([c.measured_step_time_s for c in cases])
         ref = {"peak": peak_clock_mhz or 1.0}
@@ -158,7 +158,7 @@ def _solve(problem: _Problem, rows: list[int], x0, scale: float, iterations: int
     return x, r, J
 
 
-def fit_runs(cases, base: CalibrationProfile, gpu, *, params: tuple[str, ...] = ("clock", "comm", "launch"),
+def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("clock", "comm", "launch"),
              robust_scale: float = 0.10, inputs: list[dict] | None = None, command: str = "",
              published: bool = False) -> RunFit:
     """Fit ``params`` to the measured step times of ``cases`` (RunCases that simulate, one GPU type)."""

@@ -54,7 +54,7 @@ from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.nccl_tuning import (RING_SIMPLE_PLATEAU, TREE_ALGBW_RATIO, TREE_VS_RING_BANDWIDTH,
                                         TREE_VS_RING_NET_HOP, TREE_VS_RING_NVLINK_HOP, nccl_picks_tree,
                                         tier_protocol, tree_correction, tree_depth)
-from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients
+from echo_tune.cost.profile import ClusterProfile, LinkCoefficients
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 
@@ -148,7 +148,7 @@ def _nccl_runs_tree(protocol: str, size_bytes: float, place: GroupPlacement, int
                            graph_bps * 1e-6)
 
 
-def _tier_pairs(profile: CalibrationProfile, collective: str,
+def _tier_pairs(profile: ClusterProfile, collective: str,
                 place: GroupPlacement) -> list[tuple[str, LinkCoefficients, LinkCoefficients | None]]:
     """(protocol, intra, inter) coefficients of each protocol tier usable by this group."""
     intra_tiers = profile.link("intra_node", collective).tiers()
@@ -159,7 +159,7 @@ def _tier_pairs(profile: CalibrationProfile, collective: str,
             for name in intra_tiers if name in inter_tiers]
 
 
-def _send_recv_time_s(size_bytes: float, place: GroupPlacement, profile: CalibrationProfile) -> float:
+def _send_recv_time_s(size_bytes: float, place: GroupPlacement, profile: ClusterProfile) -> float:
     scope = "inter_node" if place.crosses_nodes else "intra_node"
     best = math.inf
     for link in profile.link(scope, "send_recv").tiers().values():
@@ -171,7 +171,7 @@ def _send_recv_time_s(size_bytes: float, place: GroupPlacement, profile: Calibra
 
 
 def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
-                      profile: CalibrationProfile) -> float:
+                      profile: ClusterProfile) -> float:
     """Time of one collective over a group placed as ``place`` (0 for a group of one)."""
     if size_bytes <= 0:
         return 0.0

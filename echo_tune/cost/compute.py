@@ -18,17 +18,17 @@ plus the database's host time per op (non-zero for CPU devices only; ``optime/in
 from __future__ import annotations
 
 from echo_tune.config.cluster import GPUSpec
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op
 
 
-def gemm_efficiency(m: float, n: float, k: float, profile: CalibrationProfile) -> float:
+def gemm_efficiency(m: float, n: float, k: float, profile: ClusterProfile) -> float:
     """Fraction of dense peak a GEMM of shape (m, n, k) reaches."""
     half = profile.gemm_half_saturation_dim
     return profile.gemm_max_efficiency * (m / (m + half)) * (n / (n + half)) * (k / (k + half))
 
 
-def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str) -> float:
+def op_time_s(op: Op, profile: ClusterProfile, gpu: GPUSpec, precision: str) -> float:
     """Time of one compute op on an otherwise idle GPU (collectives are timed in comm.py)."""
     if profile.op_times is not None:
         measured = profile.op_times.times.get(op.key)
@@ -49,12 +49,12 @@ def op_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec, precision: str)
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s
 
 
-def is_measured(op: Op, profile: CalibrationProfile) -> bool:
+def is_measured(op: Op, profile: ClusterProfile) -> bool:
     """Whether ``op_time_s`` takes this op's time from the op-time database."""
     return profile.op_times is not None and op.key in profile.op_times.times
 
 
-def launch_overhead_s(op: Op, profile: CalibrationProfile) -> float:
+def launch_overhead_s(op: Op, profile: ClusterProfile) -> float:
     """The CPU launch share of ``op_time_s``: the database's host time for a measured op, else the profile's
     per-kernel launch overhead. A kernel replayed inside a CUDA graph does not pay it (sim/cuda_graphs.py)."""
     if is_measured(op, profile):

@@ -63,7 +63,7 @@ from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.config.compatibility import GroupPlacement, Layout
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import gemm_efficiency
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op, Trace
 
 FP8_REGIONS = ("qkv", "attention_proj", "mlp", "mla_up_proj", "moe/experts", "moe/shared")
@@ -93,7 +93,7 @@ def is_fp8_gemm(op: Op) -> bool:
     return op.kind == "gemm" and where(op) in FP8_REGIONS
 
 
-def fp8_gemm_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec) -> float:
+def fp8_gemm_time_s(op: Op, profile: ClusterProfile, gpu: GPUSpec) -> float:
     """Time of one FP8 GEMM: FP8 peak x FP8 efficiency x size saturation; 1-byte operands."""
     m, n, k = op.gemm_mnk or (4096, 4096, 4096)
     efficiency = gemm_efficiency(m, n, k, profile) * profile.fp8_gemm_max_efficiency / profile.gemm_max_efficiency
@@ -102,7 +102,7 @@ def fp8_gemm_time_s(op: Op, profile: CalibrationProfile, gpu: GPUSpec) -> float:
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s
 
 
-def fp8_cast_s(op: Op, recipe: str, profile: CalibrationProfile) -> float:
+def fp8_cast_s(op: Op, recipe: str, profile: ClusterProfile) -> float:
     """Quantisation kernels charged to one FP8 GEMM (see the module docstring).
 
     Forward GEMMs have mnk = (tokens, out, in): X is m x k. Both backward GEMMs of a linear layer have
@@ -156,7 +156,7 @@ def amax_tensors_per_layer(pieces: dict[str, Trace]) -> int:
                for name in ("layer", "moe_layer") if name in pieces)
 
 
-def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: CalibrationProfile, layers: int,
+def amax_reduction_s(layout: Layout, cluster: ClusterSpec, profile: ClusterProfile, layers: int,
                      tensors_per_layer: int = AMAX_TENSORS_PER_LAYER) -> float:
     """One amax all-reduce of a chunk of ``layers`` layers over TP x DP x CP (delayed scaling)."""
     g = layout.groups

@@ -106,8 +106,10 @@ DATASHEET_COMM_SLOWDOWN = 1.05
 
 
 @dataclass(frozen=True, kw_only=True)
-class CalibrationProfile:
-    """All cost-model coefficients of one cluster."""
+class ClusterProfile:
+    """All cost-model coefficients of one cluster (a cluster profile: `calibration/<cluster>/profile.yaml`,
+    datasheet-derived or calibrated). Not to be confused with an op-time database (``cost/optime_db.py``:
+    ``OpTimeDB``) or the ``echo-tune profile`` command, which fills one."""
 
     name: str
     gpu: str
@@ -248,7 +250,7 @@ def _scaled(link: LinkCoefficients, factor: float) -> LinkCoefficients:
                                protocols={k: _scaled(v, factor) for k, v in link.protocols.items()})
 
 
-def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
+def default_profile(cluster: ClusterSpec) -> ClusterProfile:
     """Datasheet-derived profile for a cluster (labelled as not measured)."""
     gpu: GPUSpec = cluster.gpu
     intra = LinkCoefficients(latency_s=DATASHEET_INTRA_LATENCY_S,
@@ -256,7 +258,7 @@ def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
     inter = LinkCoefficients(latency_s=DATASHEET_INTER_LATENCY_S,
                              bus_bandwidth_gbyte_s=cluster.inter_node_bandwidth_per_gpu_gbyte_s
                              * DATASHEET_LINK_EFFICIENCY)
-    return CalibrationProfile(
+    return ClusterProfile(
         name=f"{cluster.name}-datasheet", gpu=gpu.name, measured=False,
         gemm_max_efficiency=DATASHEET_GEMM_EFFICIENCY,
         gemm_half_saturation_dim=DATASHEET_GEMM_HALF_SATURATION_DIM,
@@ -271,7 +273,7 @@ def default_profile(cluster: ClusterSpec) -> CalibrationProfile:
                               f"({cluster.source}) times the DATASHEET_* efficiencies in cost/profile.py"})
 
 
-def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | None = None) -> CalibrationProfile:
+def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | None = None) -> ClusterProfile:
     """Parse the YAML layout above; unknown or missing keys give one-line ConfigErrors.
 
     ``op_times`` is read relative to ``base_dir`` (the profile file's folder), else the working folder.
@@ -293,7 +295,7 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
     try:
         comm = {scope: {name: LinkCoefficients(**coeffs) for name, coeffs in table.items()}
                 for scope, table in (data.get("comm") or {}).items()}
-        return CalibrationProfile(name=data.get("name", where), gpu=data.get("gpu", ""),
+        return ClusterProfile(name=data.get("name", where), gpu=data.get("gpu", ""),
                                   measured=bool(data.get("measured", False)), comm=comm,
                                   provenance=data.get("provenance") or {}, version=version,
                                   measured_on=data.get("measured_on") or {},
@@ -303,14 +305,14 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
         raise ConfigError(f"{where}: bad profile contents: {exc}") from None
 
 
-def load_profile(path: str | Path) -> CalibrationProfile:
+def load_profile(path: str | Path) -> ClusterProfile:
     from echo_tune.config.loading import read_yaml
 
     path = Path(path)
     return profile_from_dict(read_yaml(path, "profile"), where=f"profile {str(path)!r}", base_dir=path.parent)
 
 
-def save_profile(profile: CalibrationProfile, path: str | Path, header: str = "") -> None:
+def save_profile(profile: ClusterProfile, path: str | Path, header: str = "") -> None:
     from echo_tune.io import write_text
 
     data = profile.to_dict()
@@ -322,17 +324,17 @@ def save_profile(profile: CalibrationProfile, path: str | Path, header: str = ""
 
 
 
-def profile_for(cluster: ClusterSpec) -> CalibrationProfile:
+def profile_for(cluster: ClusterSpec) -> ClusterProfile:
     """The cluster's own profile file if it names one, else the datasheet-derived default."""
     return load_profile(cluster.profile) if cluster.profile is not None else default_profile(cluster)
 
 
-def load_cluster_profile(cluster: ClusterSpec) -> CalibrationProfile:
+def load_cluster_profile(cluster: ClusterSpec) -> ClusterProfile:
     """``profile_for`` (the cluster's profile file, else its datasheet-derived default)."""
     return profile_for(cluster)
 
 
-def check_profile_device(profile: CalibrationProfile, cluster: ClusterSpec) -> None:
+def check_profile_device(profile: ClusterProfile, cluster: ClusterSpec) -> None:
     """Refuse a CPU-measured profile for a GPU cluster unless it carries the explicit override."""
     if profile.measured and profile.measured_on_cpu and not profile.measured_on.get("cpu_override"):
         raise ConfigError(f"profile {profile.name!r} was measured on CPU ({profile.measured_on.get('backend', 'gloo')}) "
@@ -340,7 +342,7 @@ def check_profile_device(profile: CalibrationProfile, cluster: ClusterSpec) -> N
                           f"nccl-tests logs, or refit with `calibrate fit --allow-cpu-bench` to use it anyway")
 
 
-def profile_warnings(profile: CalibrationProfile, cluster: ClusterSpec) -> list[str]:
+def profile_warnings(profile: ClusterProfile, cluster: ClusterSpec) -> list[str]:
     """Notes every report of this profile on this cluster shows."""
     check_profile_device(profile, cluster)
     if profile.measured and profile.measured_on_cpu:

@@ -25,7 +25,7 @@ scalar ``compute_slowdown``, applied per overlapped op. NeMo's tuned per-model c
 
 from __future__ import annotations
 
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op
 
 UB_NUM_SM = 16
@@ -36,7 +36,7 @@ DEFAULT_SM_COUNT = 132
 """SMs of an H100 SXM, used when a GPU preset does not give ``sm_count``."""
 
 
-def slowdown(profile: CalibrationProfile, which: str, size_bytes: float, kind: str = "gemm") -> float:
+def slowdown(profile: ClusterProfile, which: str, size_bytes: float, kind: str = "gemm") -> float:
     """Slowdown of a ``which`` ("compute" or "comm") kernel beside a collective of ``size_bytes``:
     the profile's fitted curve 1 + A * size / (size + half) (a per-kind curve ``compute_<kind>`` first),
     else its scalar."""
@@ -49,7 +49,7 @@ def slowdown(profile: CalibrationProfile, which: str, size_bytes: float, kind: s
     return profile.compute_slowdown if which == "compute" else profile.comm_slowdown
 
 
-def _saturation(x: float, profile: CalibrationProfile) -> float:
+def _saturation(x: float, profile: ClusterProfile) -> float:
     return x / (x + profile.gemm_half_saturation_dim)
 
 
@@ -79,7 +79,7 @@ def pair_methods(ops: tuple[Op, ...]) -> list[tuple[int, int, str]]:
 
 
 def overlapped_cost(method: str, comm_s: float, gemm_s: float, gemm_op: Op, size_bytes: float, tp: int,
-                    profile: CalibrationProfile, sm_count: int) -> tuple[float, float]:
+                    profile: ClusterProfile, sm_count: int) -> tuple[float, float]:
     """(exposed communication, extra GEMM time) of one collective overlapped with one GEMM."""
     comm_s *= slowdown(profile, "comm", size_bytes)
     contention = slowdown(profile, "compute", size_bytes) - 1.0

@@ -14,7 +14,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.passes import pass_costs, trace_pieces
 from echo_tune.sim.report import StepReport
@@ -64,7 +64,7 @@ def task_end_times(report: StepReport) -> dict[TaskKey, float]:
 
 
 def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, layout: Layout,
-                  profile: CalibrationProfile, stage: int) -> StagePrediction:
+                  profile: ClusterProfile, stage: int) -> StagePrediction:
     report = simulate(model, cluster, num_gpus, parallel, profile=profile, timeline=True)
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,

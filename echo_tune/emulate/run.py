@@ -34,7 +34,7 @@ from echo_tune.config.compatibility import check_compatible
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.profile import CalibrationProfile, profile_for
+from echo_tune.cost.profile import ClusterProfile, profile_for
 from echo_tune.emulate.clock import clock_for
 from echo_tune.emulate.build import Stage, build_stage, chunk_forward
 from echo_tune.emulate.predict import StagePrediction, predict_stage
@@ -54,7 +54,7 @@ class _TagNothing:
 class Waiter:
     """The active 'recorder' during emulation: each collective becomes a wait of its modelled time."""
 
-    def __init__(self, groups, profile: CalibrationProfile, clock) -> None:
+    def __init__(self, groups, profile: ClusterProfile, clock) -> None:
         self.groups, self.profile, self.clock = groups, profile, clock
         self.region = ""
         self.tagged_nodes = _TagNothing()
@@ -199,7 +199,7 @@ class EmulateResult:
 
 
 def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *, stage: int = 0,
-            profile: CalibrationProfile | None = None, device: str | None = None, repeats: int = 3,
+            profile: ClusterProfile | None = None, device: str | None = None, repeats: int = 3,
             warmup: int = 1, seed: int = 0, allow_other_device: bool = False) -> EmulateResult:
     """Emulate pipeline stage ``stage`` of a layout ``repeats`` times (after ``warmup`` runs).
 

@@ -22,7 +22,7 @@ from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
 from echo_tune.cost.fp8 import CAST_KERNELS, TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
 from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.cuda_graphs import captured_graphs, graph_of
 from echo_tune.workload.graph import Op
 
@@ -61,7 +61,7 @@ EXPERT_GROUPS = ("ep", "etp", "tpep")
 
 @dataclass(frozen=True, kw_only=True)
 class CostContext:
-    profile: CalibrationProfile
+    profile: ClusterProfile
     gpu: GPUSpec
     precision: str
     groups: dict[str, GroupPlacement]
@@ -78,7 +78,7 @@ class CostContext:
     """What CUDA graphs capture (``sim/cuda_graphs.py capture_spec``); "" = nothing."""
 
 
-def _overlapped(comm_s: float, hidden_by_s: float, profile: CalibrationProfile, size_bytes: float = 0.0,
+def _overlapped(comm_s: float, hidden_by_s: float, profile: ClusterProfile, size_bytes: float = 0.0,
                 kind: str = "attention") -> PhaseCost:
     """Communication of ``comm_s`` (messages of ``size_bytes`` each) run beside compute of ``hidden_by_s``
     (already counted as compute), slowed as the profile's curves say for that message size and kernel kind."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.dp_instances import gradient_reduction_s, instance_groups
 from echo_tune.sim.memo import IdentityCache
 
@@ -50,7 +50,7 @@ def grad_bytes_per_param(parallel: ParallelConfig) -> float:
     return parallel.grad_bytes_per_param
 
 
-def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: CalibrationProfile,
+def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: ClusterProfile,
                chunk_params: list[int], chunk_backward: list[tuple[float, float]], compute_end_s: float,
                embedding_sync_s: float = 0.0, expert_chunk_params: list[int] | None = None,
                edp: GroupPlacement | None = None, spans: list | None = None) -> StageTail:
@@ -150,7 +150,7 @@ def _reduce_bucket_by_bucket(overlap_grad_reduce: bool, chunk_params, chunk_back
 
 
 def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk_backward, bucket: int,
-                         groups, compute_end_s: float, profile: CalibrationProfile,
+                         groups, compute_end_s: float, profile: ClusterProfile,
                          spans: list | None = None) -> tuple[float, float]:
     """``_reduce_bucket_by_bucket`` when a chunk's routed-expert gradients reduce over their own group."""
     collective, grad_bytes, dp, edp, instances = groups

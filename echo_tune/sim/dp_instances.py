@@ -14,7 +14,7 @@ import dataclasses
 
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 
 
 def instance_groups(dp: GroupPlacement, instances: int) -> tuple[GroupPlacement, GroupPlacement]:
@@ -34,7 +34,7 @@ def instance_groups(dp: GroupPlacement, instances: int) -> tuple[GroupPlacement,
 
 
 def gradient_reduction_s(collective: str, size_bytes: float, dp: GroupPlacement, instances: int,
-                         profile: CalibrationProfile) -> float:
+                         profile: ClusterProfile) -> float:
     """One bucket's reduction: over the whole DP group, or with instances (distributed optimizer) a
     reduce-scatter inside the instance plus an all-reduce of the shard across instances."""
     if instances == 1 or collective != "reduce_scatter":

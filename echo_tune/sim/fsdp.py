@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from echo_tune.config.compatibility import GroupPlacement, Layout
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.costing import PhaseCost, _overlapped
 from echo_tune.sim.dp import OPTIMIZER_BYTES_PER_PARAM, StageTail, ddp_bucket_params, stage_tail
 from echo_tune.sim.dp_instances import instance_groups
@@ -65,7 +65,7 @@ def shard_groups(layout: Layout, parallel: ParallelConfig) -> tuple[GroupPlaceme
 
 
 def unit_comm_s(parallel: ParallelConfig, dense_params: float, expert_params: float, shard: GroupPlacement,
-                edp: GroupPlacement | None, profile: CalibrationProfile) -> tuple[float, float, float]:
+                edp: GroupPlacement | None, profile: ClusterProfile) -> tuple[float, float, float]:
     """(all-gather s, reduce-scatter s, all-gather bytes) of one unit: its dense parameters over the shard
     group, its routed experts' over the expert-data-parallel group (one after the other, one stream)."""
     b, strategy = fsdp_bytes(parallel), parallel.data_parallel_sharding_strategy
@@ -79,7 +79,7 @@ def unit_comm_s(parallel: ParallelConfig, dense_params: float, expert_params: fl
     return gather, reduce, (dense_params + expert_params) * b.gather
 
 
-def pass_cost(units: list[Unit], profile: CalibrationProfile, backward: bool) -> PhaseCost:
+def pass_cost(units: list[Unit], profile: ClusterProfile, backward: bool) -> PhaseCost:
     """Exposed FSDP communication (``dp_comm_s``) and interference of one pass over ``units`` in order.
 
     The first unit's all-gather is exposed; beside unit i's compute run unit i+1's all-gather (prefetch) and,
@@ -98,7 +98,7 @@ def pass_cost(units: list[Unit], profile: CalibrationProfile, backward: bool) ->
     return PhaseCost(dp_comm_s=exposed, interference_s=interference)
 
 
-def fsdp_stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: CalibrationProfile,
+def fsdp_stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: ClusterProfile,
                     chunk_params: list[int], chunk_backward, compute_end_s: float, embedding_sync_s: float = 0.0,
                     expert_chunk_params: list[int] | None = None, edp: GroupPlacement | None = None,
                     spans: list | None = None, root_params: int = 0) -> StageTail:
@@ -150,7 +150,7 @@ def fsdp_root_params(layout: Layout, pieces, stage: int, chunk: int | None = Non
 
 
 def with_fsdp_comm(passes, layout: Layout, parallel: ParallelConfig, pieces, costs, mix,
-                   profile: CalibrationProfile):
+                   profile: ClusterProfile):
     """``passes[s][c]`` = (fwd, bwd, recompute) with each pass's exposed FSDP communication added
     (``pass_cost``; only optim_grads and optim_grads_params communicate inside the passes)."""
     if parallel.data_parallel_sharding_strategy not in PER_UNIT:

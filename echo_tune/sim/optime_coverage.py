@@ -5,13 +5,13 @@ from __future__ import annotations
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.cost.compute import is_measured, op_time_s
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
 from echo_tune.cost.optime_device import mismatch
 from echo_tune.workload.graph import Op, Trace
 
 
-def check_op_times_device(profile: CalibrationProfile, cluster: ClusterSpec) -> None:
+def check_op_times_device(profile: ClusterProfile, cluster: ClusterSpec) -> None:
     """Refuse (one line) a profile whose op-time database was measured on another device than the cluster's."""
     times = profile.op_times
     why = None if times is None else mismatch(times.device, times.kind, cluster.gpu.name, cluster.gpu.memory_bytes)
@@ -38,7 +38,7 @@ def _stage_ops(pieces: dict[str, Trace], layout: Layout, stage: int) -> list[tup
     return [(op, n) for op, n in weighted if op.kind != "collective" and n > 0]
 
 
-def measured_compute_share(pieces: dict[str, Trace], layout: Layout, stage: int, profile: CalibrationProfile,
+def measured_compute_share(pieces: dict[str, Trace], layout: Layout, stage: int, profile: ClusterProfile,
                            cluster: ClusterSpec, precision: str) -> float | None:
     """Share of the stage's compute time whose ops were measured; None without an op-time database."""
     if profile.op_times is None:

@@ -36,7 +36,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import op_time_s
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
 from echo_tune.workload.graph import Op
 
@@ -120,7 +120,7 @@ def ns_flops(rows: int, cols: int, steps: int) -> float:
     return steps * sum(2.0 * m * n * k for m, n, k in ns_gemms(rows, cols))
 
 
-def ns_time_s(rows: int, cols: int, steps: int, profile: CalibrationProfile, gpu: GPUSpec) -> float:
+def ns_time_s(rows: int, cols: int, steps: int, profile: ClusterProfile, gpu: GPUSpec) -> float:
     """Newton-Schulz time on one GPU: its bf16 GEMMs costed by cost/compute.py's GEMM model."""
     total = 0.0
     for m, n, k in ns_gemms(rows, cols):
@@ -161,7 +161,7 @@ def matrix_params(model: ModelSpec, parallel: ParallelConfig, layout: Layout, de
     return params, experts
 
 
-def newton_schulz_s(model: ModelSpec, parallel: ParallelConfig, layout: Layout, profile: CalibrationProfile,
+def newton_schulz_s(model: ModelSpec, parallel: ParallelConfig, layout: Layout, profile: ClusterProfile,
                     gpu: GPUSpec, dense_layers: int, moe_layers: int) -> tuple[float, float]:
     """(Newton-Schulz GEMM time, TP all-gather time) of the matrices one rank of the stage orthogonalizes."""
     ns_s = gather_s = 0.0
@@ -201,7 +201,7 @@ def state_saving_bytes(parallel: ParallelConfig, layout: Layout, params: int, ex
     return _saved(parallel, layout, params, expert_params, matrices, DROPPED_STATE_BYTES)
 
 
-def step_extra_s(model: ModelSpec, parallel: ParallelConfig, layout: Layout, profile: CalibrationProfile,
+def step_extra_s(model: ModelSpec, parallel: ParallelConfig, layout: Layout, profile: ClusterProfile,
                  gpu: GPUSpec, mix: tuple[tuple[int, int], ...], params: int, expert_params: int) -> float:
     """What Muon adds to sim/dp.py's Adam step time on one rank of a stage with layer ``mix`` (per chunk:
     dense, MoE layers): Newton-Schulz and its all-gathers, less the second moment's traffic on the parameters

@@ -18,7 +18,7 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer
 from echo_tune.cost.moe_dispatch import moe_kernels
-from echo_tune.cost.profile import CalibrationProfile, check_profile_device
+from echo_tune.cost.profile import ClusterProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.sim.optime_coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
@@ -49,7 +49,7 @@ def _stage_pair(layout: Layout) -> GroupPlacement:
     return GroupPlacement(size=2, ranks_per_node=1 if crosses else 2, num_nodes=2 if crosses else 1)
 
 
-def p2p_time_s(pieces, layout: Layout, profile: CalibrationProfile) -> float:
+def p2p_time_s(pieces, layout: Layout, profile: ClusterProfile) -> float:
     """Activation (or its gradient) sent between neighbouring stages for one micro-batch.
 
     Without sequence parallelism Megatron scatters the tensor over the TP ranks, sends 1/TP each, and
@@ -74,7 +74,7 @@ def _embedding_sync_s(pieces, layout: Layout, parallel: ParallelConfig, profile)
     return collective_time_s("all_reduce", size, _stage_pair(layout), profile)
 
 
-def with_sustained_clock(cluster: ClusterSpec, profile: CalibrationProfile) -> ClusterSpec:
+def with_sustained_clock(cluster: ClusterSpec, profile: ClusterProfile) -> ClusterSpec:
     """The cluster with its GPU at the compute-bound clock in use: the cluster's ``sustained_clock_mhz``
     (its file or --gpu-clock-mhz), else a clock fitted on training runs (the profile's), else the preset's."""
     clock = cluster.sustained_clock_mhz or profile.fitted_clock_mhz
@@ -84,7 +84,7 @@ def with_sustained_clock(cluster: ClusterSpec, profile: CalibrationProfile) -> C
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
-             profile: CalibrationProfile | None = None, schedule: str | None = None,
+             profile: ClusterProfile | None = None, schedule: str | None = None,
              timeline: bool = False, memory_headroom_bytes: int = 0) -> StepReport:
     """Simulate one training step. Raises ConfigError for a layout that breaks a rule.
 

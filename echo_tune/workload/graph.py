@@ -51,7 +51,7 @@ class Op:
     """For collective: message size in nccl-tests' convention (see COLLECTIVES above)."""
     causal: bool = False
     """For attention: the kernel applies the causal mask (its FLOPs count only the unmasked half; masked
-    forward kernels run at a lower rate, ``CalibrationProfile.attention_causal_factor``)."""
+    forward kernels run at a lower rate, ``ClusterProfile.attention_causal_factor``)."""
     key: str = ""
     """For compute ops: the op and its arguments' shapes, strides and dtypes (``workload/opkey.py``),
     under which ``echo-tune profile`` stores a measured time; empty for collectives."""

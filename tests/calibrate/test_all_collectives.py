@@ -18,7 +18,7 @@ from echo_tune.calibrate.nccl_tests import parse_nccl_tests
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.config.loading import load_cluster
 from echo_tune.cost.comm import bus_factor, collective_time_s
-from echo_tune.cost.profile import CalibrationProfile, LinkCoefficients, default_profile
+from echo_tune.cost.profile import ClusterProfile, LinkCoefficients, default_profile
 
 from .conftest import A100_DIR
 
@@ -30,14 +30,14 @@ TRUTH = {"all_gather": (20, 1.0, 180, 30, 15), "reduce_scatter": (25, 1.5, 170, 
 SIZES = [1 << p for p in range(10, 31)]
 
 
-def _truth(cluster) -> CalibrationProfile:
+def _truth(cluster) -> ClusterProfile:
     base = default_profile(cluster)
     comm = {scope: dict(table) for scope, table in base.comm.items()}
     for name, (b, step, nvl, ib, nic) in TRUTH.items():
         comm["intra_node"][name] = LinkCoefficients(base_latency_s=b * 1e-6, latency_s=step * 1e-6,
                                                     bus_bandwidth_gbyte_s=nvl)
         comm["inter_node"][name] = LinkCoefficients(base_latency_s=ib * 1e-6, latency_s=14e-6, bus_bandwidth_gbyte_s=nic)
-    return CalibrationProfile(**{**base.__dict__, "comm": comm})
+    return ClusterProfile(**{**base.__dict__, "comm": comm})
 
 
 def _log(path, collective, n, per_node, truth):

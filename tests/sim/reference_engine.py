@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.profile import CalibrationProfile
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.dp import OPTIMIZER_BYTES_PER_PARAM, StageTail, ddp_bucket_params, grad_bytes_per_param
 
 SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
@@ -165,7 +165,7 @@ def simulate_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[fl
                           last_backward_end_s=tuple(tuple(row) for row in last_bwd))
 
 
-def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: CalibrationProfile,
+def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: ClusterProfile,
                chunk_params: list[int], chunk_backward: list[tuple[float, float]], compute_end_s: float,
                embedding_sync_s: float = 0.0, expert_chunk_params: list[int] | None = None,
                edp: GroupPlacement | None = None) -> StageTail:
