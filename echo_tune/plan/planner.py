@@ -99,9 +99,10 @@ class PlanOptions:
     currency: str = "USD"
     deadline_days: float | None = None
     budget: float | None = None
-    n_trials: int = 120
+    n_trials: int | None = None
+    """Trials per candidate; None: the sampler's default, as in ``echo-tune search``."""
     seed: int = 0
-    sampler: str = "tpe"
+    sampler: str = "auto"
     results_dir: str | Path = "results"
     sort: str = "time"
     memory_headroom_gib: float | None = None
