@@ -6,8 +6,10 @@ interleaving, recompute, communication overlaps). The structure decides most of 
 the remaining settings are few, so:
 
 1. **representatives** - every structure is simulated at a few of its layouts (``REPRESENTATIVES``:
-   the lightest on memory and a few typical ones, fixed by ``_rank``), so a structure whose
-   layouts mostly exceed memory still shows whether it can fit;
+   the fastest if it fits, the lightest on memory, two typical ones), so a structure whose layouts
+   mostly exceed memory still shows whether it can fit, and one that is best at a large micro-batch
+   without recompute shows that. Every structure's first representative comes before any second one,
+   the structures in a spread order, so a budget too small for the round still samples them all over;
 2. **survivors** - structures in the order of their best representative, each simulated completely
    (every layout of it), while the budget (``--n-trials``, default ``AUTO_BUDGET``) allows;
 3. a space no larger than the budget is simulated completely (the exhaustive search).
@@ -40,8 +42,10 @@ STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_pa
                     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
-REPRESENTATIVES = 3
+REPRESENTATIVES = 4
 """Layouts simulated per structure in round 1."""
+
+_GOLDEN = 0.6180339887498949
 
 
 def structure(c: Candidate) -> tuple:
@@ -49,11 +53,21 @@ def structure(c: Candidate) -> tuple:
     return tuple(cfg.get(f) for f in STRUCTURE_FIELDS)
 
 
+_RECOMPUTE = {"full": 2, "selective": 1, None: 0}
+
+
 def _light(c: Candidate) -> tuple:
     """Lightest on memory first: full recompute, smallest micro-batch, no interleaving."""
     cfg = c.config
-    recompute = {"full": 0, "selective": 1, None: 2}.get(cfg.get("recompute_granularity"), 3)
-    return (recompute, cfg.get("micro_batch_size", 1), cfg.get("virtual_pipeline_model_parallel_size") or 1)
+    return (-_RECOMPUTE.get(cfg.get("recompute_granularity"), 0), cfg.get("micro_batch_size", 1),
+            cfg.get("virtual_pipeline_model_parallel_size") or 1, not cfg.get("tp_comm_overlap"))
+
+
+def _fast(c: Candidate) -> tuple:
+    """Fastest if it fits: no recompute, largest micro-batch, TP-comm overlap, no interleaving."""
+    cfg = c.config
+    return (_RECOMPUTE.get(cfg.get("recompute_granularity"), 0), -cfg.get("micro_batch_size", 1),
+            not cfg.get("tp_comm_overlap"), cfg.get("virtual_pipeline_model_parallel_size") or 1)
 
 
 def _typical(c: Candidate) -> tuple:
@@ -65,9 +79,12 @@ def _typical(c: Candidate) -> tuple:
 
 
 def representatives(members: list[Candidate], k: int = REPRESENTATIVES) -> list[Candidate]:
-    """Up to ``k`` layouts of one structure: the lightest, the typical one, then more typical ones."""
+    """Up to ``k`` layouts of one structure: the fastest if it fits, the lightest on memory, then the
+    typical ones. The same structure can be best at a large micro-batch without recompute (Qwen3-30B-A3B
+    / 256 H100) or only with recompute and small micro-batches (GPT-3 175B / 1024 A100): without the
+    first two, the Qwen3 optimum's structure ranked 12th, without the typical ones GPT-3's ranked last."""
     picks: list[Candidate] = []
-    for c in [min(members, key=_light)] + sorted(members, key=_typical):
+    for c in [min(members, key=_fast), min(members, key=_light)] + sorted(members, key=_typical):
         if len(picks) >= k:
             break
         if all(c.key != p.key for p in picks):
@@ -92,7 +109,11 @@ def next_round(valid: list[Candidate], scores: dict[tuple, float | None], budget
         return [c for c in valid if c.key not in scores][:left]
     by_structure = groups(valid)
     reps = {s: representatives(m) for s, m in by_structure.items()}
-    todo = [c for r in reps.values() for c in r if c.key not in scores]
+    # every structure's first representative before any second one, the structures in a spread order, so a
+    # budget too small for this round still samples the whole range (the lightest layouts first)
+    spread = [s for _, s in sorted(((i * _GOLDEN) % 1.0, s) for i, s in enumerate(by_structure))]
+    todo = [reps[s][i] for i in range(REPRESENTATIVES) for s in spread
+            if i < len(reps[s]) and reps[s][i].key not in scores]
     if todo:
         return todo[:left]
 

@@ -1,6 +1,6 @@
 """The default search ("auto", search/auto.py) on the Mixtral 8x7B / 64 H100 space (456 layouts, 76 structures).
 
-Its budget is cut below the space's size (300 layouts: every structure at up to 3 layouts, then the best
+Its budget is cut below the space's size (350 layouts: every structure at up to 4 layouts, then the best
 structures whole), so the structure-first rounds run rather than the small-space exhaustive fallback.
 """
 
@@ -19,7 +19,7 @@ from echo_tune.search.layouts import RejectedLayout, enumerate_layouts
 from echo_tune.search.objective import evaluate
 
 MIXTRAL = Path(__file__).resolve().parents[2] / "search_spaces" / "mixtral-8x7b-64xh100.yaml"
-BUDGET = 300
+BUDGET = 350
 
 
 @pytest.fixture(scope="module")
