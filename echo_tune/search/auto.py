@@ -1,8 +1,8 @@
 """The default search ("auto"): structure first, then every layout of the best structures.
 
-Why: a layout space is a few hundred *structures* (GPU count, TP, PP, CP, EP, ETP, uneven pipeline split),
-each holding tens to a couple of hundred layouts that differ in the remaining settings (micro-batch,
-interleaving, recompute, communication overlaps). The structure decides most of the step time and
+Why: a layout space is a few hundred *structures* (GPU count, TP, PP, CP, EP, ETP, uneven pipeline split,
+FP8 or not), each holding tens to a couple of hundred layouts that differ in the remaining settings
+(micro-batch, interleaving, recompute, communication overlaps). The structure decides most of the step time and
 the remaining settings are few, so:
 
 1. **representatives** - every structure is simulated at a few of its layouts (``REPRESENTATIVES``:
@@ -40,7 +40,7 @@ AUTO_BUDGET = 3000
 STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
                     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "fp8_format")
 
 REPRESENTATIVES = 4
 """Layouts simulated per structure in round 1."""
