@@ -110,7 +110,7 @@ def next_round(valid: list[Candidate], scores: dict[tuple, float | None], budget
     by_structure = groups(valid)
     reps = {s: representatives(m) for s, m in by_structure.items()}
     # every structure's first representative before any second one, the structures in a spread order, so a
-    # budget too small for this round still samples the whole range (the lightest layouts first)
+    # budget too small for this round still samples the whole range (the fastest layouts first)
     spread = [s for _, s in sorted(((i * _GOLDEN) % 1.0, s) for i, s in enumerate(by_structure))]
     todo = [reps[s][i] for i in range(REPRESENTATIVES) for s in spread
             if i < len(reps[s]) and reps[s][i].key not in scores]
@@ -119,7 +119,7 @@ def next_round(valid: list[Candidate], scores: dict[tuple, float | None], budget
 
     def rank(s: tuple) -> tuple:
         values = [scores[c.key] for c in reps[s] if scores.get(c.key) is not None]
-        return (min(values) if values else float("inf"), s.__repr__())
+        return (min(values) if values else float("inf"), repr(s))
     out: list[Candidate] = []
     for s in sorted(by_structure, key=rank):
         rest = [c for c in by_structure[s] if c.key not in scores]
