@@ -49,9 +49,10 @@ def add_parser(subparsers) -> None:
                         help=f"share of wall time spent training; days and cost are divided by it (default "
                              f"{GOODPUT_DEFAULT}: Llama 3 405B's >90%% effective training time, arXiv 2407.21783)")
     parser.add_argument("--sort", default="time", choices=SORT_KEYS, help="order of the table (default time)")
-    parser.add_argument("--sampler", default="tpe", choices=("tpe", "random", "exhaustive"),
-                        help="sampler of each candidate's search (default tpe)")
-    parser.add_argument("--n-trials", type=int, default=120, help="trials per candidate (default 120)")
+    parser.add_argument("--sampler", default="auto", choices=("auto", "tpe", "random", "exhaustive"),
+                        help="sampler of each candidate's search (default auto, the search command's default)")
+    parser.add_argument("--n-trials", type=int, default=None,
+                        help="trials per candidate (default: the sampler's, as in the search command)")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     parser.add_argument("--memory-headroom-gib", type=float, default=None,
                         help="GiB a layout must leave free under the HBM size (default 2)")

@@ -17,6 +17,8 @@ from echo_tune.errors import ConfigError
 from echo_tune.search.auto_space import CAPS_HELP, FP8_CHOICES, auto_space_dict, layout_overrides, write_space
 from echo_tune.search.space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
 from echo_tune.search.sampler import SAMPLERS
+from echo_tune.search.auto import AUTO_BUDGET
+from echo_tune.search.sampler import DEFAULT_SAMPLER
 from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, run_search
 from echo_tune.cli.search_report import layout_label, print_result, result_tables  # noqa: F401 (imported from here)
 from echo_tune.tables import add_format_arguments, output_format, print_table
@@ -47,11 +49,14 @@ def add_parser(subparsers) -> None:
                            "recompute_num_layers=1,2,4 (repeat the flag)")
     zero.add_argument("--write-space", metavar="FILE", help="also save the built space as YAML, to edit and reuse. "
                                                             + CAPS_HELP)
-    parser.add_argument("--sampler", default="tpe", choices=sorted(SAMPLERS),
-                        help="tpe (default), random, nsga2 (multi-objective) or exhaustive (every valid layout)")
+    parser.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=sorted(SAMPLERS),
+                        help="auto (default: every pipeline/parallel structure at a few layouts, then every layout "
+                             "of the best structures), tpe, random, nsga2 (multi-objective) or exhaustive (every "
+                             "valid layout)")
     parser.add_argument("--n-trials", type=int, default=None,
-                        help=f"trials the study should hold in total (default {DEFAULT_N_TRIALS}; exhaustive: "
-                             f"every valid layout); a resumed study runs only the missing ones")
+                        help=f"trials the study should hold in total (default: auto {AUTO_BUDGET} at most, tpe, "
+                             f"random and nsga2 {DEFAULT_N_TRIALS}; exhaustive: every valid layout); a resumed "
+                             f"study runs only the missing ones")
     parser.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0; same seed, same study)")
     parser.add_argument("--n-jobs", type=int, default=1,

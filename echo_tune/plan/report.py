@@ -148,4 +148,6 @@ def print_plan(result, explanation: dict | None, *, sort: str, console: Console 
         print_table(sens, fmt, console)
     for note in result.notes:
         say(f"note: {note}", "dim")
+    say("coverage: " + ", ".join(f"{r['candidate']} {r['n_trials']} of {r['space_size']} layouts simulated "
+                                 f"({100 * r['coverage']:.1f}%)" for r in result.rows if "space_size" in r), "dim")
     say(f"studies in {', '.join(r['study'] for r in result.rows)} (run again to reuse them)", "dim")

@@ -142,10 +142,16 @@ class SearchResult:
     top: list[dict] = field(default_factory=list)
     """The best feasible trials' records (first objective), for the terminal table."""
 
+    @property
+    def coverage(self) -> float:
+        """Share of the space's valid layouts simulated (finished trials / valid layouts)."""
+        return min(1.0, self.n_trials / self.space_size) if self.space_size else 0.0
+
     def to_dict(self) -> dict:
         data = {"study_name": self.study_name, "sampler": self.sampler, "n_trials": self.n_trials,
                 "n_feasible": self.n_feasible, "n_infeasible": self.n_infeasible, "n_rejected": self.n_rejected,
-                "new_trials": self.new_trials, "space_size": self.space_size, "wall_time_s": self.wall_time_s,
+                "new_trials": self.new_trials, "space_size": self.space_size, "coverage": self.coverage,
+                "wall_time_s": self.wall_time_s,
                 "best": self.best, "results_dir": self.results_dir, "storage": self.storage, "files": self.files,
                 "interrupted": self.interrupted, "notes": self.notes}
         if len(self.pareto) or (self.best and len(self.best.get("objectives", {})) > 1):

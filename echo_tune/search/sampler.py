@@ -187,6 +187,8 @@ def _nsga2(seed, n_objectives, n_trials, n_jobs):
 
 
 SAMPLERS["exhaustive"] = None  # not an Optuna sampler: see exhaustive.py
+SAMPLERS["auto"] = None  # the default, not an Optuna sampler either: see auto.py
+DEFAULT_SAMPLER = "auto"
 
 
 POLISH_SAMPLERS = {"tpe": 0.8}  # sampler -> fraction of the trials after which it searches locally

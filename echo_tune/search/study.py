@@ -1,7 +1,7 @@
 """The study driver: one Optuna study per search, stored under ``results/<name>/``, resumable.
 
 Samplers come from the registry in ``sampler.py`` (wrapped to propose valid layouts only); the exhaustive
-"sampler" is ``exhaustive.py``.
+"sampler" is ``exhaustive.py``, the default ("auto", structure first) ``auto.py``.
 
 ``run_search(space, SearchOptions(...))`` runs (or continues) one Optuna study whose objective is the
 simulator and writes the output files. ``--n-trials`` is the study's total: a resumed study runs only
@@ -28,6 +28,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.io import ensure_dir
 from echo_tune.search import results as res
 from echo_tune.search.results import SearchResult
+from echo_tune.search.auto import AUTO_BUDGET, run_auto
 from echo_tune.search.exhaustive import run_exhaustive
 from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id
 from echo_tune.search.layouts import RejectedLayout, baselines, check_space
@@ -47,9 +48,10 @@ from echo_tune.search.outputs import check_outputs
 
 @dataclass
 class SearchOptions:
-    sampler: str = "tpe"
+    sampler: str = "auto"
     n_trials: int | None = None
-    """Total finished trials the study should hold (default 200; exhaustive: every valid layout)."""
+    """Total finished trials the study should hold (default: auto 3000 layouts at most, the Optuna samplers 200;
+    exhaustive: every valid layout)."""
     timeout: float | None = None
     """Stop starting trials after this many seconds (finished trials are kept)."""
     seed: int | None = 0
@@ -295,7 +297,10 @@ def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started
     done_before = res.finished_count(study)
     interrupted = False
     try:
-        if opts.sampler == "exhaustive":
+        if opts.sampler == "auto":
+            run_auto(space, study, store, valid, opts.n_trials or AUTO_BUDGET, n_jobs=opts.n_jobs, profile=profile,
+                     deadline=deadline, progress=progress)
+        elif opts.sampler == "exhaustive":
             _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress)
         else:
             _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,

@@ -70,8 +70,9 @@ def test_full_disk_under_sqlite_says_disk_full(tmp_path, monkeypatch, capsys):
                 raise StorageInternalError("An exception is raised during the commit.") from exc
         return real(self, *args, **kw)
     monkeypatch.setattr(RDBStorage, "set_trial_state_values", full)
-    code = main(["search", SMALL, "--n-trials", "10", "--results-dir", str(tmp_path), "--storage",
-                 f"sqlite:///{tmp_path / 'study.db'}"])
+    # the trial-by-trial path (tell -> set_trial_state_values); the default search stores batches of trials
+    code = main(["search", SMALL, "--sampler", "tpe", "--n-trials", "10", "--results-dir", str(tmp_path),
+                 "--storage", f"sqlite:///{tmp_path / 'study.db'}"])
     err = _errors(capsys.readouterr().err)
     assert code == 2 and len(err) == 1 and "disk full" in err[0], err
 

@@ -1,0 +1,115 @@
+"""Search quality of the default search (``auto``) against the exhaustive optimum: not a test, a measurement.
+
+Per space: valid layouts, the exhaustive optimum (``--sampler exhaustive``) and its wall time, and for each
+seed the default search's best step time, its gap to the optimum, layouts simulated and wall time (both
+through ``run_search``, enumeration included, one process). Spaces:
+
+  * qwen3-30b-a3b  - Qwen3-30B-A3B, 256 H100, global batch 1024, sequence 4096 (the zero-YAML space of
+                     ``echo-tune search --model qwen3-30b-a3b --cluster h100 --num-gpus 256 ...``)
+  * llama3.1-70b   - Llama-3.1 70B, 256 H100, global batch 512 (zero-YAML space)
+  * gpt3-175b      - search_spaces/gpt3-175b-1024xa100.yaml
+  * mixtral-8x7b   - search_spaces/mixtral-8x7b-64xh100.yaml
+  * mixtral-8x22b, deepseek-v2-lite (not run by default) - zero-YAML: 256 H100, global batch 1024; 64 H100, 512
+
+    python benchmarks/search_quality.py [--spaces qwen3-30b-a3b,llama3.1-70b,...] [--seeds 5] [--n-trials N]
+        [--compare tpe] [--results-dir DIR] [--json]
+
+``--compare tpe`` adds the same seeds of another sampler at its default trials (TPE: 200).
+``--results-dir`` keeps the studies: a second run reuses a finished exhaustive study (resumed, nothing new
+to simulate) and times only the default searches. The default searches take no random draw (auto.py), so
+every seed gives the same layouts; the seeds are run to show that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from echo_tune.search import SearchOptions, load_space, run_search  # noqa: E402
+
+ZERO_YAML = {
+    "qwen3-30b-a3b": dict(model="qwen3-30b-a3b", cluster="h100", num_gpus=256, global_batch_size=1024,
+                          seq_length=4096),
+    "llama3.1-70b": dict(model="llama3.1-70b", cluster="h100", num_gpus=256, global_batch_size=512),
+    "mixtral-8x22b": dict(model="mixtral-8x22b", cluster="h100", num_gpus=256, global_batch_size=1024),
+    "deepseek-v2-lite": dict(model="deepseek-v2-lite", cluster="h100", num_gpus=64, global_batch_size=512),
+}
+FILES = {"gpt3-175b": REPO / "search_spaces" / "gpt3-175b-1024xa100.yaml",
+         "mixtral-8x7b": REPO / "search_spaces" / "mixtral-8x7b-64xh100.yaml"}
+
+
+def build(name: str):
+    if name in FILES:
+        return load_space(FILES[name])
+    from echo_tune.search.auto_space import auto_space
+
+    return auto_space(**ZERO_YAML[name])
+
+
+def measure(name: str, seeds: int, n_trials: int | None, results: Path, samplers: tuple[str, ...] = ("auto",)) -> dict:
+    space = build(name)
+    start = time.perf_counter()
+    exhaustive = run_search(space, SearchOptions(sampler="exhaustive", study_name=f"{space.name}-exhaustive",
+                                                 results_dir=results, resume=True, write_files=False))
+    row = {"space": name, "layouts": exhaustive.space_size, "optimum_s": exhaustive.best["step_time_s"],
+           "exhaustive_new_trials": exhaustive.new_trials, "exhaustive_wall_s": time.perf_counter() - start,
+           "runs": []}
+    for sampler in samplers:
+        for seed in range(seeds):
+            start = time.perf_counter()
+            opts = SearchOptions(sampler=sampler, seed=seed, n_trials=n_trials if sampler == "auto" else None,
+                                 study_name=f"{space.name}-{sampler}-{seed}", results_dir=results, overwrite=True,
+                                 write_files=False)
+            result = run_search(space, opts)
+            best = result.best["step_time_s"] if result.best else float("inf")
+            row["runs"].append({"sampler": sampler, "seed": seed, "best_s": best,
+                                "gap_pct": 100 * (best / row["optimum_s"] - 1), "simulated": result.n_trials,
+                                "coverage": result.coverage, "wall_s": time.perf_counter() - start})
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    print("| space | layouts | exhaustive optimum | exhaustive wall | search | seed | best | gap | simulated "
+          "(coverage) | wall |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        ex_wall = f"{row['exhaustive_wall_s']:.0f} s" if row["exhaustive_new_trials"] else "(stored)"
+        for i, run in enumerate(row["runs"]):
+            head = (f"| {row['space']} | {row['layouts']} | {row['optimum_s']:.4f} s | {ex_wall} "
+                    if i == 0 else "| | | | ")
+            sampler = "default" if run["sampler"] == "auto" else run["sampler"]
+            print(f"{head}| {sampler} | {run['seed']} | {run['best_s']:.4f} s | {run['gap_pct']:.2f}% | {run['simulated']} "
+                  f"({100 * run['coverage']:.1f}%) | {run['wall_s']:.1f} s |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spaces", default="qwen3-30b-a3b,llama3.1-70b,gpt3-175b,mixtral-8x7b")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--n-trials", type=int, default=None, help="the default search's budget (default: its own)")
+    parser.add_argument("--compare", default="", help="also run these samplers at their default trials, e.g. tpe")
+    parser.add_argument("--results-dir", default=None, help="keep the studies here (default: a temporary folder)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        results = Path(args.results_dir or tmp)
+        rows = []
+        for name in args.spaces.split(","):
+            samplers = ("auto",) + tuple(x for x in args.compare.split(",") if x)
+            rows.append(measure(name, args.seeds, args.n_trials, results, samplers))
+            print(f"# {name} done", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The default search ("auto"): structure first, then every layout of the best structures.
+
+Why: a layout space is a few hundred *structures* (GPU count, TP, PP, CP, EP, ETP, uneven pipeline split,
+FP8 or not), each holding tens to a couple of hundred layouts that differ in the remaining settings
+(micro-batch, interleaving, recompute, communication overlaps). The structure decides most of the step time and
+the remaining settings are few, so:
+
+1. **representatives** - every structure is simulated at a few of its layouts (``REPRESENTATIVES``:
+   the fastest if it fits, the lightest on memory, two typical ones), so a structure whose layouts
+   mostly exceed memory still shows whether it can fit, and one that is best at a large micro-batch
+   without recompute shows that. Every structure's first representative comes before any second one,
+   the structures in a spread order, so a budget too small for the round still samples them all over;
+2. **survivors** - structures in the order of their best representative, each simulated completely
+   (every layout of it), while the budget (``--n-trials``, default ``AUTO_BUDGET``) allows;
+3. a space no larger than the budget is simulated completely (the exhaustive search).
+
+Each round is stored as finished trials (``exhaustive.run_exhaustive``: batched, spread over ``--n-jobs``
+processes), and the next round is computed from the stored trials only, with no random draw: the same
+space gives the same layouts for every seed, and an interrupted search resumed continues with the layouts
+it had not simulated yet. The order of the survivors depends on the representatives only, so a resumed
+search ends with the same set of layouts as an uninterrupted one.
+
+Measured with benchmarks/search_quality.py (table in docs/search.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from optuna.trial import TrialState
+
+from echo_tune.search.exhaustive import run_exhaustive
+from echo_tune.search.layouts import Candidate
+from echo_tune.search.space import SearchSpace
+
+AUTO_BUDGET = 3000
+"""Layouts the default search simulates at most (about 2 ms each in the simulator)."""
+
+STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                    "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+                    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "fp8_format")
+
+REPRESENTATIVES = 4
+"""Layouts simulated per structure in round 1."""
+
+_GOLDEN = 0.6180339887498949
+
+
+def structure(c: Candidate) -> tuple:
+    cfg = c.config
+    return tuple(cfg.get(f) for f in STRUCTURE_FIELDS)
+
+
+_RECOMPUTE = {"full": 2, "selective": 1, None: 0}
+
+
+def _light(c: Candidate) -> tuple:
+    """Lightest on memory first: full recompute, smallest micro-batch, no interleaving."""
+    cfg = c.config
+    return (-_RECOMPUTE.get(cfg.get("recompute_granularity"), 0), cfg.get("micro_batch_size", 1),
+            cfg.get("virtual_pipeline_model_parallel_size") or 1, not cfg.get("tp_comm_overlap"))
+
+
+def _fast(c: Candidate) -> tuple:
+    """Fastest if it fits: no recompute, largest micro-batch, TP-comm overlap, no interleaving."""
+    cfg = c.config
+    return (_RECOMPUTE.get(cfg.get("recompute_granularity"), 0), -cfg.get("micro_batch_size", 1),
+            not cfg.get("tp_comm_overlap"), cfg.get("virtual_pipeline_model_parallel_size") or 1)
+
+
+def _typical(c: Candidate) -> tuple:
+    """What a practitioner tries first: selective recompute, overlaps on, small micro-batch, no interleaving."""
+    cfg = c.config
+    recompute = {"selective": 0, None: 1, "full": 2}.get(cfg.get("recompute_granularity"), 3)
+    return (recompute, not cfg.get("tp_comm_overlap"), cfg.get("micro_batch_size", 1),
+            cfg.get("virtual_pipeline_model_parallel_size") or 1)
+
+
+def representatives(members: list[Candidate], k: int = REPRESENTATIVES) -> list[Candidate]:
+    """Up to ``k`` layouts of one structure: the fastest if it fits, the lightest on memory, then the
+    typical ones. The same structure can be best at a large micro-batch without recompute (Qwen3-30B-A3B
+    / 256 H100) or only with recompute and small micro-batches (GPT-3 175B / 1024 A100): without the
+    first two, the Qwen3 optimum's structure ranked 12th, without the typical ones GPT-3's ranked last."""
+    picks: list[Candidate] = []
+    for c in [min(members, key=_fast), min(members, key=_light)] + sorted(members, key=_typical):
+        if len(picks) >= k:
+            break
+        if all(c.key != p.key for p in picks):
+            picks.append(c)
+    return picks
+
+
+def groups(valid: list[Candidate]) -> dict[tuple, list[Candidate]]:
+    out: dict[tuple, list[Candidate]] = {}
+    for c in valid:
+        out.setdefault(structure(c), []).append(c)
+    return out
+
+
+def next_round(valid: list[Candidate], scores: dict[tuple, float | None], budget: int) -> list[Candidate]:
+    """The layouts to simulate next, given ``scores`` (layout key -> first objective, None if it does not
+    fit or was rejected) of those simulated so far; [] when the search is done."""
+    left = budget - len(scores)
+    if left <= 0:
+        return []
+    if len(valid) <= budget:  # small space: every layout
+        return [c for c in valid if c.key not in scores][:left]
+    by_structure = groups(valid)
+    reps = {s: representatives(m) for s, m in by_structure.items()}
+    # every structure's first representative before any second one, the structures in a spread order, so a
+    # budget too small for this round still samples the whole range (the fastest layouts first)
+    spread = [s for _, s in sorted(((i * _GOLDEN) % 1.0, s) for i, s in enumerate(by_structure))]
+    todo = [reps[s][i] for i in range(REPRESENTATIVES) for s in spread
+            if i < len(reps[s]) and reps[s][i].key not in scores]
+    if todo:
+        return todo[:left]
+
+    def rank(s: tuple) -> tuple:
+        values = [scores[c.key] for c in reps[s] if scores.get(c.key) is not None]
+        return (min(values) if values else float("inf"), repr(s))
+    out: list[Candidate] = []
+    for s in sorted(by_structure, key=rank):
+        rest = [c for c in by_structure[s] if c.key not in scores]
+        if len(rest) > left:
+            break  # the next structure does not fit whole: stop (a later, worse one might, but is not wanted)
+        out += rest
+        left -= len(rest)
+    return out
+
+
+def stored_scores(study) -> dict[tuple, float | None]:
+    """Layout key -> first objective (None: over memory or rejected) of every finished trial."""
+    out: dict[tuple, float | None] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        record = t.user_attrs.get("record")
+        config = (record or t.user_attrs).get("config")
+        if config is None:
+            continue
+        key = tuple(sorted(config.items()))
+        feasible = t.state == TrialState.COMPLETE and record is not None and record.get("fits_memory")
+        out[key] = t.values[0] if feasible and t.values else None
+    return out
+
+
+def run_auto(space: SearchSpace, study, store, valid: list[Candidate], budget: int, *, n_jobs: int = 1, profile=None,
+             deadline: float | None = None, progress: Callable[[int, int, dict | None], None] | None = None) -> None:
+    """Rounds of ``next_round``'s layouts, each simulated and stored as trials, until it is empty."""
+    total = min(budget, len(valid))
+    count = [len(stored_scores(study))]
+
+    def on_trials(n: int, best: dict | None = None) -> None:
+        count[0] += n
+        if progress is not None:
+            progress(count[0], total, best)
+    while deadline is None or time.monotonic() < deadline:
+        todo = next_round(valid, stored_scores(study), budget)
+        if not todo:
+            return
+        if not run_exhaustive(space, study, store, todo, n_jobs=n_jobs, profile=profile, deadline=deadline,
+                              on_trials=on_trials):
+            return  # nothing stored (a deadline hit)
