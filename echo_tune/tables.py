@@ -153,6 +153,21 @@ def print_table(table: TextTable, fmt: str = "table", console: Console | None = 
             console.print(Text(f"{_name(table, k)}: ", style="bold") + Text("; ").join(parts))
 
 
+def note_printer(console: Console, fmt: str):
+    """``(line, style)`` for the notes printed under a table: ``line(text)`` prints one paragraph (soft-wrapped
+    except in a terminal table; followed by a blank line in Markdown), ``style(name)`` is the rich style in a
+    terminal table and none in the plain formats."""
+    def style(name: str) -> str:
+        return name if fmt == "table" else ""
+
+    def line(text, **kw) -> None:
+        console.print(text, soft_wrap=fmt != "table", **kw)
+        if fmt == "markdown":  # a paragraph of its own
+            console.print()
+
+    return line, style
+
+
 def to_csv(table: TextTable) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

@@ -15,7 +15,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.plan.bands import band_note
 from echo_tune.plan.projection import GOODPUT_DEFAULT, deadline_note, legend
 from echo_tune.plan.rank import load_rank_file, parse_tokens, rank
-from echo_tune.tables import Column, TextTable, add_format_arguments, output_format, print_table
+from echo_tune.tables import Column, TextTable, add_format_arguments, note_printer, output_format, print_table
 
 DEFAULT_TOKENS = 1e12
 
@@ -129,12 +129,7 @@ def print_ranking(rows: list[dict], tokens: float, console: Console | None = Non
     print_table(ranking_table(rows, tokens, currency=currency, sort=sort), fmt, console)
     if fmt == "csv":
         return
-    style = (lambda s: s) if fmt == "table" else (lambda s: "")
-
-    def line(text, **kw) -> None:  # Markdown: one line per paragraph
-        console.print(text, soft_wrap=fmt != "table", **kw)
-        if fmt == "markdown":  # a paragraph of its own
-            console.print()
+    line, style = note_printer(console, fmt)
 
     line(Text(f"cost = GPU-hours x gpu_hour_cost in {currency} ('-' where no price is given or the layout "
               f"does not fit); {legend([r for r in rows if not r.get('refused')])}", style=style("dim")))

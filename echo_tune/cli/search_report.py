@@ -11,7 +11,7 @@ from echo_tune.cli.common import human_bytes, human_time
 from echo_tune.console import make_console
 from echo_tune.search.labels import short_labels
 from echo_tune.search.study import SearchResult
-from echo_tune.tables import Column, TextTable, print_table
+from echo_tune.tables import Column, TextTable, note_printer, print_table
 
 
 def layout_label(cfg: dict, dp: int | None = None) -> str:
@@ -83,12 +83,7 @@ def print_result(space, result: SearchResult, *, top: int = 10, console: Console
         print_table(table, fmt, console)
     if fmt == "csv":
         return
-    style = (lambda s: s) if fmt == "table" else (lambda s: "")
-
-    def line(text, **kw) -> None:  # Markdown: one line per paragraph
-        console.print(text, soft_wrap=fmt != "table", **kw)
-        if fmt == "markdown":  # a paragraph of its own
-            console.print()
+    line, style = note_printer(console, fmt)
 
     line(Text(f"{result.sampler}: {result.n_trials} trials ({result.new_trials} new), {result.n_feasible} "
               f"feasible, {result.n_infeasible} over memory, {result.n_rejected} rejected; coverage: "
