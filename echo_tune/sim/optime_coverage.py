@@ -5,6 +5,8 @@ from __future__ import annotations
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.cost.compute import is_measured, op_time_s
+from echo_tune.cost.fp8 import fp8_gemm_time_s, is_fp8_gemm
+from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
 from echo_tune.cost.optime_device import mismatch
@@ -39,12 +41,19 @@ def _stage_ops(pieces: dict[str, Trace], layout: Layout, stage: int) -> list[tup
 
 
 def measured_compute_share(pieces: dict[str, Trace], layout: Layout, stage: int, profile: ClusterProfile,
-                           cluster: ClusterSpec, precision: str) -> float | None:
-    """Share of the stage's compute time whose ops were measured; None without an op-time database."""
+                           cluster: ClusterSpec, precision: str, fp8: bool = False) -> float | None:
+    """Share of the stage's compute time whose ops were measured; None without an op-time database.
+
+    With ``fp8``, the linear GEMMs run in FP8 and are priced from the GPU's FP8 peak (``cost/fp8.py``), never
+    from the database (which holds plain-precision times): they count as not measured."""
     if profile.op_times is None:
         return None
     total = measured = 0.0
     for op, n in _stage_ops(pieces, layout, stage):
+        if fp8 and is_fp8_gemm(op):
+            groups, one = (op.gemm_groups, per_expert_op(op)) if is_grouped_expert_gemm(op) else (1, op)
+            total += n * groups * fp8_gemm_time_s(one, profile, cluster.gpu)
+            continue
         t = n * op_time_s(op, profile, cluster.gpu, precision)
         total += t
         if is_measured(op, profile):

@@ -177,7 +177,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "effective_recompute_method": layout.recompute_method,
               "effective_recompute_num_layers": layout.recompute_num_layers,
               "model_spec": dict(_model_spec(model))}
-    share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision)
+    share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision, fp8=parallel.fp8)
     notes = moe_notes(model, layout) + layer_notes(model, parallel)
     if share is not None:
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "

@@ -34,3 +34,19 @@ def test_a_layout_outside_the_database_falls_back_to_the_surface(profiled):
                               precision="fp32")  # TP1 shapes were never measured
     report = et.simulate(model, cluster, 2, other, profile=profile)
     assert report.measured_compute_share < 0.5
+
+
+def test_fp8_gemms_are_not_counted_as_measured(profiled):
+    """Under FP8 the linear GEMMs are priced from the FP8 peak (cost/fp8.py), not from the database's
+    plain-precision times, so they leave the measured share; the other measured ops stay in it."""
+    from echo_tune.sim.optime_coverage import measured_compute_share
+
+    model, cluster, layout, profile = profiled
+    checked = et.check_compatible(model, cluster, 4, layout)
+    pieces = trace_pieces(model, layout, checked)
+    plain = measured_compute_share(pieces, checked, 0, profile, cluster, "fp32")
+    # a CPU has no FP8 peak: give the test cluster's device one, as an FP8 GPU has
+    gpu = dataclasses.replace(cluster.gpu, peak_fp8_tflops=2 * cluster.gpu.peak_bf16_tflops)
+    fp8 = measured_compute_share(pieces, checked, 0, profile, dataclasses.replace(cluster, gpu=gpu), "fp32", fp8=True)
+    assert plain >= 0.95
+    assert 0 < fp8 < plain - 0.2
