@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 SMALL = str(REPO / "search_spaces" / "small-gpt7b-16xa100.yaml")
 
 
 def test_sigterm_writes_outputs_and_exits_130(tmp_path):
     cmd = [sys.executable, "-m", "echo_tune.cli.main", "search", SMALL, "--sampler", "random", "--n-trials",
            "100000", "--study-name", "term", "--results-dir", str(tmp_path), "--json"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
     journal = tmp_path / "term" / "journal.log"
     try:
         deadline = time.monotonic() + 120
@@ -39,11 +39,10 @@ def test_sigterm_writes_outputs_and_exits_130(tmp_path):
 
 def test_plain_progress_lines_when_not_on_a_terminal(tmp_path):
     """Batch-job logs get plain lines with counts and best-so-far, in sampling and exhaustive mode."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     for sampler, extra in (("tpe", ["--n-trials", "20"]), ("exhaustive", [])):
         proc = subprocess.run([sys.executable, "-m", "echo_tune.cli.main", "search", SMALL, "--sampler", sampler,
                                *extra, "--results-dir", str(tmp_path / sampler), "--json"],
-                              capture_output=True, text=True, env=env, timeout=300)
+                              capture_output=True, text=True, env=ENV, timeout=300)
         assert proc.returncode == 0, proc.stderr
         lines = [l for l in proc.stderr.splitlines() if l.startswith("search small-gpt7b-16xa100:")]
         assert "sampler" in lines[0]
@@ -63,15 +62,10 @@ def _journal_trials(path: Path) -> int:
     return len([t for t in study.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED")])
 
 
-def test_sigterm_to_the_process_group_of_a_parallel_exhaustive_search(tmp_path):
-    """A scheduler signals the whole process group: the loky workers must not die mid-batch (issue 20: a
-    TerminatedWorkerError traceback and no outputs); the parent stops after the batch in hand, writes
-    trials.csv and best.json from every stored trial, says so in one line, and the study resumes."""
-    cmd = [sys.executable, "-m", "echo_tune.cli.main", "search", SMALL, "--sampler", "exhaustive", "--n-jobs", "2",
-           "--study-name", "group", "--results-dir", str(tmp_path), "--json"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
-    journal = tmp_path / "group" / "journal.log"
+def _sigterm_group_midway(cmd: list[str], journal: Path) -> tuple[int, bytes, str]:
+    """Start ``cmd`` in its own process group, SIGTERM the whole group once its journal holds some trials;
+    (exit code, stdout, stderr)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (journal.exists() and journal.stat().st_size > 50000):
@@ -82,8 +76,18 @@ def test_sigterm_to_the_process_group_of_a_parallel_exhaustive_search(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    err = err.decode()
-    assert proc.returncode == 130, err
+    return proc.returncode, out, err.decode()
+
+
+def test_sigterm_to_the_process_group_of_a_parallel_exhaustive_search(tmp_path):
+    """A scheduler signals the whole process group: the loky workers must not die mid-batch (issue 20: a
+    TerminatedWorkerError traceback and no outputs); the parent stops after the batch in hand, writes
+    trials.csv and best.json from every stored trial, says so in one line, and the study resumes."""
+    cmd = [sys.executable, "-m", "echo_tune.cli.main", "search", SMALL, "--sampler", "exhaustive", "--n-jobs", "2",
+           "--study-name", "group", "--results-dir", str(tmp_path), "--json"]
+    journal = tmp_path / "group" / "journal.log"
+    returncode, out, err = _sigterm_group_midway(cmd, journal)
+    assert returncode == 130, err
     assert "Traceback" not in err and "TerminatedWorkerError" not in err, err
     assert "interrupted" in err.splitlines()[-1] and "--resume" in err.splitlines()[-1], err
     summary = json.loads(out)
@@ -92,7 +96,7 @@ def test_sigterm_to_the_process_group_of_a_parallel_exhaustive_search(tmp_path):
     rows = (tmp_path / "group" / "trials.csv").read_text().strip().splitlines()
     assert len(rows) - 1 == stored  # every stored trial is in trials.csv
     assert json.loads((tmp_path / "group" / "best.json").read_text())["trial"] >= 0
-    again = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, env=env, timeout=300)
+    again = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, env=ENV, timeout=300)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["n_trials"] == 744 and _journal_trials(journal) == 744
 
@@ -102,21 +106,9 @@ def test_sigterm_to_the_process_group_of_a_parallel_sampling_search(tmp_path):
     the outputs are written, exit 130 with one line."""
     cmd = [sys.executable, "-m", "echo_tune.cli.main", "search", SMALL, "--sampler", "random", "--n-jobs", "2",
            "--n-trials", "700", "--study-name", "group", "--results-dir", str(tmp_path), "--json"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     journal = tmp_path / "group" / "journal.log"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (journal.exists() and journal.stat().st_size > 50000):
-            time.sleep(0.05)
-            assert proc.poll() is None, proc.stderr.read().decode()
-        os.killpg(proc.pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    err = err.decode()
-    assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err.splitlines()[-1], err
+    returncode, out, err = _sigterm_group_midway(cmd, journal)
+    assert returncode == 130 and "Traceback" not in err and "interrupted" in err.splitlines()[-1], err
     summary = json.loads(out)
     assert summary["interrupted"] and 0 < summary["n_trials"] == _journal_trials(journal) < 700
     assert (tmp_path / "group" / "best.json").is_file()
