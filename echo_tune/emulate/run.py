@@ -88,11 +88,16 @@ class EmulatedRun:
 
 
 def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
-    """What emulate does not run is refused by name, never run as something else (issue 20)."""
+    """What emulate does not run (MoE layers, sliding-window attention, FP8 GEMMs) is refused by name, never run
+    as something else."""
     problems = []
     if model.is_moe:
         problems.append(f"emulate runs dense layers only and cannot run the MoE layers of this model, but got "
                         f"(num_experts={model.num_experts}); use `echo-tune simulate` for MoE models")
+    if model.windowed_attention:
+        problems.append(f"emulate runs full attention only and cannot run this model's sliding-window layers, but "
+                        f"got (window_size={model.window_size[0]},{model.window_size[1]}); use `echo-tune simulate` "
+                        f"for sliding-window models")
     if parallel.fp8_format is not None:
         problems.append(f"emulate runs the GEMMs in {parallel.precision} only and cannot run FP8 GEMMs, but got "
                         f"(fp8_format={parallel.fp8_format}); drop --fp8-format to emulate the {parallel.precision} "

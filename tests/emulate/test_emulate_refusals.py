@@ -1,4 +1,4 @@
-"""emulate refuses by name what it does not run (issue 20): MoE layers, FP8 GEMMs, another device."""
+"""emulate refuses by name what it does not run: MoE layers, sliding-window attention, FP8 GEMMs, another device."""
 
 import dataclasses
 
@@ -62,3 +62,16 @@ def test_the_cpu_test_cluster_is_its_own_device(one_thread):
     result = emulate(model, et.load_cluster(str(CLUSTER)), 2, layout, device="cpu", repeats=1, warmup=0)
     assert not result.other_device and result.to_dict()["device_is_cluster_gpu"] is True
     assert not any(n.startswith("ran on") for n in result.notes)
+
+
+def test_a_sliding_window_model_is_refused_not_run_with_full_attention():
+    """The emulated stage builds full-attention layers; a model whose layers run a sliding window shorter
+    than the sequence (tiny-llama: seq 256) would be timed as something it is not."""
+    windowed = _model(window_size=(64, 0))
+    assert windowed.windowed_attention
+    with pytest.raises(ConfigError) as err:
+        emulate(windowed, et.load_cluster(str(CLUSTER)), 4, tiny_layout(), repeats=1, warmup=0)
+    assert str(err.value) == ("emulate runs full attention only and cannot run this model's sliding-window layers, "
+                              "but got (window_size=64,0); use `echo-tune simulate` for sliding-window models")
+    # a window as long as the sequence is full attention: nothing to refuse
+    emulate(_model(window_size=(1024, 0)), et.load_cluster(str(CLUSTER)), 4, tiny_layout(), repeats=1, warmup=0)
