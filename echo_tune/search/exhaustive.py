@@ -6,8 +6,9 @@ dispatch per batch, not per layout. The parent traces each shape once (torch loa
 on a trace-cache miss) and sends a batch's traced pieces with it: workers never import torch. Batches
 come back in order and are stored as finished trials as they arrive, so an interrupted run keeps them
 and ``--resume`` simulates only the layouts not stored yet. With ``n_jobs > 1`` the workers start while
-the layouts are enumerated (``start_workers``), this process feeds them between slices of its own batch,
-and an idle worker draws the breakdown plot (docs/search.md, "Exhaustive with two processes").
+the layouts are enumerated (``start_workers``) and take batches in order, this process takes the next
+one whenever the batch to store next is not done (feeding the workers between slices of it), and an
+idle worker draws the breakdown plot (docs/search.md, "Exhaustive with two processes").
 """
 
 from __future__ import annotations
@@ -138,41 +139,50 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
     if n_jobs == 1 or len(parts) <= 1:
         results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
         return _store(study, store, results, deadline, on_trials)
-    # n_jobs - 1 worker processes, and this process: it simulates batches from the front (storing each in
-    # order) while the workers take them from the back, until they meet. loky (joblib's process pool): a
+    # n_jobs - 1 worker processes, and this process: the workers take batches in order, this process takes
+    # the next one whenever the batch to store next is not done yet, and stores them in order. loky (joblib's process pool): a
     # worker starts clean (no torch, no inherited threads), imports only the simulator, needs no
     # `if __name__ == "__main__"` guard in the caller, and is reused by the next search (and started
     # early by ``start_workers``).
     pool = worker_pool(n_jobs)
-    futures: dict[int, Future] = {}
-    back = [len(parts)]  # the workers have taken every batch from back[0] on
-
-    def feed() -> None:  # keep two batches queued per worker (finished ones wait here to be stored in order)
-        while sum(not f.done() for f in futures.values()) < 2 * (n_jobs - 1) and back[0] - 1 > front[0]:
-            back[0] -= 1
-            b = parts[back[0]]
-            futures[back[0]] = pool.submit(_evaluate_batch, space, b, profile, _pieces_for(space, b))
-        if back[0] - 1 <= front[0] and not plotting:  # every batch handed out
-            plotting.append(pool.submit(_ready_to_plot))
-
-    front = [0]  # the next batch to store
+    futures: dict[int, Future] = {}  # batches handed to the workers
+    mine: dict[int, list] = {}  # batches simulated here, waiting to be stored in order
+    handed = [0]  # every batch before this one is a worker's or ours
     plotting: list[Future] = []
 
-    def results() -> Iterator[list]:
-        while front[0] < len(parts):
-            i = front[0]
+    def feed() -> None:  # keep two batches queued per worker, the next ones in order
+        while sum(not f.done() for f in futures.values()) < 2 * (n_jobs - 1) and handed[0] < len(parts):
+            b = parts[handed[0]]
+            futures[handed[0]] = pool.submit(_evaluate_batch, space, b, profile, _pieces_for(space, b))
+            handed[0] += 1
+        if handed[0] >= len(parts) and not plotting:  # every batch handed out
+            plotting.append(pool.submit(_ready_to_plot))
+
+    def simulate_here(i: int) -> None:
+        # a slice at a time, topping up the workers' queues between slices (the front batches are the
+        # costliest: a worker would otherwise run dry while this process simulates one)
+        b, pieces, done = parts[i], _pieces_for(space, parts[i]), []
+        for k in range(0, len(b), FEED_EVERY):
+            done += _evaluate_batch(space, b[k:k + FEED_EVERY], profile, pieces)
             feed()
-            future = futures.pop(i, None)
-            if future is not None and (future.done() or not future.cancel()):
-                done = future.result()
-            else:  # ours, or queued for a worker that has not started it (still starting up, say): do it here,
-                # a slice at a time, topping up the workers' queues between slices (the front batches are the
-                # costliest: a worker would otherwise run dry while this process simulates one)
-                b, pieces, done = parts[i], _pieces_for(space, parts[i]), []
-                for k in range(0, len(b), FEED_EVERY):
-                    done += _evaluate_batch(space, b[k:k + FEED_EVERY], profile, pieces)
-                    feed()
-            front[0] += 1
+        mine[i] = done
+
+    def results() -> Iterator[list]:
+        # in order, so trials are numbered as with one process, and stored as soon as the batches before
+        # them are: while the next one to store is still a worker's, this process simulates the next
+        # batch nobody has taken
+        for i in range(len(parts)):
+            feed()
+            while i not in mine and not (i in futures and futures[i].done()):
+                if handed[0] < len(parts):
+                    handed[0] += 1
+                    simulate_here(handed[0] - 1)
+                elif futures[i].cancel():  # queued for a worker that has not started it: do it here
+                    del futures[i]
+                    simulate_here(i)
+                else:
+                    futures[i].result()  # running: wait for it
+            done = mine.pop(i) if i in mine else futures.pop(i).result()
             feed()
             yield done
     try:
