@@ -5,7 +5,10 @@ cut into a few batches per worker, so a worker compiles each pipeline program on
 dispatch per batch, not per layout. The parent traces each shape once (torch loads only there, and only
 on a trace-cache miss) and sends a batch's traced pieces with it: workers never import torch. Batches
 come back in order and are stored as finished trials as they arrive, so an interrupted run keeps them
-and ``--resume`` simulates only the layouts not stored yet.
+and ``--resume`` simulates only the layouts not stored yet. With ``n_jobs > 1`` the workers start while
+the layouts are enumerated (``start_workers``) and take batches in order, this process takes the next
+one whenever the batch to store next is not done (feeding the workers between slices of it), and an
+idle worker draws the breakdown plot (docs/search.md, "Exhaustive with two processes").
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTR
 from echo_tune.search.space import SearchSpace
 
 MAX_BATCH = 128  # layouts per batch at most: the progress bar and an interrupt see a batch at a time
-BATCHES_PER_WORKER = 10  # enough for the processes to even out batches of unequal cost
+BATCHES_PER_WORKER = 20  # enough for the processes to even out batches of unequal cost
+FEED_EVERY = 8  # layouts this process simulates between handing the workers more batches
 
 
 def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces: dict) -> list:
@@ -94,6 +98,37 @@ def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]
                         system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
 
 
+def worker_pool(n_jobs: int):
+    """The (reusable) pool of ``n_jobs - 1`` worker processes."""
+    from joblib.externals.loky import get_reusable_executor
+
+    # die_with_parent: a SIGKILLed search must not leave its workers behind (issue 10)
+    return get_reusable_executor(max_workers=n_jobs - 1, timeout=60, initializer=die_with_parent,
+                                 initargs=(os.getpid(),))
+
+
+def _ready() -> None:
+    """A worker's first task: load the simulator (what the first batch would, about a second)."""
+    import echo_tune.sim.simulate  # noqa: F401
+
+
+def _ready_to_plot() -> None:
+    """A worker out of batches loads matplotlib: it draws the search's plot (``summarize``) next."""
+    from echo_tune.plots import _pyplot, available
+
+    if available():
+        _pyplot()
+
+
+def start_workers(n_jobs: int) -> None:
+    """Start ``run_exhaustive``'s worker processes now, so their start-up (a process and the simulator's
+    imports) runs while this process enumerates the layouts and opens the study, not during the run."""
+    if n_jobs > 1:
+        pool = worker_pool(n_jobs)
+        for _ in range(n_jobs - 1):
+            pool.submit(_ready)
+
+
 def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n_jobs: int = 1, profile=None,
                    deadline: float | None = None, on_trials: Callable[[int, dict | None], None] | None = None) -> int:
     """Simulate ``todo`` and store each as a trial; returns how many were stored.
@@ -104,36 +139,50 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
     if n_jobs == 1 or len(parts) <= 1:
         results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
         return _store(study, store, results, deadline, on_trials)
-    # n_jobs - 1 worker processes, and this process: it simulates batches from the front (storing each in
-    # order) while the workers take them from the back, until they meet. loky (joblib's process pool): a
+    # n_jobs - 1 worker processes, and this process: the workers take batches in order, this process takes
+    # the next one whenever the batch to store next is not done yet, and stores them in order. loky (joblib's process pool): a
     # worker starts clean (no torch, no inherited threads), imports only the simulator, needs no
-    # `if __name__ == "__main__"` guard in the caller, and is reused by the next search.
-    from joblib.externals.loky import get_reusable_executor
+    # `if __name__ == "__main__"` guard in the caller, and is reused by the next search (and started
+    # early by ``start_workers``).
+    pool = worker_pool(n_jobs)
+    futures: dict[int, Future] = {}  # batches handed to the workers
+    mine: dict[int, list] = {}  # batches simulated here, waiting to be stored in order
+    handed = [0]  # every batch before this one is a worker's or ours
+    plotting: list[Future] = []
 
-    # die_with_parent: a SIGKILLed search must not leave its workers behind (issue 10)
-    pool = get_reusable_executor(max_workers=n_jobs - 1, timeout=60, initializer=die_with_parent,
-                                 initargs=(os.getpid(),))
-    futures: dict[int, Future] = {}
-    back = [len(parts)]  # the workers have taken every batch from back[0] on
+    def feed() -> None:  # keep two batches queued per worker, the next ones in order
+        while sum(not f.done() for f in futures.values()) < 2 * (n_jobs - 1) and handed[0] < len(parts):
+            b = parts[handed[0]]
+            futures[handed[0]] = pool.submit(_evaluate_batch, space, b, profile, _pieces_for(space, b))
+            handed[0] += 1
+        if handed[0] >= len(parts) and not plotting:  # every batch handed out
+            plotting.append(pool.submit(_ready_to_plot))
 
-    def feed() -> None:  # keep a few batches queued per worker (finished ones wait here to be stored in order)
-        while sum(not f.done() for f in futures.values()) < 3 * (n_jobs - 1) and back[0] - 1 > front[0]:
-            back[0] -= 1
-            b = parts[back[0]]
-            futures[back[0]] = pool.submit(_evaluate_batch, space, b, profile, _pieces_for(space, b))
-
-    front = [0]  # the next batch to store
+    def simulate_here(i: int) -> None:
+        # a slice at a time, topping up the workers' queues between slices (the front batches are the
+        # costliest: a worker would otherwise run dry while this process simulates one)
+        b, pieces, done = parts[i], _pieces_for(space, parts[i]), []
+        for k in range(0, len(b), FEED_EVERY):
+            done += _evaluate_batch(space, b[k:k + FEED_EVERY], profile, pieces)
+            feed()
+        mine[i] = done
 
     def results() -> Iterator[list]:
-        while front[0] < len(parts):
-            i = front[0]
+        # in order, so trials are numbered as with one process, and stored as soon as the batches before
+        # them are: while the next one to store is still a worker's, this process simulates the next
+        # batch nobody has taken
+        for i in range(len(parts)):
             feed()
-            future = futures.pop(i, None)
-            if future is not None and (future.done() or not future.cancel()):
-                done = future.result()
-            else:  # ours, or queued for a worker that has not started it (still starting up, say): do it here
-                done = _evaluate_batch(space, parts[i], profile, _pieces_for(space, parts[i]))
-            front[0] += 1
+            while i not in mine and not (i in futures and futures[i].done()):
+                if handed[0] < len(parts):
+                    handed[0] += 1
+                    simulate_here(handed[0] - 1)
+                elif futures[i].cancel():  # queued for a worker that has not started it: do it here
+                    del futures[i]
+                    simulate_here(i)
+                else:
+                    futures[i].result()  # running: wait for it
+            done = mine.pop(i) if i in mine else futures.pop(i).result()
             feed()
             yield done
     try:

@@ -13,7 +13,9 @@ symbolic link: a resumed study whose folder holds ``best.json -> elsewhere`` is 
 
 from __future__ import annotations
 
+import functools
 import json
+from concurrent.futures import Future
 from pathlib import Path
 
 import pandas as pd
@@ -108,11 +110,13 @@ def write_pareto(space: SearchSpace, pareto: list[dict], all_points: list[tuple[
 
 
 def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None, pareto: list[dict],
-                  profile=None) -> list[str]:
-    """Write every output file; returns their paths."""
+                  profile=None, pool=None) -> list[str]:
+    """Write every output file; returns their paths. ``pool``: a process pool whose idle worker draws
+    the breakdown plot while this process writes the other files."""
     check_outputs(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     trials = study.get_trials(deepcopy=False)
+    png = _top_breakdowns(space, trials, out_dir / "breakdowns.png", pool=pool)
     files = []
     path = out_dir / "trials.csv"
     write_trials_csv(space, trials, path)
@@ -136,14 +140,16 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
         csv_path, svg_path = out_dir / "pareto.csv", out_dir / "pareto.svg"
         write_pareto(space, pareto, points, csv_path, svg_path)
         files += [csv_path, svg_path] + ([svg_path.with_suffix(".png")] if svg_path.with_suffix(".png").exists() else [])
-    png = _top_breakdowns(space, trials, out_dir / "breakdowns.png")
+    if isinstance(png, Future):
+        png = png.result()
     if png is not None:
         files.append(png)
     return [str(f) for f in files]
 
 
-def _top_breakdowns(space: SearchSpace, trials, path: Path, top: int = 8):
-    """The best feasible layouts' breakdowns as stacked bars (matplotlib, when installed)."""
+def _top_breakdowns(space: SearchSpace, trials, path: Path, top: int = 8, pool=None):
+    """The best feasible layouts' breakdowns as stacked bars (matplotlib, when installed); drawn in
+    ``pool`` (a Future of the path) when given."""
     from echo_tune.search.labels import short_labels
     from echo_tune.plots import available, plot_breakdowns
 
@@ -155,6 +161,7 @@ def _top_breakdowns(space: SearchSpace, trials, path: Path, top: int = 8):
         return None
     labels, common = short_labels([r["config"] for r in records], [r["derived"].get("data_parallel_size")
                                                                   for r in records])
-    return plot_breakdowns([{"label": label, "breakdown_s": r["breakdown_s"]} for label, r in zip(labels, records)],
-                           path, title=f"{space.name}: best layouts' step time by part" + (
-                               f"\n(every layout: {common})" if common else ""))
+    draw = plot_breakdowns if pool is None else functools.partial(pool.submit, plot_breakdowns)
+    return draw([{"label": label, "breakdown_s": r["breakdown_s"]} for label, r in zip(labels, records)],
+                path, title=f"{space.name}: best layouts' step time by part" + (
+                    f"\n(every layout: {common})" if common else ""))

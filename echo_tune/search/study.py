@@ -29,7 +29,7 @@ from echo_tune.io import ensure_dir
 from echo_tune.search import results as res
 from echo_tune.search.results import SearchResult
 from echo_tune.search.auto import AUTO_BUDGET, run_auto
-from echo_tune.search.exhaustive import run_exhaustive
+from echo_tune.search.exhaustive import run_exhaustive, start_workers, worker_pool
 from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id
 from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.params import full_params, suggest_layout
@@ -263,6 +263,8 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
     name = opts.study_name or space.name
     if not name or name in (".", "..") or "/" in name or "\\" in name:
         raise ConfigError(f"the study name must be a plain folder name, but got ({name!r}); use --study-name")
+    if opts.sampler == "exhaustive" and not shares_work(opts.storage):
+        start_workers(opts.n_jobs)  # their start-up overlaps the enumeration below
     valid, notes = check_space(space)
     out_dir = Path(opts.results_dir) / name
     if opts.write_files or opts.storage is None:  # a file or read-only folder: one line, not a traceback
@@ -310,6 +312,9 @@ def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started
     except BrokenProcessPool as exc:  # a worker killed from outside (loky's TerminatedWorkerError): keep what is stored
         interrupted = True
         notes = notes + [f"a worker process died ({str(exc).splitlines()[0][:120]}); the stored trials are kept"]
+    # exhaustive: the pool's idle worker draws the plot (it loaded matplotlib as the run ended)
+    pool = worker_pool(opts.n_jobs) if (opts.sampler == "exhaustive" and opts.n_jobs > 1 and not interrupted
+                                         and not shares_work(opts.storage)) else None
     return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
-                         started=started, valid=valid, notes=notes, done_before=done_before,
-                         interrupted=interrupted, write_files=opts.write_files, profile=profile)
+                     started=started, valid=valid, notes=notes, done_before=done_before,
+                     interrupted=interrupted, write_files=opts.write_files, profile=profile, pool=pool)

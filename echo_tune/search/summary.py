@@ -19,8 +19,9 @@ from echo_tune.search.space import SearchSpace
 
 def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, where: str, started: float,
               valid: list, notes: list[str], done_before: int, interrupted: bool, write_files: bool,
-              profile=None) -> SearchResult:
-    """Collect the study's results, write the output files, and return the SearchResult."""
+              profile=None, pool=None) -> SearchResult:
+    """Collect the study's results, write the output files, and return the SearchResult (``pool``: see
+    ``write_outputs``)."""
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if t.state in FINISHED]
     feasible = feasible_records(trials)
@@ -33,7 +34,7 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
         notes = notes + ["no feasible layout: every simulated layout exceeds GPU memory (see trials.csv)"]
     files: list[str] = []
     if write_files:
-        files = write_outputs(space, study, out_dir, best=best, pareto=pareto, profile=profile)
+        files = write_outputs(space, study, out_dir, best=best, pareto=pareto, profile=profile, pool=pool)
     key = OBJECTIVE_KEYS[space.objectives[0]]
     top = sorted(feasible, key=lambda nr: (nr[1][key], nr[0]))
     return SearchResult(
