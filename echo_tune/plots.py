@@ -23,7 +23,8 @@ def available() -> bool:
     return True
 
 
-def _pyplot():
+def load_pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (imported on first use: it takes about a second)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -40,7 +41,7 @@ def plot_pareto(points: list[tuple[float, float]], front: list[tuple[float, floa
         return None
     import textwrap
 
-    plt = _pyplot()
+    plt = load_pyplot()
     fig, ax = plt.subplots(figsize=(9, 5.6))
     if points:
         ax.scatter([p[0] for p in points], [p[1] for p in points], s=12, c="0.65", label="feasible layouts")
@@ -73,7 +74,7 @@ def plot_breakdowns(layouts: list[dict], path: str | Path, *, title: str = "") -
     are left out of the legend."""
     if not available() or not layouts:
         return None
-    plt = _pyplot()
+    plt = load_pyplot()
     parts = [p for p in layouts[0]["breakdown_s"] if any(abs(l["breakdown_s"].get(p, 0.0)) > 1e-12 for l in layouts)]
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.55 * len(layouts)))
     left = [0.0] * len(layouts)

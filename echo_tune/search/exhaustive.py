@@ -114,10 +114,10 @@ def _ready() -> None:
 
 def _ready_to_plot() -> None:
     """A worker out of batches loads matplotlib: it draws the search's plot (``summarize``) next."""
-    from echo_tune.plots import _pyplot, available
+    from echo_tune.plots import load_pyplot, available
 
     if available():
-        _pyplot()
+        load_pyplot()
 
 
 def start_workers(n_jobs: int) -> None:
