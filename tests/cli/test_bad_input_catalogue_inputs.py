@@ -26,6 +26,7 @@ from echo_tune.config.loading import load_cluster
 from echo_tune.cost.profile import default_profile, save_profile
 from echo_tune.cost.optime_db import Measurement, OpTimeDB
 from echo_tune.cost.optime_device import DeviceInfo
+from ..optime.test_db_values import KEY, db_with_time
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -43,8 +44,6 @@ SIM = ["simulate", "--model", "gpt-1.7b", "--num-gpus", "8", "--global-batch-siz
 TINY_SIM = ["simulate", "--model", TINY, "--cluster", CPU_CLUSTER, "--num-gpus", "1", "--global-batch-size", "1"]
 LINE = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
         "--vocab-size 1000 --micro-batch-size 1 --global-batch-size 8 --bf16")
-CPU = DeviceInfo(name="cpu: test (1 threads)", kind="cpu", torch_version="2.13.0", cuda_version="none")
-KEY = '["aten.mm.default",[{"t":[4,8],"s":[8,1],"d":"float32"},{"t":[8,2],"s":[2,1],"d":"float32"}],{}]'
 
 
 def _yaml_bombs(put) -> None:
@@ -89,13 +88,7 @@ def _op_times(root: Path, put) -> None:
     save_profile(default_profile(load_cluster(CPU_CLUSTER)), root / "profile-template.yaml")
     template = yaml.safe_load((root / "profile-template.yaml").read_text())
     for name, value in (("negative", -6e-2), ("text", "fast"), ("zero", 0.0), ("inf", float("inf"))):
-        path = root / f"optime-{name}.sqlite"
-        with OpTimeDB(path) as db:
-            db.add(CPU, KEY, Measurement(time_s=1e-5, spread=0.1, repeats=5, warmup=3, method="thread-cpu-time"))
-        conn = sqlite3.connect(path)
-        conn.execute("UPDATE op_times SET time_s=?", (value,))
-        conn.commit()
-        conn.close()
+        db_with_time(root / f"optime-{name}.sqlite", value)
     foreign = root / "optime-foreign.sqlite"
     conn = sqlite3.connect(foreign)
     conn.execute("CREATE TABLE op_times (name TEXT)")

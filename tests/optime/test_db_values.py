@@ -15,8 +15,9 @@ CPU = DeviceInfo(name="cpu: test (1 threads)", kind="cpu", torch_version="2.13.0
 KEY = '["aten.mm.default",[{"t":[4,8],"s":[8,1],"d":"float32"},{"t":[8,2],"s":[2,1],"d":"float32"}],{}]'
 
 
-def _db(tmp_path, time_s) -> str:
-    path = tmp_path / "db.sqlite"
+def db_with_time(path, time_s) -> str:
+    """A one-row op-time database at ``path`` whose stored time is then overwritten with ``time_s`` (any
+    value SQLite takes: negative, zero, infinite, text), as a damaged or hand-edited database holds it."""
     with OpTimeDB(path) as db:
         db.add(CPU, KEY, Measurement(time_s=1e-5, spread=0.1, repeats=5, warmup=3, method="thread-cpu-time"))
     conn = sqlite3.connect(path)
@@ -36,11 +37,11 @@ def _refused(path, *words) -> str:
 
 @pytest.mark.parametrize("bad", [-6e-2, 0.0, float("inf"), float("-inf"), "fast", b"\x00"])  # SQLite keeps no NaN
 def test_a_time_that_is_not_a_positive_number_is_refused(tmp_path, bad):
-    _refused(_db(tmp_path, bad), "time_s > 0", "1 row")
+    _refused(db_with_time(tmp_path / "db.sqlite", bad), "time_s > 0", "1 row")
 
 
 def test_a_good_database_still_reads(tmp_path):
-    assert load_op_times(_db(tmp_path, 2e-5), "cpu-test").times == {KEY: 2e-5}
+    assert load_op_times(db_with_time(tmp_path / "db.sqlite", 2e-5), "cpu-test").times == {KEY: 2e-5}
 
 
 def test_a_foreign_schema_is_refused(tmp_path):
