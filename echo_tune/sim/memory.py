@@ -23,7 +23,9 @@ Each allocation as Megatron-LM makes it (d98e8a64ddf3):
   = DP x CP).
 
 With ``--optimizer muon`` the 2-D weight matrices keep one state less (a momentum, no second moment;
-sim/optimizer_muon.py).
+sim/optimizer_muon.py), and its layer-wise distributed optimizer gives each data-parallel rank whole tensors, so
+ranks can differ (sim/muon_shards.py): a stage's memory is its last rank's (the one Megatron logs), and
+``dp_spread_bytes`` what its most loaded rank holds more.
 
 With ``--num-distributed-optimizer-instances N`` the optimizer states are sharded over DP x CP / N ranks
 (sim/dp_instances.py). CUDA graphs add their static buffers (``cuda_graph_bytes``, sim/cuda_graphs.py).
@@ -51,7 +53,7 @@ from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_co
 from echo_tune.sim.allocator_memory import loss_working_bytes, workspace_bytes
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
 from echo_tune.sim.fsdp import fsdp_memory_bytes
-from echo_tune.sim.optimizer_muon import matrix_params, state_saving_bytes
+from echo_tune.sim.muon_shards import mtp_tensors, optimizer_bytes as muon_optimizer_bytes, stage_tensors
 from echo_tune.sim.schedules import after_forward_peak_bytes, peak_in_flight_bytes
 from echo_tune.workload.graph import Trace
 
@@ -121,6 +123,9 @@ class StageMemory:
     """Megatron-FSDP's unsharded working buffers of the units in flight (sim/fsdp_memory.py)."""
     workspace_bytes: int = 0
     """cuBLAS and Transformer Engine workspaces, allocator blocks held all run (sim/allocator_memory.py)."""
+    dp_spread_bytes: int = 0
+    """What the stage's most loaded data-parallel rank holds above this one, its last (Muon's layer-wise
+    distributed optimizer without its param layout deals whole tensors to ranks; sim/muon_shards.py)."""
 
     @property
     def steady_bytes(self) -> int:
@@ -135,6 +140,11 @@ class StageMemory:
     def total_bytes(self) -> int:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
                 + self.reserve_bytes + self.cuda_graph_bytes + self.fsdp_buffer_bytes + self.workspace_bytes)
+
+    @property
+    def worst_rank_bytes(self) -> int:
+        """``total_bytes`` of the stage's most loaded data-parallel rank: what must fit."""
+        return self.total_bytes + self.dp_spread_bytes
 
 
 def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[float, float]:
@@ -160,7 +170,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
                  params_on_rank: int, schedule: str, *, mix: tuple[tuple[int, int], ...] | None = None,
                  expert_params_on_rank: int = 0, model: ModelSpec | None = None,
                  gpu: GPUSpec | None = None) -> StageMemory:
-    """Peak memory of one rank of ``stage``.
+    """Peak memory of the last rank of ``stage`` (and ``dp_spread_bytes``, see StageMemory).
 
     MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
     experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
@@ -237,10 +247,15 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         weights, grads, optimizer, buffers = fsdp_memory_bytes(layout, parallel, pieces, stage, params_on_rank,
                                                                expert_params_on_rank)
         weights += fp8_weight_bytes_per_param(parallel) * linear_params
-    if model is not None and parallel.muon:  # Muon keeps one state less on its matrices (sim/optimizer_muon.py)
-        matrices = matrix_params(model, parallel, layout, dense_layers, moe_layers)
-        optimizer -= state_saving_bytes(parallel, layout, params_on_rank, expert_params_on_rank, matrices)
+    spread = 0.0
+    if model is not None and parallel.muon:  # whole tensors, one state less on its matrices (sim/muon_shards.py)
+        chunk_mix = [mix[c] if mix else (n, 0) for c, n in enumerate(layout.stage_chunk_layers[stage])]
+        tensors = stage_tensors(pieces, layout.chunk_contents[stage], chunk_mix,
+                                mtp_tensors(model.hidden_size, parallel.tensor_model_parallel_size))
+        optimizer, worst = muon_optimizer_bytes(parallel, layout, tensors)
+        spread = worst - optimizer
     workspaces = workspace_bytes(gpu, model, parallel) if model is not None and gpu is not None else 0
     return StageMemory(stage=stage, weights_bytes=int(weights), gradients_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations),
-                       cuda_graph_bytes=int(graphs), fsdp_buffer_bytes=int(buffers), workspace_bytes=workspaces)
+                       cuda_graph_bytes=int(graphs), fsdp_buffer_bytes=int(buffers), workspace_bytes=workspaces,
+                       dp_spread_bytes=int(spread))

@@ -8,9 +8,12 @@ and NVIDIA-NeMo/Emerging-Optimizers orthogonalized_optimizers/muon_utils.py (the
   the MLP's fc1 / fc2, the MoE router, each local expert's fc1 / fc2 and the shared expert's. The rest (embedding,
   output layer, norms, biases) take ``--muon-scalar-optimizer`` (Adam by default). The QKV weight is
   orthogonalized as separate Q, K and V matrices unless ``--muon-no-split-qkv`` (``_get_qkv_split_shapes``).
-  (MTP's eh projections are counted as scalar-optimizer parameters here.)
+  Megatron's Muon also takes the learned position embeddings and MTP's eh projections (2-D, not tagged
+  ``is_embedding_or_output_parameter``): the memory counts them as Muon's (sim/muon_shards.py), the
+  Newton-Schulz time here leaves them out.
 - States: Muon keeps one momentum buffer per matrix next to the fp32 master weight (4 + 4 bytes per
-  parameter for bf16 training, against Adam's 4 + 4 + 4); Lion, as scalar optimizer, keeps one too.
+  parameter for bf16 training, against Adam's 4 + 4 + 4); Lion, as scalar optimizer, keeps one too. Which rank
+  holds which: sim/muon_shards.py.
 - Newton-Schulz, per matrix and step: X is the momentum normalised and transposed so that it is m x n with
   m <= n, cast to bf16 (the default ``--muon-fp32-matmul-prec medium``); each of the k iterations
   (``--muon-num-ns-steps``, default 5) runs three GEMMs: A = X X^T (m x m, inner n), B = bA + cA A (m x m,
@@ -21,7 +24,8 @@ and NVIDIA-NeMo/Emerging-Optimizers orthogonalized_optimizers/muon_utils.py (the
 - Distributed (``--use-distributed-optimizer`` / dist_muon, the layer-wise distributed optimizer): each
   matrix is owned by one rank of the data-parallel group (DP x CP; expert-data-parallel for experts), which
   alone runs its Newton-Schulz; Megatron balances the owners by Newton-Schulz cost (``_ns_compute_cost``), so
-  a rank's share is taken as the mean, 1/DP of the stage's work. Gradients are reduce-scattered into the
+  a rank's share is taken as the mean, 1/DP of the stage's work (also with ``--no-use-layer-wise-param-layout``,
+  where whole tensors are dealt by size and the memory differs by rank: sim/muon_shards.py). Gradients are reduce-scattered into the
   shard-aligned buffer and the updated parameters all-gathered, as with the distributed optimizer (sim/dp.py;
   all-reduced with ``--no-use-layer-wise-param-layout``).
 """
@@ -40,8 +44,6 @@ from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
 from echo_tune.workload.graph import Op
 
-DROPPED_STATE_BYTES = 4.0
-"""Bytes per parameter Muon (and Lion) keep less than Adam: no second moment (exp_avg_sq, fp32)."""
 DROPPED_UPDATE_BYTES = 8.0
 """Bytes per parameter the memory-bound update moves less than Adam's (sim/dp.py OPTIMIZER_BYTES_PER_PARAM):
 the second moment's read and write, 4 + 4."""
@@ -191,14 +193,6 @@ def _saved(parallel: ParallelConfig, layout: Layout, params: int, expert_params:
         dense_m /= layout.data_parallel_size * parallel.context_parallel_size
         expert_m /= layout.expert_data_parallel_size
     return (dense_m + expert_m) * per_param
-
-
-def state_saving_bytes(parallel: ParallelConfig, layout: Layout, params: int, expert_params: int,
-                       matrices: tuple[int, int]) -> float:
-    """Optimizer-state bytes one rank keeps less than with Adam (sim/memory.py)."""
-    if not parallel.muon:
-        return 0.0
-    return _saved(parallel, layout, params, expert_params, matrices, DROPPED_STATE_BYTES)
 
 
 def step_extra_s(model: ModelSpec, parallel: ParallelConfig, layout: Layout, profile: ClusterProfile,

@@ -51,7 +51,7 @@ class StepReport:
 
     @property
     def worst_stage(self) -> StageMemory:
-        return max(self.stage_memory, key=lambda m: m.total_bytes)
+        return max(self.stage_memory, key=lambda m: m.worst_rank_bytes)
 
     @property
     def memory_overshoot_bytes(self) -> int:
@@ -60,7 +60,7 @@ class StepReport:
     def memory_band(self) -> MemoryBand:
         """fits with X GiB spare / at risk / does not fit (the rule: sim/memory_band.py)."""
         worst = self.worst_stage
-        return memory_band(peak_bytes=worst.total_bytes, reserve_bytes=worst.reserve_bytes,
+        return memory_band(peak_bytes=worst.worst_rank_bytes, reserve_bytes=worst.reserve_bytes,
                            limit_bytes=self.memory_capacity_bytes, stage=worst.stage)
 
     def memory_verdict(self) -> str:

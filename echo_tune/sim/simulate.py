@@ -168,7 +168,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                    for s in range(p))
     if defer is not None:
         memory = with_buffers(memory, defer)
-    peak = max(mem.total_bytes for mem in memory)
+    peak = max(mem.worst_rank_bytes for mem in memory)  # the most loaded rank of each stage must fit
     flops = model_flops_per_step(model, parallel.global_batch_size, parallel.tensor_model_parallel_size)
     peak_flops = cluster.gpu.peak_tflops(parallel.precision) * 1e12
     config = {"model": model.name, "cluster": cluster.name, "num_gpus": num_gpus, **parallel.to_dict(),

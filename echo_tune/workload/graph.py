@@ -90,6 +90,11 @@ class Trace:
     expert_param_count: int = 0
     """Of ``param_count``, the routed experts' (MoE layers): sharded over EP x ETP, their gradients
     reduced and optimizer states sharded over the expert-data-parallel group."""
+    param_tensors: tuple[tuple[int, str], ...] = ()
+    """This rank's trainable tensors as (elements, kind), in model order: "matrix" (2-D, what Muon
+    orthogonalizes), "expert" (one routed expert's weight matrix: Megatron keeps each local expert's as its own
+    tensor), "other" (norms, biases, the word embeddings: the scalar optimizer's) and "tied" (the output
+    layer's weight, a copy of the word embeddings when tied). Sums to ``param_count`` (sim/muon_shards.py)."""
     linear_param_counts: dict[str, int] = field(default_factory=dict)
     """Weights of this rank's linear layers by where their GEMMs run, "region" or "region/subregion"
     ("qkv", "attention_proj", "mlp", "moe/router", "moe/experts", "moe/shared"): what FP8 weight copies

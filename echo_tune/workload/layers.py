@@ -247,6 +247,24 @@ def _leaves(group: dict) -> list[torch.Tensor]:
     return [t for v in group.values() for t in (_leaves(v) if isinstance(v, dict) else [v])]
 
 
+def param_tensors(params: dict, tied: bool = False) -> tuple[tuple[int, str], ...]:
+    """``Trace.param_tensors``: 2-D tensors are Muon's "matrix" but for the word embeddings and the output layer,
+    which Megatron tags ``is_embedding_or_output_parameter`` (language_module.py; the position embeddings are
+    not tagged, so Muon takes them); the stacked local experts are one "expert" tensor each."""
+    experts = {id(t) for t in expert_parameters(params)}
+    out = []
+    for name, group in params.items():
+        for t in _leaves(group) if name != "buffers" else ():
+            if id(t) in experts:
+                out += [(t.numel() // t.shape[0], "expert")] * t.shape[0]
+            elif name == "output" and t.dim() == 2:
+                out.append((t.numel(), "tied" if tied else "other"))
+            else:
+                word = name == "embedding" and t is group.get("word")
+                out.append((t.numel(), "matrix" if t.dim() == 2 and not word else "other"))
+    return tuple(out)
+
+
 def expert_parameters(params: dict) -> list[torch.Tensor]:
     """The routed experts' tensors (reduced over the expert-data-parallel group, not DP)."""
     return list(params.get("moe", {}).get("experts", {}).values())

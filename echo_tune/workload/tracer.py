@@ -219,6 +219,7 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
                  region_internal_bytes=meter.internal_by_region(), region_created_bytes=meter.created_by_region(),
                  input_bytes=_nbytes(inputs[0]), output_bytes=_nbytes(output),
                  param_count=sum(t.numel() for t in layers.parameters(params)), tied_param_count=tied_param_count,
+                 param_tensors=layers.param_tensors(params, tied=bool(tied_param_count)),
                  expert_param_count=expert_param_count, linear_param_counts=linear_param_counts or {})
 
 
