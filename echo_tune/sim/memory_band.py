@@ -1,7 +1,8 @@
 """Memory as a band: fits with X GiB spare / at risk / does not fit.
 
 Rule (``memory_band``), with ``limit`` = the GPU's HBM less ``--memory-headroom-gib`` and ``peak`` = the
-worst stage's predicted bytes (allocator bytes plus the runtime reserve, sim/memory.py):
+worst stage's predicted bytes (allocator bytes plus the runtime reserve, sim/memory.py; of the stage's most
+loaded data-parallel rank, ``StageMemory.worst_rank_bytes``):
 
 - **does not fit**: ``peak > limit``;
 - **at risk**: it fits as predicted, but not if the allocator bytes are ``PEAK_UNDER_PREDICTION`` larger:
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 GIB = 1 << 30
 # 90th percentile of measured / predicted - 1 of the peak, 268 runs (docs/memory.md, benchmarks/functional_coverage.py)
-PEAK_UNDER_PREDICTION = 0.073
+PEAK_UNDER_PREDICTION = 0.072
 BANDS = ("fits", "at risk", "does not fit")
 
 

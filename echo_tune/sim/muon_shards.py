@@ -101,3 +101,13 @@ def optimizer_bytes(parallel: ParallelConfig, layout: Layout, tensors: list[tupl
     dense_ranks = _per_rank_bytes(parallel, dense, dp) if dense else [0.0]
     expert_ranks = _per_rank_bytes(parallel, experts, edp) if experts else [0.0]
     return dense_ranks[-1] + expert_ranks[-1], max(dense_ranks) + max(expert_ranks)
+
+
+def spread_notes(memory) -> tuple[str, ...]:
+    """A report note naming the stage whose data-parallel ranks differ most (none when they hold the same)."""
+    widest = max(memory, key=lambda mem: mem.dp_spread_bytes)
+    if not widest.dp_spread_bytes:
+        return ()
+    return (f"Muon's layer-wise distributed optimizer without its param layout deals whole tensors to data-parallel "
+            f"ranks: on stage {widest.stage} the most loaded rank holds {widest.dp_spread_bytes / 2**30:.2f} GiB "
+            f"more optimizer state than the last rank shown (the fit check takes it; sim/muon_shards.py)",)

@@ -34,6 +34,7 @@ from echo_tune.sim.flops import model_flops_per_step
 from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes
 from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
+from echo_tune.sim.muon_shards import spread_notes
 from echo_tune.sim.optimizer_muon import check_muon, step_extra_s
 from echo_tune.sim.moe_overlap import paired_fraction
 from echo_tune.sim.chunk_passes import chunk_passes
@@ -183,7 +184,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
                   f"efficiency surface",)
-    notes += graph_memory_notes(memory) + fsdp_notes(parallel, layout, memory)
+    notes += graph_memory_notes(memory) + fsdp_notes(parallel, layout, memory) + spread_notes(memory)
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
                   f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",)

@@ -81,3 +81,10 @@ def test_with_the_param_layout_each_rank_keeps_a_dp_share():
     experts = 8 * 2 * 24 * EXPERT_MATRIX  # expert DP 1: kept whole
     assert layout.optimizer_bytes == pytest.approx((whole.optimizer_bytes - experts) / 4 + experts, abs=1)
     assert layout.dp_spread_bytes == 0
+
+
+def test_the_report_notes_the_spread():
+    report, _ = _stage(4, 4, use_distributed_optimizer=True, use_layer_wise_param_layout=False)
+    assert any("0.28 GiB more optimizer state" in note for note in report.notes)  # 300_619_776 bytes
+    report, _ = _stage(4, 4, use_distributed_optimizer=True)
+    assert not any("deals whole tensors" in note for note in report.notes)
