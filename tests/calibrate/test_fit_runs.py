@@ -150,3 +150,19 @@ def test_cli_fit_refuses_to_write_through_a_symlink(tmp_path, capsys):
         writer.writerows(kept)
     assert main(["calibrate", "fit", "--runs", str(rows), "--params", "clock", "--out", str(link)]) != 0
     assert target.read_text() == "keep"
+
+
+def test_fit_recovers_a_known_host_time_per_kernel():
+    """Runs whose passes of short kernels (fine-grained MoE experts: a GEMM and its quantisations per expert)
+    wait on the host: the host time per kernel they were made with is found again, and the profile applies it."""
+    bridge = RUNS.parent / "runs_bridge.csv"
+    h100 = [c for c in read_runs(bridge) if c.error is None and c.cluster.gpu.name == "h100-sxm"]
+    base = profile_for(h100[0].cluster)
+    truth = with_params(base, {"host_time_per_kernel_s": 50e-6})
+    assert truth.host_time_per_kernel_s == 50e-6
+    cases = _with_measured(h100, truth)
+    plain = [simulate(c.model, c.cluster, c.num_gpus, c.parallel, profile=base).step_time_s for c in cases]
+    assert any(p < 0.9 * c.measured_step_time_s for p, c in zip(plain, cases))  # the host time matters here
+    result = fit_runs(cases, base, h100[0].cluster.gpu, params=("host",))
+    assert result.params["host_time_per_kernel_s"] == pytest.approx(50e-6, rel=0.02)
+    assert result.in_sample_mape_pct < 0.5
