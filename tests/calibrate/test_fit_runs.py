@@ -166,3 +166,15 @@ def test_fit_recovers_a_known_host_time_per_kernel():
     result = fit_runs(cases, base, h100[0].cluster.gpu, params=("host",))
     assert result.params["host_time_per_kernel_s"] == pytest.approx(50e-6, rel=0.02)
     assert result.in_sample_mape_pct < 0.5
+
+
+def test_a_parameter_no_row_moves_is_reported_unidentified():
+    """The A100 rows' passes run kernels far longer than any host time in range: the host time per kernel moves no
+    row, so the fit says it is not identified (the published-runs benchmark then drops it)."""
+    cases = _with_measured(A100[:5], with_params(BASE, {"sustained_clock_mhz": 1250.0}))
+    result = fit_runs(cases, BASE, GPU, params=("clock", "host"))
+    assert result.profile.fitted["unidentified"] == ["host"]
+    assert any("not identified" in w and "host" in w for w in result.warnings)
+    assert result.params["sustained_clock_mhz"] == pytest.approx(1250.0, rel=0.01)
+    clock_only = fit_runs(cases, BASE, GPU, params=("clock",))
+    assert clock_only.profile.fitted["unidentified"] == []
