@@ -1,13 +1,16 @@
 """Fit the shipped run-calibrated profiles on the developers' published-run sets, and score them.
 
-    python benchmarks/published_runs_fit.py [--params clock,launch] [--out calibration/published-runs-fit]
+    python benchmarks/published_runs_fit.py [--params clock,host] [--out calibration/published-runs-fit]
 
-Default parameters: the sustained clock and the host time per kernel. After the preset clocks, the H100 rows'
-residuals run from -13% (1.7B and 7.1B models: short steps of many small kernels) to +33% (large models),
-the shape of a fixed cost per kernel that the clock alone cannot give; a factor on collective times fitted
-to 0.95 (no call for it) and made leave-one-source-out error worse (12.2% vs 10.7%), so it is left out.
-A parameter a GPU's rows push to the edge of its physical range (fit_runs.BOUNDS) is dropped for that GPU
-and the fit rerun without it (A100: the host time per kernel goes to its floor).
+Default parameters: the sustained clock and the host's time to issue one kernel (host: the GPU waits on it
+only in passes of kernels shorter than that, cost/host_bound.py). After the preset clocks, the H100 rows'
+residuals run from -64% (Qwen3-30B-A3B: 16 experts per rank, a GEMM and three quantisation kernels each,
+~24 us of GPU work per kernel) to +33% (large dense models). A time added to every kernel (launch) moves the
+dense rows too: fitted with the host time it takes 16.7 us and the clock 1,690 MHz, and the held-out fits
+fall into another minimum (launch 22 us, clock 1,773 MHz, no host time), so it is left out; so is a factor on
+collective times (0.95: no call for it; it made leave-one-source-out error worse, 12.2% vs 10.7%).
+A parameter a GPU's rows push to the edge of its physical range (fit_runs.BOUNDS), or that moves none of its
+rows (A100: no pass of those runs waits on the host), is dropped for that GPU and the fit rerun without it.
 
 For every GPU type of calibration/published-runs/runs_{megatron,modern,bridge}.csv with enough rows, runs
 `echo-tune calibrate fit --runs <the three sets> --gpu <gpu> --out <out>/<gpu>.yaml` (the command is in each
@@ -36,7 +39,7 @@ def main(argv=None) -> int:
     from echo_tune.validate import read_runs, simulate_case
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--params", default="clock,launch")
+    parser.add_argument("--params", default="clock,host")
     parser.add_argument("--out", default=str(ROOT / "calibration" / "published-runs-fit"))
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -53,13 +56,13 @@ def main(argv=None) -> int:
             continue
         path = out / f"{gpu}.yaml"
         params = args.params.split(",")
-        while True:  # a parameter fitted at the edge of its physical range is dropped and the fit rerun
+        while True:  # a parameter fitted at the edge of its physical range, or moving no row, is dropped and refit
             code = cli(["calibrate", "fit", "--runs", *rel, "--gpu", gpu, "--params", ",".join(params),
                         "--out", str(path.relative_to(ROOT))])
             if code != 0:
                 return code
             profile = load_profile(path)
-            edge = profile.fitted.get("at_range_edge") or []
+            edge = (profile.fitted.get("at_range_edge") or []) + (profile.fitted.get("unidentified") or [])
             if not edge or len(params) == 1:
                 break
             params = [p for p in params if p not in edge]
@@ -95,7 +98,7 @@ def main(argv=None) -> int:
                  f"{p.fitted['errors']['loo_mape_pct']:.1f}%, leave-one-source-out "
                  f"{p.fitted['errors']['loso_mape_pct']:.1f}%" for g, p in profiles.items()]]
     text = ("# Profiles fitted on the published runs\n\nMade by `python benchmarks/published_runs_fit.py"
-            + (f" --params {args.params}" if args.params != "clock,launch" else "") + "` (each profile's header "
+            + (f" --params {args.params}" if args.params != "clock,host" else "") + "` (each profile's header "
             "holds its own `echo-tune calibrate fit` command). Error = predicted / measured - 1.\n\n"
             + "\n".join(summary) + "\n\n| run | GPU | datasheet preset | fitted (in-sample) | leave-one-source-out | fits |\n"
             "| --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n")

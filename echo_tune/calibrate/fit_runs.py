@@ -9,7 +9,11 @@ Parameters (``PARAMETERS``), each applied by the simulator when the profile is u
 - ``comm``: ``comm_time_factor``, every collective's modelled time times this (latencies x f, bandwidths / f:
   achieved against modelled network efficiency, congestion at scale); it moves only the exposed part of the
   step, so it is identified by runs with different exposed communication.
-- ``launch``: ``kernel_launch_overhead_s``, host time per kernel; it moves small models and short steps most.
+- ``launch``: ``kernel_launch_overhead_s``, time added to every kernel (launch latency and tail, on the GPU's
+  critical path whatever the host does); it moves small models and short steps most.
+- ``host``: ``host_time_per_kernel_s``, the host's time to issue one kernel; the GPU waits on the host only where
+  a pass's kernels run shorter than that (``cost/host_bound.py``): it moves passes of many short kernels
+  (fine-grained MoE layers: a GEMM and its quantisations per expert) and leaves GEMM-bound passes alone.
 
 Objective: relative step-time residuals r_i = predicted_i / measured_i - 1, in least squares with a soft-L1
 weight (``robust_scale``: a row off by much more than it counts as |r|, not r^2, so that a row whose error is
@@ -38,11 +42,17 @@ from echo_tune.calibrate.results import POOR_FIT_MAX, POOR_FIT_RMS
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
 
-PARAMETERS = {"clock": "sustained_clock_mhz", "comm": "comm_time_factor", "launch": "kernel_launch_overhead_s"}
+PARAMETERS = {"clock": "sustained_clock_mhz", "comm": "comm_time_factor", "launch": "kernel_launch_overhead_s",
+              "host": "host_time_per_kernel_s"}
 # physical ranges: a clock between half and 1.1x the peak clock (max boost is ~1.08x the tensor-core peak
-# clock on H100 SXM: 1,980 vs 1,830 MHz); network time 0.3x..3.3x the modelled; host time per kernel 0.1x..10x
+# clock on H100 SXM: 1,980 vs 1,830 MHz); network time 0.3x..3.3x the modelled; launch time per kernel 0.1x..10x;
+# host time per kernel 1.35-270 us (0.1x..20x HOST_TIME_START_S)
 BOUNDS = {"sustained_clock_mhz": ("peak", 0.5, 1.1), "comm_time_factor": ("start", 0.3, 3.3),
-          "kernel_launch_overhead_s": ("start", 0.1, 10.0)}
+          "kernel_launch_overhead_s": ("start", 0.1, 10.0), "host_time_per_kernel_s": ("start", 0.1, 20.0)}
+# Start of the host time per kernel where a profile states none: 13.5 us, the host time of one PyTorch
+# nn.Linear forward (one cuBLAS kernel) on a DGX H100's Xeon 8480C (NVIDIA/TransformerEngine issue 2053, CPU vs
+# GPU time per Linear forward); TE's modules take ~2.7x torch's there, Megatron's MoE path more Python per kernel.
+HOST_TIME_START_S = 13.5e-6
 PUBLISHED_RUNS_DIR = Path(__file__).resolve().parents[2] / "calibration" / "published-runs"
 
 
@@ -74,7 +84,8 @@ def start_values(profile: ClusterProfile, gpu) -> dict[str, float]:
     return {"sustained_clock_mhz": float(profile.fitted_clock_mhz or gpu.sustained_clock_mhz or gpu.peak_clock_mhz
                                          or 0.0),
             "comm_time_factor": profile.comm_time_factor,
-            "kernel_launch_overhead_s": profile.kernel_launch_overhead_s}
+            "kernel_launch_overhead_s": profile.kernel_launch_overhead_s,
+            "host_time_per_kernel_s": profile.host_time_per_kernel_s or HOST_TIME_START_S}
 
 
 def with_params(base: ClusterProfile, values: dict[str, float], fitted: dict | None = None) -> ClusterProfile:
@@ -225,12 +236,18 @@ def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("cl
         ranges = ", ".join(f"{n} {BOUNDS[n][1]:g}-{BOUNDS[n][2]:g}x its {BOUNDS[n][0]} value" for n in at_bound)
         warnings.append(f"fitted at the edge of its physical range ({ranges}): the rows ask for more than this "
                         f"parameter can physically give; look at the worst rows, or leave it out of --params")
+    # a parameter no row's step time moves at the fit (e.g. a host time per kernel no pass of these runs waits on)
+    # is not identified by these runs: its value is the start, not a measurement
+    unidentified = [p for p, col in zip(params, J.T) if not np.any(np.abs(col) > 1e-12)]
+    if unidentified:
+        warnings.append(f"not identified by these runs (no row's step time moves with it): {', '.join(unidentified)}; "
+                        f"leave it out of --params")
     sources = sorted(set(keys))
     label = f"fitted on {'published runs' if published else 'runs'}: {', '.join(sources)}"
     fitted = {"label": label, "command": command, "parameters": list(params),
               "start": {n: problem.start[n] for n in names}, "robust_scale": robust_scale,
               "inputs": inputs or [], "sources": sources,
-              "at_range_edge": [p for p, n in zip(params, names) if n in at_bound],
+              "at_range_edge": [p for p, n in zip(params, names) if n in at_bound], "unidentified": unidentified,
               "errors": {"rows": len(cases), "in_sample_mape_pct": round(mape(r), 3),
                          "unfitted_mape_pct": round(mape(unfitted / problem.measured - 1), 3),
                          "loo_mape_pct": round(mape(loo), 3), "loso_mape_pct": round(mape(loso), 3),

@@ -22,7 +22,8 @@ def add_run_arguments(fit: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu", help="fit the rows on this GPU preset only (runs CSVs may mix GPU types)")
     group.add_argument("--params", default="clock,comm,launch",
                        help="parameters to fit, 1-3 of clock (sustained SM clock of compute-bound kernels), comm "
-                            "(factor on collective times), launch (host time per kernel); default all three")
+                            "(factor on collective times), launch (time added to every kernel), host (host time to "
+                            "issue one kernel: the GPU waits where kernels run shorter); default clock,comm,launch")
     group.add_argument("--robust-scale", type=float, default=0.10, metavar="R",
                        help="soft-L1 scale of the relative residuals (rows off by much more than R count "
                             "linearly); 0 = plain least squares (default 0.10)")

@@ -171,7 +171,7 @@ class ClusterProfile:
         params = self.fitted.get("params") or {}
         require(isinstance(params, dict), f"profile {self.name!r}: `fitted.params` must be a mapping, but got "
                                           f"(params={params!r})")
-        for name in ("sustained_clock_mhz", "comm_time_factor"):
+        for name in ("sustained_clock_mhz", "comm_time_factor", "host_time_per_kernel_s"):
             if params.get(name) is not None:
                 check_number(f"fitted.params.{name}", params[name])
                 require_positive(f"fitted.params.{name}", params[name])
@@ -189,6 +189,12 @@ class ClusterProfile:
     def comm_time_factor(self) -> float:
         """Fitted factor on every collective's modelled time (1: not fitted)."""
         return float((self.fitted.get("params") or {}).get("comm_time_factor") or 1.0)
+
+    @property
+    def host_time_per_kernel_s(self) -> float:
+        """Fitted host time to issue one kernel (0: not fitted, the GPU never waits on the host;
+        ``cost/host_bound.py``)."""
+        return float((self.fitted.get("params") or {}).get("host_time_per_kernel_s") or 0.0)
 
     @property
     def attention_bwd_efficiency(self) -> float:

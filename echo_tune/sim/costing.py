@@ -20,6 +20,7 @@ from echo_tune.cost.compute import is_measured, launch_overhead_s, op_time_s
 from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
+from echo_tune.cost.host_bound import host_wait_s
 from echo_tune.cost.fp8 import CAST_KERNELS, TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
 from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import ClusterProfile
@@ -76,6 +77,11 @@ class CostContext:
     """``--delay-wgrad-compute`` (with the EP overlap)."""
     graph_capture: str = ""
     """What CUDA graphs capture (``sim/cuda_graphs.py capture_spec``); "" = nothing."""
+    moe_dispatch_syncs: bool = True
+    """The MoE dispatcher waits on the token counts once per forward (all but drop-and-pad; cost/host_bound.py)."""
+    host_bound: bool = True
+    """Add the pass's wait on the host (cost/host_bound.py); False for the GPU-only parts of a pass the EP overlap
+    pairs (sim/moe_overlap.py), whose whole passes carry the wait."""
 
 
 def _overlapped(comm_s: float, hidden_by_s: float, profile: ClusterProfile, size_bytes: float = 0.0,
@@ -99,11 +105,15 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     fp8 = ctx.fp8_recipe is not None
     graphs = captured_graphs(ctx.graph_capture, piece) if ctx.graph_capture else ()
     replayed: set[int] = set()
-    times, sizes = [], []
+    times, sizes, issued = [], [], []  # issued: (kernels the host issues, their GPU time) per op
+    sync_at = None  # index in ``issued`` where the host resumes after the MoE dispatcher's synchronisation
     compute_s = attention_s = cast_s = 0.0
     cp_comm_s = cp_size = ep_comm_s = 0.0
     for op in ops:
         if op.kind == "collective":
+            if sync_at is None and ctx.moe_dispatch_syncs and op.phase == "fwd" and op.region == "moe" \
+                    and op.subregion == "dispatch":  # token counts to the host before the EP collective
+                sync_at = len(issued)
             size = fp8_collective_bytes(op) if fp8 else op.size_bytes
             if op.group == "ep" and op.collective == "all_to_all" and ctx.moe is not None and ctx.moe.flex:
                 t = ctx.moe.all_to_all_s(op, size, ctx.groups["ep"])
@@ -116,29 +126,39 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
                 cp_size = max(cp_size, size)
             elif op.group in EXPERT_GROUPS:  # MoE dispatch / combine: on the critical path, not overlapped
                 ep_comm_s += t
+            # one NCCL launch; the GPU busy for its time where it sits on the compute stream's path (EP, and TP
+            # unless overlapped with a GEMM), none where it runs beside compute (CP ring, TP overlap)
+            serial = op.group in EXPERT_GROUPS or (op.group != "cp" and not ctx.tp_comm_overlap)
+            issued.append((1, t if serial else 0.0))
             continue
-        launches = 0.0
+        launches, cast = 0.0, 0.0
         # TE's GroupedLinear: one GEMM (and, under FP8, one quantisation) per local expert (moe_grouped_gemm.py)
         groups, one = (op.gemm_groups, per_expert_op(op)) \
             if is_grouped_expert_gemm(op) and not is_measured(op, ctx.profile) else (1, op)
         if fp8 and is_fp8_gemm(op):
             t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu)
-            cast_s += groups * fp8_cast_s(one, ctx.fp8_recipe, ctx.profile)
-            # the GEMMs and their quantisation kernels
-            launches = (1 + CAST_KERNELS[ctx.fp8_recipe]) * groups * ctx.profile.kernel_launch_overhead_s
+            cast = groups * fp8_cast_s(one, ctx.fp8_recipe, ctx.profile)
+            cast_s += cast
+            kernels = (1 + CAST_KERNELS[ctx.fp8_recipe]) * groups  # the GEMMs and their quantisation kernels
+            launches = kernels * ctx.profile.kernel_launch_overhead_s
         else:
             t = groups * op_time_s(one, ctx.profile, ctx.gpu, ctx.precision)
+            kernels = groups
             launches = groups * launch_overhead_s(one, ctx.profile)
         g = -1 if graphs is None else (graph_of(op, graphs) if graphs else None)
         if g is not None:  # replayed inside a CUDA graph: no CPU launch
             t -= launches
             replayed.add(g)
+            kernels = 0
+        issued.append((kernels, t + cast))
         times.append(t)
         sizes.append(0)
         compute_s += t
         if op.kind == "attention":
             attention_s += t
     compute_s += len(replayed - {-1}) * ctx.profile.kernel_launch_overhead_s  # one launch per graph replayed
+    if ctx.host_bound:  # the GPU idle, waiting on the host
+        compute_s += host_wait_s(issued, ctx.profile.host_time_per_kernel_s, sync_at)
     cost = PhaseCost(compute_s=compute_s + cast_s, ep_comm_s=ep_comm_s) + \
         _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
     tp_ops = [i for i, op in enumerate(ops) if op.kind == "collective" and op.group != "cp"

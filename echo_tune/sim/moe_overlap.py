@@ -28,6 +28,8 @@ min(shared-expert time, dispatch + combine) is hidden in each pass.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 from echo_tune.cost.moe_dispatch import sm_slowdown
@@ -125,7 +127,9 @@ def _parts(ops: tuple[Op, ...], ctx: CostContext) -> tuple[PhaseCost, dict[str, 
 
 def layer_parts(trace: Trace, ctx: CostContext) -> LayerParts:
     """The schedule-plan nodes of a traced MoE layer. The dispatch / combine nodes' own compute (permutation)
-    is counted with the compute node next to it on the compute stream."""
+    is counted with the compute node next to it on the compute stream. GPU time only: the whole passes carry
+    their wait on the host (cost/host_bound.py), not each node."""
+    ctx = dataclasses.replace(ctx, host_bound=False)
     pre_f, fwd = _parts(trace.forward, ctx)
     pre_b, bwd = _parts(trace.backward, ctx)
     gemms = tuple(op for op in trace.backward if op.region == "moe" and op.subregion == "experts" and op.kind == "gemm")
@@ -153,8 +157,9 @@ def shared_overlap_costs(trace: Trace, ctx: CostContext, forward: PhaseCost,
     """The MoE layer's passes with the shared expert run beside their dispatch and combine."""
     factor = _slowdown(trace, ctx) - 1.0
     out = []
+    gpu_only = dataclasses.replace(ctx, host_bound=False)  # the shared expert's GPU time hides the EP comm
     for ops, cost in ((trace.forward, forward), (trace.backward, backward)):
-        shared = phase_cost(tuple(op for op in ops if op.region == "moe" and op.subregion == "shared"), ctx)
+        shared = phase_cost(tuple(op for op in ops if op.region == "moe" and op.subregion == "shared"), gpu_only)
         hidden = shared_overlap_hidden_s(shared.total_s, cost.ep_comm_s)
         out.append(cost + PhaseCost(ep_comm_s=-hidden, interference_s=hidden * factor))
     return out[0], out[1]

@@ -113,7 +113,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                       fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None, moe=moe_kernels(model, cluster),
                       overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
                       delay_wgrad_compute=parallel.delay_wgrad_compute,
-                      graph_capture=capture_spec(parallel))
+                      graph_capture=capture_spec(parallel),
+                      moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity)
     costs = pass_costs(pieces, ctx, layout.recompute_regions)
     bf16 = None
     if parallel.fp8 and parallel.first_last_layers_bf16:

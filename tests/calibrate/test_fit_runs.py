@@ -150,3 +150,31 @@ def test_cli_fit_refuses_to_write_through_a_symlink(tmp_path, capsys):
         writer.writerows(kept)
     assert main(["calibrate", "fit", "--runs", str(rows), "--params", "clock", "--out", str(link)]) != 0
     assert target.read_text() == "keep"
+
+
+def test_fit_recovers_a_known_host_time_per_kernel():
+    """Runs whose passes of short kernels (fine-grained MoE experts: a GEMM and its quantisations per expert)
+    wait on the host: the host time per kernel they were made with is found again, and the profile applies it."""
+    bridge = RUNS.parent / "runs_bridge.csv"
+    h100 = [c for c in read_runs(bridge) if c.error is None and c.cluster.gpu.name == "h100-sxm"]
+    base = profile_for(h100[0].cluster)
+    truth = with_params(base, {"host_time_per_kernel_s": 50e-6})
+    assert truth.host_time_per_kernel_s == 50e-6
+    cases = _with_measured(h100, truth)
+    plain = [simulate(c.model, c.cluster, c.num_gpus, c.parallel, profile=base).step_time_s for c in cases]
+    assert any(p < 0.9 * c.measured_step_time_s for p, c in zip(plain, cases))  # the host time matters here
+    result = fit_runs(cases, base, h100[0].cluster.gpu, params=("host",))
+    assert result.params["host_time_per_kernel_s"] == pytest.approx(50e-6, rel=0.02)
+    assert result.in_sample_mape_pct < 0.5
+
+
+def test_a_parameter_no_row_moves_is_reported_unidentified():
+    """The A100 rows' passes run kernels far longer than any host time in range: the host time per kernel moves no
+    row, so the fit says it is not identified (the published-runs benchmark then drops it)."""
+    cases = _with_measured(A100[:5], with_params(BASE, {"sustained_clock_mhz": 1250.0}))
+    result = fit_runs(cases, BASE, GPU, params=("clock", "host"))
+    assert result.profile.fitted["unidentified"] == ["host"]
+    assert any("not identified" in w and "host" in w for w in result.warnings)
+    assert result.params["sustained_clock_mhz"] == pytest.approx(1250.0, rel=0.01)
+    clock_only = fit_runs(cases, BASE, GPU, params=("clock",))
+    assert clock_only.profile.fitted["unidentified"] == []
