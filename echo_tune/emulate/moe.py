@@ -26,8 +26,6 @@ from echo_tune.config.parallel import ParallelConfig
 
 INIT_STD = 0.02
 """The values of the received buffers: N(0, 0.02^2), as ``build.RealShard`` makes every tensor."""
-EXPERT_GROUPS = ("ep", "etp", "tpep")
-"""The groups of the dispatch / combine collectives (``workload/moe.py``), reported as ``ep_comm``."""
 
 
 class TagNothing:

@@ -40,9 +40,10 @@ from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile, profile_for
 from echo_tune.emulate.clock import clock_for
 from echo_tune.emulate.build import Stage, build_stage, chunk_forward
-from echo_tune.emulate.moe import EXPERT_GROUPS, ExpertTimer, RealMoE, moe_problems
+from echo_tune.emulate.moe import ExpertTimer, RealMoE, moe_problems
 from echo_tune.emulate.predict import StagePrediction, predict_stage
 from echo_tune.errors import ConfigError, raise_problems
+from echo_tune.sim.costing import EXPERT_GROUPS
 from echo_tune.sim.schedules import stage_order
 from echo_tune.workload import context
 

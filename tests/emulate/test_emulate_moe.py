@@ -136,3 +136,30 @@ def test_what_emulate_does_not_run_is_refused_by_name(changes, parallel, message
     with pytest.raises(ConfigError) as err:
         emulate(_model(**changes), _cluster(), 4, tiny_layout(**{**LAYOUT, **parallel}), repeats=1, warmup=0)
     assert str(err.value) == message
+
+
+class _TickClock:
+    """Each reading is one second later than the last: spans count readings, not time."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self):
+        self.t += 1.0
+        return self.t
+
+
+def test_expert_timer_times_forward_and_backward_once_each():
+    """The outermost "experts" sub-region is timed forward (entry to exit) and backward (gradient at its output
+    to gradient at its input); nested "experts" calls and other sub-regions are not timed again."""
+    from echo_tune.emulate.moe import ExpertTimer
+
+    timer = ExpertTimer(_TickClock(), lambda: 0.0)
+    x = torch.ones(3, requires_grad=True)
+    h = timer.run_subregion("router", lambda t: t * 3, x)
+    assert timer.expert_s == 0.0
+    out = timer.run_subregion("experts", lambda t: timer.run_subregion("experts", torch.mul, t, 2.0) + 1, h)
+    assert timer.expert_s == 1.0  # begin, end: one tick
+    out.sum().backward()
+    assert timer.expert_s == 2.0  # the backward span: one tick more
+    assert x.grad.tolist() == [6.0, 6.0, 6.0]  # the hooks leave the gradient alone
