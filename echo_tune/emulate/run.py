@@ -169,7 +169,7 @@ def run_stage_once(stage: Stage, prediction: StagePrediction, order, waiter: Wai
     parts = {"compute": compute, "tp_cp_comm": waiter.waited_s - waiter.ep_waited_s, "interference": 0.0,
              "pp_wait": pp_wait, "pipeline": pipeline, "tail": prediction.tail_s,
              "stage_step": pipeline + prediction.tail_s}
-    if stage.moe:
+    if prediction.experts is not None:  # an MoE model: the parts simulate has for it, zero on an all-dense stage
         parts.update(ep_comm=waiter.ep_waited_s, experts=waiter.experts.expert_s)
     return EmulatedRun(parts=parts, order=list(order), task_compute_s=task_compute)
 

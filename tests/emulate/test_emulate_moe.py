@@ -104,6 +104,16 @@ def test_ep_comm_waited_is_simulates_dispatch_and_combine(one_thread, changes, p
         assert result.simulated["compute"] == pytest.approx(report.breakdown_s["compute"])
 
 
+def test_an_all_dense_stage_of_an_moe_model_has_zero_expert_lines(one_thread):
+    """Layers 0-1 dense, 2-3 MoE: stage 0 runs no expert and waits on no dispatch, as simulate says."""
+    model = _model(moe_layer_freq="([0]*2+[1]*2)")
+    zero = emulate(model, _cluster(), 4, tiny_layout(**LAYOUT), stage=0, repeats=1, warmup=0)
+    assert zero.emulated["ep_comm"] == zero.simulated["ep_comm"] == 0.0
+    assert zero.emulated["experts"] == zero.simulated["experts"] == 0.0
+    moe = emulate(model, _cluster(), 4, tiny_layout(**LAYOUT), stage=1, repeats=1, warmup=0)
+    assert moe.emulated["experts"] > 0 and moe.simulated["ep_comm"] > 0
+
+
 def test_a_dense_model_has_no_expert_lines(one_thread):
     model = _model(num_experts=None, moe_grouped_gemm=False, moe_token_dispatcher_type="allgather", moe_layer_freq=1)
     result = emulate(model, _cluster(), 4, tiny_layout(**{**LAYOUT, "expert_model_parallel_size": 1}),
