@@ -1,7 +1,9 @@
 """Profile then emulate, in one process, on this CPU: emulated vs simulated per stage, for variants of
 the tiny Llama-shaped test model (one intra-op thread; about a minute on a 2-core machine).
 
-    python benchmarks/emulate_cpu.py [--repeats 3]
+    python benchmarks/emulate_cpu.py [--repeats 3] [--only moe]
+
+MoE variants also print the routed experts' compute (simulated / emulated) and the dispatch / combine waits.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ DATA = Path(__file__).parents[1] / "tests" / "data"
 GPT_STYLE = dict(use_flash_attn=False, swiglu=False, normalization="LayerNorm", add_bias_linear=True,
                  position_embedding_type="learned_absolute", hidden_dropout=0.1, attention_dropout=0.1,
                  untie_embeddings_and_output_weights=False)
+MOE = dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=256, moe_grouped_gemm=True,
+           moe_token_dispatcher_type="alltoall", moe_layer_freq="([0]+[1]*3)")
 VARIANTS = {
     "llama TP2": ({}, dict(tensor_model_parallel_size=2)),
     "llama TP2 SP": ({}, dict(tensor_model_parallel_size=2, sequence_parallel=True)),
@@ -31,12 +35,17 @@ VARIANTS = {
     "gpt-style TP2": (GPT_STYLE, dict(tensor_model_parallel_size=2)),
     "llama TP2 full recompute": ({}, dict(tensor_model_parallel_size=2, recompute_granularity="full")),
     "llama TP2 selective": ({}, dict(tensor_model_parallel_size=2, recompute_granularity="selective")),
+    "moe EP2 alltoall": (MOE, dict(expert_model_parallel_size=2)),
+    "moe TP2 SP allgather shared": ({**MOE, "moe_token_dispatcher_type": "allgather", "moe_grouped_gemm": False,
+                                     "moe_shared_expert_intermediate_size": 256},
+                                    dict(tensor_model_parallel_size=2, sequence_parallel=True)),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default="", help="run the variants whose name contains this")
     args = parser.parse_args()
     torch.set_num_threads(1)
     base, cluster = et.load_model(str(DATA / "tiny-llama.yaml")), et.load_cluster(str(DATA / "cpu-cluster.yaml"))
@@ -46,6 +55,8 @@ def main() -> None:
           f"{'emu step':>11}{'error':>8}")
     with tempfile.TemporaryDirectory() as folder:
         for i, (name, (model_changes, layout_changes)) in enumerate(VARIANTS.items()):
+            if args.only not in name:
+                continue
             model = base.replace(**model_changes)
             layout = et.ParallelConfig(pipeline_model_parallel_size=2, global_batch_size=4, precision="fp32",
                                        **layout_changes)
@@ -60,6 +71,10 @@ def main() -> None:
                 print(f"{name:<26}{stage:>6}{sim['compute'] * 1e3:>11.1f}ms{emu['compute'] * 1e3:>11.1f}ms"
                       f"{100 * (emu['compute'] / sim['compute'] - 1):>+7.1f}%{sim['stage_step'] * 1e3:>9.1f}ms"
                       f"{emu['stage_step'] * 1e3:>9.1f}ms{100 * r.error:>+7.1f}%")
+                if "experts" in sim:
+                    print(f"{'':<32}experts {sim['experts'] * 1e3:.1f} / {emu['experts'] * 1e3:.1f} ms "
+                          f"({100 * (emu['experts'] / sim['experts'] - 1):+.1f}%), ep_comm "
+                          f"{sim['ep_comm'] * 1e3:.2f} / {emu['ep_comm'] * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":

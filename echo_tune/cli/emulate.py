@@ -11,8 +11,9 @@ from echo_tune.cli.common import add_layout_arguments, human_time, print_json, s
 from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
 
-PART_NAMES = {"compute": "compute (kernels + host)", "tp_cp_comm": "TP/CP collectives (modelled waits)",
-              "interference": "interference", "pp_wait": "waiting on neighbour stages (bubble + p2p)",
+PART_NAMES = {"compute": "compute (kernels + host)", "experts": "  of it: routed experts (GEMMs + activation)",
+              "tp_cp_comm": "TP/CP collectives (modelled waits)",
+              "ep_comm": "MoE dispatch/combine (modelled waits)", "interference": "interference", "pp_wait": "waiting on neighbour stages (bubble + p2p)",
               "pipeline": "pipeline phase (end of last task)", "tail": "DP reduction + optimizer (modelled)",
               "stage_step": "stage step"}
 
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     for col in columns:
         table.add_column(col, justify="left" if col == "part" else "right")
     for key, label in PART_NAMES.items():
+        if key not in result.simulated:  # experts and ep_comm: MoE models only
+            continue
         sim, emu = result.simulated[key], result.emulated[key]
         diff = f"{100 * (emu / sim - 1):+.1f}%" if sim > 0 else "-"
         low, high = result.emulated_range[key]

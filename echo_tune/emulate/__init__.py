@@ -5,4 +5,5 @@ the measured stage with the simulator's prediction part by part.
 - ``build.py``: the stage's real sharded modules, from the tracer's own layer definitions.
 - ``predict.py``: the simulator's view of the same stage (its parts, its neighbours' task times).
 - ``run.py``: the stage's micro-batches in Megatron's task order, with the waits.
+- ``moe.py``: MoE layers run for real (balanced routing, received buffers, the experts' timer, refusals).
 """

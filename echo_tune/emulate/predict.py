@@ -2,7 +2,10 @@
 
 Everything comes from ``simulate`` itself (its timeline, with ``timeline=True``) and from the same
 pass costs (``sim.passes.pass_costs``, ``sim.chunk_passes.chunk_passes``), so emulate compares against exactly
-what ``simulate`` reports. "compute" includes recompute (``simulate`` reports it as its own part).
+what ``simulate`` reports. "compute" includes recompute (``simulate`` reports it as its own part). The cost
+context is ``simulate``'s (its MoE kernels and EP settings), the chunks' dense / MoE layer mix its
+``chunk_layer_mix``; "ep_comm" is its dispatch / combine time, "experts" the routed experts' compute (the
+"moe/experts" and "moe/expert_act" sub-regions of the traced MoE layer, through the same ``chunk_passes``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.cost.moe_dispatch import moe_kernels
 from echo_tune.cost.profile import ClusterProfile
-from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
-from echo_tune.sim.passes import pass_costs, trace_pieces
+from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
+from echo_tune.sim.layer_mix import chunk_layer_mix
+from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import StepReport
 from echo_tune.sim.chunk_passes import chunk_passes
 from echo_tune.sim.simulate import p2p_time_s, simulate
@@ -43,14 +48,20 @@ class StagePrediction:
     """End of the stage's last task."""
     tail_s: float
     """After it: exposed DP communication, its interference and the optimizer step."""
+    experts: list[PhaseCost] | None = None
+    """Per chunk: the routed experts' share of one micro-batch's passes (recompute included); None: no MoE."""
 
     def parts(self, num_micro_batches: int) -> dict[str, float]:
         """The stage's step as parts, named as ``emulate`` reports them."""
         total = sum(self.forward + self.backward, ZERO).scaled(num_micro_batches)
         busy = total.total_s
-        return {"compute": total.compute_s, "tp_cp_comm": total.comm_exposed_s, "interference": total.interference_s,
-                "pp_wait": max(0.0, self.pipeline_end_s - busy), "pipeline": self.pipeline_end_s,
-                "tail": self.tail_s, "stage_step": self.pipeline_end_s + self.tail_s}
+        parts = {"compute": total.compute_s, "tp_cp_comm": total.comm_exposed_s,
+                 "interference": total.interference_s, "pp_wait": max(0.0, self.pipeline_end_s - busy),
+                 "pipeline": self.pipeline_end_s, "tail": self.tail_s, "stage_step": self.pipeline_end_s + self.tail_s}
+        if self.experts is not None:
+            parts.update(ep_comm=total.ep_comm_s,
+                         experts=sum(self.experts, ZERO).scaled(num_micro_batches).compute_s)
+        return parts
 
 
 def task_end_times(report: StepReport) -> dict[TaskKey, float]:
@@ -68,9 +79,17 @@ def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paralle
     report = simulate(model, cluster, num_gpus, parallel, profile=profile, timeline=True)
     pieces = trace_pieces(model, parallel, layout)
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
-                      tp_comm_overlap=parallel.tp_comm_overlap)
+                      tp_comm_overlap=parallel.tp_comm_overlap, moe=moe_kernels(model, cluster),
+                      overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
+                      delay_wgrad_compute=parallel.delay_wgrad_compute)
     costs = pass_costs(pieces, ctx)
-    passes = [chunk_passes(layout, costs, stage, c) for c in range(layout.virtual_pipeline_size)]
+    mix = chunk_layer_mix(model, layout)[stage]
+    chunks = range(layout.virtual_pipeline_size)
+    passes = [chunk_passes(layout, costs, stage, c, mix[c]) for c in chunks]
+    experts = None
+    if "moe_layer" in pieces:
+        only = expert_costs(pieces["moe_layer"], ctx)
+        experts = [sum(chunk_passes(layout, only, stage, c, mix[c]), ZERO) for c in chunks]
     forward = [f for f, _, _ in passes]
     backward = [b + r for _, b, r in passes]  # recompute runs inside the backward pass
     ends = task_end_times(report)
@@ -78,4 +97,16 @@ def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paralle
     stage_end = max(end for s, *_, end in report.timeline if s == stage)
     return StagePrediction(stage=stage, report=report, task_end_s=ends, p2p_s=p2p_time_s(pieces, layout, profile),
                            forward=forward, backward=backward, pipeline_end_s=pipeline_end,
-                           tail_s=stage_end - pipeline_end)
+                           tail_s=stage_end - pipeline_end, experts=experts)
+
+
+def expert_costs(moe_layer, ctx: CostContext) -> PassCosts:
+    """Pass costs with only the routed experts of each MoE layer (their GEMMs and activation): what
+    ``chunk_passes`` then counts per chunk, recompute included."""
+    def cost(ops) -> PhaseCost:
+        return sum((phase_cost(ops, ctx, region=r, piece="moe_layer") for r in ("moe/experts", "moe/expert_act")),
+                   ZERO)
+
+    return PassCosts(layer_forward=ZERO, layer_backward=ZERO, selective_recompute=ZERO, embedding_forward=ZERO,
+                     embedding_backward=ZERO, output_forward=ZERO, output_backward=ZERO,
+                     moe_layer_forward=cost(moe_layer.forward), moe_layer_backward=cost(moe_layer.backward))

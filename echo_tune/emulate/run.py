@@ -9,9 +9,12 @@ The stage runs its micro-batches in Megatron's task order for that stage (``sim.
 - Activation recompute runs as Megatron checkpoints: full recompute per layer group (``build.py``),
   selective recompute of the core-attention region (``Waiter.run_region``).
 - The step tail (DP gradient reduction, optimizer step) is not run: the simulator's value is added.
-- What it does not run is refused by name, never run as something else: MoE layers and FP8 GEMMs, and
-  a device that is not the cluster's GPU (``cost.optime_device.mismatch``) unless ``allow_other_device``, when
-  the result names the device it ran on.
+- MoE layers run as MoE (``emulate/moe.py``): router, permutation, the local experts' GEMMs on a balanced
+  router's tokens; dispatch / combine are modelled waits like the TP collectives, reported as ``ep_comm``,
+  and the routed experts' own time as ``experts`` (a part of ``compute``).
+- What it does not run is refused by name, never run as something else: sliding-window attention, FP8 GEMMs,
+  the MoE features of ``moe.moe_problems``, and a device that is not the cluster's GPU
+  (``cost.optime_device.mismatch``) unless ``allow_other_device``, when the result names the device it ran on.
 Parameter gradients are dropped after each backward instead of accumulated: Megatron's gradient
 accumulation fusion (``--gradient-accumulation-fusion``, on by default) writes them into the fp32
 main grad inside the weight-gradient GEMM, so there is no separate accumulation kernel to time.
@@ -37,28 +40,23 @@ from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile, profile_for
 from echo_tune.emulate.clock import clock_for
 from echo_tune.emulate.build import Stage, build_stage, chunk_forward
+from echo_tune.emulate.moe import ExpertTimer, RealMoE, moe_problems
 from echo_tune.emulate.predict import StagePrediction, predict_stage
 from echo_tune.errors import ConfigError, raise_problems
+from echo_tune.sim.costing import EXPERT_GROUPS
 from echo_tune.sim.schedules import stage_order
 from echo_tune.workload import context
 
 
-class _TagNothing:
-    """``context.tag_backward`` skips nodes already in ``tagged_nodes``; claiming all keeps region
-    tagging (a tracing aid) from adding Python work to the emulated step."""
-
-    def __contains__(self, _node) -> bool:
-        return True
-
-
-class Waiter:
-    """The active 'recorder' during emulation: each collective becomes a wait of its modelled time."""
+class Waiter(RealMoE):
+    """The active 'recorder' during emulation: each collective becomes a wait of its modelled time (those of
+    the expert groups also counted apart, ``ep_waited_s``); the routed experts are timed (``ExpertTimer``)."""
 
     def __init__(self, groups, profile: ClusterProfile, clock) -> None:
+        super().__init__()
         self.groups, self.profile, self.clock = groups, profile, clock
-        self.region = ""
-        self.tagged_nodes = _TagNothing()
-        self.waited_s = 0.0
+        self.waited_s = self.ep_waited_s = 0.0
+        self.experts = ExpertTimer(clock, lambda: self.waited_s)
         self._durations: dict[tuple[str, str, int], float] = {}
 
     selective_recompute = False
@@ -69,6 +67,9 @@ class Waiter:
             return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
 
+    def run_subregion(self, name: str, fn, *args):
+        return self.experts.run_subregion(name, fn, *args)
+
     def add_collective(self, name: str, group: str, size_bytes: int) -> None:
         key = (name, group, size_bytes)
         if key not in self._durations:  # the warm-up run fills this: timed runs pay a dict lookup only
@@ -76,24 +77,24 @@ class Waiter:
         duration = self._durations[key]
         self.clock.wait(duration)
         self.waited_s += duration
+        if group in EXPERT_GROUPS:
+            self.ep_waited_s += duration
 
 
 @dataclass(frozen=True, kw_only=True)
 class EmulatedRun:
     parts: dict[str, float]
-    """compute, tp_cp_comm, pp_wait, pipeline (end of the last task), tail (modelled), stage_step."""
+    """compute, tp_cp_comm, pp_wait, pipeline (end of the last task), tail (modelled), stage_step; with MoE
+    layers also ep_comm (modelled waits) and experts (of compute)."""
     order: list[tuple[bool, int, int]]
     """The tasks as run: (is_backward, micro_batch, chunk)."""
     task_compute_s: list[float]
 
 
 def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
-    """What emulate does not run (MoE layers, sliding-window attention, FP8 GEMMs) is refused by name, never run
-    as something else."""
-    problems = []
-    if model.is_moe:
-        problems.append(f"emulate runs dense layers only and cannot run the MoE layers of this model, but got "
-                        f"(num_experts={model.num_experts}); use `echo-tune simulate` for MoE models")
+    """What emulate does not run (sliding-window attention, FP8 GEMMs, the MoE features of ``moe_problems``) is
+    refused by name, never run as something else."""
+    problems = moe_problems(model, parallel)
     if model.windowed_attention:
         problems.append(f"emulate runs full attention only and cannot run this model's sliding-window layers, but "
                         f"got (window_size={model.window_size[0]},{model.window_size[1]}); use `echo-tune simulate` "
@@ -135,7 +136,7 @@ def _dependency(task, stage: int, p: int, v: int):
 def run_stage_once(stage: Stage, prediction: StagePrediction, order, waiter: Waiter, p: int, v: int) -> EmulatedRun:
     live: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
     compute, task_compute, pp_wait = 0.0, [], 0.0
-    waiter.waited_s = 0.0
+    waiter.waited_s = waiter.ep_waited_s = waiter.experts.expert_s = 0.0
     clock = waiter.clock
     origin = clock.now()
     for task in order:
@@ -165,8 +166,11 @@ def run_stage_once(stage: Stage, prediction: StagePrediction, order, waiter: Wai
         compute += spent
         task_compute.append(spent)
     pipeline = clock.now() - origin
-    parts = {"compute": compute, "tp_cp_comm": waiter.waited_s, "interference": 0.0, "pp_wait": pp_wait,
-             "pipeline": pipeline, "tail": prediction.tail_s, "stage_step": pipeline + prediction.tail_s}
+    parts = {"compute": compute, "tp_cp_comm": waiter.waited_s - waiter.ep_waited_s, "interference": 0.0,
+             "pp_wait": pp_wait, "pipeline": pipeline, "tail": prediction.tail_s,
+             "stage_step": pipeline + prediction.tail_s}
+    if prediction.experts is not None:  # an MoE model: the parts simulate has for it, zero on an all-dense stage
+        parts.update(ep_comm=waiter.ep_waited_s, experts=waiter.experts.expert_s)
     return EmulatedRun(parts=parts, order=list(order), task_compute_s=task_compute)
 
 
@@ -208,8 +212,8 @@ def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Par
             warmup: int = 1, seed: int = 0, allow_other_device: bool = False) -> EmulateResult:
     """Emulate pipeline stage ``stage`` of a layout ``repeats`` times (after ``warmup`` runs).
 
-    MoE models and FP8 are refused (emulate runs dense layers in plain precision), and so is a device that
-    is not the cluster's GPU unless ``allow_other_device`` (the result then says which device it ran on)."""
+    FP8 and the MoE features of ``moe.moe_problems`` are refused, and so is a device that is not the cluster's
+    GPU unless ``allow_other_device`` (the result then says which device it ran on)."""
     _refuse_unrun(model, parallel)
     layout = check_compatible(model, cluster, num_gpus, parallel)
     _refuse_unmodelled(parallel, layout)
@@ -244,6 +248,10 @@ def emulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Par
              "the step tail (DP gradient reduction, optimizer) is the simulator's value, not run"]
     if layout.groups["cp"].size > 1:
         notes.append("CP ring exchanges are waited inline; the simulator overlaps them with attention")
+    if built.moe:
+        notes.append(f"MoE layers: the router runs, its tokens go where a balanced router sends them (what simulate "
+                     f"assumes); dispatch/combine ({model.moe_token_dispatcher_type}) are modelled waits (ep_comm); "
+                     f"experts = the local experts' GEMMs and activation, part of compute")
     if other is not None:
         notes.insert(0, f"ran on {info.name}, not on the cluster's GPU {cluster.gpu.name} ({other}): "
                         f"the emulated figures are this device's, the simulated ones the {cluster.gpu.name}'s")

@@ -1,11 +1,15 @@
 """Op times measured in place (as Echo profiles kernels from a real run), and the host time per op.
 
 ``measure_in_situ`` runs one micro-batch of a shape's pieces for real on the device (embedding, one
-transformer layer, output layer and loss; forward and backward through autograd, built by the tracer's
-own layer code) and times every op the tracer would record (``tracer.describe``: same filter, same
+transformer layer, one MoE layer when the model has them, output layer and loss; forward and backward
+through autograd, built by the tracer's own layer code) and times every op the tracer would record (``tracer.describe``: same filter, same
 keys) as it runs: CUDA events around each op, or the thread's CPU time on a one-thread CPU. An op
 thus sees the cache and memory state of a real step: its inputs were just produced by other ops, its
-outputs go to freshly allocated memory. The median over occurrences and repeats is kept.
+outputs go to freshly allocated memory. The median over occurrences and repeats is kept. The MoE layer
+runs as ``emulate`` runs it (``emulate/moe.py``: a balanced router's tokens, the dispatch / combine
+collectives not run, their outputs filled once per shape), so its router, permutation and expert ops are
+timed in place too; what the in-place run still does not show (the sliding-window layers, MTP's extra
+pieces) is timed alone (``ProfileResult.timed_alone``).
 
 The host overhead: on a CPU the host *is* the device, and the framework's time between the ops
 (Python layer code, autograd, the custom ops' wrappers, freeing memory) is part of the step. The same
@@ -16,6 +20,8 @@ it is not added.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import statistics
 import time
 from collections import defaultdict
@@ -30,7 +36,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.optime_db import Measurement
 from echo_tune.sim.passes import trace_pieces
-from echo_tune.workload import heads, layers
+from echo_tune.workload import context, heads, layers
 from echo_tune.workload.tracer import describe
 
 def _clock(device: torch.device):
@@ -78,24 +84,34 @@ class OpTimer(TorchDispatchMode):
 
 
 def _pieces_step(model: ModelSpec, parallel: ParallelConfig, sequence_parallel: bool, device: torch.device):
-    """A function that runs one micro-batch of embedding, one layer and the output layer, fwd + bwd."""
+    """A function that runs one micro-batch of embedding, one layer (and one MoE layer) and the output layer,
+    fwd + bwd."""
     from echo_tune.emulate.build import RealShard, unit_norms
+    from echo_tune.emulate.moe import RealMoE
 
     shard = RealShard(model, parallel.tensor_model_parallel_size, parallel.context_parallel_size,
                       sequence_parallel, parallel.micro_batch_size, parallel.precision, device=str(device))
     layer, emb, out = layers.layer_params(shard), heads.embedding_params(shard), heads.output_params(shard)
-    unit_norms(layer)
-    unit_norms(out)
+    stack = [(layer, shard)]
+    if model.is_moe:
+        moe_shard = dataclasses.replace(shard, ep=parallel.expert_model_parallel_size,
+                                        etp=parallel.expert_tensor_size, moe=True)
+        stack.append((layers.layer_params(moe_shard), moe_shard))
+    for params in [out] + [p for p, _ in stack]:
+        unit_norms(params)
+    real_moe = RealMoE() if model.is_moe else None
     s, b = shard.seq, shard.micro_batch_size
     ids, labels = shard.tensor(b, s, dtype=torch.int64), shard.tensor(s, b, dtype=torch.int64)
     positions = torch.arange(shard.seq_in, device=device)
     mask = torch.ones(s, b, dtype=torch.float32, device=device)
-    params = [t for group in (layer, emb, out) for t in layers.parameters(group)]
+    params = [t for group in [emb, out] + [p for p, _ in stack] for t in layers.parameters(group)]
 
     def step() -> None:
-        h = heads.embedding_forward(ids, positions, emb, shard)
-        h = layers.layer_forward(h, layer, shard)
-        heads.output_forward(h, labels, mask, out, shard)[1].backward()
+        with context.activate(real_moe) if real_moe is not None else contextlib.nullcontext():
+            h = heads.embedding_forward(ids, positions, emb, shard)
+            for layer_params, layer_shard in stack:
+                h = layers.layer_forward(h, layer_params, layer_shard)
+            heads.output_forward(h, labels, mask, out, shard)[1].backward()
         for t in params:
             t.grad = None
 
@@ -137,7 +153,7 @@ def measure_in_situ(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paral
         p10, p90 = samples[int(0.1 * (len(samples) - 1))], samples[int(round(0.9 * (len(samples) - 1)))]
         times[key] = Measurement(time_s=median, spread=(p90 - p10) / median if median > 0 else 0.0,
                                  repeats=len(samples), warmup=warmup, method=timer.method)
-    ran = ("layer", "embedding", "output")  # the pieces ``step`` runs (a dense layer: not an MoE or window one)
+    ran = ("layer", "moe_layer", "embedding", "output")  # the pieces ``step`` runs (not the window ones)
     ops = [op for name, trace in trace_pieces(model, parallel, layout).items() if name in ran
            for op in trace.forward + trace.backward if op.kind != "collective"]
     kernels = sum(times[op.key].time_s for op in ops if op.key in times)

@@ -34,7 +34,7 @@ class ProfileResult:
     """Sum of the measured ops' median times (one call each)."""
     timed_alone: int = 0
     """Of the measured, those the in-place run did not show, timed alone from their keys (``measure.py``):
-    e.g. an MoE layer's router, permutation and expert GEMMs (the in-place run builds dense layers only)."""
+    e.g. a sliding-window layer's attention (the in-place run builds one dense and one MoE layer, full attention)."""
     host_overhead_s: float | None = None
     """Framework host time per op on a CPU (``optime/insitu.py``); None on CUDA or when nothing was run."""
 
@@ -43,8 +43,10 @@ class ProfileResult:
 
 
 def _shape(parallel: ParallelConfig) -> tuple:
+    """What the traced pieces' shapes depend on (EP and ETP: the MoE layer's)."""
     return (parallel.tensor_model_parallel_size, parallel.context_parallel_size, parallel.sequence_parallel,
-            parallel.micro_batch_size, parallel.precision)
+            parallel.micro_batch_size, parallel.precision, parallel.expert_model_parallel_size,
+            parallel.expert_tensor_size)
 
 
 def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layouts: list[ParallelConfig],

@@ -47,6 +47,12 @@ def record_collective(name: str, group: str, size_bytes: int, group_size: int) -
         _ACTIVE.add_collective(name, group, int(size_bytes))
 
 
+def active_hook(name: str) -> Callable | None:
+    """The active object's method ``name``, or None (nothing active, or an object without it). The MoE
+    layer asks for ``receive`` and ``spread_rows`` when it runs for real (``workload/moe.py``)."""
+    return getattr(_ACTIVE, name, None) if _ACTIVE is not None else None
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -102,9 +108,13 @@ def in_subregion(name: str, fn: Callable, *args: Any) -> Any:
     """Run ``fn(*args)`` as sub-region ``name`` of the current region, forward and backward.
 
     Call the parts of a region in forward order, each through this function: the backward walk stops at
-    nodes tagged by an earlier part, so each part tags only its own nodes."""
+    nodes tagged by an earlier part, so each part tags only its own nodes. An active object with a
+    ``run_subregion`` method runs the sub-region itself (``emulate`` times the routed experts there)."""
     if _ACTIVE is None:
         return fn(*args)
+    run_subregion = getattr(_ACTIVE, "run_subregion", None)
+    if run_subregion is not None:
+        return run_subregion(name, fn, *args)
     previous, _ACTIVE.subregion = getattr(_ACTIVE, "subregion", ""), name
     try:
         out = fn(*args)

@@ -191,10 +191,12 @@ def _cases() -> list[tuple[list[str], str, int]]:
     cases.append((SIM + ["--cluster", "a100-80gb", "--profile", "{profile-optime-a100-40gb.yaml}"],
                   "the memory size differs: 40 GB against 80 GB", 1))
     emulate = ["emulate", "--model", TINY, "--num-gpus", "1", "--global-batch-size", "1", "--device", "cpu"]
-    cases += [(emulate + ["--cluster", CPU_CLUSTER, "--num-experts", "8"], "cannot run the MoE layers", 1),
+    cases += [(emulate + ["--cluster", CPU_CLUSTER, "--num-experts", "8", "--moe-token-dispatcher-type", "flex"],
+               "cannot run the flex dispatcher's fused deepep kernels", 1),
               (emulate + ["--cluster", CPU_CLUSTER, "--bf16", "--fp8-format", "e4m3"], "cannot run FP8 GEMMs", 1),
               (emulate + ["--cluster", "h100-sxm"], "--allow-other-device", 1),
-              (emulate + ["--cluster", "a100-40gb", "--num-experts", "4", "--fp8-format", "hybrid"], "2 problems", 3)]
+              (emulate + ["--cluster", "a100-40gb", "--num-experts", "4", "--moe-permute-fusion", "--fp8-format",
+                          "hybrid"], "2 problems", 3)]
     for tag, words in (("cost-nan", "gpu_hour_cost"), ("cost-inf", "gpu_hour_cost"), ("gpus-1e12", "num_gpus"),
                        ("gpus-2e6", "num_gpus"), ("profile-42", "`profile`"), ("profile-list", "`profile`"),
                        ("from-no-gpus", "num_gpus"), ("from-no-model", "model_spec"),

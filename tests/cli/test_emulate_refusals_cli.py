@@ -1,5 +1,6 @@
-"""issue 20 from the command line: emulate refuses MoE, FP8 and another device in one line (exit 2);
---allow-other-device labels every figure; profile says what it timed alone for an MoE model."""
+"""issue 20 from the command line: emulate refuses what it does not run (the flex dispatcher, FP8) and another
+device in one line (exit 2); --allow-other-device labels every figure; an MoE model's table has its expert
+lines; profile runs an MoE model's MoE ops in place."""
 
 import json
 from pathlib import Path
@@ -24,9 +25,11 @@ def _threads():
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--fp32", "--num-experts", "8", "--moe-router-topk", "2"],
-     "emulate runs dense layers only and cannot run the MoE layers of this model, but got (num_experts=8); use "
-     "`echo-tune simulate` for MoE models"),
+    (["--fp32", "--num-experts", "8", "--moe-router-topk", "2", "--moe-token-dispatcher-type", "flex"],
+     "emulate runs the alltoall and allgather dispatchers (NCCL collectives as modelled waits) and cannot run the "
+     "flex dispatcher's fused deepep kernels, but got (moe_token_dispatcher_type=flex, "
+     "moe_flex_dispatcher_backend=deepep); use --moe-token-dispatcher-type alltoall, or `echo-tune simulate` for "
+     "deepep"),
     (["--bf16", "--fp8-format", "hybrid"],
      "emulate runs the GEMMs in bf16 only and cannot run FP8 GEMMs, but got (fp8_format=hybrid); drop "
      "--fp8-format to emulate the bf16 layout, or use `echo-tune simulate` for FP8"),
@@ -63,14 +66,28 @@ def test_emulate_on_the_cpu_cluster_has_no_device_warning(capsys):
     assert data["device_is_cluster_gpu"] is True and not any(n.startswith("ran on") for n in data["notes"])
 
 
-def test_profile_of_an_moe_model_says_its_moe_ops_were_timed_alone(tmp_path, monkeypatch, capsys):
+def test_emulate_of_an_moe_model_shows_its_expert_work(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    moe = ["--fp32", "--num-experts", "4", "--moe-router-topk", "2", "--expert-model-parallel-size", "2",
+           "--expert-tensor-parallel-size", "1", "--sequence-parallel", "--moe-token-dispatcher-type", "alltoall",
+           "--repeats", "1"]
+    assert main(["emulate", *SHAPE, *CPU, *moe]) == 0
+    out = capsys.readouterr().out
+    assert "of it: routed experts (GEMMs + activation)" in out and "MoE dispatch/combine (modelled waits)" in out
+    assert main(["emulate", *SHAPE, *CPU, *moe, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["emulated_s"]["ep_comm"] == pytest.approx(data["simulated_s"]["ep_comm"]) and \
+        data["simulated_s"]["ep_comm"] > 0 and data["emulated_s"]["experts"] > 0
+
+
+def test_profile_of_an_moe_model_runs_its_moe_ops_in_place(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     args = ["profile", "--model", str(DATA / "tiny-llama.yaml"), *CPU, "--num-gpus", "1", "--global-batch-size", "1",
             "--seq-length", "32", "--hidden-size", "64", "--ffn-hidden-size", "128", "--num-layers", "2",
             "--num-experts", "4", "--moe-router-topk", "2", "--fp32", "--threads", "1", "--quiet", "--json"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert 0 < out["timed_alone"] < out["measured"] == out["ops"]
-    assert out["notes"] == ["MoE model tiny-llama (num_experts=4): the in-place run builds dense layers only, so the "
-                            "MoE layers' ops (router, token permutation, expert GEMMs) were timed alone from their "
-                            "traced shapes, not inside a real step (counted in timed_alone)"]
+    assert out["timed_alone"] == 0 and out["measured"] == out["ops"]  # router, permutation, experts: in place
+    assert out["notes"] == ["MoE model tiny-llama (num_experts=4): the in-place run runs one MoE layer (router, "
+                            "permutation, the local experts' GEMMs) on the tokens a balanced router sends, as the "
+                            "simulator assumes; its dispatch/combine collectives are not run"]

@@ -1,4 +1,5 @@
-"""emulate refuses by name what it does not run: MoE layers, sliding-window attention, FP8 GEMMs, another device."""
+"""emulate refuses by name what it does not run: sliding-window attention, FP8 GEMMs, another device (the MoE
+features it does not run: test_emulate_moe.py)."""
 
 import dataclasses
 
@@ -15,14 +16,6 @@ def _model(**changes):
     return dataclasses.replace(et.load_model(str(MODEL)), **changes)
 
 
-def test_an_moe_model_is_refused_not_run_dense():
-    moe = _model(num_experts=8, moe_router_topk=2)
-    with pytest.raises(ConfigError) as err:
-        emulate(moe, et.load_cluster(str(CLUSTER)), 4, tiny_layout(), repeats=1, warmup=0)
-    assert str(err.value) == ("emulate runs dense layers only and cannot run the MoE layers of this model, but got "
-                              "(num_experts=8); use `echo-tune simulate` for MoE models")
-
-
 def test_fp8_is_refused_not_run_in_plain_precision():
     layout = tiny_layout(precision="bf16", fp8_format="hybrid")
     with pytest.raises(ConfigError) as err:
@@ -32,12 +25,13 @@ def test_fp8_is_refused_not_run_in_plain_precision():
                               "`echo-tune simulate` for FP8")
 
 
-def test_moe_and_fp8_together_name_both():
+def test_an_moe_feature_and_fp8_together_name_both():
     layout = tiny_layout(precision="bf16", fp8_format="e4m3")
+    model = _model(num_experts=4, moe_router_topk=1, moe_token_dispatcher_type="flex")
     with pytest.raises(ConfigError) as err:
-        emulate(_model(num_experts=4, moe_router_topk=1), et.load_cluster(str(CLUSTER)), 4, layout)
+        emulate(model, et.load_cluster(str(CLUSTER)), 4, layout)
     text = str(err.value)
-    assert text.startswith("2 problems in the emulated layout:") and "num_experts=4" in text \
+    assert text.startswith("2 problems in the emulated layout:") and "moe_token_dispatcher_type=flex" in text \
         and "fp8_format=e4m3" in text
 
 
