@@ -10,9 +10,15 @@ through ``run_search``, enumeration included, one process). Spaces:
   * gpt3-175b      - search_spaces/gpt3-175b-1024xa100.yaml
   * mixtral-8x7b   - search_spaces/mixtral-8x7b-64xh100.yaml
   * mixtral-8x22b, deepseek-v2-lite (not run by default) - zero-YAML: 256 H100, global batch 1024; 64 H100, 512
+  * deepseek-v3 (not run by default) - DeepSeek-V3, 1024 H100, global batch 8192 (the Megatron-Bridge 25.09
+                     DeepSeek-V3 row of runs_bridge.csv), sequence 4096; uneven pipeline splits searched
+  * mixtral-8x22b-b200 (not run by default) - Mixtral 8x22B, 256 B200, global batch 1024
 
     python benchmarks/search_quality.py [--spaces qwen3-30b-a3b,llama3.1-70b,...] [--seeds 5] [--n-trials N]
-        [--compare tpe] [--results-dir DIR] [--json]
+        [--compare tpe] [--exhaustive-jobs 1,2] [--results-dir DIR] [--json]
+
+``--exhaustive-jobs``: the exhaustive search is run once per process count listed (each its own study), so
+one run measures 1 against 2 processes on the same space.
 
 ``--compare tpe`` adds the same seeds of another sampler at its default trials (TPE: 200).
 ``--results-dir`` keeps the studies: a second run reuses a finished exhaustive study (resumed, nothing new
@@ -40,6 +46,8 @@ ZERO_YAML = {
     "llama3.1-70b": dict(model="llama3.1-70b", cluster="h100", num_gpus=256, global_batch_size=512),
     "mixtral-8x22b": dict(model="mixtral-8x22b", cluster="h100", num_gpus=256, global_batch_size=1024),
     "deepseek-v2-lite": dict(model="deepseek-v2-lite", cluster="h100", num_gpus=64, global_batch_size=512),
+    "deepseek-v3": dict(model="deepseek-v3", cluster="h100", num_gpus=1024, global_batch_size=8192, seq_length=4096),
+    "mixtral-8x22b-b200": dict(model="mixtral-8x22b", cluster="b200", num_gpus=256, global_batch_size=1024),
 }
 FILES = {"gpt3-175b": REPO / "search_spaces" / "gpt3-175b-1024xa100.yaml",
          "mixtral-8x7b": REPO / "search_spaces" / "mixtral-8x7b-64xh100.yaml"}
@@ -53,14 +61,18 @@ def build(name: str):
     return auto_space(**ZERO_YAML[name])
 
 
-def measure(name: str, seeds: int, n_trials: int | None, results: Path, samplers: tuple[str, ...] = ("auto",)) -> dict:
+def measure(name: str, seeds: int, n_trials: int | None, results: Path, samplers: tuple[str, ...] = ("auto",),
+            jobs: tuple[int, ...] = (1,)) -> dict:
     space = build(name)
-    start = time.perf_counter()
-    exhaustive = run_search(space, SearchOptions(sampler="exhaustive", study_name=f"{space.name}-exhaustive",
-                                                 results_dir=results, resume=True, write_files=False))
-    row = {"space": name, "layouts": exhaustive.space_size, "optimum_s": exhaustive.best["step_time_s"],
-           "exhaustive_new_trials": exhaustive.new_trials, "exhaustive_wall_s": time.perf_counter() - start,
-           "runs": []}
+    row = {"space": name, "exhaustive": [], "runs": []}
+    for n_jobs in jobs:
+        start = time.perf_counter()
+        exhaustive = run_search(space, SearchOptions(sampler="exhaustive", n_jobs=n_jobs, resume=True,
+                                                     study_name=f"{space.name}-exhaustive-{n_jobs}",
+                                                     results_dir=results, write_files=False))
+        row["exhaustive"].append({"n_jobs": n_jobs, "new_trials": exhaustive.new_trials,
+                                  "wall_s": time.perf_counter() - start})
+        row["layouts"], row["optimum_s"] = exhaustive.space_size, exhaustive.best["step_time_s"]
     for sampler in samplers:
         for seed in range(seeds):
             start = time.perf_counter()
@@ -80,7 +92,8 @@ def print_table(rows: list[dict]) -> None:
           "(coverage) | wall |")
     print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for row in rows:
-        ex_wall = f"{row['exhaustive_wall_s']:.0f} s" if row["exhaustive_new_trials"] else "(stored)"
+        ex_wall = ", ".join(f"{e['wall_s']:.0f} s ({e['n_jobs']} job{'s' if e['n_jobs'] > 1 else ''})"
+                            if e["new_trials"] else f"(stored, {e['n_jobs']})" for e in row["exhaustive"])
         for i, run in enumerate(row["runs"]):
             head = (f"| {row['space']} | {row['layouts']} | {row['optimum_s']:.4f} s | {ex_wall} "
                     if i == 0 else "| | | | ")
@@ -95,6 +108,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--n-trials", type=int, default=None, help="the default search's budget (default: its own)")
     parser.add_argument("--compare", default="", help="also run these samplers at their default trials, e.g. tpe")
+    parser.add_argument("--exhaustive-jobs", default="1", help="process counts of the exhaustive runs, e.g. 1,2")
     parser.add_argument("--results-dir", default=None, help="keep the studies here (default: a temporary folder)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -103,7 +117,8 @@ def main() -> None:
         rows = []
         for name in args.spaces.split(","):
             samplers = ("auto",) + tuple(x for x in args.compare.split(",") if x)
-            rows.append(measure(name, args.seeds, args.n_trials, results, samplers))
+            jobs = tuple(int(j) for j in args.exhaustive_jobs.split(","))
+            rows.append(measure(name, args.seeds, args.n_trials, results, samplers, jobs))
             print(f"# {name} done", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -10,6 +10,7 @@ has fewer layers, a 5000-term sum is read without recursion.
 from __future__ import annotations
 
 import ast
+import functools
 
 from echo_tune.config._checks import require, require_positive
 from echo_tune.errors import ConfigError
@@ -63,6 +64,18 @@ def _eval_pattern(node: ast.AST, limit: int, depth: int = 0) -> list[int]:
 
 def moe_layer_pattern(freq: int | str, num_layers: int) -> tuple[int, ...]:
     """1 for an MoE layer, 0 for a dense one; Megatron's ``moe_freq_type`` (arguments.py)."""
+    # hashable (bool apart: True == 1 as a key): asked per layer mix of every simulated layout
+    if isinstance(freq, (int, str)) and not isinstance(freq, bool) and type(num_layers) is int:
+        return _cached_pattern(freq, num_layers)
+    return _pattern(freq, num_layers)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_pattern(freq: int | str, num_layers: int) -> tuple[int, ...]:
+    return _pattern(freq, num_layers)
+
+
+def _pattern(freq: int | str, num_layers: int) -> tuple[int, ...]:
     if isinstance(freq, int) and not isinstance(freq, bool):
         require_positive("moe_layer_freq", freq)
         return tuple(1 if i % freq == 0 else 0 for i in range(num_layers))

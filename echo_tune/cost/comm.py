@@ -170,9 +170,33 @@ def _send_recv_time_s(size_bytes: float, place: GroupPlacement, profile: Cluster
     return best
 
 
+_MEMO: dict = {}  # id(profile) -> (profile, {(collective, size_bytes, place): time}); see collective_time_s
+_MEMO_LIMIT = 200_000
+
+
 def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
                       profile: ClusterProfile) -> float:
-    """Time of one collective over a group placed as ``place`` (0 for a group of one)."""
+    """Time of one collective over a group placed as ``place`` (0 for a group of one).
+
+    Remembered per profile object (profiles and placements are frozen): a search asks for the same few
+    thousand (collective, size, group) triples millions of times (every bucket of every stage)."""
+    entry = _MEMO.get(id(profile))
+    if entry is None or entry[0] is not profile:
+        if len(_MEMO) >= 16:
+            _MEMO.clear()
+        entry = _MEMO[id(profile)] = (profile, {})
+    times = entry[1]
+    key = (collective, size_bytes, place)
+    value = times.get(key)
+    if value is None:
+        if len(times) >= _MEMO_LIMIT:
+            times.clear()
+        value = times[key] = _collective_time_s(collective, size_bytes, place, profile)
+    return value
+
+
+def _collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
+                       profile: ClusterProfile) -> float:
     if size_bytes <= 0:
         return 0.0
     if collective == "send_recv":

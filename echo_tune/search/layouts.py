@@ -137,17 +137,24 @@ def _parallel(space: SearchSpace, chosen: dict) -> ParallelConfig:
     return ParallelConfig(global_batch_size=space.global_batch_size, precision=space.precision, **fields)
 
 
-def _check(space: SearchSpace, chosen: dict) -> Layout:
-    """check_compatible on ``chosen`` (fields not chosen yet are off); raises RejectedLayout."""
+def _checked(space: SearchSpace, chosen: dict) -> tuple[ParallelConfig, Layout]:
+    """check_compatible on ``chosen`` (fields not chosen yet are off): the settings and their derived values;
+    raises RejectedLayout."""
     try:
         parallel = _parallel(space, chosen)
-        return check_compatible(space.model, space.cluster, chosen["num_gpus"], parallel)
+        return parallel, check_compatible(space.model, space.cluster, chosen["num_gpus"], parallel)
     except ConfigError as exc:
         raise RejectedLayout(str(exc), dict(chosen)) from None
 
 
-def _candidate(space: SearchSpace, chosen: dict, layout: Layout) -> Candidate:
-    return Candidate(num_gpus=chosen["num_gpus"], parallel=_parallel(space, chosen), layout=layout)
+def _check(space: SearchSpace, chosen: dict) -> Layout:
+    return _checked(space, chosen)[1]
+
+
+def _candidate(space: SearchSpace, chosen: dict) -> Candidate:
+    """The complete layout ``chosen``, checked; raises RejectedLayout."""
+    parallel, layout = _checked(space, chosen)
+    return Candidate(num_gpus=chosen["num_gpus"], parallel=parallel, layout=layout)
 
 
 def draw(space: SearchSpace, choose: Callable[[str, tuple], object]) -> Candidate:
@@ -165,13 +172,13 @@ def draw(space: SearchSpace, choose: Callable[[str, tuple], object]) -> Candidat
                                  f"{list(values)})", dict(chosen))
         if field_name == SHAPE_FIELDS[-1]:
             _check(space, chosen)
-    return _candidate(space, chosen, _check(space, chosen))
+    return _candidate(space, chosen)
 
 
 def _walk(space: SearchSpace, chosen: dict, index: int, stats: Counter | None) -> Iterator[Candidate]:
     if index == len(FIELD_ORDER):
         try:
-            yield _candidate(space, chosen, _check(space, chosen))
+            yield _candidate(space, chosen)
         except RejectedLayout as exc:
             if stats is not None:
                 stats[exc.rule] += 1

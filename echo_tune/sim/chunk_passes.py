@@ -56,6 +56,29 @@ def chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
     return fwd, bwd, rec
 
 
+def all_chunk_passes(layout: Layout, costs: PassCosts, mix, windows, bf16=None, per_pass: PhaseCost = ZERO,
+                     paired: list[float] | None = None) -> list[list[tuple[PhaseCost, PhaseCost, PhaseCost]]]:
+    """``chunk_passes`` of every (stage, chunk): ``[stage][chunk]``. Chunks that hold the same work (most of
+    them: the same layer counts, no embedding or loss) are costed once."""
+    p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
+    paired = paired or [0.0] * p
+    done: dict[tuple, tuple[PhaseCost, PhaseCost, PhaseCost]] = {}
+    out = []
+    for s in range(p):
+        row = []
+        for c in range(v):
+            contents = layout.chunk_contents[s][c]
+            # everything chunk_passes reads of the chunk (where it starts matters only to the bf16 layers)
+            key = (contents.layers, contents.mtp_layers, contents.embedding, contents.loss,
+                   contents.first_layer if bf16 is not None else 0, mix[s][c], windows[s][c], paired[s])
+            if key not in done:
+                done[key] = chunk_passes(layout, costs, s, c, mix[s][c], bf16, per_pass, window=windows[s][c],
+                                         paired=paired[s])
+            row.append(done[key])
+        out.append(row)
+    return out
+
+
 def window_passes(layout: Layout, delta: dict[str, PhaseCost], mix: tuple[int, int], window: tuple[int, int],
                    passes: tuple[PhaseCost, PhaseCost, PhaseCost]) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
     """Add the (window - full attention) cost of the chunk's window layers to its (fwd, bwd, recompute)."""

@@ -152,25 +152,40 @@ def _reduce_bucket_by_bucket(overlap_grad_reduce: bool, chunk_params, chunk_back
 def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk_backward, bucket: int,
                          groups, compute_end_s: float, profile: ClusterProfile,
                          spans: list | None = None) -> tuple[float, float]:
-    """``_reduce_bucket_by_bucket`` when a chunk's routed-expert gradients reduce over their own group."""
+    """``_reduce_bucket_by_bucket`` when a chunk's routed-expert gradients reduce over their own group.
+
+    Buckets run in order of (ready time, size), ties in the order made (a chunk's dense buckets before its
+    expert buckets); a stage has tens of equal buckets, so each (size, group) is costed once."""
     collective, grad_bytes, dp, edp, instances = groups
-    buckets: list[tuple[float, int, GroupPlacement]] = []  # (ready time, params, group)
+    durations: dict[tuple[int, bool], float] = {}
+    buckets: list[tuple[float, int, int, bool]] = []  # (ready time, params, order made, expert)
     for params, expert, (start, end) in zip(chunk_params, experts, chunk_backward):
-        for count, group in ((params - expert, dp), (expert, edp)):
-            if count == 0 and group is edp:
+        for count, is_expert in ((params - expert, False), (expert, True)):
+            if count == 0 and is_expert:
                 continue
             n = max(1, -(-count // bucket))
+            span = end - start
             for i in range(n):
-                ready = _ready_s(start, end, i, n) if overlap_grad_reduce else compute_end_s
-                buckets.append((ready, min(bucket, count - i * bucket), group))
+                ready = start + span * (i + 1) / n if overlap_grad_reduce else compute_end_s
+                size = min(bucket, count - i * bucket)
+                key = (size, is_expert)
+                if key not in durations:
+                    group = edp if is_expert else dp
+                    durations[key] = gradient_reduction_s(collective, size * grad_bytes, group,
+                                                          1 if is_expert else instances, profile)
+                buckets.append((ready, size, len(buckets), is_expert))
+    buckets.sort()
+    slowdown = profile.comm_slowdown
     comm_end, overlap = 0.0, 0.0
-    for ready, params, group in sorted(buckets, key=lambda b: (b[0], b[1])):
-        duration = gradient_reduction_s(collective, params * grad_bytes, group, instances if group is dp else 1,
-                                        profile)
-        before = comm_end
-        comm_end, overlap = _one_bucket(ready, duration, comm_end, overlap, compute_end_s, profile.comm_slowdown)
+    for ready, size, _, is_expert in buckets:  # _one_bucket, inlined: this loop runs for every bucket
+        begin = ready if ready > comm_end else comm_end
+        duration = durations[(size, is_expert)]
+        if begin < compute_end_s:
+            duration *= slowdown
+            overlap += min(begin + duration, compute_end_s) - begin
         if spans is not None:
-            spans.append((max(ready, before), comm_end, params))
+            spans.append((begin, begin + duration, size))
+        comm_end = begin + duration
     return comm_end, overlap
 
 

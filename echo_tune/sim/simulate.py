@@ -37,7 +37,7 @@ from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.muon_shards import spread_notes
 from echo_tune.sim.optimizer_muon import check_muon, step_extra_s
 from echo_tune.sim.moe_overlap import paired_fraction
-from echo_tune.sim.chunk_passes import chunk_passes
+from echo_tune.sim.chunk_passes import all_chunk_passes
 from echo_tune.sim.passes import pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
 from echo_tune.sim.schedules import SCHEDULES
@@ -128,8 +128,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     mix, windows = chunk_layer_mix(model, layout), chunk_window_mix(model, layout)
     paired = [paired_fraction(schedule, s, p, m, v) if parallel.overlap_moe_expert_parallel_comm else 0.0
               for s in range(p)]
-    passes = [[chunk_passes(layout, costs, s, c, mix[s][c], bf16, amax, window=windows[s][c], paired=paired[s])
-               for c in range(v)] for s in range(p)]
+    passes = all_chunk_passes(layout, costs, mix, windows, bf16, amax, paired)
     if parallel.use_megatron_fsdp:  # per-unit all-gathers / reduce-scatters inside the passes
         passes = with_fsdp_comm(passes, layout, parallel, pieces, costs, mix, profile)
     if not parallel.gradient_accumulation_fusion:  # main_grad += grad, one kernel per weight and micro-batch

@@ -53,3 +53,19 @@ def test_more_bandwidth_never_slower_and_bigger_never_faster(collective, place):
     assert times == sorted(times)
     for s in sizes:
         assert collective_time_s(collective, s, place, faster) <= collective_time_s(collective, s, place, PROFILE)
+
+
+def test_remembered_times_belong_to_their_profile():
+    """collective_time_s remembers times per profile object: another profile (a faster network) asking the
+    same (collective, size, group) gets its own time, not the first profile's."""
+    from echo_tune.cost.comm import _collective_time_s
+
+    size = 1 << 28
+    first = collective_time_s("all_reduce", size, TWO_NODES, PROFILE)
+    assert first == _collective_time_s("all_reduce", size, TWO_NODES, PROFILE)
+    inter = PROFILE.comm["inter_node"]
+    faster = dataclasses.replace(PROFILE, comm={**PROFILE.comm, "inter_node": {
+        name: dataclasses.replace(link, bus_bandwidth_gbyte_s=4 * link.bus_bandwidth_gbyte_s)
+        for name, link in inter.items()}})
+    assert collective_time_s("all_reduce", size, TWO_NODES, faster) < first
+    assert collective_time_s("all_reduce", size, TWO_NODES, PROFILE) == first

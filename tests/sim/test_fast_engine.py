@@ -108,6 +108,37 @@ def test_dp_tail_closed_form_matches_bucket_by_bucket(distributed, overlap):
             assert getattr(new, name) == pytest.approx(getattr(old, name), rel=1e-12, abs=1e-15), name
 
 
+@pytest.mark.parametrize("distributed, overlap", [(True, True), (False, True), (True, False)])
+def test_dp_tail_with_experts_matches_the_reference(distributed, overlap):
+    """The expert path (dense and expert buckets on one stream, each size costed once) gives the reference's
+    bucket-by-bucket tail: same order, same durations."""
+    profile = profile_for(load_cluster("h100"))
+    rng = random.Random(2)
+    for _ in range(200):
+        parallel = ParallelConfig(global_batch_size=1024, use_distributed_optimizer=distributed,
+                                  overlap_grad_reduce=overlap, overlap_param_gather=distributed and overlap)
+        size = rng.choice([2, 8, 64])
+        per_node = min(size, 8)
+        dp = GroupPlacement(size=size, ranks_per_node=per_node, num_nodes=size // per_node)
+        edp_size = max(1, size // rng.choice([1, 2, 8]))
+        edp = GroupPlacement(size=edp_size, ranks_per_node=min(edp_size, 8), num_nodes=-(-edp_size // 8))
+        v = rng.choice([1, 2, 4])
+        t, chunks = 0.0, []
+        for _ in range(v):
+            start = t + rng.uniform(0.0, 0.05)
+            t = start + rng.uniform(0.001, 0.3)
+            chunks.append((start, t))
+        chunks.reverse()
+        experts = [rng.choice([0, 10**6, 4 * 10**7, rng.randint(10**6, 4 * 10**9)]) for _ in range(v)]
+        params = [e + rng.choice([1, 10**6, rng.randint(10**6, 10**9)]) for e in experts]
+        end = t + rng.choice([0.0, rng.uniform(0.0, 0.5)])
+        args = dict(parallel=parallel, dp=dp, profile=profile, chunk_params=params, chunk_backward=chunks,
+                    compute_end_s=end, expert_chunk_params=experts, edp=edp)
+        old, new = ref.stage_tail(**args), stage_tail(**args)
+        for name in ("dp_exposed_s", "interference_s", "optimizer_s"):
+            assert getattr(new, name) == pytest.approx(getattr(old, name), rel=1e-12, abs=1e-15), name
+
+
 def _old_peak(schedule, stage, p, m, v, chunk_bytes):
     order = ref.stage_order(schedule, stage, p, m, v)
     if schedule in ("1f1b", "interleaved"):

@@ -102,3 +102,31 @@ def test_larger_microbatch_groups_hold_more_activations():
     bigger = et.simulate(GPT3, A100, 1024, base.replace(microbatch_group_size_per_vp_stage=64))
     assert same.step_time_s == default.step_time_s and same.peak_memory_bytes == default.peak_memory_bytes
     assert bigger.stage_memory[0].activations_bytes > default.stage_memory[0].activations_bytes
+
+
+@pytest.mark.parametrize("layout, fp8", [("Ett|tt|tt|ttL", False), ("Et|ttt|ttt|tL", True), (None, True)])
+def test_chunks_of_equal_work_are_costed_once_with_the_same_passes(layout, fp8):
+    """all_chunk_passes costs chunks that hold the same work once; every (stage, chunk) still gets exactly
+    chunk_passes' answer (first/last bf16 layers under FP8 depend on where a chunk starts)."""
+    from echo_tune.cost.profile import profile_for
+    from echo_tune.sim.chunk_passes import all_chunk_passes, chunk_passes
+    from echo_tune.sim.costing import CostContext
+    from echo_tune.sim.layer_mix import chunk_window_mix
+    from echo_tune.sim.passes import pass_costs, trace_pieces
+
+    h100 = et.load_cluster("h100")
+    parallel = et.ParallelConfig(pipeline_model_parallel_size=4, global_batch_size=16,
+                                 pipeline_model_parallel_layout=layout,
+                                 virtual_pipeline_model_parallel_size=None if layout else 2,
+                                 fp8_format="hybrid" if fp8 else None, first_last_layers_bf16=fp8,
+                                 fp8_recipe="tensorwise")
+    lay = check_compatible(TINY, h100, 4, parallel)
+    pieces = trace_pieces(TINY, parallel, lay)
+    ctx = CostContext(profile=profile_for(h100), gpu=h100.gpu, precision=parallel.precision, groups=lay.groups)
+    costs = pass_costs(pieces, ctx)
+    bf16 = (pass_costs(pieces, ctx), 1, 1) if fp8 else None
+    mix, windows = chunk_layer_mix(TINY, lay), chunk_window_mix(TINY, lay)
+    got = all_chunk_passes(lay, costs, mix, windows, bf16)
+    for s, row in enumerate(got):
+        for c, passes in enumerate(row):
+            assert passes == chunk_passes(lay, costs, s, c, mix[s][c], bf16, window=windows[s][c])
