@@ -41,6 +41,13 @@ def seed_pieces(pieces: dict[tuple, dict[str, Trace]]) -> None:
     _PIECES.update(pieces)
 
 
+def on_disk(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> bool:
+    """Whether ``trace_pieces`` in another process finds this layout's pieces in the trace cache on disk (so a
+    parallel search need not send them with every batch)."""
+    model = deterministic_attention_model(model, parallel)
+    return trace_cache.stored(pieces_key(model, parallel, layout))
+
+
 def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> dict[str, Trace]:
     """The layer, embedding and output pieces one rank runs (cached by shape; torch loads on a miss)."""
     model = deterministic_attention_model(model, parallel)  # the attention TE runs under deterministic mode

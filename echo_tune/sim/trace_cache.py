@@ -68,6 +68,12 @@ def load(key: tuple):
     return pieces if stored_key == key else None
 
 
+def stored(key: tuple) -> bool:
+    """Whether the cache holds a file for ``key`` (another process can ``load`` it instead of being sent it)."""
+    path = _path(key)
+    return path is not None and path.is_file()
+
+
 def save(key: tuple, pieces) -> None:
     path = _path(key)
     if path is None:
