@@ -126,6 +126,8 @@ class DurableJournalFile(BaseJournalBackend):
         """The file's complete lines from ``log_number_from`` on, and how many lines the file holds."""
         number, offset = self._resume_at if self._resume_at[0] <= log_number_from else (0, 0)
         logs = []
+        if os.stat(self.path).st_size == offset:
+            return logs, number  # nothing written since the last read (asked once per trial a search stores)
         with open(self.path, "rb") as f:
             f.seek(offset)
             for line in f:
