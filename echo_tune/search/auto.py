@@ -9,7 +9,10 @@ the remaining settings are few, so:
    the fastest if it fits, the lightest on memory, two typical ones), so a structure whose layouts
    mostly exceed memory still shows whether it can fit, and one that is best at a large micro-batch
    without recompute shows that. Every structure's first representative comes before any second one,
-   the structures in a spread order, so a budget too small for the round still samples them all over;
+   the structures in a spread order, so a budget too small for the round still samples them all over.
+   Where the structures are too many for every representative within the budget (DeepSeek-V3 / 1024 H100),
+   they are ranked on their fastest layout (or, where it does not fit, their typical one) first and only
+   the best get the other representatives (``_halving``);
 2. **survivors** - structures in the order of their best representative, each simulated completely
    (every layout of it), while the budget (``--n-trials``, default ``AUTO_BUDGET``) allows;
 3. a space no larger than the budget is simulated completely (the exhaustive search).
@@ -112,8 +115,11 @@ def next_round(valid: list[Candidate], scores: dict[tuple, float | None], budget
     # every structure's first representative before any second one, the structures in a spread order, so a
     # budget too small for this round still samples the whole range (the fastest layouts first)
     spread = [s for _, s in sorted(((i * _GOLDEN) % 1.0, s) for i, s in enumerate(by_structure))]
-    todo = [reps[s][i] for i in range(REPRESENTATIVES) for s in spread
-            if i < len(reps[s]) and reps[s][i].key not in scores]
+    if len(by_structure) * REPRESENTATIVES > budget:  # too many structures for every representative
+        todo = _halving(by_structure, reps, spread, scores, budget)
+    else:
+        todo = [reps[s][i] for i in range(REPRESENTATIVES) for s in spread
+                if i < len(reps[s]) and reps[s][i].key not in scores]
     if todo:
         return todo[:left]
 
@@ -128,6 +134,32 @@ def next_round(valid: list[Candidate], scores: dict[tuple, float | None], budget
         out += rest
         left -= len(rest)
     return out
+
+
+def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget: int) -> list[Candidate]:
+    """Representatives when there are too many structures for all of them (DeepSeek-V3 / 1024 H100: 1266
+    structures, 5064 representatives against a budget of 3000: the budget ran out in that round, before any
+    structure was simulated whole, and the search ended 10% off). First each structure's fastest layout, then,
+    where that does not fit, its typical one (selective recompute, the smallest micro-batch: the likeliest to
+    fit); then the other representatives of the best ``k`` structures by those, ``k`` set so that they take
+    half of the budget left; the best structures are then simulated whole (``next_round``) with the rest. Each
+    step depends on the budget and the stored scores only, so a resumed search takes the same layouts."""
+    fast = {s: reps[s][0] for s in by_structure}  # representatives() puts the fastest first
+    typical = {s: min(m, key=_typical) for s, m in by_structure.items()}
+    todo = [fast[s] for s in spread if fast[s].key not in scores]
+    if todo:
+        return todo
+    tried = {s: [fast[s]] + ([typical[s]] if scores[fast[s].key] is None else []) for s in spread}
+    todo = [c for s in spread for c in tried[s] if c.key not in scores]
+    if todo:
+        return todo
+    first_round = len({c.key for picks in tried.values() for c in picks})
+    k = max(1, (budget - first_round) // 2 // (REPRESENTATIVES - 1))
+
+    def first(s: tuple) -> tuple:
+        values = [scores[c.key] for c in tried[s] if scores[c.key] is not None]
+        return (min(values) if values else float("inf"), repr(s))
+    return [c for s in sorted(by_structure, key=first)[:k] for c in reps[s] if c.key not in scores]
 
 
 def stored_scores(study) -> dict[tuple, float | None]:

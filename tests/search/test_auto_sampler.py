@@ -71,9 +71,10 @@ def test_interrupted_default_search_resumes_to_the_same_layouts(mixtral, tmp_pat
     whole = tmp_path / "whole"
     run_search(mixtral, SearchOptions(n_trials=BUDGET, results_dir=whole, write_files=False))
     parts = tmp_path / "parts"
-    run_search(mixtral, SearchOptions(n_trials=120, results_dir=parts, write_files=False))
+    part = run_search(mixtral, SearchOptions(n_trials=120, results_dir=parts, write_files=False))
+    assert 100 <= part.n_trials <= 120  # its rounds stop short where the next whole structure does not fit
     again = run_search(mixtral, SearchOptions(n_trials=BUDGET, results_dir=parts, resume=True, write_files=False))
-    assert again.n_trials == BUDGET and again.new_trials == BUDGET - 120
+    assert again.n_trials == BUDGET and again.new_trials == BUDGET - part.n_trials
     assert _keys(parts, mixtral.name) == _keys(whole, mixtral.name)
 
 
@@ -85,3 +86,42 @@ def test_default_is_auto_for_search_and_plan_and_output_states_coverage(tmp_path
     assert data["sampler"] == "auto" and data["coverage"] == pytest.approx(30 / 456)
     assert main(["search", str(MIXTRAL), "--n-trials", "30", "--results-dir", str(tmp_path / "t")]) == 0
     assert "coverage: 30 of the 456 valid layouts in the space simulated (6.6%)" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def truth(mixtral):
+    """Every layout's first objective (None: over memory or rejected), as stored_scores gives them."""
+    out = {}
+    for c in enumerate_layouts(mixtral):
+        try:
+            record = evaluate(mixtral, c)[0]
+        except RejectedLayout:
+            out[c.key] = None
+            continue
+        out[c.key] = record["step_time_s"] if record["fits_memory"] else None
+    return out
+
+
+def test_too_many_structures_for_every_representative(mixtral, truth):
+    """76 structures x 4 representatives > a budget of 200: each structure's fastest layout first, then the
+    typical one where the fastest does not fit, then the other representatives of the best structures, then
+    the best structures whole; every round from the stored scores only."""
+    valid = list(enumerate_layouts(mixtral))
+    by_structure = groups(valid)
+    budget = 200
+    assert len(by_structure) * 4 > budget
+    scores: dict = {}
+    rounds = []
+    while todo := next_round(valid, scores, budget):
+        rounds.append(todo)
+        scores.update({c.key: truth[c.key] for c in todo})
+    fastest = {representatives(m)[0].key for m in by_structure.values()}
+    assert {c.key for c in rounds[0]} == fastest
+    over = [s for s, m in by_structure.items() if truth[representatives(m)[0].key] is None]
+    assert over and all(min(by_structure[s], key=lambda c: (c.config["recompute_granularity"] != "selective",
+                                                            c.config["micro_batch_size"])).key in scores
+                        for s in over)
+    assert len(scores) <= budget and len(rounds) >= 3
+    whole = [s for s, m in by_structure.items() if all(c.key in scores for c in m)]
+    assert whole  # the last round simulates the best structures completely
+    assert min(v for v in scores.values() if v is not None) == min(v for v in truth.values() if v is not None)
