@@ -14,7 +14,8 @@ the remaining settings are few, so:
    they are ranked on their fastest layout (or, where it does not fit, their typical one) first and only
    the best get the other representatives (``_halving``);
 2. **survivors** - structures in the order of their best representative, each simulated completely
-   (every layout of it), while the budget (``--n-trials``, default ``AUTO_BUDGET``) allows;
+   (every layout of it), while the budget (``--n-trials``, default ``AUTO_BUDGET``) allows; then the next
+   structure's fastest layouts fill the budget;
 3. a space no larger than the budget is simulated completely (the exhaustive search).
 
 Each round is stored as finished trials (``exhaustive.run_exhaustive``: batched, spread over ``--n-jobs``
@@ -130,7 +131,11 @@ def next_round(valid: list[Candidate], scores: dict[tuple, float | None], budget
     for s in sorted(by_structure, key=rank):
         rest = [c for c in by_structure[s] if c.key not in scores]
         if len(rest) > left:
-            break  # the next structure does not fit whole: stop (a later, worse one might, but is not wanted)
+            # the next structure does not fit whole: this round stops there (a later, worse one might fit, but is
+            # not wanted); once nothing else is left to do, its fastest layouts fill the budget
+            if not out:
+                out = sorted(rest, key=_fast)[:left]
+            break
         out += rest
         left -= len(rest)
     return out
