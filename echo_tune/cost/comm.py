@@ -55,6 +55,7 @@ from echo_tune.cost.nccl_tuning import (RING_SIMPLE_PLATEAU, TREE_ALGBW_RATIO, T
                                         TREE_VS_RING_NET_HOP, TREE_VS_RING_NVLINK_HOP, nccl_picks_tree,
                                         tier_protocol, tree_correction, tree_depth)
 from echo_tune.cost.profile import ClusterProfile, LinkCoefficients
+from echo_tune.identity_cache import IdentityCache
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 
@@ -170,8 +171,7 @@ def _send_recv_time_s(size_bytes: float, place: GroupPlacement, profile: Cluster
     return best
 
 
-_MEMO: dict = {}  # id(profile) -> (profile, {(collective, size_bytes, place): time}); see collective_time_s
-_MEMO_LIMIT = 200_000
+_TIMES = IdentityCache(limit=200_000)
 
 
 def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
@@ -180,19 +180,8 @@ def collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,
 
     Remembered per profile object (profiles and placements are frozen): a search asks for the same few
     thousand (collective, size, group) triples millions of times (every bucket of every stage)."""
-    entry = _MEMO.get(id(profile))
-    if entry is None or entry[0] is not profile:
-        if len(_MEMO) >= 16:
-            _MEMO.clear()
-        entry = _MEMO[id(profile)] = (profile, {})
-    times = entry[1]
-    key = (collective, size_bytes, place)
-    value = times.get(key)
-    if value is None:
-        if len(times) >= _MEMO_LIMIT:
-            times.clear()
-        value = times[key] = _collective_time_s(collective, size_bytes, place, profile)
-    return value
+    return _TIMES.get((profile,), (collective, size_bytes, place),
+                      lambda: _collective_time_s(collective, size_bytes, place, profile))
 
 
 def _collective_time_s(collective: str, size_bytes: float, place: GroupPlacement,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from echo_tune.errors import ConfigError
-from echo_tune.sim.memo import IdentityCache
+from echo_tune.identity_cache import IdentityCache
 
 _RING_PROFILES = IdentityCache(limit=64)
 

@@ -20,7 +20,7 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.dp_instances import gradient_reduction_s, instance_groups
-from echo_tune.sim.memo import IdentityCache
+from echo_tune.identity_cache import IdentityCache
 
 # Adam step per parameter on its owner (multi-tensor apply, memory-bound): fp32 master read+write 8,
 # fp32 grad read 4, exp_avg and exp_avg_sq read+write 16, bf16/fp16 copy write 2, grad-norm read 4,
@@ -71,20 +71,27 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Cluster
     bucket = ddp_bucket_params(dp.size) if parallel.overlap_grad_reduce else max(total_params, 1)
     # bucket params -> collective time: most buckets of a stage, and of its neighbours, have the same size
     instances = parallel.num_distributed_optimizer_instances if parallel.use_distributed_optimizer else 1
-    durations: dict[int, float] = _DURATIONS.get((profile,), (collective, grad_bytes, dp, instances), dict)
 
-    def duration(params: int) -> float:
-        if params not in durations:
-            durations[params] = gradient_reduction_s(collective, params * grad_bytes, dp, instances, profile)
-        return durations[params]
+    def durations_over(group: GroupPlacement, group_instances: int):
+        """bucket params -> its reduction over ``group``, remembered per profile (most buckets share a size)."""
+        durations: dict[int, float] = _DURATIONS.get((profile,), (collective, grad_bytes, group, group_instances),
+                                                     dict)
+
+        def duration(params: int) -> float:
+            if params not in durations:
+                durations[params] = gradient_reduction_s(collective, params * grad_bytes, group, group_instances,
+                                                         profile)
+            return durations[params]
+        return duration
+    duration = durations_over(dp, instances)
 
     experts = expert_chunk_params or [0] * len(chunk_params)
     expert_total = sum(experts) if edp is not None else 0
     chunks = sorted(zip(chunk_backward, chunk_params))
     if expert_total:
         comm_end, overlap = _reduce_with_experts(parallel.overlap_grad_reduce, chunk_params, experts,
-                                                 chunk_backward, bucket, (collective, grad_bytes, dp, edp, instances),
-                                                 compute_end_s, profile, spans)
+                                                 chunk_backward, bucket, (duration, durations_over(edp, 1)),
+                                                 compute_end_s, profile.comm_slowdown, spans)
     elif parallel.overlap_grad_reduce and _in_time_order(chunks, bucket) and spans is None:
         comm_end, overlap = _reduce_closed_form(chunks, bucket, duration, compute_end_s, profile.comm_slowdown)
     else:
@@ -150,42 +157,32 @@ def _reduce_bucket_by_bucket(overlap_grad_reduce: bool, chunk_params, chunk_back
 
 
 def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk_backward, bucket: int,
-                         groups, compute_end_s: float, profile: ClusterProfile,
+                         durations, compute_end_s: float, comm_slowdown: float,
                          spans: list | None = None) -> tuple[float, float]:
-    """``_reduce_bucket_by_bucket`` when a chunk's routed-expert gradients reduce over their own group.
-
-    Buckets run in order of (ready time, size), ties in the order made (a chunk's dense buckets before its
-    expert buckets); a stage has tens of equal buckets, so each (size, group) is costed once."""
-    collective, grad_bytes, dp, edp, instances = groups
-    durations: dict[tuple[int, bool], float] = {}
-    buckets: list[tuple[float, int, int, bool]] = []  # (ready time, params, order made, expert)
+    """``_reduce_bucket_by_bucket`` when a chunk's routed-expert gradients reduce over their own group:
+    ``durations`` = (dense, expert) bucket params -> reduction time. Buckets run in order of (ready time,
+    size), ties in the order made (a chunk's dense buckets before its expert buckets)."""
+    dense_duration, expert_duration = durations
+    buckets: list[tuple[float, int, int, float]] = []  # (ready time, params, order made, duration)
     for params, expert, (start, end) in zip(chunk_params, experts, chunk_backward):
-        for count, is_expert in ((params - expert, False), (expert, True)):
-            if count == 0 and is_expert:
+        for count, duration in ((params - expert, dense_duration), (expert, expert_duration)):
+            if count == 0 and duration is expert_duration:
                 continue
             n = max(1, -(-count // bucket))
-            span = end - start
             for i in range(n):
-                ready = start + span * (i + 1) / n if overlap_grad_reduce else compute_end_s
+                ready = _ready_s(start, end, i, n) if overlap_grad_reduce else compute_end_s
                 size = min(bucket, count - i * bucket)
-                key = (size, is_expert)
-                if key not in durations:
-                    group = edp if is_expert else dp
-                    durations[key] = gradient_reduction_s(collective, size * grad_bytes, group,
-                                                          1 if is_expert else instances, profile)
-                buckets.append((ready, size, len(buckets), is_expert))
+                buckets.append((ready, size, len(buckets), duration(size)))
     buckets.sort()
-    slowdown = profile.comm_slowdown
     comm_end, overlap = 0.0, 0.0
-    for ready, size, _, is_expert in buckets:  # _one_bucket, inlined: this loop runs for every bucket
+    for ready, size, _, duration_s in buckets:  # _one_bucket, inlined: this loop runs for every bucket
         begin = ready if ready > comm_end else comm_end
-        duration = durations[(size, is_expert)]
         if begin < compute_end_s:
-            duration *= slowdown
-            overlap += min(begin + duration, compute_end_s) - begin
+            duration_s *= comm_slowdown
+            overlap += min(begin + duration_s, compute_end_s) - begin
         if spans is not None:
-            spans.append((begin, begin + duration, size))
-        comm_end = begin + duration
+            spans.append((begin, begin + duration_s, size))
+        comm_end = begin + duration_s
     return comm_end, overlap
 
 

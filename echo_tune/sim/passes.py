@@ -13,7 +13,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.determinism import deterministic_attention_model
 from echo_tune.sim import trace_cache
-from echo_tune.sim.memo import IdentityCache
+from echo_tune.identity_cache import IdentityCache
 from echo_tune.sim.moe_overlap import ep_overlap_deltas, shared_overlap_costs
 from echo_tune.workload.graph import Trace
 
