@@ -146,3 +146,13 @@ def test_each_emulated_part_carries_its_spread_over_the_runs(profiled):
         assert low <= value <= high, key
     assert (min(result.runs_stage_step_s), max(result.runs_stage_step_s)) == result.emulated_range["stage_step"]
     assert result.to_dict()["emulated_range_s"]["compute"] == list(result.emulated_range["compute"])
+
+
+def test_a_gpt_style_model_with_bias_and_gelu_emulates(profiled):
+    """Megatron's fused bias + GeLU runs forward and backward for real (its backward op once called
+    autograd.grad below the autograd key: every emulate of a GPT-style model raised a RuntimeError)."""
+    model, cluster, layout, profile = profiled
+    gpt = model.replace(swiglu=False, add_bias_linear=True, normalization="LayerNorm")
+    result = emulate(gpt, cluster, 4, layout, stage=0, profile=profile, repeats=1, warmup=0,
+                     allow_other_device=True)
+    assert result.emulated["compute"] > 0 and result.simulated["compute"] > 0
