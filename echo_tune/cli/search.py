@@ -111,7 +111,9 @@ def closest_miss(result) -> dict | None:
 
 
 def search_records(space, result) -> list[dict]:
-    """Every simulated record of a finished search's study."""
+    """Every simulated record of a finished search's study (as the search left it, else read back)."""
+    if result.records is not None:
+        return result.records
     from echo_tune.plan.planner import study_records
     from echo_tune.search.storage import open_storage
 

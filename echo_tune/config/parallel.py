@@ -350,10 +350,33 @@ class ParallelConfig(OptimizerFields):
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        # asdict's deep copy, without its cost (~0.2 ms, paid several times per simulated layout) for the
-        # plain values every field holds today
-        return {f.name: _copy_value(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        # asdict's deep copy, without its cost (paid three times per layout a search simulates: its params, its
+        # record, the simulation's config): built once per instance; only values that could be changed in
+        # place (none today) are copied again per call
+        cached = self.__dict__.get("_as_dict")
+        if cached is None:
+            values = {f.name: _copy_value(getattr(self, f.name)) for f in dataclasses.fields(self)}
+            cached = (values, tuple(k for k, v in values.items() if not _immutable(v)))
+            object.__setattr__(self, "_as_dict", cached)
+        values, mutable = cached
+        out = dict(values)
+        for key in mutable:
+            out[key] = copy.deepcopy(values[key])
+        return out
+
+    def __getstate__(self) -> dict:
+        """Pickled without ``to_dict``'s cache (a search sends layouts to its worker processes)."""
+        state = dict(self.__dict__)
+        state.pop("_as_dict", None)
+        return state
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _immutable(value) -> bool:
+    return isinstance(value, _PLAIN) or (type(value) is tuple and all(_immutable(v) for v in value))
 
 
 def _copy_value(value):
-    return value if isinstance(value, (str, int, float, bool, type(None))) else copy.deepcopy(value)
+    return value if isinstance(value, _PLAIN) else copy.deepcopy(value)

@@ -175,6 +175,8 @@ def _search(space: SearchSpace, opts: PlanOptions, progress) -> tuple[object, li
     search_opts = SearchOptions(sampler=opts.sampler, n_trials=opts.n_trials, seed=opts.seed,
                                 results_dir=opts.results_dir, resume=True)
     result = run_search(space, search_opts, progress=progress)
+    if result.records is not None:
+        return result, result.records
     store = open_storage(Path(opts.results_dir) / space.name, None)
     return result, study_records(space, store.storage, space.name)
 

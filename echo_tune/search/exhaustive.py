@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from optuna.trial import TrialState, create_trial
 
 from echo_tune.search.claim import die_with_parent
+from echo_tune.search.journal_trials import add_finished
 from echo_tune.search.layouts import Candidate, RejectedLayout
 from echo_tune.search.params import full_params, search_distributions
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, constraint_sequence, constraints,
@@ -219,8 +220,7 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
 def _store(study, store, results, deadline, on_trials) -> int:
     stored = 0
     for trials in results:
-        with store.batch():
-            study.add_trials(trials)
+        add_finished(store, study, trials)
         stored += len(trials)
         if on_trials is not None:  # with the batch's fastest fitting record, for best-so-far
             fitting = [t.user_attrs["record"] for t in trials if t.user_attrs.get("record", {}).get("fits_memory")]

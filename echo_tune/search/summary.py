@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from echo_tune.search.objective import OBJECTIVE_KEYS
 from echo_tune.search.outputs import write_outputs
 from echo_tune.search.results import (FINISHED, SearchResult, best_feasible, entry, feasible_records,
-                                      pareto_front)
+                                      pareto_front, trial_record)
 from echo_tune.search.space import SearchSpace
 
 
@@ -44,4 +44,5 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
         new_trials=len(finished) - done_before, space_size=len(valid),
         wall_time_s=time.monotonic() - started, best=best, pareto=pareto, results_dir=str(out_dir),
         storage=where, files=files, interrupted=interrupted, notes=list(notes),
-        top=[{"trial": n, **r} for n, r in top[:20]])
+        top=[{"trial": n, **r} for n, r in top[:20]],
+        records=[r for t in trials if (r := trial_record(t)) is not None])

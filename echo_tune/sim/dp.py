@@ -164,15 +164,20 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
     size), ties in the order made (a chunk's dense buckets before its expert buckets)."""
     dense_duration, expert_duration = durations
     buckets: list[tuple[float, int, int, float]] = []  # (ready time, params, order made, duration)
+    append = buckets.append
     for params, expert, (start, end) in zip(chunk_params, experts, chunk_backward):
+        span = end - start
         for count, duration in ((params - expert, dense_duration), (expert, expert_duration)):
             if count == 0 and duration is expert_duration:
                 continue
             n = max(1, -(-count // bucket))
-            for i in range(n):
-                ready = _ready_s(start, end, i, n) if overlap_grad_reduce else compute_end_s
-                size = min(bucket, count - i * bucket)
-                buckets.append((ready, size, len(buckets), duration(size)))
+            full_s = duration(bucket) if n > 1 else 0.0  # every bucket but the last is full
+            for i in range(n - 1):  # _ready_s inlined (the same arithmetic, so the same floats)
+                append((start + span * (i + 1) / n if overlap_grad_reduce else compute_end_s, bucket,
+                        len(buckets), full_s))
+            size = count - (n - 1) * bucket
+            append((start + span * n / n if overlap_grad_reduce else compute_end_s, size, len(buckets),
+                    duration(size)))
     buckets.sort()
     comm_end, overlap = 0.0, 0.0
     for ready, size, _, duration_s in buckets:  # _one_bucket, inlined: this loop runs for every bucket
