@@ -52,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
     tokens = parse_tokens(args.tokens) if args.tokens is not None else (file_tokens or DEFAULT_TOKENS)
     if args.memory_headroom_gib < 0:
         raise ConfigError(f"`--memory-headroom-gib >= 0` must hold, but got ({args.memory_headroom_gib})")
+    for c in candidates:
+        if not c.refused:
+            c.cluster.gpu.check_headroom(args.memory_headroom_gib)
     if args.deadline_days is not None and not args.deadline_days > 0:
         raise ConfigError(f"`--deadline-days > 0` must hold, but got ({args.deadline_days})")
     if args.gpu_clock_mhz is not None:  # every candidate's cluster at this sustained clock
@@ -96,7 +99,7 @@ def ranking_table(rows: list[dict], tokens: float, *, currency: str = "USD", sor
     order = "fastest" if sort == "time" else "cheapest"
     fp8 = any(r["config"].get("fp8_format") for r in rows if not r.get("refused"))
     cols = [("#", 0, False), ("name", 0, True), ("GPUs", 2, False), ("step time", 2, False), ("tokens/s", 1, False),
-            ("MFU of BF16 peak" if fp8 else "MFU", 3, False), ("peak mem", 3, False), ("free memory", 2, False), ("fits", 0, False),
+            ("MFU of BF16 peak" if fp8 else "MFU", 3, False), ("peak mem", 3, False), ("free HBM", 2, False), ("fits", 0, False),
             ("to train", 0, False), ("GPU-hours", 0, False), (f"cost ({currency})", 0, False),
             ("error band", 4, True)]
     table = TextTable(title=f"{', '.join(models)}: candidates {order} first; time and cost to train {tokens:.3g} "
@@ -111,11 +114,13 @@ def ranking_table(rows: list[dict], tokens: float, *, currency: str = "USD", sor
         cfg, fits = r["config"], r["fits_memory"]
         band = r["error_band"]
         table.add_row(str(r["rank"]), escape(r["name"]), str(cfg["num_gpus"]), human_time(r["step_time_s"]),
-                      _si(r["tokens_per_s"]), f"{100 * r['mfu']:.0f}%", f"{r['peak_memory_bytes'] / 2**30:.0f} GiB",
+                      # no throughput, MFU or cost for a layout that does not fit (as simulate): it cannot run
+                      _si(r["tokens_per_s"]) if fits else "-", f"{100 * r['mfu']:.0f}%" if fits else "-",
+                      f"{r['peak_memory_bytes'] / 2**30:.0f} GiB",
                       f"{r['headroom_gib']:.1f} GiB", "[green]yes[/green]" if fits else "[red]no[/red]",
                       _with_band(r["time_to_train_days"], r.get("days_band"), _days) if fits else "-",
                       _si(r["gpu_hours"]) if fits else "-",
-                      _with_band(r["cost"], r.get("cost_band"), _si) if r["cost"] is not None else "-",
+                      _with_band(r["cost"], r.get("cost_band"), _si) if r["cost"] is not None and fits else "-",
                       band["text"] + ("" if band["match"] in ("exact", "none") else f" ({band['match']})"))
     table.row_names = names
     return table

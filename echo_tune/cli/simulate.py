@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     headroom = DEFAULT_MEMORY_HEADROOM_GIB if args.memory_headroom_gib is None else args.memory_headroom_gib
     if headroom < 0:
         raise ConfigError(f"`--memory-headroom-gib >= 0` must hold, but got ({headroom})")
+    cluster.gpu.check_headroom(headroom)
     report = simulate(model, cluster, num_gpus, parallel, profile=profile, timeline=bool(args.trace),
                       memory_headroom_bytes=int(headroom * 2**30))
     if args.trace:
@@ -129,14 +130,23 @@ def print_report(report: "StepReport", notes: list[str], console: Console | None
                       f"{' of the BF16 peak' if report.config.get('fp8_format') else ''}  "
                       f"(critical stage {report.critical_stage})")
     mem = Table(title="memory per GPU, by pipeline stage", show_header=True)
-    for col in ("stage", "weights", "grads", "optimizer", "activations", "workspaces", "total"):
-        mem.add_column(col, justify="right")
     stages = report.stage_memory
     shown = stages if len(stages) <= 6 else stages[:3] + stages[-2:]
+    # every part of the total (the runtime reserve, CUDA graphs' and FSDP's buffers only where there are any),
+    # so the columns add up to it
+    parts = [("weights", "weights_bytes"), ("grads", "gradients_bytes"), ("optimizer", "optimizer_bytes"),
+             ("activations", "activations_bytes"), ("workspaces", "workspace_bytes"), ("reserve", "reserve_bytes"),
+             ("CUDA graphs", "cuda_graph_bytes"), ("FSDP buffers", "fsdp_buffer_bytes")]
+    parts = [(label, key) for label, key in parts
+             if label in ("weights", "grads", "optimizer", "activations") or any(getattr(m, key) for m in stages)]
+    spread = any(m.dp_spread_bytes for m in stages)
+    for col in ("stage", *(label for label, _ in parts), "total", *(("most loaded rank",) if spread else ())):
+        mem.add_column(col, justify="right")
     for m in shown:
-        mem.add_row(str(m.stage), human_bytes(m.weights_bytes), human_bytes(m.gradients_bytes),
-                    human_bytes(m.optimizer_bytes), human_bytes(m.activations_bytes), f"{m.workspace_bytes / 2**20:.0f} MiB",
-                    human_bytes(m.total_bytes))
+        cells = [f"{getattr(m, key) / 2**20:.0f} MiB" if key == "workspace_bytes" else human_bytes(getattr(m, key))
+                 for _, key in parts]
+        mem.add_row(str(m.stage), *cells, human_bytes(m.total_bytes),
+                    *((human_bytes(m.worst_rank_bytes),) if spread else ()))
     console.print(mem)
     band = report.memory_band()
     style = {"fits": "green", "at risk": "bold yellow"}.get(band.band, "bold red")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from echo_tune.config._checks import require, require_positive
+from echo_tune.errors import ConfigError
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 # Tensor-core formats a GPU may also offer (FP8 GEMMs under --fp8-format; FP4 is listed, not simulated).
@@ -63,6 +64,14 @@ class GPUSpec:
         if self.sustained_clock_mhz is None or self.peak_clock_mhz is None:
             return 1.0
         return self.sustained_clock_mhz / self.peak_clock_mhz
+
+    def check_headroom(self, headroom_gib: float, name: str = "--memory-headroom-gib") -> None:
+        """Refuse (one line) a memory headroom that leaves no HBM at all for a layout to fit in."""
+        hbm_gib = self.memory_bytes / 2**30
+        if not headroom_gib < hbm_gib:
+            raise ConfigError(f"`{name} < HBM` must hold (a layout fits only under HBM less the headroom), but got "
+                              f"({name.lstrip('-').replace('-', '_')}={headroom_gib:g}, HBM={hbm_gib:.1f} GiB on "
+                              f"{self.name}); lower it")
 
     def replace(self, **changes) -> "GPUSpec":
         return dataclasses.replace(self, **changes)

@@ -164,6 +164,14 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
         require(model.seq_length % (2 * cp) == 0,
                 f"`seq_length % (2 * context_parallel_size) == 0` must hold (Megatron splits the sequence into "
                 f"2*CP chunks), but got (seq_length={model.seq_length}, context_parallel_size={cp})")
+        # TransformerEngine (dot_product_attention/utils.py get_attention_backend) disables its unfused attention
+        # under context parallelism, and Megatron's local DotProductAttention asserts CP 1: only the flash-style
+        # backends run it
+        require(model.flash_attention or model.local_spec,  # the local spec: check_local_layout's own rule
+                f"`context_parallel_size > 1` needs a flash-style attention backend (TransformerEngine's flash or "
+                f"fused attention; its unfused one and Megatron's local one refuse context parallelism), but got "
+                f"(context_parallel_size={cp}, attention_backend={_backend_name(model)}); set --attention-backend "
+                f"flash (or auto / fused), or --context-parallel-size 1")
     per_step = parallel.micro_batch_size * dp
     require(parallel.global_batch_size % per_step == 0,
             f"`global_batch_size % (micro_batch_size * data_parallel_size) == 0` must hold, but got "
@@ -254,3 +262,12 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                   recompute_regions=parallel.recompute_regions,
                   recompute_discarding_regions=parallel.recompute_discarding_regions,
                   groups=groups)
+
+
+def _backend_name(model: ModelSpec) -> str:
+    """The attention backend as the user set it (the legacy --use-flash-attn spelling, the local spec)."""
+    if model.use_flash_attn is not None:
+        return "flash" if model.use_flash_attn else "unfused (--use-flash-attn off)"
+    if model.flash_attention or model.attention_backend not in ("auto", "flash", "fused"):
+        return model.attention_backend
+    return f"{model.attention_backend}, which runs unfused here (attention sinks with a window and dropout)"

@@ -337,6 +337,11 @@ _MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields, RebuildFields) 
 def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:
     """Megatron-LM flags for a model and layout (defaults that Megatron shares are left out)."""
     out: list[str] = []
+    if parallel_fields.get("recompute_granularity") == "full":
+        # Megatron-Core's TransformerConfig refuses full recompute without both: write what was simulated
+        # (check_compatible's default, Megatron 2021's --checkpoint-activations: uniform, one layer)
+        parallel_fields = {**parallel_fields, "recompute_method": parallel_fields.get("recompute_method") or "uniform",
+                           "recompute_num_layers": parallel_fields.get("recompute_num_layers") or 1}
     if model_fields.get("use_flash_attn") is not None:  # write the backend the legacy flag stood for
         model_fields = {**model_fields, "attention_backend": "flash" if model_fields["use_flash_attn"] else "unfused"}
     for table, values in ((MODEL_FLAGS, model_fields), (PARALLEL_FLAGS, parallel_fields)):
@@ -375,3 +380,19 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
     if precision in ("bf16", "fp16"):
         out.append(f"--{precision}")
     return out
+
+
+def launch_notes(settings: dict) -> tuple[str, ...]:
+    """What a Megatron-LM launch line of ``settings`` (ParallelConfig fields by name) must say that the settings
+    leave unsaid, or cannot say: the full-recompute defaults, and a pair Megatron-LM's argument check refuses."""
+    notes = []
+    method, layers = settings.get("recompute_method"), settings.get("recompute_num_layers")
+    if settings.get("recompute_granularity") == "full" and (method is None or layers is None):
+        notes.append(f"full recompute without recompute_method / recompute_num_layers is simulated as "
+                     f"{method or 'uniform'}, {layers or 1} layer(s) per checkpoint; Megatron-Core refuses it "
+                     f"without both, so the launch flags state them")
+    if settings.get("overlap_param_gather") and not settings.get("overlap_grad_reduce"):
+        notes.append("overlap_param_gather without overlap_grad_reduce: Megatron-LM's arguments.py refuses this "
+                     "pair ('Must use --overlap-param-gather with --overlap-grad-reduce'); Megatron-Core's "
+                     "DistributedDataParallelConfig, as Megatron-Bridge sets it, accepts it")
+    return tuple(notes)

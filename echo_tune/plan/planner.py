@@ -27,7 +27,7 @@ from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
 from echo_tune.cost.profile import profile_for
 from echo_tune.plan.bands import band_or_none
-from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project
+from echo_tune.plan.projection import GOODPUT_DEFAULT, budget_status, check_goodput, project
 from echo_tune.search.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, near_tie
@@ -219,6 +219,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
                breakdown_s=best["breakdown_s"], megatron_args=best["megatron_args"],
                meets_deadline=None if opts.deadline_days is None else proj["deadline"] != "missed",
                within_budget=None if opts.budget is None or cost is None else cost <= opts.budget,
+               budget=budget_status(cost, proj["cost_band"], opts.budget),
                closest_miss=None, fit_hint=None, precision=precision_of(best["config"]),
                near_tie=near_tie(records, opts.near_tie_pct))
     if row["near_tie"] is not None:

@@ -40,6 +40,17 @@ def deadline_status(days_low: float, days_high: float, deadline_days: float | No
     return "missed" if days_low > deadline_days else "at risk"
 
 
+def budget_status(cost: float | None, cost_band: tuple[float, float] | None, budget: float | None) -> str | None:
+    """"within" (even the band's high end), "at risk" (the band crosses the budget) or "over" (even its low
+    end); None without a budget or a price."""
+    if budget is None or cost is None:
+        return None
+    low, high = cost_band or (cost, cost)
+    if high <= budget:
+        return "within"
+    return "over" if low > budget else "at risk"
+
+
 def project(train_s: float, band: dict | None, *, num_gpus: int, gpu_hour_price: float | None = None,
             deadline_days: float | None = None, goodput: float = GOODPUT_DEFAULT) -> dict:
     """Expected days / GPU-hours / cost of ``train_s`` seconds of predicted training, with the band's median
@@ -76,6 +87,11 @@ def deadline_note(row: dict) -> str | None:
         row.get("deadline"))
 
 
+def budget_note(row: dict) -> str | None:
+    """The planner's note on a row's budget, or None ("over budget" where even the band's low end is over)."""
+    return {"over": "over budget", "at risk": "budget at risk: the cost band crosses it"}.get(row.get("budget"))
+
+
 def legend(rows: list[dict]) -> str:
     """The line under a planner / ranker table saying what the band, days and cost columns hold."""
     goodputs = sorted({r["goodput"] for r in rows if r.get("goodput") is not None})
@@ -83,4 +99,4 @@ def legend(rows: list[dict]) -> str:
     return ("error band: how much longer (+) or shorter (-) the validated runs of the prediction's family took than "
             "predicted, median (lowest..highest, n runs); days, GPU-hours and cost: the predicted training time x that "
             f"median / goodput {goodput} (share of wall time spent training; Llama 3 405B: >90%), in brackets the "
-            "band's range applied")
+            "band's range applied; free HBM: HBM less the peak (\"spare\" in notes: under HBM less the headroom)")

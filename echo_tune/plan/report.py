@@ -8,7 +8,7 @@ from rich.text import Text
 
 from echo_tune.console import make_console
 from echo_tune.plan.bands import band_note
-from echo_tune.plan.projection import deadline_note, legend
+from echo_tune.plan.projection import budget_note, deadline_note, legend
 from echo_tune.plan.safety import fit_hint_text, near_tie_text
 from echo_tune.tables import Column, TextTable, print_table
 
@@ -27,7 +27,9 @@ def _row_notes(r: dict) -> list[str]:
     notes = [n for n in (band_note(band) if r["feasible"] else None, deadline_note(r)) if n]
     if not r["feasible"]:
         notes.append("infeasible: no layout fits in memory" + (" (what would fit: below)" if r.get("fit_hint") else ""))
-    if r.get("within_budget") is False:
+    if r.get("budget") is not None:
+        notes += [n for n in (budget_note(r),) if n]
+    elif r.get("within_budget") is False:
         notes.append("over budget")
     if r["feasible"] and r["gpu_hour_price"] is None:
         notes.append("no price given")
@@ -48,7 +50,7 @@ def plan_table(rows: list[dict], currency: str, title: str) -> TextTable:
         Column(header="precision", priority=1, wrap=True), Column(header="layout", priority=2, wrap=True,
                                                                   justify="left"),
         Column(header="step", priority=3), Column(header="tokens/s", priority=1),
-        Column(header=mfu_header(rows), priority=3), Column(header="free memory", priority=2),
+        Column(header=mfu_header(rows), priority=3), Column(header="free HBM", priority=2),
         Column(header="days"), Column(header="days range", priority=4), Column(header="GPU-hours"),
         Column(header=f"cost ({currency})"), Column(header="cost range", priority=4),
         Column(header="error band", priority=4),
@@ -84,7 +86,7 @@ def explanation_tables(explanation: dict) -> tuple[TextTable, TextTable]:
     for p in parts:
         breakdown.add_row(p, *[f"{f['breakdown_s'].get(p, 0.0):.3f}" for f in fams])
     breakdown.add_row("step", *[f"{f['step_time_s']:.3f}" for f in fams])
-    breakdown.add_row("free GiB", *[f"{f['headroom_gib']:.1f}" for f in fams])
+    breakdown.add_row("free HBM GiB", *[f"{f['headroom_gib']:.1f}" for f in fams])
     top = fams[:len(explanation["sensitivity"][0]["step_time_s"])]
     sens = TextTable(title="sensitivity: step time (s) of the top families' best layouts when an assumption fails",
                      fold="pages",

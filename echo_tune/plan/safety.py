@@ -51,8 +51,8 @@ def near_tie(records: list[dict], pct: float) -> dict | None:
 
 def near_tie_text(tie: dict, pct: float) -> str:
     return (f"safer near-tie: the fastest layout peaks at {tie['winner_peak_gib']:.1f} of {tie['limit_gib']:.1f} GiB "
-            f"allowed ({tie['winner_free_gib']:.1f} GiB free); {tie['layout']} is {tie['slower_pct']:.1f}% slower "
-            f"(within {pct:g}%) and leaves {tie['free_gib']:.1f} GiB free")
+            f"allowed ({tie['winner_free_gib']:.1f} GiB spare); {tie['layout']} is {tie['slower_pct']:.1f}% slower "
+            f"(within {pct:g}%) and leaves {tie['free_gib']:.1f} GiB spare under that limit")
 
 
 def _scaled(parallel, model, k: int):

@@ -109,7 +109,8 @@ def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: 
     spec = load_model_at(model, seq_length)
     cluster_spec = load_cluster(cluster)  # fail early on a bad cluster, with its one-line error
     fp8_value = fp8_layout_value(fp8_format, cluster_spec, cluster)
-    cp = list(context_parallel_values(num_gpus, spec.seq_length))
+    # context parallelism runs only on flash-style attention (config/compatibility.py): none for a model without it
+    cp = list(context_parallel_values(num_gpus, spec.seq_length)) if spec.flash_attention else [1]
     mbs = list(micro_batch_values(global_batch_size))
     is_file = model.endswith((".json", ".yaml", ".yml")) or "/" in model
     if is_file:  # an absolute path, so the written space file works from any folder

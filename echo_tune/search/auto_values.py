@@ -62,6 +62,8 @@ def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpu
         values = {s[i] for p in pps for s in canonical_splits(model.num_layers, p)} | {OFF_SPLIT[i]}
         return tuple(sorted(values, key=lambda v: (v is not None and v is not False, v or 0)))
     if field_name == "context_parallel_size":  # Megatron splits the sequence into 2*CP chunks; capped (AUTO_CAPS)
+        if not model.flash_attention:  # CP needs flash-style attention (compatibility.py, local_spec.py)
+            return (1,)
         return context_parallel_values(max(num_gpus), model.seq_length)
     if field_name == "expert_model_parallel_size":  # divisors of the expert count (1 for a dense model)
         if not model.is_moe:

@@ -97,14 +97,25 @@ def applicable(field_name: str, chosen: dict) -> bool:
         return tp > 1 and bool(chosen.get("sequence_parallel"))
     if field_name in ("recompute_method", "recompute_num_layers"):
         return chosen.get("recompute_granularity") == "full"
-    if field_name == "overlap_param_gather":
-        return bool(chosen.get("use_distributed_optimizer"))
+    if field_name == "overlap_param_gather":  # Megatron asserts it comes with --overlap-grad-reduce (below)
+        return bool(chosen.get("use_distributed_optimizer")) and _reduces_gradients(chosen)
     if field_name == "fp8_param_gather":
         return bool(chosen.get("use_distributed_optimizer")) and chosen.get("fp8_format") is not None
     if field_name == "overlap_grad_reduce":
-        model_parallel = tp * pp * chosen.get("context_parallel_size", 1)
-        return chosen["num_gpus"] // model_parallel > 1
+        return _reduces_gradients(chosen)
     return True
+
+
+def _reduces_gradients(chosen: dict) -> bool:
+    """Whether some gradient is reduced over more than one rank: the data-parallel group (times CP) or, for
+    routed experts, the expert-data-parallel group (which can exceed one at DP 1: TP4 EP2 ETP1 on 4 GPUs)."""
+    tp, pp = chosen.get("tensor_model_parallel_size", 1), chosen.get("pipeline_model_parallel_size", 1)
+    per_stage = chosen["num_gpus"] // pp
+    if per_stage // (tp * chosen.get("context_parallel_size", 1)) > 1:
+        return True
+    ep = chosen.get("expert_model_parallel_size", 1)
+    etp = chosen.get("expert_tensor_parallel_size") or tp
+    return ep > 1 and per_stage // (ep * etp) > 1
 
 
 def options(space: SearchSpace, field_name: str, chosen: dict) -> tuple:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from echo_tune.config.megatron_args import launch_notes
 from echo_tune.io import atomic_path, write_text
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_label
@@ -51,8 +52,13 @@ def check_outputs(out_dir: Path) -> None:
 
 def write_trials_csv(space: SearchSpace, trials, path: Path) -> None:
     rows = spell_none([trial_row(space, t) for t in sorted(trials, key=lambda t: t.number)])
+    frame = pd.DataFrame(rows)
+    for column in frame.columns:  # integers with gaps (VPP unset): pandas would write 2.0, which no flag takes
+        if frame[column].dtype == float and frame[column].notna().any() \
+                and all(type(v) is int or v is None for v in (r.get(column) for r in rows)):
+            frame[column] = frame[column].astype("Int64")
     with atomic_path(path, "trials file") as tmp:
-        pd.DataFrame(rows).to_csv(tmp, index=False)
+        frame.to_csv(tmp, index=False)
 
 
 def write_megatron_args(space: SearchSpace, best: dict, path: Path, *, study_name: str) -> None:
@@ -69,6 +75,7 @@ def write_megatron_args(space: SearchSpace, best: dict, path: Path, *, study_nam
              f"data-parallel size {best['derived'].get('data_parallel_size')}",
              "# model and layout flags only (data, tokenizer, schedule and checkpoint flags are yours to add); a "
              "config.json setting with no flag here is named in the search's notes"]
+    lines += [f"# note: {note}" for note in launch_notes(best["config"])]
     pairs: list[str] = []
     for flag in flags:  # "--flag value" on one line, switches alone
         if flag.startswith("--") or not pairs:

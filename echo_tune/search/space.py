@@ -214,6 +214,11 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not headroom >= 0:
         raise _err(where, f"`memory_headroom_gib >= 0` must hold, but got (memory_headroom_gib={headroom!r})")
     _number(where, "memory_headroom_gib", headroom)
+    if "memory_headroom_gib" in data:  # as written (the default is for real GPUs; a toy one may be smaller)
+        try:
+            cluster.gpu.check_headroom(headroom, "memory_headroom_gib")
+        except ConfigError as exc:
+            raise _err(where, str(exc)) from None
     profile_path = None
     if data.get("profile") is not None:
         profile_path = Path(resolve_ref(data["profile"], base_dir))
@@ -292,6 +297,7 @@ def with_overrides(space: SearchSpace, *, objectives: tuple[str, ...] | None = N
     if memory_headroom_gib is not None:
         if memory_headroom_gib < 0:
             raise ConfigError(f"`--memory-headroom-gib >= 0` must hold, but got ({memory_headroom_gib})")
+        space.cluster.gpu.check_headroom(memory_headroom_gib)
         changes["memory_headroom_gib"] = float(memory_headroom_gib)
     if gpu_clock_mhz is not None:
         if not 0 < gpu_clock_mhz < 10_000:

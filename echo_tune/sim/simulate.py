@@ -13,6 +13,7 @@ from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config._checks import require_choice
 from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
+from echo_tune.config.megatron_args import launch_notes
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
@@ -179,12 +180,13 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "effective_recompute_num_layers": layout.recompute_num_layers,
               "model_spec": dict(_model_spec(model))}
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision, fp8=parallel.fp8)
-    notes = moe_notes(model, layout) + layer_notes(model, parallel)
+    notes = moe_notes(model, layout) + layer_notes(model, parallel) + launch_notes(config)
     if share is not None:
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
                   f"efficiency surface",)
     notes += graph_memory_notes(memory) + fsdp_notes(parallel, layout, memory) + spread_notes(memory)
+    notes += _imbalance_notes(fwd_s, bwd_s, m, crit, parts["pp_bubble"])
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
                   f"{memory_headroom_bytes / 2**30:.1f} GiB headroom",)
@@ -202,6 +204,20 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
         timeline=spans)
+
+
+def _imbalance_notes(fwd_s, bwd_s, m: int, crit: int, bubble_s: float) -> tuple[str, ...]:
+    """Where the stage that ends last (whose step the breakdown shows) is not the busiest: its pp_bubble then
+    holds waiting on the busier stages (an uneven split), not only the pipeline's fill and drain."""
+    busy = [m * (sum(f) + sum(b)) for f, b in zip(fwd_s, bwd_s)]
+    top = max(range(len(busy)), key=busy.__getitem__)
+    waiting = busy[top] - busy[crit]
+    if waiting <= 0.05 * (busy[top] or 1.0) or bubble_s <= 0:
+        return ()
+    return (f"the breakdown is stage {crit}'s (it ends last), but stage {top} is the busiest: {busy[top]:.3f} s of "
+            f"passes against {busy[crit]:.3f} s; about {min(waiting, bubble_s):.3f} s of pp_bubble is stage {crit} "
+            f"waiting on the busier stages (uneven work per stage: its layers, the embedding, the output layer and "
+            f"loss), not the pipeline's fill and drain",)
 
 
 @functools.lru_cache(maxsize=64)

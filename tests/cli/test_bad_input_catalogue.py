@@ -144,7 +144,7 @@ def _numeric_flag_cases() -> list[tuple[list[str], str]]:
                          "--micro-batch-size": ("0", "-2"), "--tensor-model-parallel-size": ("0", "-1"),
                          "--pipeline-model-parallel-size": ("0",), "--seq-length": ("-5", "0", "999999999"),
                          "--num-layers": ("0", "100000"), "--hidden-size": ("0", "-64"),
-                         "--vocab-size": ("0",), "--memory-headroom-gib": ("nan", "inf", "-1", "1e9"),
+                         "--vocab-size": ("0",), "--memory-headroom-gib": ("nan", "inf", "-1", "1e9", "1000"),
                          "--moe-routing-imbalance": ("nan", "0.5", "inf"), "--hidden-dropout": ("nan", "1.5"),
                          "--attention-dropout": ("-0.1",)}.items():
         for value in values:
@@ -152,12 +152,13 @@ def _numeric_flag_cases() -> list[tuple[list[str], str]]:
     for flag, values in {"--gpu-hour-cost": ("nan", "-1", "0", "inf"), "--timeout": ("nan", "0", "-5", "inf"),
                          "--n-trials": ("0", "-3", "100000000", "nan"), "--n-jobs": ("0", "-1", "99999"),
                          "--seed": ("-1", "8589934592"), "--top": ("-1",),
-                         "--memory-headroom-gib": ("nan", "-2")}.items():
+                         "--memory-headroom-gib": ("nan", "-2", "1000")}.items():
         for value in values:
             cases.append((["search", SMALL, flag, value], flag))
     for value in ("nan", "-1", "0", "inf", "1e30"):
         cases.append((["rank", RANK, "--tokens", value], "--tokens"))
     cases.append((["rank", RANK, "--memory-headroom-gib", "nan"], "--memory-headroom-gib"))
+    cases.append((["rank", RANK, "--memory-headroom-gib", "500"], "--memory-headroom-gib"))  # more than the HBM
     for value in ("0", "-8", "nan", "1e9", "x"):
         cases.append((["calibrate", "predict", "--cluster", "a100-80gb", "--num-gpus", value], "--num-gpus"))
     cases.append((["calibrate", "predict", "--cluster", "a100-80gb", "--num-gpus", "8", "0"], "--num-gpus"))

@@ -111,3 +111,16 @@ def test_goodput_and_a_deadline_inside_the_band_is_at_risk(capsys):
     assert again[first["name"]]["deadline"] == "at risk"
     assert main(["rank", str(EXAMPLE), "--goodput", "0"]) == 2
     assert "`0 < --goodput <= 1` must hold" in capsys.readouterr().err
+
+
+def test_a_layout_that_does_not_fit_shows_no_throughput_or_mfu(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    data = {"tokens": 1e9, "candidates": [{"name": "nofit", "model": "llama3.1-70b", "cluster": "a100-80gb",
+                                           "num_gpus": 8, "gpu_hour_cost": 2.0,
+                                           "layout": {"global_batch_size": 8, "tensor_model_parallel_size": 8}}]}
+    assert main(["rank", write(tmp_path, data)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "nofit" in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[1] == "nofit" and "no" in cells
+    assert cells[4:6] == ["-", "-"]  # tokens/s and MFU (days, GPU-hours and cost too)
+    assert cells.count("-") >= 5

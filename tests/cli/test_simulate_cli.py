@@ -220,3 +220,23 @@ def test_a_layout_that_does_not_fit_prints_no_throughput_or_mfu(capsys):
     assert main(ISSUE_LINE) == 0  # a layout that fits keeps them
     out = capsys.readouterr().out
     assert "throughput" in out and "MFU" in out and "GiB spare" in out
+
+
+def _size_gib(cell: str) -> float:
+    value, unit = cell.split()
+    return float(value) * {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 2**20, "B": 1 / 2**30, "TiB": 1024.0}[unit]
+
+
+def test_memory_table_columns_add_up_to_the_total(capsys):
+    # the 1 GiB runtime reserve was in the total but in no column (30.0 GiB of parts, 31.0 GiB total)
+    assert main(["simulate"]) == 0
+    out = capsys.readouterr().out
+    lines = out[out.index("memory per GPU"):].splitlines()
+    header = [c.strip() for c in lines[2].split("┃")[1:-1]]
+    assert "reserve" in header
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
+    assert rows
+    for row in rows:
+        cells = dict(zip(header, row))
+        parts = sum(_size_gib(cells[k]) for k in header if k not in ("stage", "total", "most loaded rank"))
+        assert parts == pytest.approx(_size_gib(cells["total"]), abs=0.06 * len(header)), cells

@@ -93,7 +93,8 @@ def test_sequence_parallel_is_off_at_tp1():
 
 
 def test_group_placement_follows_megatron_rank_order():
-    lay = layout(tensor_model_parallel_size=2, context_parallel_size=2, pipeline_model_parallel_size=8, num_gpus=1024)
+    lay = layout(model=GPT3.replace(use_flash_attn=True), tensor_model_parallel_size=2, context_parallel_size=2,
+                 pipeline_model_parallel_size=8, num_gpus=1024)
     # TP innermost (2 per node), CP next (stride 2: 2 per node), DP stride 4: 2 per node, PP across nodes
     assert lay.groups["tp"].ranks_per_node == 2
     assert lay.groups["cp"].ranks_per_node == 2
@@ -175,3 +176,12 @@ def test_overlap_p2p_warmup_flush_needs_the_interleaved_schedule():
     check_compatible(GPT3, A100, 1024, base)
     with pytest.raises(ConfigError, match="needs the interleaved schedule"):
         check_compatible(GPT3, A100, 1024, base.replace(virtual_pipeline_model_parallel_size=None))
+
+
+def test_context_parallelism_needs_a_flash_style_attention_backend():
+    # TransformerEngine disables its unfused attention under CP; Megatron's local attention asserts CP 1
+    for model in (GPT3, LLAMA.replace(attention_backend="unfused"), LLAMA.replace(attention_backend="local")):
+        with pytest.raises(ConfigError, match=r"`context_parallel_size > 1` needs a flash-style attention backend.*"
+                                              r"--attention-backend flash"):
+            layout(model=model, context_parallel_size=2, tensor_model_parallel_size=8, num_gpus=1024)
+    assert layout(model=LLAMA, context_parallel_size=2, tensor_model_parallel_size=8, num_gpus=1024)

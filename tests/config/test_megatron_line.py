@@ -107,3 +107,25 @@ def test_pipeline_layout_flags_read_and_write_back():
     assert "--use-tp-pp-dp-mapping" in flags
     _, again, _, _ = parse_megatron_line(line)
     assert again["pipeline_model_parallel_layout"] == "Et|(tt|)*30mL"
+
+
+def test_full_recompute_flags_state_method_and_layers():
+    # Megatron-Core's TransformerConfig refuses full recompute without both; the simulation's defaults are written
+    flags = to_megatron_flags({}, {"recompute_granularity": "full"}, "bf16")
+    assert flags[flags.index("--recompute-method") + 1] == "uniform"
+    assert flags[flags.index("--recompute-num-layers") + 1] == "1"
+    block = to_megatron_flags({}, {"recompute_granularity": "full", "recompute_method": "block",
+                                   "recompute_num_layers": 4}, "bf16")
+    assert block[block.index("--recompute-method") + 1] == "block" and "4" in block
+    assert "--recompute-method" not in to_megatron_flags({}, {"recompute_granularity": "selective"}, "bf16")
+
+
+def test_simulate_notes_what_a_launch_line_must_add_or_cannot_say():
+    model, cluster = et.load_model("llama3.1-8b"), et.load_cluster("h100")
+    parallel = et.ParallelConfig(tensor_model_parallel_size=4, global_batch_size=16, recompute_granularity="full",
+                                 use_distributed_optimizer=True, overlap_param_gather=True)
+    notes = " | ".join(et.simulate(model, cluster, 8, parallel).notes)
+    assert "simulated as uniform, 1 layer(s)" in notes and "Must use --overlap-param-gather" in notes
+    clean = parallel.replace(recompute_method="block", recompute_num_layers=2, overlap_grad_reduce=True)
+    notes = " | ".join(et.simulate(model, cluster, 8, clean).notes)
+    assert "simulated as" not in notes and "overlap-param-gather" not in notes

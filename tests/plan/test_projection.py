@@ -48,3 +48,16 @@ def test_goodput_outside_0_1_is_one_line_error(goodput):
 def test_range_cell():
     assert range_cell(11.0, (10.6, 11.8), ".1f") == "11.0 (10.6-11.8)"
     assert range_cell(11.0, None, ".1f") == "11.0" and range_cell(None, None, ".1f") == "-"
+
+
+def test_budget_is_at_risk_where_the_cost_band_crosses_it():
+    from echo_tune.plan.projection import budget_note, budget_status
+
+    # the planner flagged a deadline the band crosses, never a budget: 76,368 (75,195-88,167) against 80,000
+    assert budget_status(76_368, (75_195, 88_167), 80_000) == "at risk"
+    assert budget_status(76_368, (75_195, 78_000), 80_000) == "within"
+    assert budget_status(86_000, (81_000, 90_000), 80_000) == "over"
+    assert budget_status(76_368, None, 80_000) == "within" and budget_status(None, None, 80_000) is None
+    assert budget_status(1.0, (1.0, 2.0), None) is None
+    assert budget_note({"budget": "at risk"}) == "budget at risk: the cost band crosses it"
+    assert budget_note({"budget": "over"}) == "over budget" and budget_note({"budget": "within"}) is None

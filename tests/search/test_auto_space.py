@@ -95,3 +95,11 @@ def test_seq_length_override_is_written_into_the_space(tmp_path):
     assert list(auto_space_dict(str(HF / "mistral-7b-v0.1.json"), "h100", 8, 8, seq_length=8192)["model"]
                 ["window_size"]) == [4096, 0]
     assert auto_space_dict(str(HF / "mistral-7b-v0.1.json"), "h100", 8, 8, seq_length=4096)["model"]["seq_length"] == 4096
+
+
+def test_a_model_without_flash_style_attention_searches_no_context_parallelism():
+    # TransformerEngine refuses CP on unfused attention (the gpt3 presets run it): such layouts cannot launch
+    from echo_tune.search.auto_space import auto_space_dict
+
+    assert auto_space_dict("gpt3-175b", "h100", 128, 256)["layout"]["context_parallel_size"] == [1]
+    assert len(auto_space_dict("llama3.1-70b", "h100", 128, 256)["layout"]["context_parallel_size"]) > 1

@@ -99,3 +99,17 @@ def test_baselines_take_the_largest_tp_inside_a_node(tiny):
     assert picks and all(c.parallel.tensor_model_parallel_size == 8 for c in picks)
     assert len({c.parallel.pipeline_model_parallel_size for c in picks}) == len(picks)
     assert all(c.parallel.use_distributed_optimizer and c.parallel.sequence_parallel for c in picks)
+
+
+def test_param_gather_overlap_is_off_where_no_gradient_is_reduced():
+    # at DP 1 the search turned overlap_grad_reduce off but kept overlap_param_gather: a launch line Megatron-LM
+    # refuses ('Must use --overlap-param-gather with --overlap-grad-reduce')
+    dp1 = {"num_gpus": 8, "tensor_model_parallel_size": 4, "pipeline_model_parallel_size": 2,
+           "context_parallel_size": 1, "use_distributed_optimizer": True}
+    assert not applicable("overlap_grad_reduce", dp1) and not applicable("overlap_param_gather", dp1)
+    assert applicable("overlap_param_gather", {**dp1, "num_gpus": 16})
+    # routed experts reduce over the expert-data-parallel group, which exceeds one at DP 1 here (TP4 EP2 ETP1)
+    moe = {**dp1, "num_gpus": 4, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 2,
+           "expert_tensor_parallel_size": 1}
+    assert applicable("overlap_grad_reduce", moe) and applicable("overlap_param_gather", moe)
+    assert not applicable("overlap_grad_reduce", {**moe, "expert_tensor_parallel_size": None})  # EDP 4/(2*4)

@@ -147,3 +147,13 @@ def test_parallel_sampling_processes_share_the_study(small_space, tmp_path):
     trials = study.get_trials()
     assert 30 <= result.n_trials <= 31 and {t.state.name for t in trials} == {"COMPLETE"}
     assert len({t.number for t in trials}) == len(trials)
+
+
+def test_trials_csv_writes_integers_as_integers(small_exhaustive):
+    # a column of integers with gaps (VPP unset on some rows) was written 2.0, which --num-virtual-stages... refuses
+    text = (Path(small_exhaustive.results_dir) / "trials.csv").read_text().splitlines()
+    header = text[0].split(",")
+    for name in ("virtual_pipeline_model_parallel_size", "tensor_model_parallel_size", "micro_batch_size"):
+        if name in header:
+            i = header.index(name)
+            assert not any(line.split(",")[i].endswith(".0") for line in text[1:]), name

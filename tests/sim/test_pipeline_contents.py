@@ -130,3 +130,23 @@ def test_chunks_of_equal_work_are_costed_once_with_the_same_passes(layout, fp8):
     for s, row in enumerate(got):
         for c, passes in enumerate(row):
             assert passes == chunk_passes(lay, costs, s, c, mix[s][c], bf16, window=windows[s][c])
+
+
+def test_an_uneven_split_says_which_part_of_the_bubble_is_waiting_on_busier_stages():
+    # PP4 with 2 layers on the first stage and 10 on the others: stage 0 ends last (the breakdown is its), yet the
+    # busiest stage is another; its pp_bubble is mostly waiting on them, and the note says so
+    import echo_tune as et
+
+    model, cluster = et.load_model("llama3.1-8b"), et.load_cluster("h100")
+    parallel = et.ParallelConfig(pipeline_model_parallel_size=4, decoder_first_pipeline_num_layers=2,
+                                 global_batch_size=32, tensor_model_parallel_size=2)
+    report = et.simulate(model, cluster, 8, parallel)
+    note = next(n for n in report.notes if "is the busiest" in n)
+    assert f"stage {report.critical_stage}'s" in note
+    assert "stage 0's" in note and float(note.split("about ")[1].split(" s")[0]) > 0.5 * report.breakdown_s["pp_bubble"]
+    # even layers: the output layer and loss (vocabulary 128,256) still make the last stage the busiest
+    even = et.simulate(model, cluster, 8, parallel.replace(decoder_first_pipeline_num_layers=None))
+    assert any("stage 3 is the busiest" in n for n in even.notes)
+    single = et.simulate(model, cluster, 8, parallel.replace(pipeline_model_parallel_size=1,
+                                                             decoder_first_pipeline_num_layers=None))
+    assert not any("is the busiest" in n for n in single.notes)
