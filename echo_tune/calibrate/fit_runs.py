@@ -81,8 +81,10 @@ class RunFit:
 
 
 def start_values(profile: ClusterProfile, gpu) -> dict[str, float]:
-    return {"sustained_clock_mhz": float(profile.fitted_clock_mhz or gpu.sustained_clock_mhz or gpu.peak_clock_mhz
-                                         or 0.0),
+    """Where each parameter starts (and stays, when not fitted). A GPU that states no clock has none: a fit of
+    the other parameters then carries no clock (it once wrote sustained_clock_mhz 0, which the profile refuses)."""
+    clock = profile.fitted_clock_mhz or gpu.sustained_clock_mhz or gpu.peak_clock_mhz
+    return {**({"sustained_clock_mhz": float(clock)} if clock else {}),
             "comm_time_factor": profile.comm_time_factor,
             "kernel_launch_overhead_s": profile.kernel_launch_overhead_s,
             "host_time_per_kernel_s": profile.host_time_per_kernel_s or HOST_TIME_START_S}

@@ -190,6 +190,10 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    single = [n for n in args.num_gpus if n < 2]
+    if single:  # a collective over one rank moves nothing: its time is 0 and its bus bandwidth undefined
+        raise ConfigError(f"`--num-gpus >= 2` must hold for a collective, but got (num_gpus={single[0]}); a group of "
+                          f"one GPU communicates nothing")
     cluster = load_cluster(args.cluster)
     profile = _profile(args, cluster)
     sizes = [1 << p for p in range(10, 35, 2)]

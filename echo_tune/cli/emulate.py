@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
         if key not in result.simulated:  # experts and ep_comm: MoE models only
             continue
         sim, emu = result.simulated[key], result.emulated[key]
-        diff = f"{100 * (emu / sim - 1):+.1f}%" if sim > 0 else "-"
+        # a difference of parts that are both nothing (a float residue such as 5e-17 s of pp_wait at PP 1) is none
+        tiny = 1e-9 * max(result.simulated["stage_step"], 1e-12)
+        diff = f"{100 * (emu / sim - 1):+.1f}%" if sim > tiny else "-"
         low, high = result.emulated_range[key]
         spread = f" ({human_time(low)}..{human_time(high)})" if result.repeats > 1 and high > low else ""
         table.add_row(label, human_time(sim), human_time(emu) + spread, diff)

@@ -120,6 +120,13 @@ def run(args: argparse.Namespace) -> int:
                "ops": sum(r.total for r in results), "already_measured": sum(r.already for r in results),
                "measured": sum(r.measured for r in results), "timed_alone": sum(r.timed_alone for r in results),
                "host_overhead_s": results[-1].host_overhead_s if results else None, "notes": notes}
+    not_run = [op for r in results for op in r.not_run]
+    if not_run:
+        summary["not_run"] = not_run
+        notes = notes + [f"{len(not_run)} op(s) could not run alone on {info.name} from their traced inputs and are "
+                         f"not in the database (the efficiency surface prices them): {'; '.join(not_run[:3])}"
+                         + (" ..." if len(not_run) > 3 else "")]
+        summary["notes"] = notes
     if args.json:
         print_json(summary)
     else:

@@ -86,10 +86,10 @@ def unit_norms(params: dict) -> None:
     """Norm weights start at one and biases at zero, as Megatron initialises them."""
     with torch.no_grad():
         for name, group in params.items():
-            if name.endswith("norm"):
-                group["weight"].fill_(1.0)
-                if "bias" in group:
-                    group["bias"].zero_()
+            if not name.endswith("norm"):
+                continue
+            for key, tensor in group.items():  # weight / bias; a QK norm holds q and k weights (--qk-layernorm)
+                tensor.zero_() if key == "bias" else tensor.fill_(1.0)
 
 
 def build_stage(model: ModelSpec, parallel: ParallelConfig, layout: Layout, stage: int, device: str,

@@ -20,6 +20,7 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.moe_dispatch import moe_kernels
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
+from echo_tune.sim.cuda_graphs import capture_spec
 from echo_tune.sim.layer_mix import chunk_layer_mix
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import StepReport
@@ -56,7 +57,10 @@ class StagePrediction:
         total = sum(self.forward + self.backward, ZERO).scaled(num_micro_batches)
         busy = total.total_s
         parts = {"compute": total.compute_s, "tp_cp_comm": total.comm_exposed_s,
-                 "interference": total.interference_s, "pp_wait": max(0.0, self.pipeline_end_s - busy),
+                 "interference": total.interference_s,
+                 # a residue of the subtraction (5e-17 s at PP 1) is no wait
+                 "pp_wait": 0.0 if self.pipeline_end_s - busy <= 1e-9 * self.pipeline_end_s
+                 else self.pipeline_end_s - busy,
                  "pipeline": self.pipeline_end_s, "tail": self.tail_s, "stage_step": self.pipeline_end_s + self.tail_s}
         if self.experts is not None:
             parts.update(ep_comm=total.ep_comm_s,
@@ -81,8 +85,10 @@ def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paralle
     ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                       tp_comm_overlap=parallel.tp_comm_overlap, moe=moe_kernels(model, cluster),
                       overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
-                      delay_wgrad_compute=parallel.delay_wgrad_compute)
-    costs = pass_costs(pieces, ctx)
+                      delay_wgrad_compute=parallel.delay_wgrad_compute,
+                      graph_capture=capture_spec(parallel),
+                      moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity)
+    costs = pass_costs(pieces, ctx, layout.recompute_regions)  # simulate's context and recompute regions
     mix = chunk_layer_mix(model, layout)[stage]
     chunks = range(layout.virtual_pipeline_size)
     passes = [chunk_passes(layout, costs, stage, c, mix[c]) for c in chunks]

@@ -103,6 +103,26 @@ def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
         problems.append(f"emulate runs the GEMMs in {parallel.precision} only and cannot run FP8 GEMMs, but got "
                         f"(fp8_format={parallel.fp8_format}); drop --fp8-format to emulate the {parallel.precision} "
                         f"layout, or use `echo-tune simulate` for FP8")
+    if model.mtp_num_layers:
+        problems.append(f"emulate does not build multi-token-prediction layers, but got (mtp_num_layers="
+                        f"{model.mtp_num_layers}); drop --mtp-num-layers to emulate the main model, or use "
+                        f"`echo-tune simulate`")
+    modules = tuple(parallel.recompute_modules or ("core_attn",)) if parallel.recompute_granularity == "selective" \
+        else ("core_attn",)
+    dense_other = [m for m in modules if m != "core_attn" and not m.startswith("moe")]  # MoE ones: moe_problems
+    if dense_other:
+        problems.append(f"emulate's selective recompute replays core attention only, but got (recompute_modules="
+                        f"{','.join(modules)}); keep --recompute-modules core_attn to emulate, or use "
+                        f"`echo-tune simulate`")
+    unrun = [name for name, on in (("--no-gradient-accumulation-fusion", not parallel.gradient_accumulation_fusion),
+                                   ("--use-megatron-fsdp", parallel.use_megatron_fsdp),
+                                   ("CUDA graphs (--cuda-graph-impl / --enable-cuda-graph)",
+                                    parallel.cuda_graph_impl not in (None, "none") or parallel.enable_cuda_graph
+                                    or parallel.external_cuda_graph))
+             if on]
+    if unrun:
+        problems.append(f"emulate does not run {', '.join(unrun)} (its stage runs the plain Megatron-Core path), "
+                        f"but the layout sets them; drop them to emulate, or use `echo-tune simulate`")
     raise_problems(problems, "the emulated layout")
 
 

@@ -37,6 +37,10 @@ class ProfileResult:
     e.g. a sliding-window layer's attention (the in-place run builds one dense and one MoE layer, full attention)."""
     host_overhead_s: float | None = None
     """Framework host time per op on a CPU (``optime/insitu.py``); None on CUDA or when nothing was run."""
+    not_run: tuple[str, ...] = ()
+    """Ops the in-place run did not show and that could not run alone from their traced keys on this device
+    (e.g. a bf16 LayerNorm backward whose traced fp32 statistics the CPU kernel refuses): not in the database,
+    so the efficiency surface prices them (``simulate`` states the share of compute measured)."""
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -61,7 +65,7 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
     needed = {s: distinct_ops(model, cluster, num_gpus, [p]) for s, p in shapes.items()}
     every = {op.key for ops in needed.values() for op in ops}
     todo_total = len(every - known)
-    done, total_s, overheads, alone = 0, 0.0, [], 0
+    done, total_s, overheads, alone, not_run = 0, 0.0, [], 0, []
     flush_denormal = torch.set_flush_denormal(True)  # as emulate runs (GPUs do not slow down on them)
     try:
         for shape, parallel in shapes.items():
@@ -77,7 +81,11 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
             for op in todo:
                 measurement = times.get(op.key)
                 if measurement is None:
-                    measurement, alone = measure_key(op.key, device, **options), alone + 1
+                    try:
+                        measurement, alone = measure_key(op.key, device, **options), alone + 1
+                    except (RuntimeError, TypeError, ValueError) as exc:  # the kernel refuses the traced inputs
+                        not_run.append(f"{op.name} ({str(exc).splitlines()[0][:80]})")
+                        continue
                 db.add(info, op.key, measurement)
                 known.add(op.key)
                 done, total_s = done + 1, total_s + measurement.time_s
@@ -91,4 +99,5 @@ def profile_layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layou
         if flush_denormal:
             torch.set_flush_denormal(False)
     return ProfileResult(device=info.name, total=len(every), already=len(every) - todo_total, measured=done,
-                         measured_time_s=total_s, timed_alone=alone, host_overhead_s=overhead)
+                         measured_time_s=total_s, timed_alone=alone, host_overhead_s=overhead,
+                         not_run=tuple(not_run))

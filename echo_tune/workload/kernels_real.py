@@ -77,8 +77,17 @@ def _use_cuda_flash(q: torch.Tensor) -> bool:
     return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
 
 
+def _padded_v(v: torch.Tensor, d: int) -> torch.Tensor:
+    """V with zero columns up to the query/key head size ``d``: torch's flash kernels need one head size, MLA
+    has two (DeepSeek-V3: 192 for q/k, 128 for v). Exact (the zero columns add nothing to P @ V or its
+    gradients); the time is that of a d-wide V (cuDNN's fused attention runs the narrower V natively)."""
+    return v if v.shape[-1] == d else torch.nn.functional.pad(v, (0, d - v.shape[-1]))
+
+
 def flash_attn_real(q, k, v, causal: bool, scale: float):
     s, b, heads, d = q.shape
+    dv = v.shape[-1]
+    v = _padded_v(v, d)
     qb, kb, vb = _bhsd(q, heads), _bhsd(k, heads), _bhsd(v, heads)
     if q.is_cuda and _use_cuda_flash(q):
         out, lse = aten._scaled_dot_product_flash_attention(qb, kb, vb, 0.0, causal, False, scale=scale)[:2]
@@ -86,11 +95,13 @@ def flash_attn_real(q, k, v, causal: bool, scale: float):
         out, lse = _math_forward(qb, kb, vb, causal, scale)
     else:
         out, lse = aten._scaled_dot_product_flash_attention_for_cpu(qb, kb, vb, 0.0, causal, scale=scale)
-    return out.permute(2, 0, 1, 3).contiguous(), lse.float().contiguous()
+    return out[..., :dv].permute(2, 0, 1, 3).contiguous(), lse.float().contiguous()
 
 
 def flash_attn_backward_real(dout, q, k, v, out, lse, causal: bool, scale: float):
     s, b, heads, d = q.shape
+    width = v.shape[-1]
+    v, out, dout = _padded_v(v, d), _padded_v(out, d), _padded_v(dout, d)
     qb, kb, vb = _bhsd(q, heads), _bhsd(k, heads), _bhsd(v, heads)
     ob, db = _bhsd(out, heads), _bhsd(dout, heads)
     if _use_cuda_flash(q):
@@ -106,7 +117,7 @@ def flash_attn_backward_real(dout, q, k, v, out, lse, causal: bool, scale: float
     else:
         dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
             db, qb, kb, vb, ob, lse, 0.0, causal, scale=scale)
-    return _fold(dq, heads), _fold(dk, k.shape[2]), _fold(dv, v.shape[2])
+    return _fold(dq, heads), _fold(dk, k.shape[2]), _fold(dv, v.shape[2])[..., :width].contiguous()
 
 
 def window_attn_real(q, k, v, causal: bool, window_left: int, scale: float):

@@ -117,3 +117,27 @@ def test_bench_json_lists_the_files(tmp_path, capsys):
                  "attention,gemm", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["output_dir"].endswith("raw") and any(f.endswith("env.json") for f in data["files"])
+
+
+def test_attention_writes_no_backward_row_when_the_timings_leave_none():
+    # forward+backward timed below the forward alone (a noisy device): the backward was written as 1 ns
+    # (20,971 TFLOP/s) and calibrate fit took it; now both are timed again, and without a backward no row
+    import torch
+
+    from echo_tune.calibrate.bench_compute import SweepPlan, attention_rows
+
+    class Noisy:
+        def __init__(self, times):
+            self.times = list(times)
+
+        def time_s(self, fn, min_time_s, max_iters):
+            return self.times.pop(0)
+
+    plan = SweepPlan(dtypes=("fp32",), hidden_sizes=(), tp_degrees=(), tokens=1, probe_dims=(), with_weight_grads=False,
+                     attention_seq_lens=(16,), attention_heads=1, attention_head_dim=8, memory_sizes_bytes=(),
+                     min_time_s=0.0)
+    cpu = torch.device("cpu")
+    rows = attention_rows(plan, cpu, Noisy([2e-3, 1e-3] * 3), 0)
+    assert [r["phase"] for r in rows] == ["fwd"]
+    rows = attention_rows(plan, cpu, Noisy([2e-3, 1e-3, 1e-3, 3.5e-3]), 0)  # the second try holds a backward
+    assert [r["phase"] for r in rows] == ["fwd", "bwd"] and rows[1]["time_us"] == pytest.approx(2500)

@@ -178,3 +178,15 @@ def test_a_parameter_no_row_moves_is_reported_unidentified():
     assert result.params["sustained_clock_mhz"] == pytest.approx(1250.0, rel=0.01)
     clock_only = fit_runs(cases, BASE, GPU, params=("clock",))
     assert clock_only.profile.fitted["unidentified"] == []
+
+
+def test_a_gpu_without_a_stated_clock_fits_the_other_parameters_and_writes_no_clock(tmp_path):
+    # the fit started the clock at 0 and wrote sustained_clock_mhz 0 into the profile, which loading refuses
+    no_clock = GPU.replace(peak_clock_mhz=None, sustained_clock_mhz=None)
+    cases = [dataclasses.replace(c, cluster=c.cluster.replace(gpu=no_clock)) for c in A100]
+    base = profile_for(cases[0].cluster)
+    cases = _with_measured(cases, with_params(base, {"comm_time_factor": 1.6}))
+    result = fit_runs(cases, base, no_clock, params=("comm",))
+    assert "sustained_clock_mhz" not in result.params and "sustained_clock_mhz" not in result.profile.fitted["params"]
+    save_profile(result.profile, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml").fitted_clock_mhz is None

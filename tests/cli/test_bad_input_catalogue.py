@@ -159,7 +159,7 @@ def _numeric_flag_cases() -> list[tuple[list[str], str]]:
         cases.append((["rank", RANK, "--tokens", value], "--tokens"))
     cases.append((["rank", RANK, "--memory-headroom-gib", "nan"], "--memory-headroom-gib"))
     cases.append((["rank", RANK, "--memory-headroom-gib", "500"], "--memory-headroom-gib"))  # more than the HBM
-    for value in ("0", "-8", "nan", "1e9", "x"):
+    for value in ("0", "-8", "nan", "1e9", "x", "1"):  # 1: a collective of one GPU (ZeroDivisionError before)
         cases.append((["calibrate", "predict", "--cluster", "a100-80gb", "--num-gpus", value], "--num-gpus"))
     cases.append((["calibrate", "predict", "--cluster", "a100-80gb", "--num-gpus", "8", "0"], "--num-gpus"))
     for value in ("nan", "-1", "inf"):

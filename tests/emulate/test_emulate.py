@@ -156,3 +156,30 @@ def test_a_gpt_style_model_with_bias_and_gelu_emulates(profiled):
     result = emulate(gpt, cluster, 4, layout, stage=0, profile=profile, repeats=1, warmup=0,
                      allow_other_device=True)
     assert result.emulated["compute"] > 0 and result.simulated["compute"] > 0
+
+
+def test_qk_layernorm_and_mla_with_a_narrower_value_head_emulate(profiled):
+    """Two Qwen3 / DeepSeek features that raised in emulate: --qk-layernorm (its norm holds q and k weights, not
+    one weight) and MLA's value head narrower than its query/key head (torch's flash kernel wants one size)."""
+    model, cluster, layout, profile = profiled
+    mla = model.replace(num_query_groups=None, multi_latent_attention=True, q_lora_rank=128, kv_lora_rank=64,
+                        qk_head_dim=32, qk_pos_emb_head_dim=16, v_head_dim=32)
+    for variant in (model.replace(qk_layernorm=True), mla):
+        result = emulate(variant, cluster, 4, layout, stage=0, profile=profile, repeats=1, warmup=0,
+                         allow_other_device=True)
+        assert result.emulated["compute"] > 0
+
+
+@pytest.mark.parametrize("model_changes, layout_changes, named", [
+    ({"mtp_num_layers": 1}, {}, "mtp_num_layers"),
+    ({}, {"recompute_granularity": "selective", "recompute_modules": ("core_attn", "mlp")}, "recompute_modules"),
+    ({}, {"gradient_accumulation_fusion": False}, "--no-gradient-accumulation-fusion"),
+    ({}, {"cuda_graph_impl": "transformer_engine"}, "CUDA graphs"),
+])
+def test_what_emulate_does_not_run_is_refused_by_name(profiled, model_changes, layout_changes, named):
+    """MTP layers were skipped, other recompute modules replayed core attention, and the simulated side of these
+    settings showed waits at PP 1: refused by name now."""
+    model, cluster, layout, profile = profiled
+    with pytest.raises(ConfigError, match=named):
+        emulate(model.replace(**model_changes), cluster, 4, layout.replace(**layout_changes), stage=0,
+                profile=profile, repeats=1, warmup=0)

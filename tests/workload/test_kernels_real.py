@@ -63,3 +63,23 @@ def test_fused_kernels_pass_gradcheck(name):
         fn, inputs = (lambda t: ops.scaled_upper_triang_masked_softmax(t, 0.5)), (torch.randn(
             2, 4, 4, dtype=torch.double, requires_grad=True),)
     assert torch.autograd.gradcheck(fn, inputs, check_undefined_grad=False)  # kernels.py: never undefined
+
+
+def test_flash_attention_with_a_narrower_value_head_matches_the_math_path():
+    # MLA: q/k head size 192, v 128 in DeepSeek-V3; torch's flash kernels need one size (emulate and profile of
+    # such a model raised "Q/K/V should have the same head size")
+    torch.manual_seed(2)
+    s, b, heads, d, dv = 8, 2, 2, 12, 8
+    q, k = (torch.randn(s, b, heads, d, requires_grad=True) for _ in range(2))
+    v = torch.randn(s, b, heads, dv, requires_grad=True)
+    out, lse = ops.flash_attn(q, k, v, True, 0.3)
+    assert out.shape == (s, b, heads, dv)
+    m_out, m_lse = kr._math_forward(*(kr._bhsd(t, heads) for t in (q, k, v)), True, 0.3)
+    torch.testing.assert_close(out, m_out.permute(2, 0, 1, 3))
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    qb, kb, vb = (kr._bhsd(t.detach(), heads) for t in (q, k, v))
+    ref = kr._math_backward(kr._bhsd(dout, heads), qb, kb, vb, kr._bhsd(out.detach(), heads), lse, True, 0.3)
+    for mine, theirs in zip(grads, ref):
+        assert mine.shape == theirs.permute(2, 0, 1, 3).shape
+        torch.testing.assert_close(mine, kr._fold(theirs, heads))
