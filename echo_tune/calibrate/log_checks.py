@@ -59,6 +59,10 @@ def check_log_for_cluster(log: NcclTestsLog, cluster: ClusterSpec, *, allow_gpu_
                                f"--allow-gpu-mismatch to use it anyway")
     if reason:
         warnings.append(f"{log.path}: {reason} (allowed by --allow-gpu-mismatch)")
+    named = [n.strip() for n in log.gpu_name.split(",") if _gpu_tokens(n)[0] is not None]
+    if named and _gpu_tokens(cluster.gpu.name)[0] is None:  # nothing to compare: say so, do not pass it silently
+        warnings.append(f"{log.path}: the log ran on {named[0]!r}, and the cluster's GPU {cluster.gpu.name!r} names "
+                        f"no GPU model to check it against; make sure the log comes from this cluster")
     return warnings
 
 

@@ -85,9 +85,12 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         if r.error:
             console.print(f"[red]{r.name}: {r.error}[/red]")
-    console.print(f"MAPE {_fmt(summary['mape_pct'], '.1f')}%, worst {_fmt(summary['max_abs_error_pct'], '.1f')}% "
-                  f"({summary['worst_row']}), Spearman {_fmt(summary['spearman'], '.3f')} over "
-                  f"{summary['n_scored']} of {summary['n_rows']} rows")
+    if not summary["n_scored"]:  # every row refused: no error to state
+        console.print(f"no row simulated ({summary['n_rows']} rows, each refused above): no error to report")
+    else:
+        console.print(f"MAPE {_fmt(summary['mape_pct'], '.1f')}%, worst {_fmt(summary['max_abs_error_pct'], '.1f')}% "
+                      f"({summary['worst_row']}), Spearman {_fmt(summary['spearman'], '.3f')} over "
+                      f"{summary['n_scored']} of {summary['n_rows']} rows")
     used = {r.profile_label for r in rows if r.profile_label}
     for gpu, profile in profiles.items():
         console.print(f"profile for {gpu} rows: {profile.name} ({profile.label})"
@@ -95,9 +98,14 @@ def run(args: argparse.Namespace) -> int:
                       highlight=False)
     if split:
         for key, s in split.items():
+            if not s["n_scored"]:
+                continue
             console.print(f"  {key.replace('_', '-')} rows: MAPE {_fmt(s['mape_pct'], '.1f')}%, worst "
                           f"{_fmt(s['max_abs_error_pct'], '.1f')}% ({s['n_scored']} rows)", highlight=False)
     for source, s in sources.items():
+        if not s["n_scored"]:
+            console.print(f"  {source}: no row simulated")
+            continue
         console.print(f"  {source}: MAPE {_fmt(s['mape_pct'], '.1f')}%, worst {_fmt(s['max_abs_error_pct'], '.1f')}%, "
                       f"Spearman {_fmt(s['spearman'], '.3f')} ({s['n_scored']} rows)")
     assumed = sorted({flag for r in rows for flag in r.assumed_flags})

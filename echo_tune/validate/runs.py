@@ -13,6 +13,7 @@ settings the row's own source states, with file, commit and quote) where neither
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,18 @@ def _value(column: str, raw: str, annotation: str):
     text = raw.strip()
     if text == "":
         return None
+    if annotation.startswith("tuple"):  # window_size, recompute_modules: "64,0", "(64, 0)", "core_attn mlp",
+        # or as Megatron's argument dump prints a list: "['core_attn', 'mlp']"
+        items = [t.strip("'\"") for t in re.split(r"[\s,;]+", text.strip("()[] ")) if t.strip("'\"")]
+        if text.lower() == "none" or not items:
+            return None
+        if annotation.startswith("tuple[int"):
+            try:
+                return tuple(int(t) for t in items)
+            except ValueError:
+                raise ConfigError(f"column {column!r} must hold integers separated by commas or spaces (e.g. 64,0), "
+                                  f"but got {text!r}") from None
+        return tuple(items)
     if "bool" in annotation:
         if text.lower() in ("true", "1", "yes"):
             return True

@@ -133,3 +133,13 @@ def test_check_max_error_pct_exit_codes(capsys):
     assert "off by" in err and "more than --max-error-pct 5" in err
     assert main(base + ["--max-error-pct", "40"]) == 0
     assert main(base + ["--max-error-pct", "-1"]) == 2
+
+
+def test_a_cluster_gpu_without_a_model_name_gets_a_warning_not_silence():
+    # an A100 log against a cluster whose GPU is named "cpu-test": no model to compare, and nothing was said
+    log = parse_nccl_tests(LOGS[8])
+    cluster = load_cluster(CLUSTER)
+    unnamed = cluster.replace(gpu=cluster.gpu.replace(name="my-accelerator"))
+    warnings = check_log_for_cluster(log, unnamed)
+    assert any("names no GPU model to check it against" in w and "A100" in w for w in warnings)
+    assert not any("names no GPU model" in w for w in check_log_for_cluster(log, cluster))

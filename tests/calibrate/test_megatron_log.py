@@ -104,3 +104,26 @@ def test_fit_from_megatron_logs_end_to_end(tmp_path, capsys):
     cluster_file.write_text(yaml.safe_dump({**_preset_table("clusters")["a100-80gb"], "profile": str(out)}))
     assert main(["plan", "--model", "llama3-8b", "--tokens", "1e9", "--candidate", f"{cluster_file}:8",
                  "--global-batch-size", "8", "--n-trials", "4", "--results-dir", str(tmp_path / "r"), "--json"]) == 0
+
+
+def test_list_valued_arguments_read_as_megatron_prints_them(tmp_path):
+    # the dump prints lists and tuples as Python does: "['core_attn', 'mlp']", "[64, 0]"; both were refused and
+    # the run quietly skipped by `calibrate fit --megatron-log`
+    args = {**ARGS, "recompute_granularity": "selective", "recompute_modules": ["core_attn", "mlp"],
+            "window_size": [64, 0], "position_embedding_type": "rope", "normalization": "RMSNorm", "swiglu": True}
+    path = tmp_path / "run.log"
+    path.write_text(megatron_log(args, [9000.0, 410.0, 400.0]))
+    (case,) = read_logs([path], "a100-80gb")
+    assert case.error is None, case.error
+    assert case.parallel.recompute_modules == ("core_attn", "mlp") and case.model.window_size == (64, 0)
+
+
+@pytest.mark.parametrize("cell, expected", [("64,0", (64, 0)), ("(64, 0)", (64, 0)), ("[64, 0]", (64, 0)),
+                                            ("64 0", (64, 0))])
+def test_runs_csv_window_size_cells(cell, expected):
+    from echo_tune.validate.runs import _value
+
+    assert _value("window_size", cell, "tuple[int, int] | None") == expected
+    assert _value("recompute_modules", "core_attn mlp", "tuple[str, ...] | None") == ("core_attn", "mlp")
+    with pytest.raises(ConfigError, match="window_size.*integers"):
+        _value("window_size", "64,x", "tuple[int, int] | None")

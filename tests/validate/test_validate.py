@@ -118,3 +118,12 @@ def test_assumed_flags_with_values_and_fp8_columns(tmp_path):
     fp8_row[7] = "h100-sxm"
     (fp8,) = read_runs(write(tmp_path, header, (fp8_row,)))
     assert fp8.parallel.fp8_format == "hybrid" and fp8.parallel.precision == "bf16"
+
+
+def test_every_row_refused_says_so_instead_of_an_empty_mape(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    bad = list(ROW)
+    bad[HEADER.index("tensor_model_parallel_size")] = "3"
+    main(["validate", str(write(tmp_path, rows=[bad]))])
+    out = capsys.readouterr().out
+    assert "no row simulated (1 rows, each refused above)" in out and "MAPE -%" not in out
