@@ -94,7 +94,9 @@ def entry(space: SearchSpace, number: int, record: dict, *, profile=None) -> dic
     return {"step_time_s": data.pop("step_time_s"), "config": dict(record["config"]), **data,
             "derived": derived, "trial": number,
             "objectives": {o: record[OBJECTIVE_KEYS[o]] for o in space.objectives},
-            "cost_per_step": record["cost_per_step"],
+            # a price per step only with a price (the record's objective is GPU-hours without one)
+            "cost_per_step": record["cost_per_step"] if space.gpu_hour_cost is not None else None,
+            "gpu_hours_per_step": record["step_time_s"] * record["num_gpus"] / 3600.0,
             "megatron_args": " ".join(megatron_flags(space, record)), "specs": spec_dicts(space)}
 
 

@@ -157,3 +157,10 @@ def test_trials_csv_writes_integers_as_integers(small_exhaustive):
         if name in header:
             i = header.index(name)
             assert not any(line.split(",")[i].endswith(".0") for line in text[1:]), name
+
+
+def test_best_states_no_price_per_step_without_a_price(small_tpe):
+    # cost_per_step printed 1.085 with no price given (GPU-hours at 1 per GPU-hour): GPU-hours are named so
+    best = small_tpe.best
+    assert best["cost_per_step"] is None
+    assert best["gpu_hours_per_step"] == pytest.approx(best["step_time_s"] * best["config"]["num_gpus"] / 3600)
