@@ -46,7 +46,7 @@ HARMLESS = frozenset("""architectures model_type _name_or_path transformers_vers
     router_jitter_noise norm_topk_prob aux_loss_alpha seq_aux topk_method scoring_func routed_scaling_factor
     n_group topk_group ep_size moe_layer_freq max_window_layers use_sliding_window sliding_window
     quantization_config auto_map rope_interleave classifier_dropout use_mrope hidden_act head_dim
-    attention_bias mlp_bias intermediate_size num_key_value_heads""".split())
+    attention_bias mlp_bias intermediate_size num_key_value_heads seq_length""".split())
 """Read where they matter (hidden_act, sliding_window, attention_bias, ...) and otherwise harmless."""
 
 _STEP_SHAPING = {  # HF key -> (Megatron flag, rule: the values echo-tune models)
@@ -92,21 +92,34 @@ def _check_refused(cfg: HFValues, model_type: str, seq_length: int) -> None:
         _refuse("moe_layer_freq", cfg["moe_layer_freq"], "MoE layers every few layers after the dense ones, "
                                                          "not mapped to --moe-layer-freq by echo-tune")
     window = cfg.integer("sliding_window", None)
-    on = cfg.flag("use_sliding_window", True)
+    on = cfg.flag("use_sliding_window", False)  # transformers' Qwen2/Qwen3 default: no window unless turned on
     if window is not None and on and window < seq_length and model_type != "mistral":
         raise UnmodelledError(f"config.json key 'sliding_window' (sliding_window={window}) is shorter than the "
                               f"sequence (seq_length={seq_length}) for model_type {model_type!r}, whose per-layer "
                               f"window (max_window_layers) is not mapped; train with seq_length <= {window}")
-    if cfg.flag("attention_bias", False) and model_type in ("llama", "mistral") and not cfg.flag("mlp_bias", False):
+    attention_bias, mlp_bias = cfg.flag("attention_bias", False), cfg.flag("mlp_bias", False)
+    if attention_bias and (model_type in ("qwen3", "qwen3_moe") or (model_type in ("llama", "mistral")
+                                                                    and not mlp_bias)):
+        # Qwen3Attention / LlamaAttention: bias on q, k, v and o; --add-qkv-bias covers q, k, v only and
+        # --add-bias-linear adds the MLP's too
         _refuse("attention_bias", True, "biases on the attention linears only")
+    if mlp_bias and not attention_bias and model_type in ("llama", "mistral"):
+        _refuse("mlp_bias", True, "biases on the MLP linears only")
+    if model_type == "gpt_neox" and "use_parallel_residual" not in cfg:  # GPTNeoXConfig's default is True
+        _refuse("use_parallel_residual", True, _STEP_SHAPING["use_parallel_residual"] + " (transformers' default "
+                "for a file that leaves the key out)")
 
 
 def _seq_length(cfg: HFValues, model_type: str, seq_length: int | None, notes: list[str]) -> int:
     scaling = cfg.mapping("rope_scaling")  # read (and type-checked) even when the length is given
     original = cfg.integer("original_max_position_embeddings", None, where=scaling,
                            name="rope_scaling.original_max_position_embeddings")
+    stated = cfg.integer("seq_length", None)  # a file that states its training length (read and type-checked)
     if seq_length is not None:
         return seq_length
+    if stated is not None:
+        notes.append(f"seq_length {stated} from the file's seq_length key; set --seq-length for another")
+        return stated
     if original is not None:
         notes.append(f"seq_length {original} from rope_scaling.original_max_position_embeddings (the pre-training "
                      f"length); set --seq-length for another")
@@ -136,10 +149,12 @@ def _common(cfg: HFValues, model_type: str, seq: int) -> dict:
     groups = cfg.integer("num_key_value_heads", None)
     if groups is not None and groups != a:
         out["num_query_groups"] = groups
-    rotary = cfg.number("partial_rotary_factor", cfg.number("rotary_pct", 1.0))
+    # GPTNeoXConfig's rotary_pct defaults to 0.25 (the others rotate the whole head)
+    rotary = cfg.number("partial_rotary_factor", cfg.number("rotary_pct", 0.25 if model_type == "gpt_neox" else 1.0))
     if rotary != 1.0:  # RoPE on that fraction of each head (--rotary-percent)
         out["rotary_percent"] = rotary
-    head_dim = cfg.integer("head_dim", None)
+    # Qwen3Config's head_dim defaults to 128 (not hidden / heads: Qwen3-4B is 2560 / 32 heads of 128)
+    head_dim = cfg.integer("head_dim", 128 if model_type == "qwen3" else None)
     if head_dim is not None and head_dim * a != h:
         out["kv_channels"] = head_dim
     return out

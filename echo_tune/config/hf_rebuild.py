@@ -40,8 +40,15 @@ def rebuild_fields(cfg: HFValues, model_type: str, seq: int, notes: list[str]) -
             notes.append(f"rope_theta {theta} is not written: Megatron-LM's --rotary-base is an integer")
     if model_type == "qwen2":
         out["add_qkv_bias"] = True
+    if model_type in ("qwen3_moe", "deepseek_v2") and not cfg.flag("norm_topk_prob", False):
+        # transformers' default is False for both: softmax over every expert, the top-k weights not renormalised;
+        # Megatron's router renormalises unless --moe-router-pre-softmax
+        notes.append("norm_topk_prob false (the top-k routing weights are not renormalised): add "
+                     "--moe-router-pre-softmax to the launch line (router numerics, not written: they do not "
+                     "change the simulated step)")
     if model_type.startswith("deepseek"):
-        router = {k: cfg[k] for k in ("scoring_func", "routed_scaling_factor", "n_group", "topk_group", "topk_method")
+        router = {k: cfg[k] for k in ("scoring_func", "routed_scaling_factor", "n_group", "topk_group", "topk_method",
+                                      "norm_topk_prob")
                   if cfg.get(k) is not None}
         if router:  # router numerics (--moe-router-score-function, --moe-router-topk-scaling-factor, ...)
             notes.append(f"router settings {router} are not written to the launch line (echo-tune does not read "

@@ -118,3 +118,63 @@ def test_unsupported_model_type_and_bad_json(tmp_path):
         load_model(str(bad))
     with pytest.raises(ConfigError, match="does not exist"):
         load_model(str(tmp_path / "missing.json"))
+
+
+# config.json files that leave keys out, or set them oddly, read as transformers reads them (checked against
+# transformers 4.57.1's configuration classes): each was read differently before
+def _qwen3(**changes) -> dict:
+    cfg = {"model_type": "qwen3", "hidden_size": 2560, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "head_dim": 128, "intermediate_size": 9728, "num_hidden_layers": 36, "vocab_size": 151936,
+           "tie_word_embeddings": True, "hidden_act": "silu", "max_position_embeddings": 40960}
+    cfg.update(changes)
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def test_qwen3_without_head_dim_has_heads_of_128():
+    # Qwen3Config(head_dim=128): Qwen3-4B is 32 heads of 128 over a hidden size of 2560, not 80-wide heads
+    fields, _ = model_fields_from_hf(_qwen3(head_dim=None), seq_length=4096)
+    assert fields["kv_channels"] == 128
+    assert model_fields_from_hf(_qwen3(), seq_length=4096)[0]["kv_channels"] == 128
+
+
+def test_biases_megatron_cannot_place_are_refused_by_name():
+    with pytest.raises(UnmodelledError, match="attention_bias"):  # q/k/v/o biases: no Megatron flag adds those
+        model_fields_from_hf(_qwen3(attention_bias=True), seq_length=4096)
+    llama = _cfg("llama-3.1-70b.json")
+    with pytest.raises(UnmodelledError, match="mlp_bias"):
+        model_fields_from_hf({**llama, "mlp_bias": True, "attention_bias": False})
+    assert model_fields_from_hf({**llama, "mlp_bias": True, "attention_bias": True})[0]["add_bias_linear"]
+
+
+def test_a_qwen_sliding_window_is_off_unless_turned_on():
+    # Qwen2Config: use_sliding_window defaults to False (sliding_window is then None): full attention
+    qwen = _qwen3(sliding_window=4096)
+    assert "window_size" not in model_fields_from_hf(qwen, seq_length=8192)[0]
+    with pytest.raises(UnmodelledError, match="sliding_window"):
+        model_fields_from_hf({**qwen, "use_sliding_window": True}, seq_length=8192)
+
+
+def test_gpt_neox_defaults_are_transformers_defaults():
+    neox = {"model_type": "gpt_neox", "hidden_size": 2048, "num_attention_heads": 8, "num_hidden_layers": 16,
+            "intermediate_size": 8192, "vocab_size": 50304, "max_position_embeddings": 2048}
+    with pytest.raises(UnmodelledError, match="use_parallel_residual"):  # GPTNeoXConfig: True when left out
+        model_fields_from_hf(neox, seq_length=2048)
+    fields, _ = model_fields_from_hf({**neox, "use_parallel_residual": False}, seq_length=2048)
+    assert fields["rotary_percent"] == 0.25  # GPTNeoXConfig: rotary_pct 0.25 when left out
+
+
+def test_a_stated_seq_length_key_is_read():
+    fields, notes = model_fields_from_hf(_qwen3(seq_length=4096))
+    assert fields["seq_length"] == 4096 and any("seq_length key" in n for n in notes)
+
+
+def test_unnormalised_top_k_routing_is_named():
+    # Qwen3-MoE / DeepSeek-V2 leave the top-k weights unnormalised unless norm_topk_prob: Megatron's router
+    # renormalises unless --moe-router-pre-softmax
+    moe = {**_qwen3(), "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 768, "norm_topk_prob": False}
+    moe.pop("head_dim")
+    _, notes = model_fields_from_hf(moe, seq_length=4096)
+    assert any("--moe-router-pre-softmax" in n for n in notes)
+    _, notes = model_fields_from_hf({**moe, "norm_topk_prob": True}, seq_length=4096)
+    assert not any("--moe-router-pre-softmax" in n for n in notes)
