@@ -140,6 +140,8 @@ class PlanResult:
     def winner(self) -> dict | None:
         ok = [r for r in self.rows if r["feasible"] and r["meets_deadline"] is not False
               and r["within_budget"] is not False]
+        known = [r for r in ok if not r.get("budget_unknown")]  # with --budget, a candidate without a price
+        ok = known or ok  # cannot be shown to fit it: recommended only where no priced one does
         return ok[0] if ok else next((r for r in self.rows if r["feasible"]), None)
 
 
@@ -217,8 +219,11 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
                cost=cost, cost_band=proj["cost_band"], goodput=proj["goodput"], deadline=proj["deadline"],
                predicted_days=seconds / 86400.0,
                breakdown_s=best["breakdown_s"], megatron_args=best["megatron_args"],
-               meets_deadline=None if opts.deadline_days is None else proj["deadline"] != "missed",
+               # one rule for both: the expected days / cost (the band's median applied) against the limit; the
+               # band crossing it is "at risk" (deadline / budget), said in the notes
+               meets_deadline=None if opts.deadline_days is None else days <= opts.deadline_days,
                within_budget=None if opts.budget is None or cost is None else cost <= opts.budget,
+               budget_unknown=opts.budget is not None and cost is None,
                budget=budget_status(cost, proj["cost_band"], opts.budget),
                closest_miss=None, fit_hint=None, precision=precision_of(best["config"]),
                near_tie=near_tie(records, opts.near_tie_pct))

@@ -32,7 +32,7 @@ def _row_notes(r: dict) -> list[str]:
     elif r.get("within_budget") is False:
         notes.append("over budget")
     if r["feasible"] and r["gpu_hour_price"] is None:
-        notes.append("no price given")
+        notes.append("no price given" + ("; the budget cannot be checked" if r.get("budget_unknown") else ""))
     if r.get("near_tie"):
         notes.append("a near-tie leaves more memory free (below)")
     return notes

@@ -11,6 +11,7 @@ study stores, as the user attribute ``content``, a SHA-256 digest of each input 
 ``op_times``             the measured op times that profile reads (device, times, host overhead)
 ``space``                the searched values, batch, precision, objectives, cost, uneven-split rule
 ``memory_headroom_gib``  the memory limit: what "fits" means for every stored trial
+``gpu_hour_cost``        the price each stored trial's cost per step was computed at
 
 and ``sha256``, the digest of them all. ``--resume`` compares them part by part and refuses a change in one
 line naming the parts (``check_content``). The attribute is set while the storage's cross-process lock is
@@ -56,7 +57,9 @@ def content_parts(space, profile=None) -> dict[str, str]:
              "op_times": _digest(None if op_times is None else {"device": op_times.device, "kind": op_times.kind,
                                                                "times": op_times.times,
                                                                "host_overhead_s": op_times.host_overhead_s}),
-             "space": _digest(described), "memory_headroom_gib": repr(float(space.memory_headroom_gib))}
+             "space": _digest(described), "memory_headroom_gib": repr(float(space.memory_headroom_gib)),
+             # each trial stores its cost per step at this price: a resume at another would mix two prices
+             "gpu_hour_cost": repr(None if space.gpu_hour_cost is None else float(space.gpu_hour_cost))}
     return {**parts, "sha256": _digest(parts)}
 
 
@@ -65,9 +68,16 @@ def check_content(study_name: str, stored: dict | None, now: dict[str, str]) -> 
     an older version) is checked by names only, elsewhere."""
     if not isinstance(stored, dict) or stored.get("sha256") == now["sha256"]:
         return
-    changed = [k for k in now if k != "sha256" and stored.get(k) != now[k]] or ["inputs"]
+    # a part an older version did not store (gpu_hour_cost) is not compared: its digest differs for that alone
+    changed = [k for k in now if k != "sha256" and k in stored and stored[k] != now[k]]
+    if not changed and any(k not in stored for k in now):
+        return
+    changed = changed or ["inputs"]
     hint = (" (the memory limit decides which stored layouts fit: resume with the old --memory-headroom-gib, or "
             "start another study)") if "memory_headroom_gib" in changed else ""
+    if "gpu_hour_cost" in changed:
+        hint += (" (every stored trial holds its cost per step at the old price: resume with the old --gpu-hour-cost, "
+                 "or start another study)")
     raise ConfigError(f"study {study_name!r} was created from a different search space (changed: "
                       f"{', '.join(changed)}; a file may have been edited in place); resume it with the same model, "
                       f"cluster, profile and space, or use another --study-name{hint}")

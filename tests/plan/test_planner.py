@@ -119,3 +119,22 @@ def test_a_changed_model_or_headroom_starts_a_new_study(tmp_path, clusters):
     edited.write_text(Path(MODEL).read_text().replace("ffn_hidden_size: 512", "ffn_hidden_size: 768"))
     again = plan(str(edited), cands, PlanOptions(tokens=1e9, global_batch_size=8, n_trials=5, results_dir=tmp_path))
     assert again.rows[0]["study"] not in (first.rows[0]["study"], other.rows[0]["study"])
+
+
+def test_deadline_and_budget_judge_the_expected_value_alike_and_an_unpriced_candidate_is_not_assumed_in_budget(
+        tmp_path, clusters):
+    # a deadline the band crossed counted as met whenever the band's low end was under it, a budget only when the
+    # median was: one rule now (the expected days / cost); and with --budget an unpriced candidate was
+    # recommended over a priced one known to fit it
+    big, small = clusters
+    first = _plan(tmp_path, clusters)
+    days = first.rows[0]["days"]
+    result = _plan(tmp_path, clusters, deadline_days=days * 0.999)
+    assert result.rows[0]["meets_deadline"] is False  # expected days just over the deadline
+    cands = [parse_candidate(f"{big}:8"), parse_candidate(f"{big}:4:3.0")]
+    opts = PlanOptions(tokens=1e9, global_batch_size=8, n_trials=12, results_dir=tmp_path / "r2",
+                       memory_headroom_gib=0.0, budget=1e12)
+    priced = plan(MODEL, cands, opts)
+    unpriced = next(r for r in priced.rows if r["gpu_hour_price"] is None)
+    assert unpriced["budget_unknown"] and unpriced["within_budget"] is None
+    assert priced.winner["gpu_hour_price"] == 3.0

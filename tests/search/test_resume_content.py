@@ -129,3 +129,22 @@ def test_two_different_searches_started_together_never_merge(tiny):
     winner = json.loads(next(out for code, out, _ in done if code == 0))
     study = optuna.load_study(study_name="race", storage=open_storage(tiny / "results" / "race").storage)
     assert len(study.get_trials()) == winner["n_trials"] == winner["space_size"]
+
+
+def test_changed_price_is_refused_on_resume_and_older_studies_still_resume(tiny):
+    # every stored trial holds its cost per step at the price it ran with: a resume at another price mixed two
+    # prices in one column (0.1503 beside 0.05132 for one layout family)
+    run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=3))
+    with pytest.raises(ConfigError, match="changed: gpu_hour_cost.*--gpu-hour-cost"):
+        run_search(with_overrides(load_space(tiny / "tiny-space.yaml"), gpu_hour_cost=3.0),
+                   _opts(tiny, n_trials=5, resume=True))
+    # a study stored before the price was a part of its content (no "gpu_hour_cost" key) still resumes
+    from echo_tune.search.content import CONTENT_ATTR
+
+    storage = open_storage(tiny / "results" / "t").storage
+    study = optuna.load_study(study_name="t", storage=storage)
+    old = {k: v for k, v in study.user_attrs[CONTENT_ATTR].items() if k != "gpu_hour_cost"}
+    old["sha256"] = "an older digest"
+    study.set_user_attr(CONTENT_ATTR, old)
+    again = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=5, resume=True))
+    assert again.n_trials == 5
