@@ -297,6 +297,10 @@ def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started
                                      {"space": space.describe(), "sampler": opts.sampler})
     existed = not created
     done_before = res.finished_count(study)
+    first = study.user_attrs.get("sampler")
+    if existed and done_before and first is not None and first != opts.sampler:  # allowed, but said
+        notes = notes + [f"resumed a study whose first {done_before} trials came from the {first!r} sampler; "
+                         f"this run continued it with {opts.sampler!r}"]
     interrupted = False
     try:
         if opts.sampler == "auto":

@@ -148,3 +148,13 @@ def test_changed_price_is_refused_on_resume_and_older_studies_still_resume(tiny)
     study.set_user_attr(CONTENT_ATTR, old)
     again = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=5, resume=True))
     assert again.n_trials == 5
+
+
+def test_a_resume_with_another_sampler_says_so(tiny):
+    run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=3))
+    again = run_search(load_space(tiny / "tiny-space.yaml"),
+                       SearchOptions(sampler="random", results_dir=tiny / "results", study_name="t",
+                                     write_files=False, n_trials=5, resume=True))
+    assert any("came from the 'exhaustive' sampler" in n and "'random'" in n for n in again.notes)
+    same = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=6, resume=True))
+    assert not any("sampler" in n for n in same.notes)  # the study's first sampler again: nothing to say
