@@ -258,6 +258,13 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ConfigError(f"candidates must differ, but {sorted({n for n in names if names.count(n) > 1})} repeat")
+    seen: dict[tuple, str] = {}  # one cluster by two names (h100, h100-sxm) is one candidate too
+    for c in candidates:
+        key = (load_cluster(c.cluster).name, c.num_gpus, c.fp8_format, c.precision_word)
+        if key in seen:
+            raise ConfigError(f"candidates must differ, but ({seen[key]!r}, {c.name!r}) are the same cluster "
+                              f"({key[0]}) with the same GPUs; keep one of them")
+        seen[key] = c.name
     stem = spec.name.replace("/", "_")
     rows, spaces, records, bf16_only = [], {}, {}, []
     for c in candidates:

@@ -138,3 +138,10 @@ def test_deadline_and_budget_judge_the_expected_value_alike_and_an_unpriced_cand
     unpriced = next(r for r in priced.rows if r["gpu_hour_price"] is None)
     assert unpriced["budget_unknown"] and unpriced["within_budget"] is None
     assert priced.winner["gpu_hour_price"] == 3.0
+
+
+def test_one_cluster_by_two_names_is_one_candidate(tmp_path):
+    # `--candidate h100:8:2.49 --candidate h100-sxm:8:2.49` gave two identical rows and searched two studies
+    opts = PlanOptions(tokens=1e9, global_batch_size=8, n_trials=12, results_dir=tmp_path / "r")
+    with pytest.raises(ConfigError, match=r"same cluster \(h100-sxm\)"):
+        plan(MODEL, [parse_candidate("h100:8:2.49"), parse_candidate("h100-sxm:8:2.49")], opts)
