@@ -136,10 +136,10 @@ def attention_rows(plan: SweepPlan, device: torch.device, timer: Timer, rank: in
         # backward is at least a quarter of the forward (its FLOPs are 2.5x), else write no backward row
         for _ in range(3):
             fwd_s = timer.time_s(forward, plan.min_time_s, plan.max_iters)
-            both_s = timer.time_s(forward_backward, plan.min_time_s, plan.max_iters)
-            if both_s - fwd_s >= 0.25 * fwd_s:
+            bwd_s = timer.time_s(forward_backward, plan.min_time_s, plan.max_iters) - fwd_s
+            if bwd_s >= 0.25 * fwd_s:
                 break
-        phases = [("fwd", fwd_s)] + ([("bwd", both_s - fwd_s)] if both_s - fwd_s >= 0.25 * fwd_s else [])
+        phases = [("fwd", fwd_s)] + ([("bwd", bwd_s)] if bwd_s >= 0.25 * fwd_s else [])
         for phase, seconds in phases:
             flops = attention_flops(1, heads, seq, dim, True, phase)
             rows.append({"rank": rank, "device": device.type, "dtype": dtype, "batch": 1, "heads": heads,

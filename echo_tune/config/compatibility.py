@@ -13,7 +13,7 @@ from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.local_spec import check_local_layout
-from echo_tune.config.model import ModelSpec
+from echo_tune.config.model import FLASH_STYLE_BACKENDS, ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import check_schedule_features
 from echo_tune.config.pipeline_layout import ChunkContents
@@ -268,6 +268,6 @@ def _backend_name(model: ModelSpec) -> str:
     """The attention backend as the user set it (the legacy --use-flash-attn spelling, the local spec)."""
     if model.use_flash_attn is not None:
         return "flash" if model.use_flash_attn else "unfused (--use-flash-attn off)"
-    if model.flash_attention or model.attention_backend not in ("auto", "flash", "fused"):
+    if model.flash_attention or model.attention_backend not in FLASH_STYLE_BACKENDS:
         return model.attention_backend
     return f"{model.attention_backend}, which runs unfused here (attention sinks with a window and dropout)"

@@ -17,15 +17,14 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.cost.moe_dispatch import moe_kernels
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
-from echo_tune.sim.cuda_graphs import capture_spec
 from echo_tune.sim.layer_mix import chunk_layer_mix
 from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.report import StepReport
 from echo_tune.sim.chunk_passes import chunk_passes
-from echo_tune.sim.simulate import p2p_time_s, simulate
+from echo_tune.sim.determinism import ring_only_profile
+from echo_tune.sim.simulate import cost_context, p2p_time_s, simulate, with_sustained_clock
 
 _TASK = re.compile(r"^([FB])(\d+)(?:\.(\d+))?$")
 
@@ -82,12 +81,8 @@ def predict_stage(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, paralle
                   profile: ClusterProfile, stage: int) -> StagePrediction:
     report = simulate(model, cluster, num_gpus, parallel, profile=profile, timeline=True)
     pieces = trace_pieces(model, parallel, layout)
-    ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
-                      tp_comm_overlap=parallel.tp_comm_overlap, moe=moe_kernels(model, cluster),
-                      overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
-                      delay_wgrad_compute=parallel.delay_wgrad_compute,
-                      graph_capture=capture_spec(parallel),
-                      moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity)
+    profile = ring_only_profile(profile, parallel)  # the profile and clock simulate costs with
+    ctx = cost_context(model, with_sustained_clock(cluster, profile), parallel, layout, profile)
     costs = pass_costs(pieces, ctx, layout.recompute_regions)  # simulate's context and recompute regions
     mix = chunk_layer_mix(model, layout)[stage]
     chunks = range(layout.virtual_pipeline_size)

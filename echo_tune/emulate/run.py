@@ -36,6 +36,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import check_compatible
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.schedule_rules import cuda_graph_setting
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile, profile_for
 from echo_tune.emulate.clock import clock_for
@@ -117,8 +118,7 @@ def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
     unrun = [name for name, on in (("--no-gradient-accumulation-fusion", not parallel.gradient_accumulation_fusion),
                                    ("--use-megatron-fsdp", parallel.use_megatron_fsdp),
                                    ("CUDA graphs (--cuda-graph-impl / --enable-cuda-graph)",
-                                    parallel.cuda_graph_impl not in (None, "none") or parallel.enable_cuda_graph
-                                    or parallel.external_cuda_graph))
+                                    cuda_graph_setting(parallel)[0] != "none"))
              if on]
     if unrun:
         problems.append(f"emulate does not run {', '.join(unrun)} (its stage runs the plain Megatron-Core path), "

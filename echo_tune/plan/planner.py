@@ -258,9 +258,10 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ConfigError(f"candidates must differ, but {sorted({n for n in names if names.count(n) > 1})} repeat")
+    clusters = {c.cluster: load_cluster(c.cluster) for c in candidates}
     seen: dict[tuple, str] = {}  # one cluster by two names (h100, h100-sxm) is one candidate too
     for c in candidates:
-        key = (load_cluster(c.cluster).name, c.num_gpus, c.fp8_format, c.precision_word)
+        key = (clusters[c.cluster].name, c.num_gpus, c.fp8_format, c.precision_word)
         if key in seen:
             raise ConfigError(f"candidates must differ, but ({seen[key]!r}, {c.name!r}) are the same cluster "
                               f"({key[0]}) with the same GPUs; keep one of them")
@@ -269,7 +270,7 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     rows, spaces, records, bf16_only = [], {}, {}, []
     for c in candidates:
         fp8 = c.fp8_format or opts.fp8_format
-        fp8_value = fp8_layout_value(fp8, load_cluster(c.cluster), c.cluster)
+        fp8_value = fp8_layout_value(fp8, clusters[c.cluster], c.cluster)
         data = auto_space_dict(model, c.cluster, c.num_gpus, gbs, gpu_hour_cost=c.gpu_hour_price,
                                seq_length=opts.seq_length, fp8_format=fp8, layout=opts.layout,
                                name=f"plan-{stem}-{c.num_gpus}x{Path(c.cluster).stem}-gbs{gbs}-"

@@ -22,6 +22,8 @@ from optuna.trial import FrozenTrial
 
 CREATE_TRIAL = 4
 """optuna.storages.journal._storage.JournalOperation.CREATE_TRIAL (a persisted value: old journals keep it)."""
+WORKER_ID = "echo-tune-exhaustive"
+"""The records' writer (Optuna uses it only to find the RUNNING trial a process owns; these are finished)."""
 
 
 def _stamp(moment) -> str | None:
@@ -65,8 +67,6 @@ def add_finished(store, study, trials: list[FrozenTrial]) -> None:
     storage = store.storage
     study_id = storage.get_study_id_from_name(study.study_name)
     with store.batch():
-        store.journal.append_logs(creation_records(study_id, f"{_WORKER}-exhaustive", trials))
+        store.journal.append_logs(creation_records(study_id, WORKER_ID, trials))
         storage.get_study_system_attrs(study_id)  # reads the batch back (from memory, not parsed from the file)
 
-
-_WORKER = "echo-tune"

@@ -85,6 +85,19 @@ def with_sustained_clock(cluster: ClusterSpec, profile: ClusterProfile) -> Clust
     return cluster.replace(gpu=cluster.gpu.replace(sustained_clock_mhz=float(clock)))
 
 
+def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig, layout: Layout,
+                 profile: ClusterProfile) -> CostContext:
+    """What every pass of ``simulate`` is costed with (``emulate`` predicts with the same): ``cluster`` at its
+    sustained clock (``with_sustained_clock``) and ``profile`` as ``simulate`` resolves it."""
+    return CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
+                       tp_comm_overlap=parallel.tp_comm_overlap,
+                       fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None, moe=moe_kernels(model, cluster),
+                       overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
+                       delay_wgrad_compute=parallel.delay_wgrad_compute,
+                       graph_capture=capture_spec(parallel),
+                       moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity)
+
+
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
              profile: ClusterProfile | None = None, schedule: str | None = None,
              timeline: bool = False, memory_headroom_bytes: int = 0) -> StepReport:
@@ -109,13 +122,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         raise ConfigError(f"`num_micro_batches <= {MAX_SIMULATED_MICRO_BATCHES}` must hold to record a timeline "
                           f"(--trace), but got (num_micro_batches={m}); drop --trace or lower --global-batch-size")
     pieces = trace_pieces(model, parallel, layout)
-    ctx = CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
-                      tp_comm_overlap=parallel.tp_comm_overlap,
-                      fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None, moe=moe_kernels(model, cluster),
-                      overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
-                      delay_wgrad_compute=parallel.delay_wgrad_compute,
-                      graph_capture=capture_spec(parallel),
-                      moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity)
+    ctx = cost_context(model, cluster, parallel, layout, profile)
     costs = pass_costs(pieces, ctx, layout.recompute_regions)
     bf16 = None
     if parallel.fp8 and parallel.first_last_layers_bf16:
