@@ -73,7 +73,8 @@ def evaluate(space: SearchSpace, candidate: Candidate, *, profile=None, timeline
 
     try:
         report = simulate(space.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
-                          timeline=timeline, memory_headroom_bytes=int(space.memory_headroom_gib * GIB))
+                          timeline=timeline, memory_headroom_bytes=int(space.memory_headroom_gib * GIB),
+                          layout=candidate.layout)
     except ConfigError as exc:
         raise RejectedLayout(str(exc), candidate.config) from None
     return make_record(space, candidate, report), report

@@ -100,13 +100,18 @@ def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfi
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
              profile: ClusterProfile | None = None, schedule: str | None = None,
-             timeline: bool = False, memory_headroom_bytes: int = 0) -> StepReport:
+             timeline: bool = False, memory_headroom_bytes: int = 0, layout: Layout | None = None) -> StepReport:
     """Simulate one training step. Raises ConfigError for a layout that breaks a rule.
 
     ``memory_headroom_bytes``: a layout fits only if its peak stays this far under the HBM size
-    (the CLI and search use ``sim.memory.DEFAULT_MEMORY_HEADROOM_GIB``; validation of measured runs 0)."""
-    parallel = check_fsdp(parallel)  # Megatron-FSDP's rules and the settings it implies (sim/fsdp.py)
-    layout = check_compatible(model, cluster, num_gpus, parallel)
+    (the CLI and search use ``sim.memory.DEFAULT_MEMORY_HEADROOM_GIB``; validation of measured runs 0).
+    ``layout``: what ``check_compatible(model, cluster, num_gpus, parallel)`` returned for these very objects
+    (the search's candidates carry it), so the rules are not checked twice; used only where Megatron-FSDP
+    does not change the settings (its settings in effect are checked again)."""
+    checked = check_fsdp(parallel)  # Megatron-FSDP's rules and the settings it implies (sim/fsdp.py)
+    if layout is None or checked is not parallel:
+        layout = check_compatible(model, cluster, num_gpus, checked)
+    parallel = checked
     check_deterministic(model, parallel)
     check_muon(model, parallel)
     profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster

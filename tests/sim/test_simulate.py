@@ -145,3 +145,17 @@ def test_selective_recompute_drops_korthikanti_attention_term():
     saved = sim(full).stage_memory[0].activations_bytes - sim(parallel).stage_memory[0].activations_bytes
     s, a, t, L = GPT3.seq_length, GPT3.num_attention_heads, 8, GPT3.num_layers
     assert saved == pytest.approx(L * 5 * a * s * s / t, rel=1e-9)
+
+
+def test_a_checked_layout_is_reused_only_for_the_settings_it_was_checked_for():
+    from echo_tune.config.compatibility import check_compatible
+
+    layout = check_compatible(GPT3, A100, 1024, BASE)
+    assert sim(layout=layout).to_dict() == sim().to_dict()
+    # Megatron-FSDP changes the settings in effect (the distributed optimizer on): a layout checked for the
+    # settings as given is not taken, the rules run again on the ones in effect
+    fsdp = et.ParallelConfig(use_megatron_fsdp=True, global_batch_size=64, micro_batch_size=1)
+    small = et.load_model("llama3-8b")
+    stale = check_compatible(small, A100, 8, fsdp.replace(micro_batch_size=8))  # 1 micro-batch, not 8
+    report = et.simulate(small, A100, 8, fsdp, layout=stale)
+    assert report.config["num_micro_batches"] == 8
