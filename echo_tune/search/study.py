@@ -282,6 +282,19 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
         raise storage_error(exc, opts.storage or str(out_dir)) from None
 
 
+def _with_stored_best(progress, stored):
+    """``progress`` that is first shown the best layout a resumed study already holds, so a progress line's
+    best is the study's, not this run's new trials' only."""
+    pending = [None if stored is None else stored[1]]
+
+    def shown(done: int, total: int | None, record: dict | None) -> None:
+        if pending[0] is not None:
+            first, pending[0] = pending[0], None
+            progress(done, total, first)
+        progress(done, total, record)
+    return shown
+
+
 def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started, deadline, progress):
     store, existed = _open_study(space, opts, name, out_dir)
     before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
@@ -294,13 +307,20 @@ def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started
     # created (with its content digest) or checked under the storage's lock: two different searches started
     # together on one name cannot both pass
     study, created = create_or_check(store, name, sampler, ["minimize"] * len(space.objectives), parts,
-                                     {"space": space.describe(), "sampler": opts.sampler})
+                                     {"space": space.describe(), "sampler": opts.sampler, "seed": opts.seed})
     existed = not created
     done_before = res.finished_count(study)
     first = study.user_attrs.get("sampler")
     if existed and done_before and first is not None and first != opts.sampler:  # allowed, but said
         notes = notes + [f"resumed a study whose first {done_before} trials came from the {first!r} sampler; "
                          f"this run continued it with {opts.sampler!r}"]
+    first_seed = study.user_attrs.get("seed", opts.seed)  # studies of older versions did not store it
+    if existed and done_before and first_seed != opts.seed and SAMPLERS.get(opts.sampler) is not None:
+        notes = notes + [f"resumed a study begun with --seed {first_seed} at --seed {opts.seed}: the "
+                         f"{opts.sampler!r} sampler's new draws follow the new seed, so the study is not the "
+                         f"one either seed gives uninterrupted"]
+    if progress is not None and existed and done_before:
+        progress = _with_stored_best(progress, res.best_feasible(space, study.get_trials(deepcopy=False)))
     interrupted = False
     try:
         if opts.sampler == "auto":

@@ -158,3 +158,27 @@ def test_a_resume_with_another_sampler_says_so(tiny):
     assert any("came from the 'exhaustive' sampler" in n and "'random'" in n for n in again.notes)
     same = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=6, resume=True))
     assert not any("sampler" in n for n in same.notes)  # the study's first sampler again: nothing to say
+
+
+def test_a_resume_at_another_seed_says_so_where_the_sampler_draws(tiny):
+    def opts(sampler, seed, n):
+        return SearchOptions(sampler=sampler, results_dir=tiny / "results", study_name=sampler, seed=seed,
+                             write_files=False, n_trials=n, resume=True)
+    run_search(load_space(tiny / "tiny-space.yaml"), opts("random", 0, 3))
+    again = run_search(load_space(tiny / "tiny-space.yaml"), opts("random", 7, 5))
+    assert any("--seed 0 at --seed 7" in n for n in again.notes)
+    same = run_search(load_space(tiny / "tiny-space.yaml"), opts("random", 0, 6))
+    assert not any("--seed" in n for n in same.notes)
+    run_search(load_space(tiny / "tiny-space.yaml"), opts("exhaustive", 0, 3))  # no random draw: nothing to say
+    exhaustive = run_search(load_space(tiny / "tiny-space.yaml"), opts("exhaustive", 7, 5))
+    assert not any("--seed" in n for n in exhaustive.notes)
+
+
+def test_progress_of_a_resumed_search_starts_from_the_stored_best(tiny):
+    first = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=6))
+    seen = []
+    run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, n_trials=8, resume=True),
+               progress=lambda done, total, record: seen.append(record))
+    stored_best = first.best["step_time_s"]
+    assert seen[0] is not None and seen[0]["step_time_s"] == stored_best  # shown before the new trials' own
+    assert len(seen) > 1
