@@ -35,6 +35,7 @@ from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.params import full_params, suggest_layout
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
                                        constraints, flat_attrs, told_values)
+from echo_tune.search.resume import resume_notes, with_stored_best
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
 from echo_tune.search.shared import run_shared_exhaustive, shares_work
 from echo_tune.search.space import SearchSpace
@@ -282,19 +283,6 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
         raise storage_error(exc, opts.storage or str(out_dir)) from None
 
 
-def _with_stored_best(progress, stored):
-    """``progress`` that is first shown the best layout a resumed study already holds, so a progress line's
-    best is the study's, not this run's new trials' only."""
-    pending = [None if stored is None else stored[1]]
-
-    def shown(done: int, total: int | None, record: dict | None) -> None:
-        if pending[0] is not None:
-            first, pending[0] = pending[0], None
-            progress(done, total, first)
-        progress(done, total, record)
-    return shown
-
-
 def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started, deadline, progress):
     store, existed = _open_study(space, opts, name, out_dir)
     before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
@@ -310,17 +298,9 @@ def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started
                                      {"space": space.describe(), "sampler": opts.sampler, "seed": opts.seed})
     existed = not created
     done_before = res.finished_count(study)
-    first = study.user_attrs.get("sampler")
-    if existed and done_before and first is not None and first != opts.sampler:  # allowed, but said
-        notes = notes + [f"resumed a study whose first {done_before} trials came from the {first!r} sampler; "
-                         f"this run continued it with {opts.sampler!r}"]
-    first_seed = study.user_attrs.get("seed", opts.seed)  # studies of older versions did not store it
-    if existed and done_before and first_seed != opts.seed and SAMPLERS.get(opts.sampler) is not None:
-        notes = notes + [f"resumed a study begun with --seed {first_seed} at --seed {opts.seed}: the "
-                         f"{opts.sampler!r} sampler's new draws follow the new seed, so the study is not the "
-                         f"one either seed gives uninterrupted"]
-    if progress is not None and existed and done_before:
-        progress = _with_stored_best(progress, res.best_feasible(space, study.get_trials(deepcopy=False)))
+    if existed and done_before:  # what a resumed run changed, said; its progress starts from the stored best
+        notes = notes + resume_notes(study, opts.sampler, opts.seed, done_before)
+        progress = with_stored_best(progress, res.best_feasible(space, study.get_trials(deepcopy=False)))
     interrupted = False
     try:
         if opts.sampler == "auto":
