@@ -145,7 +145,7 @@ def _loss(r: np.ndarray, scale: float) -> float:
     return float(np.sum(r ** 2)) if scale <= 0 else float(np.sum(2 * scale ** 2 * (np.sqrt(1 + (r / scale) ** 2) - 1)))
 
 
-def _solve(problem: _Problem, rows: list[int], x0, scale: float, iterations: int = 12):
+def _solve(problem: _Problem, rows: list[int], x0, scale: float, iterations: int = 40):
     """Levenberg-Marquardt from x0 on ``rows``: (x, residuals, Jacobian at x)."""
     x = np.array(x0, dtype=float)
     r = problem.residuals(x, rows)

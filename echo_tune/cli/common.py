@@ -32,9 +32,17 @@ def _add_flag(parser: argparse.ArgumentParser, field: str, flag: str, kind: str,
         parser.add_argument(flag, dest=field, action="store_const", const=False, default=None, help=text)
     elif kind == "list":
         parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=field.upper(), help=text)
+    elif kind == "words":  # nargs="+" read as one space-separated value (--moe-router-load-balancing-type)
+        parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=metavar, help=text,
+                            action=_JoinedWords)
     else:
         parser.add_argument(flag, *extra, dest=field, type={"int": int, "float": float, "str": str, "freq": _freq, "window": str}[kind],
                             default=None, metavar=metavar, help=text)
+
+
+class _JoinedWords(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, " ".join(values))
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +90,16 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
     """Model and layout from --model, --megatron-args and explicit flags (explicit flags win)."""
     notes: list[str] = []
     model_fields, parallel_fields, precision = {}, {}, None
+    # A pasted Megatron line describes its own model (Megatron's defaults fill the rest), unless
+    # --model names a preset or file to start from.
+    model_ref = getattr(args, "model", None) or (None if args.megatron_args else default_model)
+    base = None
     if args.megatron_args:
-        model_fields, parallel_fields, precision, ignored = parse_megatron_line(args.megatron_args)
+        if model_ref is not None:  # the line is laid over the model: read with it (its own flags count as given)
+            seq = parse_megatron_line(args.megatron_args)[0].get("seq_length")
+            base = _base_model(model_ref, getattr(args, "seq_length", None) or seq)
+        model_fields, parallel_fields, precision, ignored = parse_megatron_line(args.megatron_args, base=base,
+                                                                                megatron_lm=True)
         if ignored:
             notes.append(f"ignored {len(ignored)} Megatron flag(s) that do not shape the step: {' '.join(ignored)}")
         if precision is None:
@@ -96,15 +112,9 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
         if getattr(args, field, None) is not None:
             parallel_fields[field] = getattr(args, field)
     precision = args.precision or precision or "bf16"
-    # A pasted Megatron line describes its own model (Megatron's defaults fill the rest), unless
-    # --model names a preset or file to start from.
-    model_ref = getattr(args, "model", None) or (None if args.megatron_args else default_model)
     if model_ref is not None:
-        if str(model_ref).endswith(".json") and "seq_length" in model_fields:
-            from echo_tune.config.hf_config import load_hf_config  # read with the length trained, so that its
-            base = load_hf_config(model_ref, seq_length=model_fields["seq_length"])  # sliding-window check sees it
-        else:
-            base = load_model(model_ref)
+        if base is None or (str(model_ref).endswith(".json") and model_fields.get("seq_length") != base.seq_length):
+            base = _base_model(model_ref, model_fields.get("seq_length"))
         model = base.replace(**model_fields) if model_fields else base
     else:
         model = build(ModelSpec, {"name": "megatron-args", **model_fields},
@@ -116,6 +126,16 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
                           "needs no flags); add --global-batch-size N")
     parallel = build(ParallelConfig, {**parallel_fields, "precision": precision}, "parallel layout")
     return model, parallel, notes
+
+
+def _base_model(model_ref, seq_length: int | None) -> ModelSpec:
+    """The model --model names; a config.json is read with the length trained, so its sliding-window check
+    sees it."""
+    if str(model_ref).endswith(".json") and seq_length is not None:
+        from echo_tune.config.hf_config import load_hf_config
+
+        return load_hf_config(model_ref, seq_length=seq_length)
+    return load_model(model_ref)
 
 
 def model_header(model: ModelSpec, model_ref=None, seq_length: int | None = None) -> list[str]:

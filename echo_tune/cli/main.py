@@ -61,10 +61,28 @@ def _quiet_broken_pipe() -> int:
     return 1
 
 
+LINE_OPTIONS = ("--megatron-args",)
+"""Options whose value is a whole launch line: argparse takes a value that starts with '-' for an option."""
+
+
+def _joined_line_values(argv: list[str]) -> list[str]:
+    """``--megatron-args "--tensor-model-parallel-size=2 ..."`` as ``--megatron-args=...``: a line beginning
+    with a flag would otherwise be read as echo-tune's own option ("expected one argument")."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in LINE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_joined_line_values(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # usage errors (exit 2) and --help (exit 0) as a return code
         return exc.code if isinstance(exc.code, int) else 2
     in_main = threading.current_thread() is threading.main_thread()

@@ -147,8 +147,13 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"`num_attention_heads % tensor_model_parallel_size == 0` must hold, but got "
             f"(num_attention_heads={model.num_attention_heads}, tensor_model_parallel_size={tp}); use a TP size "
             f"that divides {model.num_attention_heads}")
-    require(model.query_groups % tp == 0,
-            f"`num_query_groups % tensor_model_parallel_size == 0` must hold, but got "
+    if model.query_groups % tp and tp % model.query_groups == 0:  # Megatron-Core allows it; echo-tune does not
+        raise UnmodelledError(f"tensor_model_parallel_size above num_query_groups (Megatron replicates each key/value "
+                              f"head over TP / num_query_groups ranks) is not modelled, but got (num_query_groups="
+                              f"{model.query_groups}, tensor_model_parallel_size={tp}); use a TP size that divides "
+                              f"{model.query_groups}")
+    require(model.query_groups % tp == 0,  # transformer_config.py __post_init__: a multiple or a divisor of TP
+            f"`num_query_groups` must be a multiple or a divisor of `tensor_model_parallel_size`, but got "
             f"(num_query_groups={model.query_groups}, tensor_model_parallel_size={tp}); use a TP size that "
             f"divides {model.query_groups}")
     require(model.ffn_size % tp == 0,

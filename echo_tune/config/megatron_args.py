@@ -21,12 +21,14 @@ from echo_tune.config.moe_fields import MLAFields, MoEFields
 from echo_tune.config.optimizer_fields import OptimizerFields
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.rebuild_fields import RebuildFields
-from echo_tune.config.tokenizers import tokenizer_vocab_size
+from echo_tune.config.launch_rules import launch_line_problems
+from echo_tune.config.tokenizers import VOCAB_SIZE_TOKENIZERS, tokenizer_vocab_size
 from echo_tune.config.unmodelled import VALUE_RULES, refuse_if_unmodelled
 from echo_tune.errors import ConfigError, raise_problems
 
 # field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false),
-# "freq" (an integer or a list expression, --moe-layer-freq), "list" (nargs="+"), "window" (--window-size:
+# "freq" (an integer or a list expression, --moe-layer-freq), "list" (nargs="+"), "words" (nargs="+" read
+# into one space-separated string: --moe-router-load-balancing-type), "window" (--window-size:
 # "left,right" as Megatron's tuple_type reads it, or one number for (left, 0); layer_fields.parse_window_size).
 MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers": ("--num-layers", "int"),
@@ -49,7 +51,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "moe_ffn_hidden_size": ("--moe-ffn-hidden-size", "int"),
     "moe_shared_expert_intermediate_size": ("--moe-shared-expert-intermediate-size", "int"),
     "moe_layer_freq": ("--moe-layer-freq", "freq"),
-    "moe_router_load_balancing_type": ("--moe-router-load-balancing-type", "str"),
+    "moe_router_load_balancing_type": ("--moe-router-load-balancing-type", "words"),
     "moe_token_dispatcher_type": ("--moe-token-dispatcher-type", "str"),
     "moe_grouped_gemm": ("--moe-grouped-gemm", "flag"),
     "moe_expert_capacity_factor": ("--moe-expert-capacity-factor", "float"),
@@ -233,14 +235,19 @@ def _convert(flag: str, kind: str, raw: str):
 
 def _arities(by_flag: dict) -> dict[str, int | str]:
     """Values each flag echo-tune reads takes (launch_tokens.split_line); the others come from the catalog."""
-    kinds = {flag: 0 if kind in ("flag", "not_flag") else "+" if kind == "list" else 1
+    kinds = {flag: 0 if kind in ("flag", "not_flag") else "+" if kind in ("list", "words") else 1
              for flag, (_, kind, _) in by_flag.items()}
     kinds |= {flag: "+" if count < 0 else count for flag, count in LINE_FLAGS.items()}
     return kinds | {flag: 0 for flag in SPECIAL_FLAGS}
 
 
-def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
+def parse_megatron_line(line: str, *, base=None, megatron_lm: bool = False) -> tuple[dict, dict, str | None, list[str]]:
     """Read a Megatron launch line: (model fields, parallel fields, precision or None, ignored flags).
+
+    ``base``: the ModelSpec the line is laid over (``--model``), whose own flags count as given (its
+    ``--group-query-attention``). ``megatron_lm``: the line is a Megatron-LM launch line, held to the checks
+    of Megatron-LM's arguments.py too (config/launch_rules.py), which recipes run through Megatron-Core's
+    configs (Megatron-Bridge, NeMo: the published-run rows) do not pass through.
 
     Flags that do not shape the step are returned as ignored; a flag that shapes the step but is not
     modelled, or is not a Megatron-LM flag (config/flag_catalog.py), raises ``UnmodelledError`` naming it
@@ -252,12 +259,16 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
     problems: list = []
     items = split_line(line, _arities(by_flag), problems)
     model, parallel, precisions, ignored, line_flags = {}, {}, [], [], {}
+    present = {flag for flag, _ in items}
     for flag, values in items:
         if flag in ("--bf16", "--fp16"):
             precisions.append(flag[2:])
             continue
         if flag == "--checkpoint-activations":  # Megatron 2021 spelling of full, uniform recompute
             parallel["recompute_granularity"] = "full"
+            ignored.append("--checkpoint-activations (Megatron 2021's spelling, read as full uniform recompute; "
+                           "Megatron-LM since 2022 exits on it: write --recompute-granularity full "
+                           "--recompute-method uniform --recompute-num-layers 1)")
             continue
         if flag in LINE_FLAGS:
             line_flags[flag] = list(values)
@@ -273,7 +284,7 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
         field, kind, target = by_flag[flag]
         try:
             value = (kind == "flag" if kind in ("flag", "not_flag") else tuple(values) if kind == "list"
-                     else _convert(flag, kind, values[0]))
+                     else " ".join(values) if kind == "words" else _convert(flag, kind, values[0]))
         except ConfigError as exc:
             problems.append(exc)
             continue
@@ -289,20 +300,27 @@ def parse_megatron_line(line: str) -> tuple[dict, dict, str | None, list[str]]:
     raise_problems(problems, "the Megatron launch line")
     if max_positions is not None and max_positions == seq:
         del model["max_position_embeddings"]  # the table fits the sequence: ModelSpec's default (None)
-    _apply_line_flags(line_flags, model, parallel, ignored)
+    if "--use-flash-attn" in present and "--attention-backend" in present:
+        del model["use_flash_attn"]  # the line's backend decides: Megatron-LM d98e8a64ddf3 reads the old flag nowhere
+        ignored.append(f"--use-flash-attn (beside --attention-backend {model['attention_backend']}, which decides; "
+                       f"Megatron-LM d98e8a64ddf3 defines the old flag but reads it nowhere)")
+    _apply_line_flags(line_flags, model, parallel, ignored, base)
+    if megatron_lm:
+        raise_problems(launch_line_problems(present, model, parallel, base), "the Megatron launch line")
     return model, parallel, (precisions[0] if precisions else None), ignored
 
 
-def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, ignored: list[str]) -> None:
+def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, ignored: list[str], base=None) -> None:
     """Megatron's own reading of the indirect flags (see LINE_FLAGS)."""
-    if "num_query_groups" in model and "--group-query-attention" not in flags:
-        del model["num_query_groups"]  # training.py: not args.group_query_attention -> MHA
-        ignored.append("--num-query-groups (no --group-query-attention: Megatron trains MHA)")
-    tokenizer = (flags.get("--tokenizer-type") or ["GPT2BPETokenizer" if "--merge-file" in flags else None])[0]
-    if "vocab_size" not in model and tokenizer is not None:
-        model["vocab_size"] = tokenizer_vocab_size(tokenizer, (flags.get("--tokenizer-model") or [None])[0])
+    _query_groups(flags, model, ignored, base)
+    _vocabulary(flags, model, ignored)
     if "--use-rotary-position-embeddings" in flags:
         model["position_embedding_type"] = "rope"  # arguments.py validate_args: overrides --position-embedding-type
+    if model.get("num_experts") == 0:  # arguments.py validate_args: `if args.num_experts == 0: None`
+        model["num_experts"] = None
+    factor = model.get("moe_expert_capacity_factor")
+    if factor is not None and factor < 0:  # transformer_config.py __post_init__: a negative factor is dropless
+        model["moe_expert_capacity_factor"] = None
     if "--step-batch-size-schedule" in flags:
         schedule = " ".join(flags["--step-batch-size-schedule"])
         if "global_batch_size" in parallel:  # training/arguments.py validate_args
@@ -311,17 +329,52 @@ def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, 
         parallel["global_batch_size"] = final_global_batch_size(schedule)
         ignored.append(f"--step-batch-size-schedule (simulated at its steady state, the final global batch size "
                        f"{parallel['global_batch_size']})")
-    if "--recompute-activations" in flags:
-        parallel.setdefault("recompute_granularity", "selective")
+    if "--recompute-activations" in flags:  # arguments.py validate_args sets selective, whatever else is given
+        parallel["recompute_granularity"] = "selective"
     if "--activations-checkpoint-method" in flags:
         parallel["recompute_granularity"] = "full"
         parallel.setdefault("recompute_method", flags["--activations-checkpoint-method"][0])
+    legacy_count = False
     for legacy in ("--activations-checkpoint-num-layers", "--checkpoint-num-layers"):
-        if legacy in flags:
-            parallel.setdefault("recompute_num_layers", _convert(legacy, "int", flags[legacy][0]))
-    if parallel.get("recompute_granularity") != "full" and "recompute_num_layers" in parallel \
-            and "recompute_method" not in parallel:
+        if legacy in flags and "recompute_num_layers" not in parallel:
+            parallel["recompute_num_layers"] = _convert(legacy, "int", flags[legacy][0])
+            legacy_count = True
+    if legacy_count and parallel.get("recompute_granularity") != "full" and "recompute_method" not in parallel:
         del parallel["recompute_num_layers"]  # a 2020/2021 line without checkpointing: the count is unused
+
+
+def _query_groups(flags: dict, model: dict, ignored: list[str], base) -> None:
+    """Megatron trains grouped-query attention only with --group-query-attention (training.py: else
+    num_query_groups = num_attention_heads), with --num-query-groups' default of 1 group; a model laid under
+    the line (``base``) counts its own --group-query-attention as given."""
+    gqa = "--group-query-attention" in flags or (
+        base is not None and base.num_query_groups is not None and base.num_query_groups != base.num_attention_heads)
+    if not gqa and model.get("num_query_groups") is not None:
+        model["num_query_groups"] = None
+        ignored.append("--num-query-groups (no --group-query-attention: Megatron trains MHA)")
+    if "--group-query-attention" in flags and "num_query_groups" not in model and (
+            base is None or base.num_query_groups is None):
+        model["num_query_groups"] = 1  # arguments.py: --num-query-groups defaults to 1
+        ignored.append("--group-query-attention without --num-query-groups: one key/value group, Megatron's "
+                       "default (multi-query attention)")
+
+
+def _vocabulary(flags: dict, model: dict, ignored: list[str]) -> None:
+    """The vocabulary as Megatron builds it: from the tokenizer (core/tokenizers/utils/build_tokenizer.py at
+    d98e8a64ddf3 reads --vocab-size only for NullTokenizer and TikTokenizer); --vocab-size alone stands for it."""
+    tokenizer = (flags.get("--tokenizer-type") or ["GPT2BPETokenizer" if "--merge-file" in flags else None])[0]
+    if tokenizer is None or (tokenizer in VOCAB_SIZE_TOKENIZERS and "vocab_size" in model):
+        return
+    try:
+        size = tokenizer_vocab_size(tokenizer, (flags.get("--tokenizer-model") or [None])[0])
+    except ConfigError:
+        if "vocab_size" in model:  # a tokenizer echo-tune cannot size: --vocab-size is taken as its length
+            return
+        raise
+    if "vocab_size" in model and model["vocab_size"] != size:
+        ignored.append(f"--vocab-size {model['vocab_size']} (Megatron takes the vocabulary from --tokenizer-type "
+                       f"{tokenizer}: {size} tokens)")
+    model["vocab_size"] = size
 
 
 def _defaults(*classes) -> dict:
@@ -391,6 +444,12 @@ def launch_notes(settings: dict) -> tuple[str, ...]:
         notes.append(f"full recompute without recompute_method / recompute_num_layers is simulated as "
                      f"{method or 'uniform'}, {layers or 1} layer(s) per checkpoint; Megatron-Core refuses it "
                      f"without both, so the launch flags state them")
+    model = settings.get("model_spec") or {}
+    if model.get("cross_entropy_loss_fusion") and model.get("cross_entropy_fusion_impl") == "te":
+        notes.append("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: Megatron-LM's arguments.py "
+                     "refuses this pair (TE's fusion 'disabled due to stability issues'); Megatron-Core's config, as "
+                     "Megatron-Bridge sets it, accepts it; for pretrain_gpt.py write --cross-entropy-fusion-impl "
+                     "native")
     if settings.get("overlap_param_gather") and not settings.get("overlap_grad_reduce"):
         notes.append("overlap_param_gather without overlap_grad_reduce: Megatron-LM's arguments.py refuses this "
                      "pair ('Must use --overlap-param-gather with --overlap-grad-reduce'); Megatron-Core's "

@@ -16,8 +16,10 @@ POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none", "yarn")
 # ``YarnRotaryEmbedding(RotaryEmbedding)``) is RoPE with rescaled inverse frequencies, computed once per step
 # into the same [s, 1, 1, d] table, and a concentration factor on cos/sin (rope_utils.py ``mscale``): the same
 # rotary kernels on q and k, so echo-tune costs it as rope (``ModelSpec.rotary``). At Megatron's defaults the
-# factor is 1 (training/argument_utils.py: --rotary-scaling-factor 1) and the fused RoPE runs; with a scaling
-# factor above 1 rope_utils.py runs the unfused RoPE instead (not modelled: apply_rope_fusion is read as given).
+# factor is 1 (training/argument_utils.py: --rotary-scaling-factor 1), but Megatron-LM's arguments.py turns the
+# RoPE fusion off for any type but rope (``if args.position_embedding_type != 'rope': args.apply_rope_fusion =
+# False``), and with a scaling factor above 1 rope_utils.py runs the unfused RoPE in Megatron-Core too: YaRN is
+# costed with the unfused kernels (``ModelSpec.rope_fused``).
 # Megatron-LM d98e8a64ddf3 core/transformer/enums.py AttnBackend; TransformerConfig.attention_backend
 # defaults to auto (Transformer Engine picks flash or cuDNN fused attention, both flash-style kernels).
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
@@ -135,6 +137,12 @@ class ModelSpec(MoEFields, MLAFields, LayerFields, RebuildFields):
     @property
     def query_groups(self) -> int:
         return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def rope_fused(self) -> bool:
+        """Whether the fused RoPE kernel runs: ``apply_rope_fusion`` with plain rope only (see the YaRN note
+        above POSITION_EMBEDDING_TYPES)."""
+        return self.apply_rope_fusion and self.position_embedding_type == "rope"
 
     @property
     def head_dim(self) -> int:

@@ -39,7 +39,8 @@ class MoEFields:
     """``--moe-layer-freq``: every N-th layer is MoE, or a 0/1 list expression such as ``([0]*3+[1]*58)``."""
 
     moe_router_load_balancing_type: str = "aux_loss"
-    """``--moe-router-load-balancing-type``: aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none."""
+    """``--moe-router-load-balancing-type``: aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none; several,
+    space-separated, combine their losses (the flag takes ``nargs='+'``: "seq_aux_loss global_aux_loss")."""
 
     moe_token_dispatcher_type: str = "allgather"
     """``--moe-token-dispatcher-type``: alltoall, allgather (Megatron's default) or flex (DeepEP / HybridEP,
@@ -108,7 +109,16 @@ class MoEFields:
             if getattr(self, field) is not None:
                 require_positive(field, getattr(self, field))
         moe_layer_pattern(self.moe_layer_freq, self.num_layers)  # type: ignore[attr-defined]
-        require_choice("moe_router_load_balancing_type", self.moe_router_load_balancing_type, LOAD_BALANCING)
+        balancing = str(self.moe_router_load_balancing_type).split()
+        require(bool(balancing), "`moe_router_load_balancing_type` must name at least one of "
+                                 f"{list(LOAD_BALANCING)}, but got ({self.moe_router_load_balancing_type!r})")
+        for kind in balancing:
+            require_choice("moe_router_load_balancing_type", kind, LOAD_BALANCING)
+        # Megatron-LM d98e8a64ddf3 transformer_config.py __post_init__: token dropping needs a loss-based balancing
+        require(self.moe_expert_capacity_factor is None or "sinkhorn" not in balancing,
+                f"`moe_expert_capacity_factor` works only with aux_loss, seq_aux_loss, global_aux_loss or none load "
+                f"balancing (Megatron-Core), but got (moe_router_load_balancing_type="
+                f"{self.moe_router_load_balancing_type!r}); drop --moe-expert-capacity-factor or use aux_loss")
         require_choice("moe_token_dispatcher_type", self.moe_token_dispatcher_type, DISPATCHERS)
         require_choice("moe_router_dtype", self.moe_router_dtype, ROUTER_DTYPES)
         require(1.0 <= self.moe_routing_imbalance <= self.num_experts / self.moe_router_topk,

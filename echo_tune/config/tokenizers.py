@@ -32,6 +32,8 @@ MODEL_FILE_VOCAB = (  # (substring of the lower-cased --tokenizer-model, vocabul
     ("qwen2", 151665),
     ("nemotron_2_256k", 256000),
 )
+VOCAB_SIZE_TOKENIZERS = ("NullTokenizer", "TikTokenizer")
+"""The tokenizers Megatron sizes from --vocab-size (build_tokenizer.py); the others bring their own length."""
 MODEL_FILE_TOKENIZERS = ("HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer")
 
 

@@ -103,7 +103,12 @@ def _candidate(data: dict, index: int, defaults: dict, base_dir: Path | None) ->
                   "layout": {**found["layout"], **(data.get("layout") or {})}}
     line_model: dict = {}
     if "megatron_args" in merged:
-        line_model, fields, precision, _ = parse_megatron_line(str(merged["megatron_args"]))
+        base = None
+        if "model" in merged:  # the line is laid over the candidate's model (its own flags count as given)
+            base = merged["model"] if isinstance(merged["model"], ModelSpec) else load_model_ref(
+                merged["model"], where, base_dir)
+        line_model, fields, precision, _ = parse_megatron_line(str(merged["megatron_args"]), base=base,
+                                                               megatron_lm=True)
         layout.update(fields)
         if precision is not None:
             layout["precision"] = precision

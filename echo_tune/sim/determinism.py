@@ -48,7 +48,7 @@ def check_deterministic(model, parallel) -> None:
 def deterministic_attention_model(model, parallel):
     """The model as its attention runs: attention sinks under deterministic mode run unfused."""
     if parallel.deterministic_mode and model.softmax_type != "vanilla" and model.flash_attention:
-        return model.replace(use_flash_attn=False)
+        return model.replace(use_flash_attn=None, attention_backend="unfused")
     return model
 
 

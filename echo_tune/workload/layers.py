@@ -180,8 +180,8 @@ def _qkv(x, params, shard: Shard):
         k = torch.ops.echo_tune.rms_norm(k, params["qk_norm"]["k"], NORM_EPS)[0]
     if "buffers" in params:
         freqs, m = params["buffers"]["rope_freqs"], shard.model
-        q = apply_rope(q, freqs, fused=m.apply_rope_fusion, interleaved=m.rotary_interleaved)
-        k = apply_rope(k, freqs, fused=m.apply_rope_fusion, interleaved=m.rotary_interleaved)
+        q = apply_rope(q, freqs, fused=m.rope_fused, interleaved=m.rotary_interleaved)
+        k = apply_rope(k, freqs, fused=m.rope_fused, interleaved=m.rotary_interleaved)
     return q, k, v, gate
 
 

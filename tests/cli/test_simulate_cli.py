@@ -240,3 +240,13 @@ def test_memory_table_columns_add_up_to_the_total(capsys):
         cells = dict(zip(header, row))
         parts = sum(_size_gib(cells[k]) for k in header if k not in ("stage", "total", "most loaded rank"))
         assert parts == pytest.approx(_size_gib(cells["total"]), abs=0.06 * len(header)), cells
+
+
+def test_a_megatron_line_may_begin_with_a_flag_and_its_value_joined(capsys):
+    line = ("--num-layers=4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings "
+            "2048 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 16 --bf16")
+    joined = run_json(capsys, ["simulate", "--cluster", "h100", "--num-gpus", "8", "--megatron-args", line])
+    spaced = run_json(capsys, ["simulate", "--cluster", "h100", "--num-gpus", "8", "--megatron-args",
+                               line.replace("--num-layers=4", "--num-layers 4")])
+    assert joined["config"]["model_spec"]["num_layers"] == 4
+    assert joined["step_time_s"] == spaced["step_time_s"]

@@ -27,7 +27,7 @@ def test_derived_values():
 
 @pytest.mark.parametrize("kw, fragment", [
     (dict(tensor_model_parallel_size=7, num_gpus=7), "num_attention_heads % tensor_model_parallel_size"),
-    (dict(model=LLAMA, tensor_model_parallel_size=16, num_gpus=1024), "num_query_groups % tensor_model_parallel_size"),
+    (dict(model=LLAMA, tensor_model_parallel_size=16, num_gpus=1024), "above num_query_groups (Megatron replicates"),
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=5, num_gpus=1004),
      "num_gpus % gpus_per_node"),
     (dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=3, num_gpus=1024),

@@ -20,12 +20,16 @@ def test_yarn_is_read_from_a_megatron_line():
         LLAMA.replace(position_embedding_type="alibi")
 
 
-def test_yarn_traces_the_rope_kernels():
-    rope = trace_layer(LLAMA.replace(position_embedding_type="rope"), tensor_model_parallel_size=1)
+def test_yarn_traces_the_unfused_rope_kernels():
+    # Megatron-LM arguments.py: `if args.position_embedding_type != 'rope': args.apply_rope_fusion = False`
+    fused = trace_layer(LLAMA.replace(position_embedding_type="rope"), tensor_model_parallel_size=1)
+    unfused = trace_layer(LLAMA.replace(position_embedding_type="rope", apply_rope_fusion=False),
+                          tensor_model_parallel_size=1)
     yarn = trace_layer(LLAMA.replace(position_embedding_type="yarn"), tensor_model_parallel_size=1)
     none = trace_layer(LLAMA.replace(position_embedding_type="none"), tensor_model_parallel_size=1)
     names = [op.name for op in yarn.forward + yarn.backward]
-    assert names == [op.name for op in rope.forward + rope.backward]
-    assert any("rope" in name for name in names)  # q and k rotated: not the no-position path
-    assert len(names) > len(none.forward + none.backward)
-    assert yarn.activation_bytes == rope.activation_bytes
+    assert names == [op.name for op in unfused.forward + unfused.backward]
+    assert names != [op.name for op in fused.forward + fused.backward]
+    assert "echo_tune.rope" not in names and "echo_tune.rope" in [op.name for op in fused.forward]
+    assert len(names) > len(none.forward + none.backward)  # q and k rotated: not the no-position path
+    assert yarn.activation_bytes == unfused.activation_bytes

@@ -81,9 +81,25 @@ def test_harmless_flags_are_reported_and_multi_value_flags_read():
 
 def test_num_query_groups_needs_group_query_attention_as_in_megatron():
     model, _, _, ignored = parse_megatron_line("--num-attention-heads 32 --num-query-groups 8")
-    assert "num_query_groups" not in model and any("--group-query-attention" in i for i in ignored)
+    assert model.get("num_query_groups") is None and any("--group-query-attention" in i for i in ignored)
     model, _, _, _ = parse_megatron_line("--num-attention-heads 32 --group-query-attention --num-query-groups 8")
     assert model["num_query_groups"] == 8
+    # --num-query-groups defaults to 1 (arguments.py): the flag alone is multi-query attention
+    model, _, _, _ = parse_megatron_line("--num-attention-heads 32 --group-query-attention")
+    assert model["num_query_groups"] == 1
+
+
+def test_a_line_laid_over_a_model_counts_its_grouped_query_attention():
+    from echo_tune.config.loading import load_model
+
+    llama = load_model("llama3.1-8b")  # 8 groups: its own line has --group-query-attention
+    model, _, _, _ = parse_megatron_line("--num-query-groups 32", base=llama)
+    assert model["num_query_groups"] == 32  # the note said MHA while the preset's 8 were simulated
+    model, _, _, _ = parse_megatron_line("--group-query-attention", base=llama)
+    assert "num_query_groups" not in model  # the preset's 8 stay
+    mha = llama.replace(num_query_groups=None)
+    model, _, _, ignored = parse_megatron_line("--num-query-groups 8", base=mha)
+    assert model["num_query_groups"] is None and any("MHA" in i for i in ignored)
 
 
 def test_lists_are_disjoint_and_modelled_flags_are_in_neither():
