@@ -334,13 +334,13 @@ def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, 
     if "--activations-checkpoint-method" in flags:
         parallel["recompute_granularity"] = "full"
         parallel.setdefault("recompute_method", flags["--activations-checkpoint-method"][0])
-    legacy_count = False
     for legacy in ("--activations-checkpoint-num-layers", "--checkpoint-num-layers"):
         if legacy in flags and "recompute_num_layers" not in parallel:
             parallel["recompute_num_layers"] = _convert(legacy, "int", flags[legacy][0])
-            legacy_count = True
-    if legacy_count and parallel.get("recompute_granularity") != "full" and "recompute_method" not in parallel:
-        del parallel["recompute_num_layers"]  # a 2020/2021 line without checkpointing: the count is unused
+    if parallel.get("recompute_granularity") is None:  # no recompute: Megatron checks and uses neither
+        for field in ("recompute_method", "recompute_num_layers"):
+            if parallel.pop(field, None) is not None:
+                ignored.append(f"--{field.replace('_', '-')} (no --recompute-granularity: Megatron ignores it)")
 
 
 def _query_groups(flags: dict, model: dict, ignored: list[str], base) -> None:

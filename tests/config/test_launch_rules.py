@@ -82,3 +82,10 @@ def test_megatron_lm_launch_lines_are_held_to_its_argument_checks(extra, fragmen
 def test_a_launch_line_megatron_accepts_passes_its_checks():
     parse_megatron_line(LINE + " --position-embedding-type rope --mtp-num-layers 1 --cuda-graph-impl full_iteration "
                         "--no-check-for-nan-in-loss-and-grad", megatron_lm=True)
+
+
+def test_a_recompute_count_without_recompute_is_ignored_as_megatron_ignores_it():
+    # TransformerConfig checks recompute_method / recompute_num_layers only with a granularity set
+    _, parallel, _, ignored = parse_megatron_line(LINE + " --recompute-num-layers 1 --recompute-method uniform")
+    assert "recompute_num_layers" not in parallel and "recompute_method" not in parallel
+    assert any("--recompute-num-layers" in i for i in ignored)
