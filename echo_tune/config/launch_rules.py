@@ -56,3 +56,25 @@ def launch_line_problems(present: set[str], model: dict, parallel: dict, base=No
         refuse("`--no-position-embedding` is deprecated except with rope", f"position_embedding_type={position!r}",
                "use --position-embedding-type none", "validate_args")
     return problems
+
+
+def launch_notes(settings: dict) -> tuple[str, ...]:
+    """What a Megatron-LM launch line of ``settings`` (ParallelConfig fields by name) must say that the settings
+    leave unsaid, or cannot say: the full-recompute defaults, and a pair Megatron-LM's argument check refuses."""
+    notes = []
+    method, layers = settings.get("recompute_method"), settings.get("recompute_num_layers")
+    if settings.get("recompute_granularity") == "full" and (method is None or layers is None):
+        notes.append(f"full recompute without recompute_method / recompute_num_layers is simulated as "
+                     f"{method or 'uniform'}, {layers or 1} layer(s) per checkpoint; Megatron-Core refuses it "
+                     f"without both, so the launch flags state them")
+    model = settings.get("model_spec") or {}
+    if model.get("cross_entropy_loss_fusion") and model.get("cross_entropy_fusion_impl") == "te":
+        notes.append("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: Megatron-LM's arguments.py "
+                     "refuses this pair (TE's fusion 'disabled due to stability issues'); Megatron-Core's config, as "
+                     "Megatron-Bridge sets it, accepts it; for pretrain_gpt.py write --cross-entropy-fusion-impl "
+                     "native")
+    if settings.get("overlap_param_gather") and not settings.get("overlap_grad_reduce"):
+        notes.append("overlap_param_gather without overlap_grad_reduce: Megatron-LM's arguments.py refuses this "
+                     "pair ('Must use --overlap-param-gather with --overlap-grad-reduce'); Megatron-Core's "
+                     "DistributedDataParallelConfig, as Megatron-Bridge sets it, accepts it")
+    return tuple(notes)

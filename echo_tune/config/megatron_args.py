@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from echo_tune.config.batch_schedule import final_global_batch_size
 from echo_tune.config.flag_catalog import spelling
 from echo_tune.config.launch_tokens import split_line
 from echo_tune.config.layer_fields import LayerFields, parse_window_size
@@ -22,7 +21,7 @@ from echo_tune.config.optimizer_fields import OptimizerFields
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.rebuild_fields import RebuildFields
 from echo_tune.config.launch_rules import launch_line_problems
-from echo_tune.config.tokenizers import VOCAB_SIZE_TOKENIZERS, tokenizer_vocab_size
+from echo_tune.config.line_flags import apply_line_flags
 from echo_tune.config.unmodelled import VALUE_RULES, refuse_if_unmodelled
 from echo_tune.errors import ConfigError, raise_problems
 
@@ -304,77 +303,10 @@ def parse_megatron_line(line: str, *, base=None, megatron_lm: bool = False) -> t
         del model["use_flash_attn"]  # the line's backend decides: Megatron-LM d98e8a64ddf3 reads the old flag nowhere
         ignored.append(f"--use-flash-attn (beside --attention-backend {model['attention_backend']}, which decides; "
                        f"Megatron-LM d98e8a64ddf3 defines the old flag but reads it nowhere)")
-    _apply_line_flags(line_flags, model, parallel, ignored, base)
+    apply_line_flags(line_flags, model, parallel, ignored, base)
     if megatron_lm:
         raise_problems(launch_line_problems(present, model, parallel, base), "the Megatron launch line")
     return model, parallel, (precisions[0] if precisions else None), ignored
-
-
-def _apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, ignored: list[str], base=None) -> None:
-    """Megatron's own reading of the indirect flags (see LINE_FLAGS)."""
-    _query_groups(flags, model, ignored, base)
-    _vocabulary(flags, model, ignored)
-    if "--use-rotary-position-embeddings" in flags:
-        model["position_embedding_type"] = "rope"  # arguments.py validate_args: overrides --position-embedding-type
-    if model.get("num_experts") == 0:  # arguments.py validate_args: `if args.num_experts == 0: None`
-        model["num_experts"] = None
-    factor = model.get("moe_expert_capacity_factor")
-    if factor is not None and factor < 0:  # transformer_config.py __post_init__: a negative factor is dropless
-        model["moe_expert_capacity_factor"] = None
-    if "--step-batch-size-schedule" in flags:
-        schedule = " ".join(flags["--step-batch-size-schedule"])
-        if "global_batch_size" in parallel:  # training/arguments.py validate_args
-            raise ConfigError(f"--step-batch-size-schedule and --global-batch-size cannot both be given (Megatron-LM "
-                              f"refuses it), but got ({schedule!r}, {parallel['global_batch_size']}); drop one")
-        parallel["global_batch_size"] = final_global_batch_size(schedule)
-        ignored.append(f"--step-batch-size-schedule (simulated at its steady state, the final global batch size "
-                       f"{parallel['global_batch_size']})")
-    if "--recompute-activations" in flags:  # arguments.py validate_args sets selective, whatever else is given
-        parallel["recompute_granularity"] = "selective"
-    if "--activations-checkpoint-method" in flags:
-        parallel["recompute_granularity"] = "full"
-        parallel.setdefault("recompute_method", flags["--activations-checkpoint-method"][0])
-    for legacy in ("--activations-checkpoint-num-layers", "--checkpoint-num-layers"):
-        if legacy in flags and "recompute_num_layers" not in parallel:
-            parallel["recompute_num_layers"] = _convert(legacy, "int", flags[legacy][0])
-    if parallel.get("recompute_granularity") is None:  # no recompute: Megatron checks and uses neither
-        for field in ("recompute_method", "recompute_num_layers"):
-            if parallel.pop(field, None) is not None:
-                ignored.append(f"--{field.replace('_', '-')} (no --recompute-granularity: Megatron ignores it)")
-
-
-def _query_groups(flags: dict, model: dict, ignored: list[str], base) -> None:
-    """Megatron trains grouped-query attention only with --group-query-attention (training.py: else
-    num_query_groups = num_attention_heads), with --num-query-groups' default of 1 group; a model laid under
-    the line (``base``) counts its own --group-query-attention as given."""
-    gqa = "--group-query-attention" in flags or (
-        base is not None and base.num_query_groups is not None and base.num_query_groups != base.num_attention_heads)
-    if not gqa and model.get("num_query_groups") is not None:
-        model["num_query_groups"] = None
-        ignored.append("--num-query-groups (no --group-query-attention: Megatron trains MHA)")
-    if "--group-query-attention" in flags and "num_query_groups" not in model and (
-            base is None or base.num_query_groups is None):
-        model["num_query_groups"] = 1  # arguments.py: --num-query-groups defaults to 1
-        ignored.append("--group-query-attention without --num-query-groups: one key/value group, Megatron's "
-                       "default (multi-query attention)")
-
-
-def _vocabulary(flags: dict, model: dict, ignored: list[str]) -> None:
-    """The vocabulary as Megatron builds it: from the tokenizer (core/tokenizers/utils/build_tokenizer.py at
-    d98e8a64ddf3 reads --vocab-size only for NullTokenizer and TikTokenizer); --vocab-size alone stands for it."""
-    tokenizer = (flags.get("--tokenizer-type") or ["GPT2BPETokenizer" if "--merge-file" in flags else None])[0]
-    if tokenizer is None or (tokenizer in VOCAB_SIZE_TOKENIZERS and "vocab_size" in model):
-        return
-    try:
-        size = tokenizer_vocab_size(tokenizer, (flags.get("--tokenizer-model") or [None])[0])
-    except ConfigError:
-        if "vocab_size" in model:  # a tokenizer echo-tune cannot size: --vocab-size is taken as its length
-            return
-        raise
-    if "vocab_size" in model and model["vocab_size"] != size:
-        ignored.append(f"--vocab-size {model['vocab_size']} (Megatron takes the vocabulary from --tokenizer-type "
-                       f"{tokenizer}: {size} tokens)")
-    model["vocab_size"] = size
 
 
 def _defaults(*classes) -> dict:
@@ -397,6 +329,10 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
                            "recompute_num_layers": parallel_fields.get("recompute_num_layers") or 1}
     if model_fields.get("use_flash_attn") is not None:  # write the backend the legacy flag stood for
         model_fields = {**model_fields, "attention_backend": "flash" if model_fields["use_flash_attn"] else "unfused"}
+    if parallel_fields.get("tensor_model_parallel_size", 1) == 1 and parallel_fields.get("tp_comm_overlap"):
+        # a no-op at TP 1 (no TP communication: simulated without it), which Megatron-LM's arguments.py refuses
+        # (sequence parallelism is turned off at TP 1, and --tp-comm-overlap asserts it)
+        parallel_fields = {**parallel_fields, "tp_comm_overlap": False}
     for table, values in ((MODEL_FLAGS, model_fields), (PARALLEL_FLAGS, parallel_fields)):
         for field, (flag, kind) in table.items():
             value = values.get(field)
@@ -433,25 +369,3 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
     if precision in ("bf16", "fp16"):
         out.append(f"--{precision}")
     return out
-
-
-def launch_notes(settings: dict) -> tuple[str, ...]:
-    """What a Megatron-LM launch line of ``settings`` (ParallelConfig fields by name) must say that the settings
-    leave unsaid, or cannot say: the full-recompute defaults, and a pair Megatron-LM's argument check refuses."""
-    notes = []
-    method, layers = settings.get("recompute_method"), settings.get("recompute_num_layers")
-    if settings.get("recompute_granularity") == "full" and (method is None or layers is None):
-        notes.append(f"full recompute without recompute_method / recompute_num_layers is simulated as "
-                     f"{method or 'uniform'}, {layers or 1} layer(s) per checkpoint; Megatron-Core refuses it "
-                     f"without both, so the launch flags state them")
-    model = settings.get("model_spec") or {}
-    if model.get("cross_entropy_loss_fusion") and model.get("cross_entropy_fusion_impl") == "te":
-        notes.append("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: Megatron-LM's arguments.py "
-                     "refuses this pair (TE's fusion 'disabled due to stability issues'); Megatron-Core's config, as "
-                     "Megatron-Bridge sets it, accepts it; for pretrain_gpt.py write --cross-entropy-fusion-impl "
-                     "native")
-    if settings.get("overlap_param_gather") and not settings.get("overlap_grad_reduce"):
-        notes.append("overlap_param_gather without overlap_grad_reduce: Megatron-LM's arguments.py refuses this "
-                     "pair ('Must use --overlap-param-gather with --overlap-grad-reduce'); Megatron-Core's "
-                     "DistributedDataParallelConfig, as Megatron-Bridge sets it, accepts it")
-    return tuple(notes)

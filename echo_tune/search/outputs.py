@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from echo_tune.config.megatron_args import launch_notes
+from echo_tune.config.launch_rules import launch_notes
 from echo_tune.io import atomic_path, write_text
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_label

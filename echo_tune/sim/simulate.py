@@ -13,7 +13,7 @@ from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config._checks import require_choice
 from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
-from echo_tune.config.megatron_args import launch_notes
+from echo_tune.config.launch_rules import launch_notes
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s

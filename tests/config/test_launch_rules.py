@@ -89,3 +89,16 @@ def test_a_recompute_count_without_recompute_is_ignored_as_megatron_ignores_it()
     _, parallel, _, ignored = parse_megatron_line(LINE + " --recompute-num-layers 1 --recompute-method uniform")
     assert "recompute_num_layers" not in parallel and "recompute_method" not in parallel
     assert any("--recompute-num-layers" in i for i in ignored)
+
+
+def test_launch_flags_leave_out_tp_comm_overlap_at_tp_1():
+    from echo_tune.config.megatron_args import to_megatron_flags
+
+    model = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=128, vocab_size=100)
+    flags = to_megatron_flags(model, dict(tensor_model_parallel_size=1, tp_comm_overlap=True, global_batch_size=8),
+                              "bf16")
+    assert "--tp-comm-overlap" not in flags
+    parse_megatron_line(" ".join(flags), megatron_lm=True)  # Megatron-LM would take the line
+    flags = to_megatron_flags(model, dict(tensor_model_parallel_size=2, sequence_parallel=True, tp_comm_overlap=True,
+                                          global_batch_size=8), "bf16")
+    assert "--tp-comm-overlap" in flags
