@@ -98,6 +98,17 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     """Cost of a list of ops (optionally only those of one region) on one rank. ``piece``: the traced piece
     the ops belong to, for what CUDA graphs capture of it (a captured op pays no launch overhead, each graph
     replayed in the pass pays one; sim/cuda_graphs.py)."""
+    return _phase(ops, ctx, region, piece)[0]
+
+
+def host_kernels(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> int:
+    """Kernels the host issues for ``ops`` as ``phase_cost`` counts them (a GEMM and, under FP8, its
+    quantisation kernels per local expert; one launch per collective; none for an op replayed from a CUDA
+    graph): what ``cost/host_bound.py`` times at the host's time per kernel."""
+    return _phase(ops, ctx, None, piece)[1]
+
+
+def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str) -> tuple[PhaseCost, int]:
     if region is not None:  # a region, or a tagged sub-region as "region/subregion" (e.g. "moe/expert_act")
         ops = tuple(op for op in ops if op.region == region or (op.subregion and f"{op.region}/{op.subregion}" == region))
     if ctx.moe is not None and ctx.moe.fused:
@@ -178,4 +189,4 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
         e, x = overlapped_cost(method, times[i], times[g], ops[g], sizes[i], tp, ctx.profile, sm_count)
         exposed += e
         extra += x
-    return cost + PhaseCost(comm_exposed_s=exposed, interference_s=extra)
+    return cost + PhaseCost(comm_exposed_s=exposed, interference_s=extra), int(sum(n for n, _ in issued))

@@ -15,6 +15,7 @@ from echo_tune.sim.determinism import deterministic_attention_model
 from echo_tune.sim import trace_cache
 from echo_tune.identity_cache import IdentityCache
 from echo_tune.sim.moe_overlap import ep_overlap_deltas, shared_overlap_costs
+from echo_tune.sim.moe_overlap_host import with_pair_host_floor
 from echo_tune.workload.graph import Trace
 
 # Traced pieces by (model, shape): filled by tracing (which imports torch) or by ``seed_pieces`` with
@@ -141,8 +142,10 @@ def _pass_costs(pieces: dict[str, Trace], ctx: CostContext, regions: tuple[str, 
             fwd, bwd = shared_overlap_costs(t, ctx, fwd, bwd)
         moe = dict(moe_layer_forward=fwd, moe_layer_backward=bwd, moe_selective_recompute=_replayed(t, ctx, regions))
         if ctx.overlap_moe_expert_parallel_comm:
-            moe["moe_ep_overlap_forward"], moe["moe_ep_overlap_backward"] = ep_overlap_deltas(
-                t, ctx, ctx.delay_wgrad_compute)
+            deltas = ep_overlap_deltas(t, ctx, ctx.delay_wgrad_compute)
+            # one host issues both passes of a pair: the overlap cannot end it before their kernels are issued
+            moe["moe_ep_overlap_forward"], moe["moe_ep_overlap_backward"] = with_pair_host_floor(
+                t, ctx, fwd, bwd, deltas)
     window = None
     if "window_layer" in pieces:
         window = {}
