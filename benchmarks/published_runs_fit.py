@@ -24,12 +24,20 @@ out of memory. Writes <out>/README.md with the table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = [ROOT / "calibration" / "published-runs" / f"runs_{s}.csv" for s in ("megatron", "modern", "bridge")]
+
+
+def shown_path(path: Path) -> str:
+    """`path` (resolved against the working directory) as the fit command records it: relative to the
+    repository root where it lies inside it (the profiles' headers stay portable), absolute otherwise."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def main(argv=None) -> int:
@@ -42,7 +50,7 @@ def main(argv=None) -> int:
     parser.add_argument("--params", default="clock,host")
     parser.add_argument("--out", default=str(ROOT / "calibration" / "published-runs-fit"))
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rel = [str(p.relative_to(ROOT)) for p in SETS]
     cases = [c for path in SETS for c in read_runs(path)]
@@ -57,8 +65,9 @@ def main(argv=None) -> int:
         path = out / f"{gpu}.yaml"
         params = args.params.split(",")
         while True:  # a parameter fitted at the edge of its physical range, or moving no row, is dropped and refit
-            code = cli(["calibrate", "fit", "--runs", *rel, "--gpu", gpu, "--params", ",".join(params),
-                        "--out", str(path.relative_to(ROOT))])
+            with contextlib.chdir(ROOT):  # the recorded paths are relative to the repository root
+                code = cli(["calibrate", "fit", "--runs", *rel, "--gpu", gpu, "--params", ",".join(params),
+                            "--out", shown_path(path)])
             if code != 0:
                 return code
             profile = load_profile(path)
