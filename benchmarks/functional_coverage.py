@@ -143,7 +143,7 @@ def _short(reason: str) -> str:
     """A refusal message up to its advice (the table shows why, not what to do)."""
     for cut in (" but ", "; ", ", so "):
         reason = reason.split(cut)[0]
-    return reason
+    return " ".join(reason.split())  # several problems come one per line: one table cell
 
 
 def _gib(n: float) -> str:
