@@ -302,12 +302,13 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
         stage_params.append(sum(chunk_params))
         stage_experts.append(sum(chunk_experts))
         last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]
-        kwargs = dict(parallel=parallel, dp=layout.groups["dp"], profile=profile, chunk_params=chunk_params,
+        # dense gradients reduce over DP x CP (Megatron-Core DDP's intra_dp_cp_group; the bucket size too)
+        kwargs = dict(parallel=parallel, dp=dp_cp_group(layout), profile=profile, chunk_params=chunk_params,
                       chunk_backward=last_bwd, compute_end_s=run.end_s[s],
                       embedding_sync_s=emb_sync if s in (emb_stage, loss_stage) else 0.0,
                       expert_chunk_params=chunk_experts if moe else None, edp=layout.groups["edp"] if moe else None)
         if parallel.use_megatron_fsdp:
-            kwargs.update(dp=dp_cp_group(layout), root_params=fsdp_root_params(layout, pieces, s))
+            kwargs.update(root_params=fsdp_root_params(layout, pieces, s))
         tail_of = fsdp_stage_tail if parallel.use_megatron_fsdp else stage_tail
         tail = tail_of(**kwargs)
         if muon is not None:

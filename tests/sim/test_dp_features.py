@@ -90,3 +90,14 @@ def test_instances_shard_the_experts_optimizer_over_the_intra_partial_expert_gro
     one = et.simulate(mixtral, H100, 64, parallel).stage_memory[0]
     two = et.simulate(mixtral, H100, 64, parallel.replace(num_distributed_optimizer_instances=2)).stage_memory[0]
     assert two.optimizer_bytes == pytest.approx(2 * one.optimizer_bytes, rel=1e-6)
+
+
+def test_dense_gradients_reduce_over_data_and_context_parallel_ranks():
+    """Megatron-Core's DDP reduces dense gradients over intra_dp_cp_group: on 8 GPUs without the distributed
+    optimizer the all-reduce spans 8 ranks whatever the CP size (it spanned DP only, 2 ranks at CP 4)."""
+    import echo_tune as et
+
+    model, cluster = et.load_model("llama3-8b"), et.load_cluster("h100-sxm")
+    one = et.simulate(model, cluster, 8, et.ParallelConfig(global_batch_size=8))
+    cp4 = et.simulate(model, cluster, 8, et.ParallelConfig(global_batch_size=8, context_parallel_size=4))
+    assert cp4.breakdown_s["dp_comm"] == pytest.approx(one.breakdown_s["dp_comm"], rel=0.02)
