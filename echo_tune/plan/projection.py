@@ -31,13 +31,16 @@ def check_goodput(goodput: float) -> float:
     return float(goodput)
 
 
-def deadline_status(days_low: float, days_high: float, deadline_days: float | None) -> str | None:
-    """"met", "at risk" (the band crosses the deadline) or "missed"; None without a deadline."""
+def deadline_status(days_low: float, days_high: float, deadline_days: float | None,
+                    days: float | None = None) -> str | None:
+    """"met", "at risk" (met by the expected ``days``, but the band crosses the deadline) or "missed" (the
+    expected days are over it: one rule with ``meets_deadline``); None without a deadline."""
     if deadline_days is None:
         return None
     if days_high <= deadline_days:
         return "met"
-    return "missed" if days_low > deadline_days else "at risk"
+    expected = days if days is not None else days_low
+    return "missed" if expected > deadline_days else "at risk"
 
 
 def budget_status(cost: float | None, cost_band: tuple[float, float] | None, budget: float | None) -> str | None:
@@ -48,7 +51,7 @@ def budget_status(cost: float | None, cost_band: tuple[float, float] | None, bud
     low, high = cost_band or (cost, cost)
     if high <= budget:
         return "within"
-    return "over" if low > budget else "at risk"
+    return "over" if cost > budget else "at risk"  # the expected cost decides, as ``within_budget`` does
 
 
 def project(train_s: float, band: dict | None, *, num_gpus: int, gpu_hour_price: float | None = None,
@@ -71,7 +74,7 @@ def project(train_s: float, band: dict | None, *, num_gpus: int, gpu_hour_price:
     low, high = days_band or (days, days)
     return {"days": days, "days_band": days_band, "gpu_hours": hours, "gpu_hours_band": hours_band,
             "cost": cost, "cost_band": cost_band, "goodput": goodput, "bias": mid,
-            "deadline": deadline_status(low, high, deadline_days)}
+            "deadline": deadline_status(low, high, deadline_days, days)}
 
 
 def range_cell(value: float | None, band: tuple[float, float] | None, fmt: str) -> str:
@@ -88,7 +91,7 @@ def deadline_note(row: dict) -> str | None:
 
 
 def budget_note(row: dict) -> str | None:
-    """The planner's note on a row's budget, or None ("over budget" where even the band's low end is over)."""
+    """The planner's note on a row's budget, or None ("over budget" where the expected cost is over)."""
     return {"over": "over budget", "at risk": "budget at risk: the cost band crosses it"}.get(row.get("budget"))
 
 

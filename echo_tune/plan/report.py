@@ -130,7 +130,9 @@ def print_plan(result, explanation: dict | None, *, sort: str, console: Console 
     misses = [text for key, text in (("meets_deadline", "misses the deadline"), ("within_budget", "is over budget"))
               if winner.get(key) is False]
     if misses:
-        say(f"no candidate meets the deadline and budget; the fastest one {' and '.join(misses)}", "bold yellow")
+        asked = " and ".join(w for w, key in (("deadline", "meets_deadline"), ("budget", "within_budget"))
+                             if winner.get(key) is not None)  # None: not asked (or no price)
+        say(f"no candidate meets the {asked}; the recommended one {' and '.join(misses)}", "bold yellow")
     say(f"recommended: {winner['candidate']} in {winner['precision']} with {winner['layout']}: "
         f"{winner['days']:.1f} days{cost} ({winner['error_band']['note']})", "bold green")
     if (winner.get("precision") or "").startswith("fp8"):
