@@ -5,7 +5,7 @@ table ``error_bands.json`` beside this module is built from ``echo-tune validate
 published-runs CSVs by::
 
     python -m echo_tune.plan.bands calibration/published-runs/runs_megatron.csv \
-        calibration/published-runs/runs_modern.csv
+        calibration/published-runs/runs_modern.csv calibration/published-runs/runs_bridge.csv
 
 (the command and the simulator's version are stored in the file). Each family keeps its row count, its mean
 absolute error, its mean signed error and its lowest and highest signed error in percent; a prediction is shown
