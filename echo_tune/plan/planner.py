@@ -271,7 +271,9 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     for c in candidates:
         fp8 = c.fp8_format or opts.fp8_format
         fp8_value = fp8_layout_value(fp8, clusters[c.cluster], c.cluster)
-        data = auto_space_dict(model, c.cluster, c.num_gpus, gbs, gpu_hour_cost=c.gpu_hour_price,
+        # no price in the study: the plan prices its rows itself (projection.project), so a rerun at another
+        # price reuses the study (a study stores each trial's cost per step at its price: a new price refused it)
+        data = auto_space_dict(model, c.cluster, c.num_gpus, gbs, gpu_hour_cost=None,
                                seq_length=opts.seq_length, fp8_format=fp8, layout=opts.layout,
                                name=f"plan-{stem}-{c.num_gpus}x{Path(c.cluster).stem}-gbs{gbs}-"
                                     + (f"fp8{fp8_value}-" if fp8_value else "")

@@ -72,6 +72,15 @@ def test_finished_studies_are_reused(tmp_path, clusters):
     assert all(r["n_trials"] == 12 for r in again.rows)
 
 
+def test_a_new_price_reuses_the_studies_and_prices_the_rows_anew(tmp_path, clusters):
+    big, _ = clusters
+    opts = PlanOptions(tokens=1e9, global_batch_size=8, n_trials=12, results_dir=tmp_path / "r", memory_headroom_gib=0.0)
+    first = plan(MODEL, [parse_candidate(f"{big}:8:2.0")], opts)
+    again = plan(MODEL, [parse_candidate(f"{big}:8:3.0")], opts)  # was refused: "changed: gpu_hour_cost"
+    assert again.rows[0]["step_time_s"] == first.rows[0]["step_time_s"]
+    assert again.rows[0]["cost"] == pytest.approx(1.5 * first.rows[0]["cost"])
+
+
 def test_cli_json_with_explanation(tmp_path, clusters, capsys):
     big, small = clusters
     code = main(["plan", "--model", MODEL, "--tokens", "1e9", "--candidate", f"{big}:8:2", "--candidate",
