@@ -147,14 +147,18 @@ class PlanResult:
 
 def _fingerprint(spec, cluster: str, headroom_gib: float | None, layout: dict | None = None) -> str:
     """8 hex digits of everything a reused study must share besides its name's parts: the model's fields, the
-    cluster's and the memory headroom (an edited config.json or cluster file starts a new study)."""
+    cluster's, the memory headroom (an edited config.json or cluster file starts a new study) and echo-tune's
+    own sources (a study simulated by another version is not mixed into this one's table)."""
     import dataclasses
     import hashlib
     import json
 
+    from echo_tune.plan.bands import code_version
+
     cl = dataclasses.asdict(load_cluster(cluster))
     extra = [layout] if layout else []  # a study without --layout keeps its name
-    text = json.dumps([dataclasses.asdict(spec), cl, headroom_gib] + extra, sort_keys=True, default=str)
+    text = json.dumps([dataclasses.asdict(spec), cl, headroom_gib, code_version()["sources_sha256"]] + extra,
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 

@@ -154,3 +154,18 @@ def test_one_cluster_by_two_names_is_one_candidate(tmp_path):
     opts = PlanOptions(tokens=1e9, global_batch_size=8, n_trials=12, results_dir=tmp_path / "r")
     with pytest.raises(ConfigError, match=r"same cluster \(h100-sxm\)"):
         plan(MODEL, [parse_candidate("h100:8:2.49"), parse_candidate("h100-sxm:8:2.49")], opts)
+
+
+def test_a_study_of_another_echo_tune_version_is_not_reused(tmp_path, clusters, monkeypatch):
+    """A study simulated by other code would mix its step times into this version's table (seen: a breakdown of
+    28.438 s beside a sensitivity row of 28.370 s): the sources' digest is part of the study's name."""
+    import echo_tune.plan.bands as bands
+    from echo_tune.plan.planner import _fingerprint
+
+    big, _ = clusters
+    from echo_tune.config.loading import load_model
+
+    spec = load_model(MODEL)
+    now = _fingerprint(spec, str(big), 0.0)
+    monkeypatch.setattr(bands, "code_version", lambda: {"version": "x", "sources_sha256": "0" * 64})
+    assert _fingerprint(spec, str(big), 0.0) != now
