@@ -214,7 +214,8 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
     proj = project(seconds, row["error_band"], num_gpus=c.num_gpus, gpu_hour_price=c.gpu_hour_price,
                    deadline_days=opts.deadline_days, goodput=opts.goodput)
     days, gpu_hours, cost = proj["days"], proj["gpu_hours"], proj["cost"]
-    row.update(feasible=True, layout=full_label(best["config"], best["derived"].get("data_parallel_size")),
+    # the best entry is simulate's report (StepReport.to_dict): its memory band, fits / at risk
+    row.update(feasible=True, memory_band=best["memory_band"], memory_verdict=best["memory_verdict"], layout=full_label(best["config"], best["derived"].get("data_parallel_size")),
                config=best["config"], data_parallel_size=best["derived"].get("data_parallel_size"),
                step_time_s=best["step_time_s"], tokens_per_s=best["tokens_per_s"],
                mfu=best["mfu"], peak_memory_gib=best["peak_memory_bytes"] / GIB,

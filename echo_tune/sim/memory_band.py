@@ -43,7 +43,7 @@ def memory_band(*, peak_bytes: int, reserve_bytes: int, limit_bytes: int, stage:
     if spare < 0:
         return MemoryBand(band="does not fit", spare_bytes=spare,
                           text=f"does not fit: stage {stage} needs {peak_bytes / GIB:.1f} GiB, {-spare / GIB:.1f} "
-                               f"GiB over the {limit_bytes / GIB:.1f} GiB of HBM")
+                               f"GiB over its {limit_bytes / GIB:.1f} GiB limit (HBM less the headroom)")
     if spare < margin:
         return MemoryBand(band="at risk", spare_bytes=spare,
                           text=f"at risk: {where}, {spare / GIB:.1f} GiB spare, less than the "

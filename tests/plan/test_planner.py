@@ -169,3 +169,12 @@ def test_a_study_of_another_echo_tune_version_is_not_reused(tmp_path, clusters, 
     now = _fingerprint(spec, str(big), 0.0)
     monkeypatch.setattr(bands, "code_version", lambda: {"version": "x", "sources_sha256": "0" * 64})
     assert _fingerprint(spec, str(big), 0.0) != now
+
+
+def test_a_row_whose_memory_is_at_risk_says_so():
+    from echo_tune.plan.report import _row_notes
+
+    row = {"error_band": {"match": "exact", "family": "f", "note": "validated family f"}, "feasible": True, "gpu_hour_price": 1.0, "memory_band": "at risk",
+           "memory_verdict": "at risk: peak 77.0 GiB on stage 0 of 78.0 GiB, 1.0 GiB spare, less than ..."}
+    assert any(n.startswith("memory at risk: peak 77.0 GiB") for n in _row_notes(row))
+    assert not any("memory" in n for n in _row_notes({**row, "memory_band": "fits"}))

@@ -15,7 +15,7 @@ def band(peak):
 def test_over_the_limit_does_not_fit():
     b = band(LIMIT + GIB // 2)
     assert b.band == "does not fit" and b.spare_bytes == -GIB // 2
-    assert b.text.startswith("does not fit: stage 3 needs 78.5 GiB, 0.5 GiB over the 78.0 GiB")
+    assert b.text.startswith("does not fit: stage 3 needs 78.5 GiB, 0.5 GiB over its 78.0 GiB limit (HBM less the")
 
 
 def test_at_risk_is_inside_the_measured_under_prediction():
