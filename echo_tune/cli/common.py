@@ -7,6 +7,7 @@ import json
 import sys
 
 from echo_tune.config.loading import build, load_model
+from echo_tune.config.line_flags import drop_unused_recompute
 from echo_tune.config.megatron_args import ALIASES, MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
 from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
@@ -112,6 +113,9 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
         if getattr(args, field, None) is not None:
             parallel_fields[field] = getattr(args, field)
     precision = args.precision or precision or "bf16"
+    dropped = drop_unused_recompute(parallel_fields) if args.megatron_args else []
+    if dropped:
+        notes.append(f"ignored {len(dropped)} Megatron flag(s) that do not shape the step: {' '.join(dropped)}")
     if model_ref is not None:
         if base is None or (str(model_ref).endswith(".json") and model_fields.get("seq_length") != base.seq_length):
             base = _base_model(model_ref, model_fields.get("seq_length"))

@@ -45,10 +45,6 @@ def apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, i
     for legacy in ("--activations-checkpoint-num-layers", "--checkpoint-num-layers"):
         if legacy in flags and "recompute_num_layers" not in parallel:
             parallel["recompute_num_layers"] = _int(legacy, flags[legacy][0])
-    if parallel.get("recompute_granularity") is None:  # no recompute: Megatron checks and uses neither
-        for field in ("recompute_method", "recompute_num_layers"):
-            if parallel.pop(field, None) is not None:
-                ignored.append(f"--{field.replace('_', '-')} (no --recompute-granularity: Megatron ignores it)")
 
 
 def _query_groups(flags: dict, model: dict, ignored: list[str], base) -> None:
@@ -83,3 +79,15 @@ def _vocabulary(flags: dict, model: dict, ignored: list[str]) -> None:
         ignored.append(f"--vocab-size {model['vocab_size']} (Megatron takes the vocabulary from --tokenizer-type "
                        f"{tokenizer}: {size} tokens)")
     model["vocab_size"] = size
+
+
+def drop_unused_recompute(parallel: dict) -> list[str]:
+    """Without a recompute granularity Megatron checks and uses neither --recompute-method nor
+    --recompute-num-layers (TransformerConfig judges them only with a granularity): dropped from the settings
+    in effect (a launch line merged with the CLI's own flags), with a note for each."""
+    notes = []
+    if parallel.get("recompute_granularity") is None:
+        for field in ("recompute_method", "recompute_num_layers"):
+            if parallel.pop(field, None) is not None:
+                notes.append(f"--{field.replace('_', '-')} (no --recompute-granularity: Megatron ignores it)")
+    return notes

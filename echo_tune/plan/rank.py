@@ -31,6 +31,7 @@ from pathlib import Path
 
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.loading import build, check_keys, cluster_from_dict, read_yaml
+from echo_tune.config.line_flags import drop_unused_recompute
 from echo_tune.config.megatron_args import parse_megatron_line
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
@@ -116,6 +117,8 @@ def _candidate(data: dict, index: int, defaults: dict, base_dir: Path | None) ->
         layout.update(merged["layout"])
     elif "layout" in merged:
         raise ConfigError(f"{where}: `layout` must be a mapping of Megatron settings, but got {merged['layout']!r}")
+    if "megatron_args" in merged:  # the line's recompute count without any granularity: Megatron ignores it
+        drop_unused_recompute(layout)
     if "model" not in merged and line_model:  # the launch line describes the model
         merged["model"] = build(ModelSpec, {"name": name, **line_model}, f"{where}: model of megatron_args")
         line_model = {}

@@ -1,6 +1,8 @@
 """Megatron-LM's reading of a launch line where echo-tune read it otherwise (each case cites arguments.py,
 transformer_config.py or build_tokenizer.py at d98e8a64ddf3)."""
 
+import json
+
 import pytest
 
 import echo_tune as et
@@ -84,11 +86,19 @@ def test_a_launch_line_megatron_accepts_passes_its_checks():
                         "--no-check-for-nan-in-loss-and-grad", megatron_lm=True)
 
 
-def test_a_recompute_count_without_recompute_is_ignored_as_megatron_ignores_it():
-    # TransformerConfig checks recompute_method / recompute_num_layers only with a granularity set
-    _, parallel, _, ignored = parse_megatron_line(LINE + " --recompute-num-layers 1 --recompute-method uniform")
-    assert "recompute_num_layers" not in parallel and "recompute_method" not in parallel
-    assert any("--recompute-num-layers" in i for i in ignored)
+def test_a_recompute_count_without_recompute_is_ignored_as_megatron_ignores_it(capsys):
+    # TransformerConfig checks recompute_method / recompute_num_layers only with a granularity set: judged on the
+    # settings in effect, so a granularity given as echo-tune's own flag keeps the line's method and count
+    from echo_tune.cli.main import main
+
+    base = ["simulate", "--cluster", "h100", "--num-gpus", "8", "--json", "--megatron-args",
+            LINE + " --recompute-num-layers 2 --recompute-method block"]
+    assert main(base) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["recompute_num_layers"] is None and any("--recompute-num-layers" in n for n in data["notes"])
+    assert main(base + ["--recompute-granularity", "full"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["config"]["recompute_method"], data["config"]["recompute_num_layers"]) == ("block", 2)
 
 
 def test_launch_flags_leave_out_tp_comm_overlap_at_tp_1():
