@@ -20,6 +20,7 @@ band of all rows.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from importlib import resources
@@ -111,7 +112,15 @@ def inputs_sha256(paths: list[str]) -> dict[str, str]:
 
 def code_version() -> dict:
     """echo-tune's version and a SHA-256 over its package sources and data (Python, YAML, JSON; this table
-    excepted), in path order: what the table was computed by."""
+    excepted), in path order: what the table was computed by (and what a plan study's name carries)."""
+    import echo_tune
+
+    return {"version": getattr(echo_tune, "__version__", "unknown"), "sources_sha256": _sources_sha256()}
+
+
+@functools.lru_cache(maxsize=1)
+def _sources_sha256() -> str:
+    """Read once per process: a plan asks for it once per candidate."""
     import hashlib
 
     import echo_tune
@@ -121,7 +130,7 @@ def code_version() -> dict:
     for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".yml", ".json")
                     and p.name != BANDS_FILE and "__pycache__" not in p.parts):
         h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return {"version": getattr(echo_tune, "__version__", "unknown"), "sources_sha256": h.hexdigest()}
+    return h.hexdigest()
 
 
 def build_bands(paths: list[str]) -> dict:
