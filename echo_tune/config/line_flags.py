@@ -51,13 +51,11 @@ def _query_groups(flags: dict, model: dict, ignored: list[str], base) -> None:
     """Megatron trains grouped-query attention only with --group-query-attention (training.py: else
     num_query_groups = num_attention_heads), with --num-query-groups' default of 1 group; a model laid under
     the line (``base``) counts its own --group-query-attention as given."""
-    gqa = "--group-query-attention" in flags or (
-        base is not None and base.num_query_groups is not None and base.num_query_groups != base.num_attention_heads)
-    if not gqa and model.get("num_query_groups") is not None:
+    base_gqa = base is not None and base.query_groups != base.num_attention_heads  # its line has the flag
+    if not ("--group-query-attention" in flags or base_gqa) and model.get("num_query_groups") is not None:
         model["num_query_groups"] = None
         ignored.append("--num-query-groups (no --group-query-attention: Megatron trains MHA)")
-    if "--group-query-attention" in flags and "num_query_groups" not in model and (
-            base is None or base.num_query_groups is None):
+    if "--group-query-attention" in flags and "num_query_groups" not in model and not base_gqa:
         model["num_query_groups"] = 1  # arguments.py: --num-query-groups defaults to 1
         ignored.append("--group-query-attention without --num-query-groups: one key/value group, Megatron's "
                        "default (multi-query attention)")

@@ -162,3 +162,14 @@ def test_qwen3_conf_simulates_with_its_unfused_kernels(capsys):
     assert spec["make_vocab_size_divisible_by"] == 1187
     unfused = simulate_json(capsys, line, 8)  # more, unfused elementwise kernels: a slower step
     assert unfused["step_time_s"] > data["step_time_s"]
+
+
+def test_grouped_query_attention_over_a_model_whose_groups_equal_its_heads_is_one_group():
+    # llama2-7b states num_query_groups 32 = its heads: multi-head attention, whose line has no
+    # --group-query-attention, so the flag alone means Megatron's default of 1 group, as over an unset count
+    from echo_tune.config.loading import load_model
+
+    mha = load_model("llama2-7b")
+    assert mha.num_query_groups == mha.num_attention_heads
+    model, _, _, _ = parse_megatron_line("--group-query-attention", base=mha)
+    assert model["num_query_groups"] == 1
