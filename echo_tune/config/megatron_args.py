@@ -145,6 +145,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers_at_start_in_bf16": ("--num-layers-at-start-in-bf16", "int"),
     "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),
     "gradient_accumulation_fusion": ("--no-gradient-accumulation-fusion", "not_flag"),
+    "async_tensor_model_parallel_allreduce": ("--no-async-tensor-model-parallel-allreduce", "not_flag"),
     "deterministic_mode": ("--deterministic-mode", "flag"),
     "overlap_moe_expert_parallel_comm": ("--overlap-moe-expert-parallel-comm", "flag"),
     "delay_wgrad_compute": ("--delay-wgrad-compute", "flag"),

@@ -100,3 +100,36 @@ def overlapped_cost(method: str, comm_s: float, gemm_s: float, gemm_op: Op, size
     overlap = min(comm_s, gemm_s)
     extra = overlap * (share / (1.0 - share) + contention)
     return max(0.0, comm_s - gemm_s - extra), extra
+
+
+def async_pairs(ops: tuple[Op, ...]) -> list[tuple[int, int]]:
+    """(collective index, GEMM index) of the backward TP collectives Megatron runs asynchronously beside a GEMM
+    without userbuffers: a column-parallel layer's (Megatron-LM d98e8a64ddf3 core/tensor_parallel/layers.py
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward``; TE's Linear / LayerNormLinear backward the
+    same, ``async_op=True``) reduction of its dgrad (all-reduce, or reduce-scatter with sequence parallelism)
+    beside its wgrad GEMM, and with sequence parallelism the all-gather of its saved input beside its dgrad
+    GEMM. A row-parallel layer's all-gather of dY feeds both of its GEMMs: it stays on the critical path."""
+    pairs, n = [], len(ops)
+    for i, op in enumerate(ops):
+        if op.kind != "collective" or op.group != "tp" or op.phase == "fwd":
+            continue
+        gemm = next((j for j in range(i + 1, n) if ops[j].kind == "gemm" and ops[j].region == op.region), None)
+        if gemm is None:
+            continue
+        if op.collective in ("all_reduce", "reduce_scatter"):
+            pairs.append((i, gemm))
+        elif op.collective == "all_gather":  # the input's re-gather: the layer's dgrad reduce-scatter follows
+            following = next((j for j in range(i + 1, n) if ops[j].kind == "collective"), None)
+            if following is not None and ops[following].collective == "reduce_scatter" \
+                    and ops[following].region == op.region:
+                pairs.append((i, gemm))
+    return pairs
+
+
+def async_cost(comm_s: float, gemm_s: float, size_bytes: float, profile: ClusterProfile) -> tuple[float, float]:
+    """(exposed communication, extra GEMM time) of an NCCL collective run beside one GEMM on another stream: the
+    part of the (slowed) collective the GEMM does not cover is exposed; the GEMM beside it is slowed by the
+    profile's interference curve, as a DP bucket beside the backward is (sim/dp.py)."""
+    comm_s *= slowdown(profile, "comm", size_bytes)
+    overlap = min(comm_s, gemm_s)
+    return comm_s - overlap, overlap * (slowdown(profile, "compute", size_bytes) - 1.0)

@@ -2,7 +2,10 @@
 
 The stage runs its micro-batches in Megatron's task order for that stage (``sim.schedules.stage_order``).
 - TP/CP collectives: the layer code calls ``context.record_collective`` where each one happens; the
-  ``Waiter`` made active here waits the modelled duration (``cost.comm.collective_time_s``) inline.
+  ``Waiter`` made active here waits the modelled duration (``cost.comm.collective_time_s``) inline. The
+  backward collectives Megatron launches asynchronously (``context.start_collective``: a column-parallel
+  layer's input re-gather beside its dgrad GEMM, its dgrad reduction beside its wgrad GEMM) start a deadline
+  and are waited for after that GEMM: only the part the GEMM did not cover counts as waited.
 - p2p: a forward waits until the previous stage's forward of the same micro-batch ended *in the
   simulation* plus one p2p transfer (a backward: the next stage's backward), as NeuronaBox replaces
   the other ranks by their modelled behaviour.
@@ -39,6 +42,7 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import cuda_graph_setting
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile, profile_for
+from echo_tune.cost.tp_overlap import slowdown
 from echo_tune.emulate.clock import clock_for
 from echo_tune.emulate.build import Stage, build_stage, chunk_forward
 from echo_tune.emulate.moe import ExpertTimer, RealMoE, moe_problems
@@ -81,6 +85,22 @@ class Waiter(RealMoE):
         if group in EXPERT_GROUPS:
             self.ep_waited_s += duration
 
+    def start_collective(self, name: str, group: str, size_bytes: int) -> float:
+        """A collective launched beside the compute that follows (``context.start_collective``): its deadline,
+        the modelled duration slowed by the profile's interference curve from now, as the simulator costs it
+        (``cost.tp_overlap.async_cost``)."""
+        key = ("async " + name, group, size_bytes)
+        if key not in self._durations:
+            self._durations[key] = collective_time_s(name, size_bytes, self.groups[group], self.profile) * \
+                slowdown(self.profile, "comm", size_bytes)
+        return self.clock.now() + self._durations[key]
+
+    def finish_collective(self, deadline: float) -> None:
+        """Wait out what the compute since the launch did not cover: only that part is exposed."""
+        exposed = max(0.0, deadline - self.clock.now())
+        self.clock.wait_until(deadline)
+        self.waited_s += exposed
+
 
 @dataclass(frozen=True, kw_only=True)
 class EmulatedRun:
@@ -116,6 +136,8 @@ def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
                         f"{','.join(modules)}); keep --recompute-modules core_attn to emulate, or use "
                         f"`echo-tune simulate`")
     unrun = [name for name, on in (("--no-gradient-accumulation-fusion", not parallel.gradient_accumulation_fusion),
+                                   ("--no-async-tensor-model-parallel-allreduce",
+                                    not parallel.async_tensor_model_parallel_allreduce),
                                    ("--use-megatron-fsdp", parallel.use_megatron_fsdp),
                                    ("CUDA graphs (--cuda-graph-impl / --enable-cuda-graph)",
                                     cuda_graph_setting(parallel)[0] != "none"))

@@ -1,7 +1,8 @@
 """Turn traced pieces into timed pieces: compute, exposed TP/CP communication, interference.
 
 Inside a layer, Megatron's TP (and SP) collectives sit on the critical path: the next GEMM needs
-their result. With ``tp_comm_overlap`` each is paired with one GEMM of its linear layer as TE's
+their result, except a column-parallel layer's backward ones, which NCCL runs beside one GEMM of the
+layer (``cost/tp_overlap.async_pairs``). With ``tp_comm_overlap`` each is paired with one GEMM of its linear layer as TE's
 userbuffers pair them (ring exchange, pipelined or bulk; ``cost/tp_overlap.py``): partly hidden, and
 the GEMM slowed by the SMs given to communication and by memory contention. CP ring-attention
 exchanges run beside the attention kernel. Where communication overlaps compute, the compute is
@@ -22,7 +23,7 @@ from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
 from echo_tune.cost.host_bound import host_wait_s
 from echo_tune.cost.fp8 import CAST_KERNELS, TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s, is_fp8_gemm
-from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, overlapped_cost, pair_methods, slowdown
+from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, async_cost, async_pairs, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.cuda_graphs import captured_graphs, graph_of
 from echo_tune.workload.graph import Op
@@ -67,6 +68,9 @@ class CostContext:
     precision: str
     groups: dict[str, GroupPlacement]
     tp_comm_overlap: bool = False
+    async_tp_backward: bool = True
+    """A column-parallel layer's backward collectives run beside a GEMM (``cost/tp_overlap.async_pairs``);
+    False: ``--no-async-tensor-model-parallel-allreduce`` (Megatron-LM before 2021-09), all exposed."""
     fp8_recipe: str | None = None
     """The FP8 recipe when the linear GEMMs run in FP8 (cost/fp8.py); None = bf16 GEMMs."""
     moe: MoEKernels | None = None
@@ -120,6 +124,11 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
     sync_at = None  # index in ``issued`` where the host resumes after the MoE dispatcher's synchronisation
     compute_s = attention_s = cast_s = 0.0
     cp_comm_s = cp_size = ep_comm_s = 0.0
+    # a column-parallel layer's backward collectives run beside a GEMM on NCCL's stream (async_pairs); with
+    # --tp-comm-overlap userbuffers take over the TE linears of a transformer layer (pair_methods)
+    paired = {c: (g, "async") for c, g in async_pairs(ops)} if ctx.async_tp_backward else {}
+    if ctx.tp_comm_overlap:
+        paired.update({c: (g, method) for c, g, method in pair_methods(ops) if ops[c].region in TP_OVERLAP_REGIONS})
     for op in ops:
         if op.kind == "collective":
             if sync_at is None and ctx.moe_dispatch_syncs and op.phase == "fwd" and op.region == "moe" \
@@ -168,25 +177,25 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
         if op.kind == "attention":
             attention_s += t
     compute_s += len(replayed - {-1}) * ctx.profile.kernel_launch_overhead_s  # one launch per graph replayed
-    if ctx.host_bound:  # the GPU idle, waiting on the host
-        compute_s += host_wait_s(issued, ctx.profile.host_time_per_kernel_s, sync_at)
-    cost = PhaseCost(compute_s=compute_s + cast_s, ep_comm_s=ep_comm_s) + \
-        _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
-    tp_ops = [i for i, op in enumerate(ops) if op.kind == "collective" and op.group != "cp"
-              and op.group not in EXPERT_GROUPS]
-    paired = {}
-    if ctx.tp_comm_overlap:
-        # userbuffer overlap covers the TE linear layers of a transformer layer only
-        paired = {c: (g, method) for c, g, method in pair_methods(ops) if ops[c].region in TP_OVERLAP_REGIONS}
     exposed = extra = 0.0
     tp = ctx.groups["tp"].size
     sm_count = ctx.gpu.sm_count or DEFAULT_SM_COUNT
-    for i in tp_ops:
+    for i, op in enumerate(ops):
+        if op.kind != "collective" or op.group == "cp" or op.group in EXPERT_GROUPS:
+            continue
         if i not in paired:
             exposed += times[i]
             continue
         g, method = paired[i]
-        e, x = overlapped_cost(method, times[i], times[g], ops[g], sizes[i], tp, ctx.profile, sm_count)
+        if method == "async":  # the compute stream waits for the part its GEMM did not cover
+            e, x = async_cost(times[i], times[g], sizes[i], ctx.profile)
+            issued[i] = (1, e)
+        else:
+            e, x = overlapped_cost(method, times[i], times[g], ops[g], sizes[i], tp, ctx.profile, sm_count)
         exposed += e
         extra += x
+    if ctx.host_bound:  # the GPU idle, waiting on the host
+        compute_s += host_wait_s(issued, ctx.profile.host_time_per_kernel_s, sync_at)
+    cost = PhaseCost(compute_s=compute_s + cast_s, ep_comm_s=ep_comm_s) + \
+        _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
     return cost + PhaseCost(comm_exposed_s=exposed, interference_s=extra), int(sum(n for n, _ in issued))

@@ -91,6 +91,7 @@ def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfi
     sustained clock (``with_sustained_clock``) and ``profile`` as ``simulate`` resolves it."""
     return CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                        tp_comm_overlap=parallel.tp_comm_overlap,
+                       async_tp_backward=parallel.async_tensor_model_parallel_allreduce,
                        fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None, moe=moe_kernels(model, cluster),
                        overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
                        delay_wgrad_compute=parallel.delay_wgrad_compute,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch.autograd import Function
 
-from echo_tune.workload.context import record_collective
+from echo_tune.workload.context import finish_collective, record_collective, start_collective
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -97,15 +97,27 @@ class _ParallelLinear(Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # Megatron's order (core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication,
+        # d98e8a64ddf3; TE's Linear the same): the input's re-gather runs beside the dgrad GEMM, dgrad's
+        # reduction beside the wgrad GEMM, each waited for after its GEMM (async_op=True)
         x, weight = ctx.saved_tensors
-        total = all_gather(x, "tp", ctx.tp) if ctx.gather_input else x  # re-gather for the wgrad
+        tp = ctx.tp
+        if ctx.gather_input:  # re-gather the sequence shard for the wgrad
+            total = x.new_empty((x.shape[0] * tp, *x.shape[1:]))
+            gathering = start_collective("all_gather", "tp", _nbytes(total), tp)
+        else:
+            total, gathering = x, None
         grad_input = grad.matmul(weight)
+        finish_collective(gathering)
+        handle = None
         if ctx.gather_input:
-            grad_input = reduce_scatter(grad_input, "tp", ctx.tp)
+            handle = start_collective("reduce_scatter", "tp", _nbytes(grad_input), tp)
+            grad_input = grad_input.new_empty((grad_input.shape[0] // tp, *grad_input.shape[1:]))
         elif ctx.allreduce_dgrad:
-            grad_input = all_reduce(grad_input, "tp", ctx.tp)
+            handle = start_collective("all_reduce", "tp", _nbytes(grad_input), tp)
         grad_2d = grad.reshape(-1, grad.shape[-1])
         grad_weight = grad_2d.t().matmul(total.reshape(-1, total.shape[-1]))
+        finish_collective(handle)
         grad_bias = grad_2d.sum(0) if ctx.has_bias else None
         return grad_input, grad_weight, grad_bias, None, None, None
 

@@ -47,6 +47,25 @@ def record_collective(name: str, group: str, size_bytes: int, group_size: int) -
         _ACTIVE.add_collective(name, group, int(size_bytes))
 
 
+def start_collective(name: str, group: str, size_bytes: int, group_size: int) -> Any:
+    """Record one collective Megatron launches asynchronously (``async_op=True``) to run beside the compute that
+    follows until ``finish_collective``; a recorder without ``start_collective`` records it as
+    ``record_collective`` does. Returns the handle ``finish_collective`` takes (None when nothing is to wait)."""
+    if _ACTIVE is None or group_size <= 1:
+        return None
+    start = getattr(_ACTIVE, "start_collective", None)
+    if start is None:
+        _ACTIVE.add_collective(name, group, int(size_bytes))
+        return None
+    return start(name, group, int(size_bytes))
+
+
+def finish_collective(handle: Any) -> None:
+    """Wait for a collective ``start_collective`` launched (Megatron's ``handle.wait()``)."""
+    if handle is not None and _ACTIVE is not None:
+        _ACTIVE.finish_collective(handle)
+
+
 def active_hook(name: str) -> Callable | None:
     """The active object's method ``name``, or None (nothing active, or an object without it). The MoE
     layer asks for ``receive`` and ``spread_rows`` when it runs for real (``workload/moe.py``)."""

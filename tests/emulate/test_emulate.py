@@ -183,3 +183,51 @@ def test_what_emulate_does_not_run_is_refused_by_name(profiled, model_changes, l
     with pytest.raises(ConfigError, match=named):
         emulate(model.replace(**model_changes), cluster, 4, layout.replace(**layout_changes), stage=0,
                 profile=profile, repeats=1, warmup=0)
+
+
+class _Clock:
+    """A clock that moves only when told to (the compute) or waited on."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, seconds: float) -> None:
+        self.t += seconds
+
+    def wait_until(self, deadline: float) -> None:
+        self.t = max(self.t, deadline)
+
+
+def test_an_async_collective_is_waited_for_only_past_the_compute_beside_it():
+    """Megatron's backward collectives launched with async_op=True (a column-parallel layer's dgrad reduction
+    beside its wgrad GEMM) cost emulate only what the compute since the launch did not cover, the same
+    duration the simulator gives them (comm slowed by the profile's interference curve); inline collectives
+    are waited in full."""
+    from echo_tune.cost.comm import collective_time_s
+    from echo_tune.cost.profile import default_profile
+    from echo_tune.cost.tp_overlap import slowdown
+    from echo_tune.emulate.run import Waiter
+
+    cluster = et.load_cluster("h100")
+    profile = default_profile(cluster)
+    checked = et.check_compatible(et.load_model("llama3-8b"), cluster, 16,
+                                  et.ParallelConfig(tensor_model_parallel_size=8, global_batch_size=16))
+    groups = checked.groups
+    clock = _Clock()
+    waiter = Waiter(groups, profile, clock)
+    size = 64 << 20
+    comm_s = collective_time_s("all_reduce", size, groups["tp"], profile) * slowdown(profile, "comm", size)
+    handle = waiter.start_collective("all_reduce", "tp", size)
+    clock.t += comm_s / 4  # a GEMM shorter than the collective
+    waiter.finish_collective(handle)
+    assert waiter.waited_s == pytest.approx(comm_s * 3 / 4) and clock.t == pytest.approx(comm_s)
+    handle = waiter.start_collective("all_reduce", "tp", size)
+    clock.t += comm_s * 2  # a GEMM that covers it
+    waiter.finish_collective(handle)
+    assert waiter.waited_s == pytest.approx(comm_s * 3 / 4) and clock.t == pytest.approx(comm_s * 3)
+    waiter.add_collective("all_reduce", "tp", size)  # a forward all-reduce: inline, unslowed
+    assert waiter.waited_s == pytest.approx(comm_s * 3 / 4 + collective_time_s("all_reduce", size, groups["tp"],
+                                                                                profile))
