@@ -36,7 +36,8 @@ GRAD_OUTPUT_BYTES_PER_ELEMENT = 2  # the logits gradient in bf16 (the output lay
 class DeferredWgrad:
     deferred_micro_batches: int
     saved_per_backward: PhaseCost
-    """What leaves the last chunk's backward of one deferred micro-batch: the wgrad GEMM (+ its all-gather)."""
+    """What leaves the last chunk's backward of one deferred micro-batch: the wgrad GEMM (+ the all-gather of
+    its input), as the backward's cost with them less its cost without them."""
     drain: PhaseCost
     """The flush: all deferred GEMMs (and all-gathers) after the last backward."""
     buffer_bytes: float
@@ -61,7 +62,11 @@ def deferred_wgrad(output: Trace, ctx: CostContext, num_micro_batches: int, limi
     wgrad, gather = _wgrad_ops(output)
     w = phase_cost((wgrad,), ctx, piece="output")
     ag = phase_cost((gather,), ctx, piece="output") if gather is not None else ZERO
-    saved = w + ag
+    # what a deferred backward no longer holds: in it the all-gather ran beside the dgrad GEMM and the dgrad
+    # reduction beside the wgrad GEMM (cost/tp_overlap.async_pairs), so the saving is the backward with them
+    # less the backward without them (whose dgrad reduction then has no GEMM beside it), not w + ag alone
+    kept = tuple(op for op in output.backward if op is not wgrad and op is not gather)
+    saved = phase_cost(output.backward, ctx, piece="output") + phase_cost(kept, ctx, piece="output").scaled(-1)
     drain_s = ag.total_s + (d - 1) * max(w.total_s, ag.total_s) + w.total_s if gather is not None else d * w.total_s
     compute_s = d * w.compute_s
     drain = PhaseCost(compute_s=compute_s, comm_exposed_s=max(0.0, drain_s - compute_s))

@@ -48,9 +48,13 @@ def test_sequence_parallel_drain_pipelines_the_all_gathers():
     parallel = PP2.replace(tensor_model_parallel_size=2, sequence_parallel=True)
     defer, output, _ = _deferral(parallel, num_gpus=4)
     # drain_embedding_wgrad_compute: the first all-gather alone, then each GEMM beside the next all-gather
-    saved = defer.saved_per_backward
-    w = saved.compute_s
-    ag = saved.comm_exposed_s + saved.interference_s
+    from echo_tune.sim.costing import phase_cost
+    from echo_tune.sim.deferred_wgrad import _wgrad_ops
+
+    layout = check_compatible(TINY, H100, 4, parallel)
+    ctx = CostContext(profile=profile_for(H100), gpu=H100.gpu, precision="bf16", groups=layout.groups)
+    wgrad, gather = _wgrad_ops(output)
+    w, ag = phase_cost((wgrad,), ctx).total_s, phase_cost((gather,), ctx).total_s
     assert ag > 0 and w > 0
     assert defer.drain.total_s == pytest.approx(ag + 7 * max(w, ag) + w, rel=1e-9)
     assert defer.drain.compute_s == pytest.approx(8 * w, rel=1e-12)
@@ -73,3 +77,23 @@ def test_step_moves_the_wgrad_into_the_flush():
 def test_needs_pipeline_parallelism():
     with pytest.raises(ConfigError, match="pipeline model parallel"):
         et.simulate(TINY, H100, 1, et.ParallelConfig(global_batch_size=8, defer_embedding_wgrad_compute=True))
+
+
+def test_saving_is_what_the_backward_no_longer_holds():
+    """In the backward the output layer's input all-gather runs beside its dgrad GEMM and its dgrad
+    reduce-scatter beside its wgrad GEMM (Megatron's async_op=True): deferring them saves the backward's cost
+    with them less its cost without them (the reduce-scatter then exposed), less than the GEMM plus the
+    all-gather alone."""
+    from echo_tune.sim.costing import phase_cost
+    from echo_tune.sim.deferred_wgrad import _wgrad_ops
+
+    parallel = PP2.replace(tensor_model_parallel_size=2, sequence_parallel=True)
+    defer, output, _ = _deferral(parallel, num_gpus=4)
+    layout = check_compatible(TINY, H100, 4, parallel)
+    ctx = CostContext(profile=profile_for(H100), gpu=H100.gpu, precision="bf16", groups=layout.groups)
+    wgrad, gather = _wgrad_ops(output)
+    alone = phase_cost((wgrad,), ctx).total_s + phase_cost((gather,), ctx).total_s
+    kept = tuple(op for op in output.backward if op is not wgrad and op is not gather)
+    full = phase_cost(output.backward, ctx, piece="output").total_s
+    assert defer.saved_per_backward.total_s == pytest.approx(full - phase_cost(kept, ctx, piece="output").total_s)
+    assert 0 < defer.saved_per_backward.total_s < alone
