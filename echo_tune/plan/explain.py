@@ -3,7 +3,8 @@ paragraph on the parts that differ most, and how the ranking moves when a key as
 
 Sensitivity re-simulates the best layout of the top families with each assumption off or worse:
 
-- ``tp_comm_overlap off``: Transformer Engine's TP overlap does not hide the TP collectives;
+- ``tp_comm_overlap off``: Transformer Engine's userbuffer TP overlap does not hide the TP collectives (the
+  column-parallel layers' backward ones still run beside a GEMM, as NCCL runs them without userbuffers);
 - ``DP overlap off``: ``--overlap-grad-reduce`` / ``--overlap-param-gather`` hide nothing;
 - ``interference x2``: compute and communication slow each other twice as much where they overlap
   (the profile's slowdowns: 1 + 2 (s - 1), curves included);
