@@ -176,3 +176,21 @@ def test_column_parallel_backward_collectives_run_beside_a_gemm(sequence_paralle
     flags = to_megatron_flags({}, {"async_tensor_model_parallel_allreduce": False}, "bf16")
     assert "--no-async-tensor-model-parallel-allreduce" in flags
     assert parse_megatron_line(" ".join(flags))[1]["async_tensor_model_parallel_allreduce"] is False
+
+
+def test_an_async_collective_keeps_the_compute_stream_busy_for_its_exposed_part_only():
+    """The host-bound model counts what the compute stream waits for: an async backward collective's exposed
+    part (not nothing: the host would then look slower than the GPU; a TP8 step of a 1024-wide model on A100 with
+    a 13.5 us host time per kernel gained 12% compute that way), and no more than the inline collective it was."""
+    import dataclasses as dc
+
+    model = et.load_model("llama3-8b").replace(num_layers=4, seq_length=2048, hidden_size=1024, ffn_hidden_size=4096,
+                                               num_attention_heads=16, num_query_groups=16)
+    profile = default_profile(A100)
+    host = dc.replace(profile, fitted={"params": {"host_time_per_kernel_s": 13.5e-6}})
+    parallel = et.ParallelConfig(tensor_model_parallel_size=8, global_batch_size=8)
+    overlapped = et.simulate(model, A100, 8, parallel, profile=host)
+    inline = et.simulate(model, A100, 8, parallel.replace(async_tensor_model_parallel_allreduce=False), profile=host)
+    plain = et.simulate(model, A100, 8, parallel, profile=profile)
+    assert overlapped.breakdown_s["compute"] <= inline.breakdown_s["compute"] + 1e-12
+    assert overlapped.breakdown_s["compute"] < 1.02 * plain.breakdown_s["compute"]
