@@ -171,10 +171,14 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
             if count == 0 and duration is expert_duration:
                 continue
             n = max(1, -(-count // bucket))
-            full_s = duration(bucket) if n > 1 else 0.0  # every bucket but the last is full
-            for i in range(n - 1):  # _ready_s inlined (the same arithmetic, so the same floats)
-                append((start + span * (i + 1) / n if overlap_grad_reduce else compute_end_s, bucket,
-                        len(buckets), full_s))
+            if n > 1:  # every bucket but the last is full
+                full_s = duration(bucket)
+                if overlap_grad_reduce:  # _ready_s inlined (the same arithmetic, so the same floats)
+                    for i in range(1, n):
+                        append((start + span * i / n, bucket, len(buckets), full_s))
+                else:
+                    for i in range(1, n):
+                        append((compute_end_s, bucket, len(buckets), full_s))
             size = count - (n - 1) * bucket
             append((start + span * n / n if overlap_grad_reduce else compute_end_s, size, len(buckets),
                     duration(size)))
@@ -184,10 +188,12 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
         begin = ready if ready > comm_end else comm_end
         if begin < compute_end_s:
             duration_s *= comm_slowdown
-            overlap += min(begin + duration_s, compute_end_s) - begin
+            comm_end = begin + duration_s
+            overlap += (compute_end_s if compute_end_s < comm_end else comm_end) - begin  # min(), as it picks
+        else:
+            comm_end = begin + duration_s
         if spans is not None:
-            spans.append((begin, begin + duration_s, size))
-        comm_end = begin + duration_s
+            spans.append((begin, comm_end, size))
     return comm_end, overlap
 
 
