@@ -164,11 +164,12 @@ class ParallelConfig(OptimizerFields):
 
     async_tensor_model_parallel_allreduce: bool = True
     """False is ``--no-async-tensor-model-parallel-allreduce`` (a Megatron-LM flag from 3f65246911, 2021-09-02, to
-    639c08ab82, 2026-01-29; the overlap is unconditional at d98e8a64ddf3): a column-parallel
-    layer's backward collectives wait until both its GEMMs are done, fully exposed. True (Megatron since
-    2021-09): its dgrad reduction runs beside its wgrad GEMM, and with sequence parallelism its input
-    re-gather beside its dgrad GEMM (``cost/tp_overlap.async_pairs``). Code before cf7efd4f5a ran as False,
-    e.g. the runs of Narayanan et al. 2021 (the errata of runs_megatron.csv)."""
+    639c08ab82, 2026-01-29, ignored since 5fffdfc737, 2024-04-29, and never read by TE's linears): a
+    column-parallel layer's dgrad all-reduce (no sequence parallelism) waits until both its GEMMs are done, fully
+    exposed. True (Megatron since 2021-09): it runs beside the wgrad GEMM (``cost/tp_overlap.async_pairs``). The
+    sequence-parallel all-gather and reduce-scatter run beside their GEMMs either way (asynchronous since
+    sequence parallelism came, 02bb1f5c86). Code before cf7efd4f5a ran as False, e.g. the runs of Narayanan et
+    al. 2021 (the errata of runs_megatron.csv)."""
 
     deterministic_mode: bool = False
     """``--deterministic-mode``: NCCL_ALGO=Ring, deterministic TE attention backward, deterministic

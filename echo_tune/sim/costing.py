@@ -69,8 +69,8 @@ class CostContext:
     groups: dict[str, GroupPlacement]
     tp_comm_overlap: bool = False
     async_tp_backward: bool = True
-    """A column-parallel layer's backward collectives run beside a GEMM (``cost/tp_overlap.async_pairs``);
-    False: ``--no-async-tensor-model-parallel-allreduce`` (Megatron-LM before 2021-09), all exposed."""
+    """A column-parallel layer's dgrad all-reduce runs beside its wgrad GEMM (``cost/tp_overlap.async_pairs``);
+    False: ``--no-async-tensor-model-parallel-allreduce`` (Megatron-LM before 2021-09): it waits (``_runs_async``)."""
     fp8_recipe: str | None = None
     """The FP8 recipe when the linear GEMMs run in FP8 (cost/fp8.py); None = bf16 GEMMs."""
     moe: MoEKernels | None = None
@@ -112,6 +112,24 @@ def host_kernels(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> i
     return _phase(ops, ctx, None, piece)[1]
 
 
+def _runs_async(op: Op, ctx: CostContext) -> bool:
+    """Whether a collective ``async_pairs`` found runs beside its GEMM under ``ctx``'s settings:
+    - ``--no-async-tensor-model-parallel-allreduce`` (Megatron-LM 2021-09..2024-04 honoured it, for its own
+      linears) waits for the dgrad all-reduce after both GEMMs; the sequence-parallel all-gather and
+      reduce-scatter stayed asynchronous (layers.py asserts the flag off on that path);
+    - ``--delay-wgrad-compute``: TE keeps the wgrad GEMM for later and waits for the dgrad reduction at the end of
+      the backward, so only the input re-gather beside the dgrad GEMM overlaps (the output layer is Megatron's own
+      ColumnParallelLinear, which keeps its wgrad in place);
+    - ``--moe-shared-expert-overlap``: the shared expert's linears run without TP communication of their own
+      (``parallel_mode=None``) and the block gathers / reduce-scatters around them, blocking."""
+    if op.collective == "all_reduce" and not ctx.async_tp_backward:
+        return False
+    if ctx.delay_wgrad_compute and op.collective != "all_gather" and op.region != "output":
+        return False
+    return not (op.region == "moe" and op.subregion == "shared" and ctx.moe is not None
+                and ctx.moe.shared_expert_overlap)
+
+
 def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str) -> tuple[PhaseCost, int]:
     if region is not None:  # a region, or a tagged sub-region as "region/subregion" (e.g. "moe/expert_act")
         ops = tuple(op for op in ops if op.region == region or (op.subregion and f"{op.region}/{op.subregion}" == region))
@@ -126,7 +144,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
     cp_comm_s = cp_size = ep_comm_s = 0.0
     # a column-parallel layer's backward collectives run beside a GEMM on NCCL's stream (async_pairs); with
     # --tp-comm-overlap userbuffers take over the TE linears of a transformer layer (pair_methods)
-    paired = {c: (g, "async") for c, g in async_pairs(ops)} if ctx.async_tp_backward else {}
+    paired = {c: (g, "async") for c, g in async_pairs(ops) if _runs_async(ops[c], ctx)}
     if ctx.tp_comm_overlap:
         paired.update({c: (g, method) for c, g, method in pair_methods(ops) if ops[c].region in TP_OVERLAP_REGIONS})
     for op in ops:
