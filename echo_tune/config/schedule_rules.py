@@ -148,3 +148,21 @@ def check_schedule_features(model: ModelSpec, parallel: ParallelConfig, data_par
             f"`(data_parallel_size * context_parallel_size) % num_distributed_optimizer_instances == 0` must hold "
             f"(core/parallel_state.py), but got (data_parallel_size={data_parallel_size}, "
             f"context_parallel_size={parallel.context_parallel_size}, num_distributed_optimizer_instances={n})")
+
+
+def userbuffer_overlap(model: ModelSpec, parallel: ParallelConfig) -> bool:
+    """Whether ``--tp-comm-overlap`` reaches the TE linears. Not with multi-latent attention: Megatron-LM's
+    ``TELinear.__init__`` (core/extensions/transformer_engine.py at d98e8a64ddf3) sets
+    ``self.config.tp_comm_overlap = False`` on the TransformerConfig every module shares when it builds a linear
+    whose buffer name is not qkv / proj / fc1 / fc2, and MLA's first such projection (q_down_proj, q_proj or
+    kv_down_proj) is built in the first layer, before its MLP and every later layer: only that layer's attention
+    output projection keeps userbuffers, which is left out."""
+    return parallel.tp_comm_overlap and not model.multi_latent_attention
+
+
+def userbuffer_notes(model: ModelSpec, parallel: ParallelConfig) -> tuple[str, ...]:
+    if parallel.tp_comm_overlap and not userbuffer_overlap(model, parallel):
+        return ("--tp-comm-overlap with multi-latent attention: Megatron-LM's TELinear turns TP overlap off on the "
+                "shared TransformerConfig when it builds MLA's down projection (buffer name not qkv/proj/fc1/fc2), "
+                "so no layer after it uses userbuffers; simulated without them",)
+    return ()

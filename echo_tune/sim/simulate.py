@@ -16,6 +16,7 @@ from echo_tune.config.compatibility import GroupPlacement, Layout, check_compati
 from echo_tune.config.launch_rules import launch_notes
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.schedule_rules import userbuffer_notes, userbuffer_overlap
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer
 from echo_tune.cost.moe_dispatch import moe_kernels
@@ -90,7 +91,7 @@ def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfi
     """What every pass of ``simulate`` is costed with (``emulate`` predicts with the same): ``cluster`` at its
     sustained clock (``with_sustained_clock``) and ``profile`` as ``simulate`` resolves it."""
     return CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
-                       tp_comm_overlap=parallel.tp_comm_overlap,
+                       tp_comm_overlap=userbuffer_overlap(model, parallel),
                        async_tp_backward=parallel.async_tensor_model_parallel_allreduce,
                        fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None, moe=moe_kernels(model, cluster),
                        overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
@@ -193,7 +194,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "effective_recompute_num_layers": layout.recompute_num_layers,
               "model_spec": dict(_model_spec(model))}
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision, fp8=parallel.fp8)
-    notes = moe_notes(model, layout) + layer_notes(model, parallel) + launch_notes(config)
+    notes = moe_notes(model, layout) + layer_notes(model, parallel) + launch_notes(config) + \
+        userbuffer_notes(model, parallel)
     if share is not None:
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "

@@ -226,3 +226,29 @@ def test_settings_that_take_the_gemm_or_the_communication_away_leave_the_collect
     assert delayed and all(c == "all_gather" for c, _, _ in delayed)
     shared = runs(model.replace(moe_shared_expert_overlap=True), parallel)
     assert not any(s == "shared" for _, _, s in shared) and ("reduce_scatter", "qkv", "") in shared
+
+
+def test_tp_comm_overlap_does_not_reach_multi_latent_attention_models():
+    """Megatron-LM's TELinear turns tp_comm_overlap off on the shared TransformerConfig when it builds MLA's down
+    projection (buffer name not qkv/proj/fc1/fc2; core/extensions/transformer_engine.py at d98e8a64ddf3): an
+    MLA model runs as without it, and says so; a GQA model keeps its userbuffer overlap."""
+    h100 = et.load_cluster("h100")
+    parallel = et.ParallelConfig(tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=4,
+                                 global_batch_size=16, use_distributed_optimizer=True)
+    mla = et.load_model("deepseek-v2-lite")
+    on, off = et.simulate(mla, h100, 16, parallel.replace(tp_comm_overlap=True)), et.simulate(mla, h100, 16, parallel)
+    assert on.step_time_s == off.step_time_s and on.breakdown_s == off.breakdown_s
+    assert any("--tp-comm-overlap with multi-latent attention" in n for n in on.notes)
+    dense = et.load_model("llama3-8b")
+    gqa = et.ParallelConfig(tensor_model_parallel_size=8, sequence_parallel=True, global_batch_size=8)
+    assert et.simulate(dense, h100, 8, gqa.replace(tp_comm_overlap=True)).step_time_s != \
+        et.simulate(dense, h100, 8, gqa).step_time_s
+
+
+def test_an_mla_space_holds_no_tp_comm_overlap_alias():
+    from echo_tune.search.auto_space import auto_space
+    from echo_tune.search.layouts import check_space
+
+    valid, _ = check_space(auto_space(model="deepseek-v2-lite", cluster="h100", num_gpus=16, global_batch_size=64))
+    assert valid and not any(c.parallel.tp_comm_overlap for c in valid)
+    assert any(c.parallel.sequence_parallel and c.parallel.tensor_model_parallel_size > 1 for c in valid)
