@@ -117,7 +117,7 @@ def ranking_table(rows: list[dict], tokens: float, *, currency: str = "USD", sor
                       # no throughput, MFU or cost for a layout that does not fit (as simulate): it cannot run
                       _si(r["tokens_per_s"]) if fits else "-", f"{100 * r['mfu']:.0f}%" if fits else "-",
                       f"{r['peak_memory_bytes'] / 2**30:.0f} GiB",
-                      f"{r['headroom_gib']:.1f} GiB", ("[yellow]at risk[/yellow]" if str(r.get("memory_verdict", "")).startswith("at risk") else
+                      f"{r['headroom_gib']:.1f} GiB", ("[yellow]at risk[/yellow]" if r.get("memory_band") == "at risk" else
                        "[green]yes[/green]") if fits else "[red]no[/red]",
                       _with_band(r["time_to_train_days"], r.get("days_band"), _days) if fits else "-",
                       _si(r["gpu_hours"]) if fits else "-",

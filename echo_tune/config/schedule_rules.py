@@ -151,13 +151,18 @@ def check_schedule_features(model: ModelSpec, parallel: ParallelConfig, data_par
 
 
 def userbuffer_overlap(model: ModelSpec, parallel: ParallelConfig) -> bool:
-    """Whether ``--tp-comm-overlap`` reaches the TE linears. Not with multi-latent attention: Megatron-LM's
+    """Whether ``--tp-comm-overlap`` is on and reaches the TE linears (``userbuffers_reach_linears``)."""
+    return parallel.tp_comm_overlap and userbuffers_reach_linears(model)
+
+
+def userbuffers_reach_linears(model: ModelSpec) -> bool:
+    """Whether ``--tp-comm-overlap`` can reach the TE linears. Not with multi-latent attention: Megatron-LM's
     ``TELinear.__init__`` (core/extensions/transformer_engine.py at d98e8a64ddf3) sets
     ``self.config.tp_comm_overlap = False`` on the TransformerConfig every module shares when it builds a linear
     whose buffer name is not qkv / proj / fc1 / fc2, and MLA's first such projection (q_down_proj, q_proj or
     kv_down_proj) is built in the first layer, before its MLP and every later layer: only that layer's attention
     output projection keeps userbuffers, which is left out."""
-    return parallel.tp_comm_overlap and not model.multi_latent_attention
+    return not model.multi_latent_attention
 
 
 def userbuffer_notes(model: ModelSpec, parallel: ParallelConfig) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout, check_compatible
 from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.schedule_rules import userbuffers_reach_linears
 from echo_tune.errors import ConfigError
 from echo_tune.limits import MAX_VALID_LAYOUTS
 from echo_tune.search.space import FIELD_ORDER, SearchSpace
@@ -135,9 +136,8 @@ def options(space: SearchSpace, field_name: str, chosen: dict) -> tuple:
                 seen.add(tp if v is None else v)
                 kept.append(v)
         return tuple(kept)
-    if field_name == "tp_comm_overlap" and space.model.multi_latent_attention:
-        # Megatron turns it off for MLA models (config/schedule_rules.userbuffer_overlap): on would be an alias
-        return (False,)
+    if field_name == "tp_comm_overlap" and not userbuffers_reach_linears(space.model):
+        return (False,)  # Megatron turns it off (MLA models): on would be an alias
     if field_name == "sequence_parallel" and space.model.is_moe and chosen.get("tensor_model_parallel_size", 1) > 1:
         # Megatron-Core's MoE layer refuses TP > 1 without sequence parallelism (moe_layer.py)
         return tuple(v for v in space.choices[field_name] if v) or space.choices[field_name]

@@ -24,11 +24,21 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def _gathered(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The dim-0 gather of ``x`` over ``group_size`` ranks (shape only)."""
+    return x.new_empty((x.shape[0] * group_size, *x.shape[1:]))
+
+
+def _scattered(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """This rank's dim-0 shard of ``x`` over ``group_size`` ranks (shape only)."""
+    return x.new_empty((x.shape[0] // group_size, *x.shape[1:]))
+
+
 def all_gather(x: torch.Tensor, group: str, group_size: int) -> torch.Tensor:
     """Gather ``x`` along dim 0 from ``group_size`` ranks (size: the gathered output)."""
     if group_size == 1:
         return x
-    out = x.new_empty((x.shape[0] * group_size, *x.shape[1:]))
+    out = _gathered(x, group_size)
     record_collective("all_gather", group, _nbytes(out), group_size)
     return out
 
@@ -38,7 +48,7 @@ def reduce_scatter(x: torch.Tensor, group: str, group_size: int) -> torch.Tensor
     if group_size == 1:
         return x
     record_collective("reduce_scatter", group, _nbytes(x), group_size)
-    return x.new_empty((x.shape[0] // group_size, *x.shape[1:]))
+    return _scattered(x, group_size)
 
 
 def all_reduce(x: torch.Tensor, group: str, group_size: int) -> torch.Tensor:
@@ -103,7 +113,7 @@ class _ParallelLinear(Function):
         x, weight = ctx.saved_tensors
         tp = ctx.tp
         if ctx.gather_input:  # re-gather the sequence shard for the wgrad
-            total = x.new_empty((x.shape[0] * tp, *x.shape[1:]))
+            total = _gathered(x, tp)
             gathering = start_collective("all_gather", "tp", _nbytes(total), tp)
         else:
             total, gathering = x, None
@@ -112,7 +122,7 @@ class _ParallelLinear(Function):
         handle = None
         if ctx.gather_input:
             handle = start_collective("reduce_scatter", "tp", _nbytes(grad_input), tp)
-            grad_input = grad_input.new_empty((grad_input.shape[0] // tp, *grad_input.shape[1:]))
+            grad_input = _scattered(grad_input, tp)
         elif ctx.allreduce_dgrad:
             handle = start_collective("all_reduce", "tp", _nbytes(grad_input), tp)
         grad_2d = grad.reshape(-1, grad.shape[-1])
