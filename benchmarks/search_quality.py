@@ -71,7 +71,7 @@ def measure(name: str, seeds: int, n_trials: int | None, results: Path, samplers
                                                      study_name=f"{space.name}-exhaustive-{n_jobs}",
                                                      results_dir=results, write_files=False))
         row["exhaustive"].append({"n_jobs": n_jobs, "new_trials": exhaustive.new_trials,
-                                  "wall_s": time.perf_counter() - start})
+                                  "simulated": exhaustive.n_simulated, "wall_s": time.perf_counter() - start})
         row["layouts"], row["optimum_s"] = exhaustive.space_size, exhaustive.best["step_time_s"]
     for sampler in samplers:
         for seed in range(seeds):
@@ -82,24 +82,26 @@ def measure(name: str, seeds: int, n_trials: int | None, results: Path, samplers
             result = run_search(space, opts)
             best = result.best["step_time_s"] if result.best else float("inf")
             row["runs"].append({"sampler": sampler, "seed": seed, "best_s": best,
-                                "gap_pct": 100 * (best / row["optimum_s"] - 1), "simulated": result.n_trials,
+                                "gap_pct": 100 * (best / row["optimum_s"] - 1), "covered": result.n_trials,
+                                "simulated": result.n_simulated,
                                 "coverage": result.coverage, "wall_s": time.perf_counter() - start})
     return row
 
 
 def print_table(rows: list[dict]) -> None:
-    print("| space | layouts | exhaustive optimum | exhaustive wall | search | seed | best | gap | simulated "
-          "(coverage) | wall |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("| space | layouts | exhaustive optimum | exhaustive wall (simulated) | search | seed | best | gap | covered "
+          "(coverage) | simulated | wall |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        ex_wall = ", ".join(f"{e['wall_s']:.0f} s ({e['n_jobs']} job{'s' if e['n_jobs'] > 1 else ''})"
+        ex_wall = ", ".join(f"{e['wall_s']:.1f} s ({e['n_jobs']} job{'s' if e['n_jobs'] > 1 else ''})"
                             if e["new_trials"] else f"(stored, {e['n_jobs']})" for e in row["exhaustive"])
+        simulated = row["exhaustive"][-1].get("simulated", row["layouts"])
         for i, run in enumerate(row["runs"]):
-            head = (f"| {row['space']} | {row['layouts']} | {row['optimum_s']:.4f} s | {ex_wall} "
+            head = (f"| {row['space']} | {row['layouts']} | {row['optimum_s']:.4f} s | {ex_wall} ({simulated}) "
                     if i == 0 else "| | | | ")
             sampler = "default" if run["sampler"] == "auto" else run["sampler"]
-            print(f"{head}| {sampler} | {run['seed']} | {run['best_s']:.4f} s | {run['gap_pct']:.2f}% | {run['simulated']} "
-                  f"({100 * run['coverage']:.1f}%) | {run['wall_s']:.1f} s |")
+            print(f"{head}| {sampler} | {run['seed']} | {run['best_s']:.4f} s | {run['gap_pct']:.2f}% | {run['covered']} "
+                  f"({100 * run['coverage']:.1f}%) | {run['simulated']} | {run['wall_s']:.1f} s |")
 
 
 def main() -> None:

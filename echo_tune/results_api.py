@@ -8,7 +8,9 @@ the step report's numbers, the breakdown parts (``<part>_s``) and
   rule-breaking layouts);
 - ``headroom_gib``: memory left under the limit (HBM minus the required headroom) at the peak stage;
   negative = over by that much;
-- ``rejected_rule``: the rule a layout broke ("" otherwise).
+- ``rejected_rule``: the rule a layout broke ("" otherwise);
+- ``dominated_by``: why a layout was not simulated, another layout of the space being at least as good
+  ("recompute_granularity=none": the same layout without recompute fits; search/dominance.py), "" otherwise.
 
 Word-valued settings keep their words: recompute, its method and the FP8 format read ``none`` when unset
 (as in a space file), never NaN. ``pd.read_csv(dir / "trials.csv", keep_default_na=False)`` reads the same
@@ -50,7 +52,8 @@ def load_results(path: str | Path, study_name: str | None = None):
         if not t.state.is_finished():
             continue
         record = trial_record(t)
-        row = {"trial": t.number, "state": t.state.name, "rejected_rule": t.user_attrs.get("rejected_rule", "")}
+        row = {"trial": t.number, "state": t.state.name, "rejected_rule": t.user_attrs.get("rejected_rule", ""),
+               "dominated_by": t.user_attrs.get("dominated_by", "")}
         config = record["config"] if record else t.user_attrs.get("config", dict(t.params))
         row.update(config)
         if record:

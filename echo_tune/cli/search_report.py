@@ -85,10 +85,13 @@ def print_result(space, result: SearchResult, *, top: int = 10, console: Console
         return
     line, style = note_printer(console, fmt)
 
+    dominated = (f", {result.n_dominated} not simulated (the same layout without recompute fits, and recompute "
+                 f"only adds work)") if result.n_dominated else ""
     line(Text(f"{result.sampler}: {result.n_trials} trials ({result.new_trials} new), {result.n_feasible} "
-              f"feasible, {result.n_infeasible} over memory, {result.n_rejected} rejected; coverage: "
-              f"{result.n_trials} of the {result.space_size} valid layouts in the space simulated "
-              f"({100 * result.coverage:.1f}%); {result.wall_time_s:.1f} s"))
+              f"feasible, {result.n_infeasible} over memory, {result.n_rejected} rejected{dominated}; coverage: "
+              f"{result.n_trials} of the {result.space_size} valid layouts in the space "
+              f"{'covered' if result.n_dominated else 'simulated'} ({100 * result.coverage:.1f}%); "
+              f"{result.wall_time_s:.1f} s"))
     if result.best is not None:
         best = result.best
         fp8 = " of the BF16 peak, FP8 GEMMs" if best["config"].get("fp8_format") else ""

@@ -17,6 +17,11 @@ def _num(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _dominated(row: dict) -> str:
+    n = row.get("n_dominated") or 0
+    return f", {n} of them not simulated: recompute variants of a layout that fits without it" if n else ""
+
+
 def mfu_header(rows: list[dict]) -> str:
     """MFU is always of the BF16 peak (Megatron's convention); said so when an FP8 layout is in the table."""
     return "MFU of BF16 peak" if any((r.get("precision") or "").startswith("fp8") for r in rows) else "MFU"
@@ -154,6 +159,7 @@ def print_plan(result, explanation: dict | None, *, sort: str, console: Console 
         print_table(sens, fmt, console)
     for note in result.notes:
         say(f"note: {note}", "dim")
-    say("coverage: " + ", ".join(f"{r['candidate']} {r['n_trials']} of {r['space_size']} layouts simulated "
-                                 f"({100 * r['coverage']:.1f}%)" for r in result.rows if "space_size" in r), "dim")
+    say("coverage: " + ", ".join(f"{r['candidate']} {r['n_trials']} of {r['space_size']} layouts "
+                                 f"{'covered' if r.get('n_dominated') else 'simulated'} ({100 * r['coverage']:.1f}%"
+                                 f"{_dominated(r)})" for r in result.rows if "space_size" in r), "dim")
     say(f"studies in {', '.join(r['study'] for r in result.rows)} (run again to reuse them)", "dim")

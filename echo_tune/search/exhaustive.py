@@ -1,4 +1,6 @@
-"""Exhaustive search: simulate every valid layout, in batches spread over processes.
+"""Exhaustive search: every valid layout, simulated in batches spread over processes, except those another
+layout of the batch dominates (``dominance.py``: recompute variants of a layout that fits without recompute),
+which are stored as dominated without being simulated.
 
 Layouts are sorted by pipeline structure (schedule, stages, chunks, micro-batches) and traced shape and
 cut into a few batches per worker, so a worker compiles each pipeline program once and pays one task
@@ -22,6 +24,8 @@ from concurrent.futures import Future
 from optuna.trial import TrialState, create_trial
 
 from echo_tune.search.claim import die_with_parent
+from echo_tune.search.dominance import Dominance, ordered_groups
+from echo_tune.search.gc_pause import gc_paused
 from echo_tune.search.journal_trials import add_finished
 from echo_tune.search.layouts import Candidate, RejectedLayout
 from echo_tune.search.params import full_params, search_distributions
@@ -34,20 +38,34 @@ BATCHES_PER_WORKER = 20  # enough for the processes to even out batches of unequ
 FEED_EVERY = 8  # layouts this process simulates between handing the workers more batches
 
 
-def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces: dict) -> list:
+def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces: dict,
+                    dominance: Dominance | None = None) -> list:
     """Simulate a batch (in a worker, or here) and return its finished trials, ready to store. ``pieces``: the
-    traced pieces by key, None for those the trace cache on disk holds (``trace_pieces`` loads them once)."""
+    traced pieces by key, None for those the trace cache on disk holds (``trace_pieces`` loads them once).
+    A layout that another of the batch before it dominates is stored as dominated, not simulated
+    (``dominance.py``; ``dominance``: carried over from the slices of the same batch before this one)."""
+    with gc_paused():
+        return _evaluate(space, batch, profile, pieces, dominance)
+
+
+def _evaluate(space: SearchSpace, batch: list[Candidate], profile, pieces: dict, dominance: Dominance | None) -> list:
     from echo_tune.sim.passes import seed_pieces
 
     space, profile = _interned(space), _interned(profile)
     seed_pieces({key: value for key, value in pieces.items() if value is not None})
     distributions = search_distributions(space)
+    dominance = dominance if dominance is not None else Dominance(space)
     out = []
     for candidate in batch:
-        try:
-            result = ("ok", evaluate(space, candidate, profile=profile)[0])
-        except RejectedLayout as exc:
-            result = ("rejected", exc.rule)
+        rule = dominance.dominated_by(candidate)
+        if rule is not None:
+            result = ("dominated", rule)
+        else:
+            try:
+                result = ("ok", evaluate(space, candidate, profile=profile)[0])
+            except RejectedLayout as exc:
+                result = ("rejected", exc.rule)
+            dominance.simulated(candidate, result[1] if result[0] == "ok" else None)
         out.append(_frozen(space, candidate, result, distributions))
     return out
 
@@ -85,11 +103,26 @@ def _cost(candidate: Candidate) -> int:
 
 def batches(candidates: list[Candidate], n_jobs: int = 1) -> list[list[Candidate]]:
     """Candidates by pipeline structure and shape, costliest first (the workers' last batches are short,
-    so they finish together), in about ``BATCHES_PER_WORKER * n_jobs`` batches."""
-    # stable: the enumeration order within a structure
+    so they finish together), in about ``BATCHES_PER_WORKER * n_jobs`` batches. A layout's recompute variants
+    stay together in one batch, the one without recompute first (``dominance.ordered_groups``)."""
+    # stable: the enumeration order within a structure (a layout's recompute variants share its structure)
     ordered = sorted(candidates, key=lambda c: (-_cost(c), structure_key(c)))
     size = max(1, min(MAX_BATCH, -(-len(ordered) // (BATCHES_PER_WORKER * max(1, n_jobs)))))
-    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    return cut(ordered_groups(ordered), size)
+
+
+def cut(groups: list[list[Candidate]], size: int) -> list[list[Candidate]]:
+    """The groups' layouts in order, in batches of about ``size``, each group whole in one batch."""
+    out: list[list[Candidate]] = []
+    current: list[Candidate] = []
+    for members in groups:
+        current += members
+        if len(current) >= size:
+            out.append(current)
+            current = []
+    if current:
+        out.append(current)
+    return out
 
 
 def _pieces_for(space: SearchSpace, batch: list[Candidate], *, by_reference: bool = False) -> dict:
@@ -98,8 +131,11 @@ def _pieces_for(space: SearchSpace, batch: list[Candidate], *, by_reference: boo
     every batch pickled ~1 MB per batch (390 MB and ~9 s of this process's time over the Qwen3-30B-A3B space)."""
     from echo_tune.sim.passes import on_disk, pieces_key, trace_pieces
 
-    out = {}
+    out, shapes = {}, set()
     for c in batch:
+        if c.shape in shapes:  # the pieces are keyed on the shape's settings (sim/passes.py, _trace_kwargs)
+            continue
+        shapes.add(c.shape)
         key = pieces_key(space.model, c.parallel, c.layout)
         if key not in out:
             pieces = trace_pieces(space.model, c.parallel, c.layout)
@@ -111,6 +147,11 @@ def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]
     """A finished trial with the same params and distributions a sampler's trial would have."""
     params = full_params(space, candidate)
     kind, payload = result
+    if kind == "dominated":
+        return create_trial(state=TrialState.PRUNED, params=params, distributions=distributions,
+                            user_attrs={"dominated_by": payload, "config": candidate.config},
+                            constraints=dict(REJECTED_CONSTRAINTS),
+                            system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
     if kind == "ok":
         return create_trial(state=TrialState.COMPLETE, values=told_values(space, payload),
                             params=params, distributions=distributions,
@@ -159,6 +200,11 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
 
     Stops early (keeping what is stored) when ``deadline`` (time.monotonic) passes.
     """
+    with gc_paused():  # the parent holds every layout and stored trial: full collections stalled the workers
+        return _run(space, study, store, todo, n_jobs, profile, deadline, on_trials)
+
+
+def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials) -> int:
     parts = batches(todo, n_jobs)
     if n_jobs == 1 or len(parts) <= 1:
         results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
@@ -175,7 +221,7 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
     plotting: list[Future] = []
 
     def feed() -> None:  # keep two batches queued per worker, the next ones in order
-        while sum(not f.done() for f in futures.values()) < 2 * (n_jobs - 1) and handed[0] < len(parts):
+        while sum(not f.done() for f in futures.values()) < 8 * (n_jobs - 1) and handed[0] < len(parts):
             b = parts[handed[0]]
             futures[handed[0]] = pool.submit(_evaluate_batch, space, b, profile,
                                              _pieces_for(space, b, by_reference=True))
@@ -186,9 +232,9 @@ def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n
     def simulate_here(i: int) -> None:
         # a slice at a time, topping up the workers' queues between slices (the front batches are the
         # costliest: a worker would otherwise run dry while this process simulates one)
-        b, pieces, done = parts[i], _pieces_for(space, parts[i]), []
+        b, pieces, done, dominance = parts[i], _pieces_for(space, parts[i]), [], Dominance(space)
         for k in range(0, len(b), FEED_EVERY):
-            done += _evaluate_batch(space, b[k:k + FEED_EVERY], profile, pieces)
+            done += _evaluate_batch(space, b[k:k + FEED_EVERY], profile, pieces, dominance)
             feed()
         mine[i] = done
 

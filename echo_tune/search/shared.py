@@ -28,7 +28,8 @@ from optuna.exceptions import DuplicatedStudyError
 from optuna.trial import TrialState
 
 from echo_tune.errors import ConfigError
-from echo_tune.search.exhaustive import run_exhaustive, structure_key
+from echo_tune.search.dominance import ordered_groups
+from echo_tune.search.exhaustive import cut, run_exhaustive, structure_key
 from echo_tune.search.layouts import Candidate
 from echo_tune.search.space import SearchSpace
 
@@ -61,8 +62,8 @@ def _open_tickets(storage, name: str, valid: list[Candidate], todo: list[Candida
         return tickets
     index = {c.key: i for i, c in enumerate(valid)}
     ordered = sorted(todo, key=structure_key)  # a ticket's layouts share pipeline programs and traces
-    size = ticket_size(len(ordered))
-    parts = [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    # a layout's recompute variants in one ticket, after it (dominance.py: they need it simulated first)
+    parts = cut(ordered_groups(ordered), ticket_size(len(ordered)))
     for part in parts:
         tickets.enqueue_trial({}, user_attrs={"layouts": [index[c.key] for c in part]})
     tickets.set_user_attr(READY_ATTR, len(parts))

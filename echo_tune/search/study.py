@@ -30,6 +30,7 @@ from echo_tune.search import results as res
 from echo_tune.search.results import SearchResult
 from echo_tune.search.auto import AUTO_BUDGET, run_auto
 from echo_tune.search.exhaustive import run_exhaustive, start_workers, worker_pool
+from echo_tune.search.gc_pause import gc_paused
 from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id
 from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.params import full_params, suggest_layout
@@ -206,7 +207,7 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
     stored = {tuple(sorted(t.user_attrs.get("record", t.user_attrs).get("config", {}).items()))
               for t in study.get_trials(deepcopy=False, states=res.FINISHED)}
     target = min(len(valid), opts.n_trials or len(valid))
-    todo = [c for c in valid if c.key not in stored][:max(0, target - done_before)]
+    todo = [c for c in valid if not stored or c.key not in stored][:max(0, target - done_before)]
     count = [0]
 
     def on_trials(n: int, best: dict | None = None) -> None:
@@ -319,6 +320,7 @@ def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started
     # exhaustive: the pool's idle worker draws the plot (it loaded matplotlib as the run ended)
     pool = worker_pool(opts.n_jobs) if (opts.sampler == "exhaustive" and opts.n_jobs > 1 and not interrupted
                                          and not shares_work(opts.storage)) else None
-    return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
-                     started=started, valid=valid, notes=notes, done_before=done_before,
-                     interrupted=interrupted, write_files=opts.write_files, profile=profile, pool=pool)
+    with gc_paused():  # reads back every trial (gc_pause.py)
+        return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
+                         started=started, valid=valid, notes=notes, done_before=done_before,
+                         interrupted=interrupted, write_files=opts.write_files, profile=profile, pool=pool)

@@ -40,7 +40,8 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
     return SearchResult(
         study_name=name, sampler=sampler, n_trials=len(finished), n_feasible=len(feasible),
         n_infeasible=sum(1 for t in finished if t.state == TrialState.COMPLETE) - len(feasible),
-        n_rejected=sum(1 for t in finished if t.state == TrialState.PRUNED),
+        n_rejected=sum(1 for t in finished if t.state == TrialState.PRUNED and "dominated_by" not in t.user_attrs),
+        n_dominated=sum(1 for t in finished if t.state == TrialState.PRUNED and "dominated_by" in t.user_attrs),
         new_trials=len(finished) - done_before, space_size=len(valid),
         wall_time_s=time.monotonic() - started, best=best, pareto=pareto, results_dir=str(out_dir),
         storage=where, files=files, interrupted=interrupted, notes=list(notes),

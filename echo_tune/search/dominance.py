@@ -1,0 +1,84 @@
+"""Layouts that can only be slower than another layout of the space: not simulated, stored as such.
+
+One rule, stated and checked against exhaustive runs (tests/search/test_dominance.py; docs/search.md):
+
+**Recompute only adds work.** Activation recompute (``--recompute-granularity selective|full`` with any
+method and layer count) replays part of each forward before its backward and changes nothing else the step
+is made of: the same GEMMs, collectives, pipeline schedule, DP and optimizer work, plus the replayed
+forward. The simulated step is monotone in every pass's duration (the pipeline is a max-plus system; the
+DP tail, the host-bound waits and the overlaps end no earlier when a pass ends later), so when the same
+layout *without* recompute fits in memory, each of its recompute variants is at least as slow: it is stored
+as a dominated trial (``PRUNED``, user attribute ``dominated_by``) and not simulated. Recompute exists to
+fit memory; where memory is not the problem it only costs time.
+
+It holds for objectives that follow the step time at a fixed GPU count (step time, cost per step, GPU
+count); a space that minimises peak memory simulates every layout (recompute is what lowers it).
+Checked against exhaustive runs of the six benchmark spaces of docs/search.md: no recompute variant of a
+fitting layout is faster than it (on Qwen3-30B-A3B / 256 H100, 24,392 of 43,194 layouts skipped).
+
+Dominance is decided inside a batch, on the layouts simulated just before: ``ordered_groups`` keeps each
+layout's recompute variants together, its no-recompute variant first, and batches are cut between groups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Iterable
+
+from echo_tune.config.parallel import ParallelConfig
+from echo_tune.search.layouts import Candidate
+from echo_tune.search.space import SearchSpace
+
+RECOMPUTE_FIELDS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
+MONOTONE_OBJECTIVES = ("step_time", "cost", "num_gpus")
+DOMINATED_BY_RECOMPUTE = "recompute_granularity=none"
+"""``dominated_by`` of a recompute variant: the same layout without recompute fits, and is at least as fast."""
+
+
+def applies(space: SearchSpace) -> bool:
+    """Whether the space's objectives let a dominated layout go unsimulated (none of them is peak memory)."""
+    return all(o in MONOTONE_OBJECTIVES for o in space.objectives)
+
+
+_OTHER_SETTINGS = operator.attrgetter(*(f.name for f in dataclasses.fields(ParallelConfig)
+                                        if f.name not in RECOMPUTE_FIELDS))
+
+
+def group_key(candidate: Candidate) -> tuple:
+    """The layout's settings but recompute: the same key for a layout and its recompute variants."""
+    return candidate.num_gpus, _OTHER_SETTINGS(candidate.parallel)
+
+
+def ordered_groups(candidates: Iterable[Candidate]) -> list[list[Candidate]]:
+    """``candidates`` as groups of recompute variants, in the order of each group's first member, the member
+    without recompute first (the order is otherwise kept)."""
+    groups: dict[tuple, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(group_key(c), []).append(c)
+    out = []
+    for members in groups.values():
+        if len(members) > 1:
+            members.sort(key=lambda c: c.parallel.recompute_granularity is not None)
+        out.append(members)
+    return out
+
+
+class Dominance:
+    """Which layouts of a batch need no simulation, given the results of those before them."""
+
+    def __init__(self, space: SearchSpace):
+        self.active = applies(space)
+        self._fits: set[tuple] = set()  # group keys whose layout without recompute fits
+
+    def dominated_by(self, candidate: Candidate) -> str | None:
+        """The rule that makes ``candidate`` unneeded, or None (simulate it)."""
+        if not self.active or candidate.parallel.recompute_granularity is None:
+            return None
+        return DOMINATED_BY_RECOMPUTE if group_key(candidate) in self._fits else None
+
+    def simulated(self, candidate: Candidate, record: dict | None) -> None:
+        """Note a simulated layout (``record`` None: rejected by a rule)."""
+        if self.active and record is not None and record["fits_memory"] \
+                and candidate.parallel.recompute_granularity is None:
+            self._fits.add(group_key(candidate))
