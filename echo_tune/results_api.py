@@ -4,8 +4,8 @@ One row per finished trial of the study stored in ``dir`` (a results folder hold
 journal file itself): the trial number and state, every layout setting by Megatron name, the derived sizes,
 the step report's numbers, the breakdown parts (``<part>_s``) and
 
-- ``feasible``: simulated and fits in memory with the space's headroom (False for out-of-memory and
-  rule-breaking layouts);
+- ``feasible``: simulated and fits in memory with the space's headroom (False for out-of-memory,
+  rule-breaking and dominated, not simulated, layouts);
 - ``headroom_gib``: memory left under the limit (HBM minus the required headroom) at the peak stage;
   negative = over by that much;
 - ``rejected_rule``: the rule a layout broke ("" otherwise);

@@ -5,11 +5,18 @@ One rule, stated and checked against exhaustive runs (tests/search/test_dominanc
 **Recompute only adds work.** Activation recompute (``--recompute-granularity selective|full`` with any
 method and layer count) replays part of each forward before its backward and changes nothing else the step
 is made of: the same GEMMs, collectives, pipeline schedule, DP and optimizer work, plus the replayed
-forward. The simulated step is monotone in every pass's duration (the pipeline is a max-plus system; the
-DP tail, the host-bound waits and the overlaps end no earlier when a pass ends later), so when the same
-layout *without* recompute fits in memory, each of its recompute variants is at least as slow: it is stored
-as a dominated trial (``PRUNED``, user attribute ``dominated_by``) and not simulated. Recompute exists to
-fit memory; where memory is not the problem it only costs time.
+forward. Every pass is as long or longer (the replayed regions are costed on their own and added to the
+backward) and the pipeline is a max-plus system, monotone in its tasks' durations; FSDP's exposed gathers
+shrink by at most what the backward grows. One term is not monotone by construction: the DP tail slows a
+gradient bucket that starts before its stage's compute ends (the interference curve) for its whole duration
+and one that starts after it not at all, so a bucket made ready later with the compute end fixed can end
+sooner; recompute moves the compute end later with the buckets, and a review found no layout where it
+shortened the step (335,016 layout pairs of four models: host-bound profiles, CUDA graphs, FP8, FSDP, the
+EP overlap, every recompute method and module; smallest difference 0, where the recompute is empty). So
+when the same layout *without* recompute fits in memory, each of its recompute variants is at least as slow:
+it is stored as a dominated trial (``PRUNED``, user attribute ``dominated_by``, infeasible for a sampler
+reusing the study, ``feasible`` False in trials.csv) and not simulated. Recompute exists to fit memory;
+where memory is not the problem it only costs time.
 
 It holds for objectives that follow the step time at a fixed GPU count (step time, cost per step, GPU
 count); a space that minimises peak memory simulates every layout (recompute is what lowers it).

@@ -33,7 +33,7 @@ from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTR
                                        evaluate, flat_attrs, told_values)
 from echo_tune.search.space import SearchSpace
 
-MAX_BATCH = 128  # layouts per batch at most: the progress bar and an interrupt see a batch at a time
+MAX_BATCH = 128  # layouts per batch (a recompute group is not split): progress and interrupts see batches
 BATCHES_PER_WORKER = 20  # enough for the processes to even out batches of unequal cost
 FEED_EVERY = 8  # layouts this process simulates between handing the workers more batches
 
@@ -112,7 +112,8 @@ def batches(candidates: list[Candidate], n_jobs: int = 1) -> list[list[Candidate
 
 
 def cut(groups: list[list[Candidate]], size: int) -> list[list[Candidate]]:
-    """The groups' layouts in order, in batches of about ``size``, each group whole in one batch."""
+    """The groups' layouts in order, in batches of about ``size`` (over it by less than a group: a layout's
+    recompute variants, a few), each group whole in one batch."""
     out: list[list[Candidate]] = []
     current: list[Candidate] = []
     for members in groups:
@@ -220,7 +221,7 @@ def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials) -> int
     handed = [0]  # every batch before this one is a worker's or ours
     plotting: list[Future] = []
 
-    def feed() -> None:  # keep two batches queued per worker, the next ones in order
+    def feed() -> None:  # keep eight batches queued per worker (it never waits on this process), in order
         while sum(not f.done() for f in futures.values()) < 8 * (n_jobs - 1) and handed[0] < len(parts):
             b = parts[handed[0]]
             futures[handed[0]] = pool.submit(_evaluate_batch, space, b, profile,
