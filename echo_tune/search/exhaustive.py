@@ -145,14 +145,16 @@ def _pieces_for(space: SearchSpace, batch: list[Candidate], *, by_reference: boo
 
 
 def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object], distributions: dict):
-    """A finished trial with the same params and distributions a sampler's trial would have."""
-    params = full_params(space, candidate)
+    """A finished trial with the same params and distributions a sampler's trial would have; a dominated one
+    has none (no sampler learns from it: its layout is in ``config``; storing them took ~0.9 s of a run's
+    3.8 s of storing, Optuna reading each param's distribution back)."""
     kind, payload = result
     if kind == "dominated":
-        return create_trial(state=TrialState.PRUNED, params=params, distributions=distributions,
+        return create_trial(state=TrialState.PRUNED, params={}, distributions={},
                             user_attrs={"dominated_by": payload, "config": candidate.config},
                             constraints=dict(REJECTED_CONSTRAINTS),
                             system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
+    params = full_params(space, candidate)
     if kind == "ok":
         return create_trial(state=TrialState.COMPLETE, values=told_values(space, payload),
                             params=params, distributions=distributions,

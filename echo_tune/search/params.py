@@ -71,7 +71,7 @@ def layout_of(space: SearchSpace, params: dict) -> Candidate:
 def full_params(space: SearchSpace, candidate: Candidate) -> dict:
     """A param for every searched setting: the layout's value where it applies, a filler (its off value,
     else its first listed value) where it has no effect."""
-    chosen = {"num_gpus": candidate.num_gpus, **candidate.parallel.to_dict()}
+    chosen = candidate._config  # {"num_gpus": ..., every setting}, built once per candidate (read only here)
     out = {}
     for f in space.searched:
         if applicable(f, chosen):

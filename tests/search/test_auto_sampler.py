@@ -47,7 +47,9 @@ def _keys(result_dir: Path, name: str) -> set:
     from echo_tune.search.storage import open_storage
 
     study = optuna.load_study(study_name=name, storage=open_storage(result_dir / name, None).storage)
-    return {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False)}
+    # by the layout stored (a dominated trial has no params: search/dominance.py)
+    return {tuple(sorted((t.user_attrs.get("record") or t.user_attrs)["config"].items()))
+            for t in study.get_trials(deepcopy=False)}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
