@@ -80,9 +80,11 @@ class Candidate:
         """Every setting by Megatron name, plus the world size (a fresh copy: built once per candidate)."""
         return dict(self._config)
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple:
-        return tuple(sorted(self.config.items()))
+        """The layout's identity: every setting by name, sorted (built once: the default search's rounds and
+        resumed runs look every layout up by it)."""
+        return tuple(sorted(self._config.items()))
 
     @property
     def shape(self) -> tuple:
