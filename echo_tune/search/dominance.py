@@ -7,12 +7,13 @@ method and layer count) replays part of each forward before its backward and cha
 is made of: the same GEMMs, collectives, pipeline schedule, DP and optimizer work, plus the replayed
 forward. Every pass is as long or longer (the replayed regions are costed on their own and added to the
 backward) and the pipeline is a max-plus system, monotone in its tasks' durations; FSDP's exposed gathers
-shrink by at most what the backward grows. One term is not monotone by construction: the DP tail slows a
-gradient bucket that starts before its stage's compute ends (the interference curve) for its whole duration
-and one that starts after it not at all, so a bucket made ready later with the compute end fixed can end
-sooner; recompute moves the compute end later with the buckets, and a review found no layout where it
-shortened the step (335,016 layout pairs of four models: host-bound profiles, CUDA graphs, FP8, FSDP, the
-EP overlap, every recompute method and module; smallest difference 0, where the recompute is empty). So
+shrink by at most what the backward grows; the DP tail (exposed time plus the interference it adds) ends
+no sooner when a bucket is ready later or the compute ends later, while ``compute_slowdown - 1 < 1 /
+comm_slowdown`` (every shipped profile), as a bucket is slowed only while the compute runs (
+``sim/dp._slowed_end``: a review found that slowing the whole of a bucket that started before the compute
+end broke this; it then simulated 335,016 layout pairs of four models - host-bound profiles, CUDA graphs,
+FP8, FSDP, the EP overlap, every recompute method and module - and found no recompute variant faster; the
+smallest difference 0, where the recompute is empty). So
 when the same layout *without* recompute fits in memory, each of its recompute variants is at least as slow:
 it is stored as a dominated trial (``PRUNED``, user attribute ``dominated_by``, infeasible for a sampler
 reusing the study, ``feasible`` False in trials.csv) and not simulated. Recompute exists to fit memory;

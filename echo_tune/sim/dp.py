@@ -187,9 +187,12 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
     for ready, size, _, duration_s in buckets:  # _one_bucket, inlined: this loop runs for every bucket
         begin = ready if ready > comm_end else comm_end
         if begin < compute_end_s:
-            duration_s *= comm_slowdown
-            comm_end = begin + duration_s
-            overlap += (compute_end_s if compute_end_s < comm_end else comm_end) - begin  # min(), as it picks
+            comm_end = begin + duration_s * comm_slowdown
+            if comm_end > compute_end_s:  # _slowed_end: full speed once the compute has ended
+                comm_end = compute_end_s + duration_s - (compute_end_s - begin) / comm_slowdown
+                overlap += compute_end_s - begin
+            else:
+                overlap += comm_end - begin
         else:
             comm_end = begin + duration_s
         if spans is not None:
@@ -197,12 +200,23 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
     return comm_end, overlap
 
 
+def _slowed_end(begin: float, duration_s: float, compute_end_s: float, comm_slowdown: float) -> float:
+    """End of a reduction that takes ``duration_s`` alone and begins at ``begin`` (before the compute ends):
+    it runs ``comm_slowdown`` times slower while the compute runs beside it and at full speed after. (Slowing
+    the whole of it, as before, let a bucket that began just after the compute end finish sooner than one
+    that began just before: the step was not monotone in its passes' durations.)"""
+    slowed_end = begin + duration_s * comm_slowdown
+    if slowed_end <= compute_end_s:
+        return slowed_end
+    return compute_end_s + duration_s - (compute_end_s - begin) / comm_slowdown
+
+
 def _one_bucket(ready: float, duration_s: float, comm_end: float, overlap: float, compute_end_s: float,
                 comm_slowdown: float) -> tuple[float, float]:
     begin = max(ready, comm_end)
     if begin < compute_end_s:
-        duration_s *= comm_slowdown
-        overlap += min(begin + duration_s, compute_end_s) - begin
+        overlap += min(begin + duration_s * comm_slowdown, compute_end_s) - begin
+        return _slowed_end(begin, duration_s, compute_end_s, comm_slowdown), overlap
     return begin + duration_s, overlap
 
 
@@ -222,8 +236,8 @@ def _reduce_closed_form(chunks, bucket: int, duration, compute_end_s: float,
                         comm_slowdown: float) -> tuple[float, float]:
     """``_reduce_bucket_by_bucket`` with the equal buckets of each chunk in closed form.
 
-    A chunk's n - 1 full buckets are ready at r0 + i * gap and each takes d (d * comm_slowdown while it
-    starts before the compute ends). Starting from ``comm_end`` = c, bucket i starts at
+    A chunk's n - 1 full buckets are ready at r0 + i * gap and each takes d (slowed by comm_slowdown while
+    the compute runs, ``_slowed_end``). Starting from ``comm_end`` = c, bucket i starts at
     max(c + i * ds, r0 + i * max(gap, ds)) while the compute runs (ds = slowed d); once one starts after
     the compute ended, every later one is ready and runs back to back. Equal to the bucket-by-bucket loop
     up to rounding (relative 1e-12; the tests check it).
@@ -261,10 +275,10 @@ def _equal_buckets(count: int, d: float, r0: float, gap: float, comm_end: float,
     while k < count and begin(k) < compute_end_s:
         k += 1
     end = comm_end
-    if k > 0:
+    if k > 0:  # only the last of them can run past the compute end (the next one starts after it)
         b = begin(k - 1)
         overlap += (k - 1) * ds + min(b + ds, compute_end_s) - b
-        end = b + ds
-    if k < count:
-        end = begin(k) + (count - k) * d
+        end = _slowed_end(b, d, compute_end_s, comm_slowdown)
+    if k < count:  # every one is ready by the compute end: back to back after the one before
+        end = (max(end, r0 + k * gap) if k > 0 else begin(k)) + (count - k) * d
     return end, overlap

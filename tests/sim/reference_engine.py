@@ -1,6 +1,8 @@
 """The engine as it was before issue 12 (commit e758a95), kept verbatim to check the fast engine against;
 ``stage_tail`` as it stood just before the speed-up was merged (with the MoE expert buckets and the
-FP8 / --grad-reduce-in-bf16 byte counts of those branches), so the closed form is checked against it.
+FP8 / --grad-reduce-in-bf16 byte counts of those branches), so the closed form is checked against it; its
+one change since: a bucket running past the compute end is slowed only while the compute runs (2026-12-02,
+as ``echo_tune.sim.dp._slowed_end``).
 
 Not used by the package: tests compare ``echo_tune.sim.engine`` and ``echo_tune.sim.dp`` with these.
 """
@@ -194,10 +196,13 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Cluster
     for ready, params, group in sorted(buckets, key=lambda b: (b[0], b[1])):
         duration = collective_time_s(collective, params * grad_bytes, group, profile)
         begin = max(ready, comm_end)
-        if begin < compute_end_s:
-            duration *= profile.comm_slowdown
-            overlap += min(begin + duration, compute_end_s) - begin
-        comm_end = begin + duration
+        if begin < compute_end_s:  # slowed while the compute runs, full speed after (changed with the model)
+            slowed = duration * profile.comm_slowdown
+            overlap += min(begin + slowed, compute_end_s) - begin
+            comm_end = begin + slowed if begin + slowed <= compute_end_s else \
+                compute_end_s + duration - (compute_end_s - begin) / profile.comm_slowdown
+        else:
+            comm_end = begin + duration
     dp_exposed = max(0.0, comm_end - compute_end_s) + embedding_sync_s
     expert_total = sum(experts) if edp is not None else 0
     dense_total = total_params - expert_total

@@ -101,3 +101,33 @@ def test_dense_gradients_reduce_over_data_and_context_parallel_ranks():
     one = et.simulate(model, cluster, 8, et.ParallelConfig(global_batch_size=8))
     cp4 = et.simulate(model, cluster, 8, et.ParallelConfig(global_batch_size=8, context_parallel_size=4))
     assert cp4.breakdown_s["dp_comm"] == pytest.approx(one.breakdown_s["dp_comm"], rel=0.02)
+
+
+def test_a_gradient_bucket_is_slowed_only_while_the_compute_runs_so_the_tail_is_monotone():
+    """A bucket that runs past the compute end is slowed by comm_slowdown only until then: a chunk's gradients
+    ready later (compute end fixed) never end the reduction sooner, as they did when the whole bucket was
+    slowed (a review's counterexample to the recompute dominance rule, search/dominance.py); the closed form,
+    the bucket-by-bucket loop and the expert loop agree."""
+    import dataclasses
+
+    from echo_tune.sim.dp import _slowed_end, stage_tail
+
+    assert _slowed_end(0.0, 1.0, 10.0, 1.5) == 1.5  # all of it beside the compute
+    assert _slowed_end(9.0, 1.0, 10.0, 2.0) == pytest.approx(10.5)  # half done by 10 s, the rest at full speed
+    assert _slowed_end(10.0 - 1e-12, 1.0, 10.0, 2.0) == pytest.approx(11.0)  # continuous at the compute end
+    profile = dataclasses.replace(profile_for(H100), comm_slowdown=1.5)
+    par = et.ParallelConfig(global_batch_size=64, use_distributed_optimizer=True, overlap_grad_reduce=True)
+    dp = GroupPlacement(size=64, ranks_per_node=8, num_nodes=8)
+    edp = GroupPlacement(size=8, ranks_per_node=8, num_nodes=1)
+    for experts in (None, [300_000_000, 300_000_000]):
+        ends = []
+        for k in range(60):
+            last = 9.95 + k * 0.001  # chunk 1's last backward ends later and later, the compute at 10 s
+            kw = dict(parallel=par, dp=dp, profile=profile, chunk_params=[400_000_000, 400_000_000],
+                      chunk_backward=[(5.0, 8.0), (8.0, last)], compute_end_s=10.0,
+                      expert_chunk_params=experts, edp=edp if experts else None)
+            closed, spans = stage_tail(**kw), []
+            looped = stage_tail(**kw, spans=spans)  # the bucket-by-bucket loop (it records spans)
+            assert closed.dp_exposed_s == pytest.approx(looped.dp_exposed_s, rel=1e-12)
+            ends.append(closed.dp_exposed_s)
+        assert all(b >= a - 1e-12 for a, b in zip(ends, ends[1:])) and ends[-1] > ends[0]
