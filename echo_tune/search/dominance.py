@@ -20,7 +20,10 @@ reusing the study, ``feasible`` False in trials.csv) and not simulated. Recomput
 where memory is not the problem it only costs time.
 
 It holds for objectives that follow the step time at a fixed GPU count (step time, cost per step, GPU
-count); a space that minimises peak memory simulates every layout (recompute is what lowers it).
+count); a space that minimises peak memory simulates every layout (recompute is what lowers it), and so does
+a search whose profile breaks the DP tail's condition above (a calibrated ``compute_slowdown`` near 2).
+The plan's and search's near-tie check simulates the recompute variants of the layouts near the best, which
+it needs (``variants_near_best``).
 Checked against exhaustive runs of the six benchmark spaces of docs/search.md: no recompute variant of a
 fitting layout is faster than it (on Qwen3-30B-A3B / 256 H100, 24,392 of 43,194 layouts skipped).
 
@@ -31,6 +34,7 @@ layout's recompute variants together, its no-recompute variant first, and batche
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 from collections.abc import Iterable
 
@@ -44,9 +48,27 @@ DOMINATED_BY_RECOMPUTE = "recompute_granularity=none"
 """``dominated_by`` of a recompute variant: the same layout without recompute fits, and is at least as fast."""
 
 
-def applies(space: SearchSpace) -> bool:
-    """Whether the space's objectives let a dominated layout go unsimulated (none of them is peak memory)."""
-    return all(o in MONOTONE_OBJECTIVES for o in space.objectives)
+def applies(space: SearchSpace, profile=None) -> bool:
+    """Whether a dominated layout may go unsimulated: no objective is peak memory, and the profile's slowdowns
+    keep the DP tail monotone (``compute_slowdown - 1 < 1 / comm_slowdown``; ``profile`` None: the cluster's)."""
+    if not all(o in MONOTONE_OBJECTIVES for o in space.objectives):
+        return False
+    compute, comm = _slowdowns(profile, space.cluster)
+    return compute - 1.0 < 1.0 / comm
+
+
+_DEFAULT_SLOWDOWNS: dict[int, tuple] = {}
+
+
+def _slowdowns(profile, cluster) -> tuple[float, float]:
+    if profile is None:  # the cluster's own profile (read once per cluster object: a worker keeps its copy)
+        if id(cluster) not in _DEFAULT_SLOWDOWNS:
+            from echo_tune.cost.profile import profile_for
+
+            default = profile_for(cluster)
+            _DEFAULT_SLOWDOWNS[id(cluster)] = (cluster, (default.compute_slowdown, default.comm_slowdown))
+        return _DEFAULT_SLOWDOWNS[id(cluster)][1]
+    return profile.compute_slowdown, profile.comm_slowdown
 
 
 _OTHER_SETTINGS = operator.attrgetter(*(f.name for f in dataclasses.fields(ParallelConfig)
@@ -75,8 +97,8 @@ def ordered_groups(candidates: Iterable[Candidate]) -> list[list[Candidate]]:
 class Dominance:
     """Which layouts of a batch need no simulation, given the results of those before them."""
 
-    def __init__(self, space: SearchSpace):
-        self.active = applies(space)
+    def __init__(self, space: SearchSpace, profile=None):
+        self.active = applies(space, profile)
         self._fits: set[tuple] = set()  # group keys whose layout without recompute fits
 
     def dominated_by(self, candidate: Candidate) -> str | None:
@@ -90,3 +112,37 @@ class Dominance:
         if self.active and record is not None and record["fits_memory"] \
                 and candidate.parallel.recompute_granularity is None:
             self._fits.add(group_key(candidate))
+
+
+def variants_near_best(space: SearchSpace, records: list[dict], pct: float) -> list[dict]:
+    """Records of the recompute variants not simulated of the fitting layouts within ``pct`` percent of the
+    fastest (simulated now, a handful): what a near-tie check needs, since a layout that fits without
+    recompute is dominated in step time but its recompute variants leave more memory free."""
+    from echo_tune.search.layouts import RejectedLayout, draw
+    from echo_tune.search.objective import evaluate
+
+    profile = None
+    if space.profile_path is not None:
+        from echo_tune.cost.profile import load_profile
+
+        profile = load_profile(space.profile_path)
+    fitting = [r for r in records if r["fits_memory"]]
+    if not fitting or not applies(space, profile) or not pct >= 0:
+        return []
+    limit = min(r["step_time_s"] for r in fitting) * (1 + pct / 100)
+    known = {tuple(sorted(r["config"].items())) for r in records}
+    out = []
+    for record in fitting:
+        if record["step_time_s"] > limit or record["config"].get("recompute_granularity") is not None:
+            continue
+        for values in itertools.product(*(space.choices[f] for f in RECOMPUTE_FIELDS)):
+            config = {**record["config"], **dict(zip(RECOMPUTE_FIELDS, values))}
+            try:
+                candidate = draw(space, lambda name, _values: config[name])
+                if candidate.key in known:
+                    continue
+                known.add(candidate.key)
+                out.append(evaluate(space, candidate, profile=profile)[0])
+            except RejectedLayout:
+                continue
+    return out

@@ -54,7 +54,7 @@ def _evaluate(space: SearchSpace, batch: list[Candidate], profile, pieces: dict,
     space, profile = _interned(space), _interned(profile)
     seed_pieces({key: value for key, value in pieces.items() if value is not None})
     distributions = search_distributions(space)
-    dominance = dominance if dominance is not None else Dominance(space)
+    dominance = dominance if dominance is not None else Dominance(space, profile)
     out = []
     for candidate in batch:
         rule = dominance.dominated_by(candidate)
@@ -235,7 +235,7 @@ def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials) -> int
     def simulate_here(i: int) -> None:
         # a slice at a time, topping up the workers' queues between slices (the front batches are the
         # costliest: a worker would otherwise run dry while this process simulates one)
-        b, pieces, done, dominance = parts[i], _pieces_for(space, parts[i]), [], Dominance(space)
+        b, pieces, done, dominance = parts[i], _pieces_for(space, parts[i]), [], Dominance(space, profile)
         for k in range(0, len(b), FEED_EVERY):
             done += _evaluate_batch(space, b[k:k + FEED_EVERY], profile, pieces, dominance)
             feed()

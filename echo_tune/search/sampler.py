@@ -77,11 +77,16 @@ class ValidLayoutSampler(BaseSampler):
 
     def _update_seen(self, study) -> None:
         for t in study.get_trials(deepcopy=False):
-            if t.number not in self._seen_numbers and t.params:
+            if t.number in self._seen_numbers:
+                continue
+            if t.params:
                 self._seen_numbers.add(t.number)
                 key = self._layout_key(t.params)
                 if key is not None:
                     self._seen.add(key)
+            elif "dominated_by" in t.user_attrs:  # stored without params (search/dominance.py): its config
+                self._seen_numbers.add(t.number)
+                self._seen.add(tuple(sorted(t.user_attrs["config"].items())))
 
     def _unseen(self) -> list[dict]:
         fresh = [p for p, k in zip(self._valid_params, self._valid_keys) if k not in self._seen]

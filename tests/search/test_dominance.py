@@ -156,3 +156,47 @@ def test_the_summary_says_how_many_layouts_were_not_simulated(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "not simulated (the same layout without recompute fits, and recompute only adds work)" in out
     assert "valid layouts in the space covered (100.0%)" in out
+
+
+def test_a_resumed_sampler_does_not_propose_a_dominated_layout_again(small_space, tmp_path):
+    """Dominated trials have no params; a wrapped sampler resumed on the study knows them by their config."""
+    run_search(small_space, SearchOptions(n_trials=300, results_dir=tmp_path))
+    result = run_search(small_space, SearchOptions(sampler="random", seed=0, n_trials=744, resume=True,
+                                                   results_dir=tmp_path, write_files=False))
+    import optuna
+
+    from echo_tune.search.storage import open_storage
+
+    study = optuna.load_study(study_name=small_space.name,
+                              storage=open_storage(tmp_path / small_space.name, None).storage)
+    keys = [tuple(sorted((t.user_attrs.get("record") or t.user_attrs)["config"].items()))
+            for t in study.get_trials(deepcopy=False)]
+    assert result.n_dominated > 0 and len(keys) == len(set(keys)) == len(check_space(small_space)[0])
+
+
+def test_no_layout_is_skipped_with_a_profile_whose_dp_tail_is_not_monotone(small_space):
+    from echo_tune.cost.profile import profile_for
+    from echo_tune.search.dominance import applies
+
+    profile = profile_for(small_space.cluster)
+    assert applies(small_space, profile) and applies(small_space)
+    steep = dataclasses.replace(profile, compute_slowdown=2.5, comm_slowdown=1.5)  # 1.5 >= 1 / 1.5
+    assert not applies(small_space, steep) and not Dominance(small_space, steep).active
+
+
+@pytest.mark.parametrize("pct", [3.0, 20.0])
+def test_the_near_tie_check_sees_the_recompute_variants_it_needs(small_space, small_all, small_exhaustive, pct):
+    """The safer near-tie is often the winner with recompute, which the search did not simulate: the check
+    simulates the variants near the best and names the same layout as with every layout simulated."""
+    from echo_tune.plan.safety import near_tie
+    from echo_tune.search.dominance import variants_near_best
+
+    every = [r for _, r in small_all.values() if r is not None]
+    records = small_exhaustive.records
+    found = near_tie(records + variants_near_best(small_space, records, pct), pct)
+    expected = near_tie(every, pct)
+    assert (found is None) == (expected is None)
+    if expected is not None:
+        assert found["config"] == expected["config"]
+    if pct == 20.0:  # the case the skipped layouts changed
+        assert expected is not None and expected["config"]["recompute_granularity"] is not None
