@@ -207,10 +207,8 @@ def run(args: argparse.Namespace) -> int:
     if result.best is not None and not result.interrupted and len(space.objectives) == 1:
         from echo_tune.plan.safety import near_tie
 
-        from echo_tune.search.dominance import variants_near_best
-
         records = search_records(space, result)
-        tie = near_tie(records + variants_near_best(space, records, args.near_tie_pct), args.near_tie_pct)
+        tie = near_tie(records, args.near_tie_pct, space)
         explanation = explain_search(space, result, records) if args.explain else None
     if result.best is None and result.n_trials:
         miss = closest_miss(result)

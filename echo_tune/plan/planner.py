@@ -31,7 +31,6 @@ from echo_tune.plan.projection import GOODPUT_DEFAULT, budget_status, check_good
 from echo_tune.search.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, near_tie
-from echo_tune.search.dominance import variants_near_best
 from echo_tune.search.results import megatron_flags, trial_record
 from echo_tune.search.space import SearchSpace, space_from_dict
 
@@ -232,8 +231,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
                budget_unknown=opts.budget is not None and cost is None,
                budget=budget_status(cost, proj["cost_band"], opts.budget),
                closest_miss=None, fit_hint=None, precision=precision_of(best["config"]),
-               near_tie=near_tie(records + variants_near_best(space, records, opts.near_tie_pct),
-                                 opts.near_tie_pct))
+               near_tie=near_tie(records, opts.near_tie_pct, space))
     if row["near_tie"] is not None:
         row["near_tie"]["megatron_args"] = " ".join(megatron_flags(space, {"config": row["near_tie"]["config"]}))
     return row

@@ -28,11 +28,17 @@ def free_gib(record: dict) -> float:
     return (record["memory_capacity_bytes"] - record["peak_memory_bytes"]) / GIB
 
 
-def near_tie(records: list[dict], pct: float) -> dict | None:
+def near_tie(records: list[dict], pct: float, space=None) -> dict | None:
     """The feasible layout within ``pct`` percent of the fastest one's step time that leaves the most memory
-    free, when that is at least NEAR_TIE_MIN_EXTRA_GIB more than the fastest leaves; None otherwise."""
+    free, when that is at least NEAR_TIE_MIN_EXTRA_GIB more than the fastest leaves; None otherwise. ``space``:
+    the search space of ``records``, whose recompute variants the search skipped near the best are simulated
+    and considered too (``search.dominance.variants_near_best``)."""
     if not pct >= 0:
         raise ConfigError(f"`--near-tie-pct >= 0` must hold, but got ({pct})")
+    if space is not None:
+        from echo_tune.search.dominance import variants_near_best
+
+        records = records + variants_near_best(space, records, pct)
     ok = [r for r in records if r["fits_memory"]]
     if not ok:
         return None

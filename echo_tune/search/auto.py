@@ -36,7 +36,7 @@ from collections.abc import Callable
 from optuna.trial import TrialState
 
 from echo_tune.search.exhaustive import run_exhaustive
-from echo_tune.search.layouts import Candidate
+from echo_tune.search.layouts import Candidate, config_key
 from echo_tune.search.space import SearchSpace
 
 AUTO_BUDGET = 3000
@@ -179,7 +179,7 @@ def stored_scores(study) -> dict[tuple, float | None]:
         config = (record or t.user_attrs).get("config")
         if config is None:
             continue
-        key = tuple(sorted(config.items()))
+        key = config_key(config)
         feasible = t.state == TrialState.COMPLETE and record is not None and record.get("fits_memory")
         out[key] = t.values[0] if feasible and t.values else None
     return out

@@ -39,8 +39,8 @@ import operator
 from collections.abc import Iterable
 
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.search.layouts import Candidate
-from echo_tune.search.space import SearchSpace
+from echo_tune.search.layouts import Candidate, config_key
+from echo_tune.search.space import SearchSpace, space_profile
 
 RECOMPUTE_FIELDS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
 MONOTONE_OBJECTIVES = ("step_time", "cost", "num_gpus")
@@ -53,22 +53,11 @@ def applies(space: SearchSpace, profile=None) -> bool:
     keep the DP tail monotone (``compute_slowdown - 1 < 1 / comm_slowdown``; ``profile`` None: the cluster's)."""
     if not all(o in MONOTONE_OBJECTIVES for o in space.objectives):
         return False
-    compute, comm = _slowdowns(profile, space.cluster)
-    return compute - 1.0 < 1.0 / comm
+    if profile is None:  # the cluster's own, as the simulator takes it (cached per cluster object)
+        from echo_tune.sim.memo import profile_for_cluster
 
-
-_DEFAULT_SLOWDOWNS: dict[int, tuple] = {}
-
-
-def _slowdowns(profile, cluster) -> tuple[float, float]:
-    if profile is None:  # the cluster's own profile (read once per cluster object: a worker keeps its copy)
-        if id(cluster) not in _DEFAULT_SLOWDOWNS:
-            from echo_tune.cost.profile import profile_for
-
-            default = profile_for(cluster)
-            _DEFAULT_SLOWDOWNS[id(cluster)] = (cluster, (default.compute_slowdown, default.comm_slowdown))
-        return _DEFAULT_SLOWDOWNS[id(cluster)][1]
-    return profile.compute_slowdown, profile.comm_slowdown
+        profile = profile_for_cluster(space.cluster)
+    return profile.compute_slowdown - 1.0 < 1.0 / profile.comm_slowdown
 
 
 _OTHER_SETTINGS = operator.attrgetter(*(f.name for f in dataclasses.fields(ParallelConfig)
@@ -121,16 +110,12 @@ def variants_near_best(space: SearchSpace, records: list[dict], pct: float) -> l
     from echo_tune.search.layouts import RejectedLayout, draw
     from echo_tune.search.objective import evaluate
 
-    profile = None
-    if space.profile_path is not None:
-        from echo_tune.cost.profile import load_profile
-
-        profile = load_profile(space.profile_path)
+    profile = space_profile(space)
     fitting = [r for r in records if r["fits_memory"]]
     if not fitting or not applies(space, profile) or not pct >= 0:
         return []
     limit = min(r["step_time_s"] for r in fitting) * (1 + pct / 100)
-    known = {tuple(sorted(r["config"].items())) for r in records}
+    known = {config_key(r["config"]) for r in records}
     out = []
     for record in fitting:
         if record["step_time_s"] > limit or record["config"].get("recompute_granularity") is not None:

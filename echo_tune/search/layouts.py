@@ -62,6 +62,11 @@ class RejectedLayout(Exception):
         self.config = config
 
 
+def config_key(config: dict) -> tuple:
+    """A layout's identity from its settings by name (a candidate's ``config``, or one a trial stored)."""
+    return tuple(sorted(config.items()))
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A valid layout of a space: the world size and the Megatron settings."""
@@ -84,7 +89,7 @@ class Candidate:
     def key(self) -> tuple:
         """The layout's identity: every setting by name, sorted (built per call: kept on every layout it cost
         16 MB on a 43k-layout default search and saved no time)."""
-        return tuple(sorted(self._config.items()))
+        return config_key(self._config)
 
     @property
     def shape(self) -> tuple:

@@ -46,7 +46,7 @@ import optuna
 from optuna.samplers import BaseSampler
 from optuna.trial import TrialState
 
-from echo_tune.search.layouts import Candidate, RejectedLayout
+from echo_tune.search.layouts import Candidate, RejectedLayout, config_key
 from echo_tune.search.params import full_params, layout_of, search_distributions, snap_params
 from echo_tune.search.space import SearchSpace
 
@@ -86,7 +86,7 @@ class ValidLayoutSampler(BaseSampler):
                     self._seen.add(key)
             elif "dominated_by" in t.user_attrs:  # stored without params (search/dominance.py): its config
                 self._seen_numbers.add(t.number)
-                self._seen.add(tuple(sorted(t.user_attrs["config"].items())))
+                self._seen.add(config_key(t.user_attrs["config"]))
 
     def _unseen(self) -> list[dict]:
         fresh = [p for p, k in zip(self._valid_params, self._valid_keys) if k not in self._seen]

@@ -309,3 +309,12 @@ def with_overrides(space: SearchSpace, *, objectives: tuple[str, ...] | None = N
             raise ConfigError(f"`--currency` must be a name such as USD or EUR, but got ({currency!r})")
         changes["currency"] = currency.strip()
     return dataclasses.replace(space, **changes) if changes else space
+
+
+def space_profile(space: SearchSpace):
+    """The profile file the space names, loaded (None: the simulator takes the cluster's own)."""
+    if space.profile_path is None:
+        return None
+    from echo_tune.cost.profile import load_profile
+
+    return load_profile(space.profile_path)

@@ -32,14 +32,14 @@ from echo_tune.search.auto import AUTO_BUDGET, run_auto
 from echo_tune.search.exhaustive import run_exhaustive, start_workers, worker_pool
 from echo_tune.search.gc_pause import gc_paused
 from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id
-from echo_tune.search.layouts import RejectedLayout, baselines, check_space
+from echo_tune.search.layouts import RejectedLayout, baselines, check_space, config_key
 from echo_tune.search.params import full_params, suggest_layout
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
                                        constraints, flat_attrs, told_values)
 from echo_tune.search.resume import resume_notes, with_stored_best
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
 from echo_tune.search.shared import run_shared_exhaustive, shares_work
-from echo_tune.search.space import SearchSpace
+from echo_tune.search.space import SearchSpace, space_profile
 from echo_tune.search.summary import summarize
 from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
 from echo_tune.search.storage_checks import storage_error
@@ -204,7 +204,7 @@ def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, s
 
 
 def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress) -> None:
-    stored = {tuple(sorted(t.user_attrs.get("record", t.user_attrs).get("config", {}).items()))
+    stored = {config_key(t.user_attrs.get("record", t.user_attrs).get("config", {}))
               for t in study.get_trials(deepcopy=False, states=res.FINISHED)}
     target = min(len(valid), opts.n_trials or len(valid))
     todo = [c for c in valid if not stored or c.key not in stored][:max(0, target - done_before)]
@@ -273,10 +273,7 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
         ensure_dir(out_dir, "results folder (--results-dir)")
     if opts.write_files:
         check_outputs(out_dir)  # a symlink where an output goes: refused before any work
-    profile = None
-    if space.profile_path is not None:
-        from echo_tune.cost.profile import load_profile
-        profile = load_profile(space.profile_path)
+    profile = space_profile(space)
     parts = content_parts(space, profile)
     try:
         return _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started, deadline, progress)
