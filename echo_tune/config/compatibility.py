@@ -67,6 +67,9 @@ class Layout:
     """Of those, the ones whose outputs are discarded too (output-discarding checkpointing)."""
     groups: dict[str, GroupPlacement]
     """tp, cp, dp, pp and the expert groups ep, etp, tpep (ETP x EP) and edp (expert data parallel)."""
+    p2p_scatter_gather: bool = False
+    """A pipeline send carries 1/TP of the activation, all-gathered by the receiver
+    (``scatter_gather_tensors_in_pipeline`` without sequence parallelism at TP > 1)."""
 
     @property
     def expert_data_parallel_size(self) -> int:
@@ -266,7 +269,8 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                   recompute_method=method, recompute_num_layers=recompute_layers,
                   recompute_regions=parallel.recompute_regions,
                   recompute_discarding_regions=parallel.recompute_discarding_regions,
-                  groups=groups)
+                  groups=groups, p2p_scatter_gather=(parallel.scatter_gather_tensors_in_pipeline and pp > 1
+                                                     and tp > 1 and not sequence_parallel))
 
 
 def _backend_name(model: ModelSpec) -> str:

@@ -42,6 +42,8 @@ def apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, i
     if "--activations-checkpoint-method" in flags:
         parallel["recompute_granularity"] = "full"
         parallel.setdefault("recompute_method", flags["--activations-checkpoint-method"][0])
+    if "--no-scatter-gather-tensors-in-pipeline" in flags:  # arguments.py 72e4230bb5..10e7b74597: store_false
+        parallel["scatter_gather_tensors_in_pipeline"] = False
     for legacy in ("--activations-checkpoint-num-layers", "--checkpoint-num-layers"):
         if legacy in flags and "recompute_num_layers" not in parallel:
             parallel["recompute_num_layers"] = _int(legacy, flags[legacy][0])

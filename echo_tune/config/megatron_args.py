@@ -146,6 +146,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),
     "gradient_accumulation_fusion": ("--no-gradient-accumulation-fusion", "not_flag"),
     "async_tensor_model_parallel_allreduce": ("--no-async-tensor-model-parallel-allreduce", "not_flag"),
+    "scatter_gather_tensors_in_pipeline": ("--scatter-gather-tensors-in-pipeline", "flag"),
     "deterministic_mode": ("--deterministic-mode", "flag"),
     "overlap_moe_expert_parallel_comm": ("--overlap-moe-expert-parallel-comm", "flag"),
     "delay_wgrad_compute": ("--delay-wgrad-compute", "flag"),
@@ -212,6 +213,7 @@ LINE_FLAGS = {
     "--checkpoint-num-layers": 1,              # Megatron 2020 name of the same
     "--use-rotary-position-embeddings": 0,     # deprecated: sets position_embedding_type = rope (validate_args)
     "--step-batch-size-schedule": -1,   # the global batch steps up: its final size (config/batch_schedule.py)
+    "--no-scatter-gather-tensors-in-pipeline": 0,  # Megatron 2021-2023: whole-tensor pipeline sends (the default)
 }
 # Accepted spellings that older Megatron versions or users write for the same field.
 ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size"}

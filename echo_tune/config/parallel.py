@@ -171,6 +171,13 @@ class ParallelConfig(OptimizerFields):
     sequence parallelism came, 02bb1f5c86). Code before cf7efd4f5a ran as False, e.g. the runs of Narayanan et
     al. 2021 (the errata of runs_megatron.csv)."""
 
+    scatter_gather_tensors_in_pipeline: bool = False
+    """``--scatter-gather-tensors-in-pipeline`` (Megatron-LM 2021-2023 code): without sequence parallelism at TP > 1,
+    a pipeline send carries 1/TP of the activation and the receiver all-gathers it over its TP group (Narayanan et
+    al. 2021, sec. 4.1; megatron/p2p_communication.py from 27fc468964, 2021-01-20, on by default from 72e4230bb5,
+    2021-02-16). Megatron-Core's p2p (39b83c7953, 2023-01-31, to d98e8a64ddf3) sends the whole tensor, and the
+    flag was ignored until its removal (10e7b74597, 2026-04-03): False, today's Megatron, is the default."""
+
     deterministic_mode: bool = False
     """``--deterministic-mode``: NCCL_ALGO=Ring, deterministic TE attention backward, deterministic
     cuBLAS workspace (megatron/training/determinism.py; sim/determinism.py)."""

@@ -53,16 +53,19 @@ def _stage_pair(layout: Layout) -> GroupPlacement:
 
 
 def p2p_time_s(pieces, layout: Layout, profile: ClusterProfile) -> float:
-    """Activation (or its gradient) sent between neighbouring stages for one micro-batch.
+    """Activation (or its gradient) sent between neighbouring stages for one micro-batch: each TP rank sends
+    its copy of the layer's output (1/TP of it with sequence parallelism), as Megatron-Core's p2p does
+    (core/pipeline_parallel/p2p_communication.py at d98e8a64ddf3).
 
-    Without sequence parallelism Megatron scatters the tensor over the TP ranks, sends 1/TP each, and
-    all-gathers it over NVLink on the receiver (Narayanan et al. 2021, sec. 4.1).
+    ``--scatter-gather-tensors-in-pipeline`` (Megatron-LM 2021-2023, ``layout.p2p_scatter_gather``): each rank
+    sends 1/TP and the receiver all-gathers it over NVLink (Narayanan et al. 2021, sec. 4.1). Assumed: the
+    tensor's elements divide by TP (Megatron sent it whole otherwise).
     """
     if len(layout.stage_chunk_layers) == 1:
         return 0.0
     tp = layout.groups["tp"]
     size = pieces["layer"].output_bytes
-    if layout.sequence_parallel or tp.size == 1:
+    if not layout.p2p_scatter_gather:
         return collective_time_s("send_recv", size, _stage_pair(layout), profile)
     return (collective_time_s("send_recv", size / tp.size, _stage_pair(layout), profile)
             + collective_time_s("all_gather", size, tp, profile))

@@ -55,11 +55,10 @@ def chunk_work(pieces: dict, layout, mix, windows) -> dict[tuple[int, int], dict
 
 
 def p2p_message_bytes(pieces: dict, layout) -> int:
-    """Bytes one rank sends a neighbouring stage per micro-batch (1/TP of the activation without sequence
-    parallelism, as ``simulate.p2p_time_s`` times it)."""
+    """Bytes one rank sends a neighbouring stage per micro-batch, as ``simulate.p2p_time_s`` times it (1/TP of
+    its activation with ``--scatter-gather-tensors-in-pipeline``)."""
     size = pieces["layer"].output_bytes
-    tp = layout.groups["tp"].size
-    return int(size if layout.sequence_parallel or tp == 1 else size / tp)
+    return int(size / layout.groups["tp"].size if layout.p2p_scatter_gather else size)
 
 
 def _pass_args(match, stage: int, work: dict | None) -> dict:
