@@ -6,6 +6,7 @@ between the aten ops in execution order. Sizes follow nccl-tests (see ``graph.CO
 
 - ``reduce_from_tp``: all_reduce forward, nothing backward (after a row-parallel linear, no SP).
 - ``reduce_scatter_to_sp``: reduce_scatter forward, all_gather backward (row-parallel linear, SP).
+- ``gather_from_sp``: all_gather forward, reduce_scatter backward (``gather_from_sequence_parallel_region``).
 - ``parallel_linear``: Megatron's ``LinearWithGradAccumulationAndAsyncCommunication``. With SP it
   all-gathers its sequence-sharded input forward, saves only the shard, and in backward all-gathers
   it again for the weight gradient and reduce-scatters the input gradient. Without SP, a
@@ -76,6 +77,23 @@ class _ReduceScatterToSP(Function):
     @staticmethod
     def backward(ctx, grad):
         return all_gather(grad, "tp", ctx.tp), None
+
+
+class _GatherFromSP(Function):
+    @staticmethod
+    def forward(ctx, x, tp):
+        ctx.tp = tp
+        return all_gather(x, "tp", tp)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return reduce_scatter(grad, "tp", ctx.tp), None
+
+
+def gather_from_sp(x: torch.Tensor, tp: int) -> torch.Tensor:
+    """All-gather the sequence shards forward, reduce-scatter the gradient backward (Megatron
+    ``gather_from_sequence_parallel_region`` with its default ``tensor_parallel_output_grad=True``)."""
+    return _GatherFromSP.apply(x, tp) if tp > 1 else x
 
 
 def reduce_from_tp(x: torch.Tensor, tp: int) -> torch.Tensor:

@@ -3,27 +3,35 @@
 megatron/core/transformer/multi_latent_attention.py (``MLASelfAttention``), NVIDIA/Megatron-LM commit
 d98e8a64ddf3:
 
-- down projections, replicated over TP ("duplicated" linears): the query to ``q_lora_rank`` (or, without
-  it, a TP-sharded query projection), and the key/value to ``kv_lora_rank`` plus the shared RoPE key
-  part ``qk_pos_emb_head_dim``; traced fused into one GEMM (Megatron's ``--mla-down-proj-fusion`` shape,
-  same FLOPs), after the sequence-parallel all-gather of the layer input;
-- RMSNorm on the query and key/value latents (``--qk-layernorm``);
+- down projections, replicated over TP ("duplicated" TELinears, no TP communication): the query to
+  ``q_lora_rank`` (or, without it, a TP-sharded query projection), and the key/value to ``kv_lora_rank`` plus
+  the shared RoPE key part ``qk_pos_emb_head_dim``; traced fused into one GEMM (Megatron's
+  ``--mla-down-proj-fusion`` shape, same FLOPs). Each rank projects the tokens it holds: under sequence
+  parallelism its sequence shard (``_qkv_down_projection`` on ``hidden_states`` [s/TP, b, h]), and the RoPE key
+  part is then all-gathered over TP (``gather_from_sequence_parallel_region``, reduce-scattered backward);
+- RMSNorm on the query and key/value latents (``--qk-layernorm``), on the rank's tokens;
 - up projections (the "mla_up_proj" region), column-parallel over TP: latent -> heads x (qk + rope) and
-  latent -> heads x (qk + v);
+  latent -> heads x (qk + v); under sequence parallelism each all-gathers its latent first (q_lora_rank and
+  kv_lora_rank wide, not the hidden size) and reduce-scatters its input gradient;
 - RoPE on the rope parts; the key's rope part is shared by the heads (expanded);
 - core attention with query/key size qk + rope and value size v; output projection heads x v -> h.
 
-Backward communication: under sequence parallelism the fused down projection reduce-scatters the input
-gradient (which also sums the partial latent gradients of the TP-sharded up projections); without it
-the up projections all-reduce the latent gradient over TP.
+Backward communication: under sequence parallelism the up projections reduce-scatter the latent gradients
+(summing the TP ranks' partial sums over their heads) and the RoPE key part's gather reduce-scatters its
+gradient; without it the up projections all-reduce the latent gradient over TP.
+
+Not traced: with sequence parallelism Megatron marks the duplicated down-projection weights
+``sequence_parallel`` (transformer_engine.py ``TELinear``), so their gradients are all-reduced over TP once a
+step with the norm weights' (``finalize_model_grads``): (q_lora_rank + kv_lora_rank + rope) x hidden per layer,
+about 60 MB of fp32 gradient per DeepSeek-V3 layer over NVLink, well under 0.1% of its steps.
 """
 
 from __future__ import annotations
 
 import torch
 
-from echo_tune.workload.comm import _ParallelLinear, column_parallel_linear
-from echo_tune.workload.context import in_region
+from echo_tune.workload.comm import _ParallelLinear, column_parallel_linear, gather_from_sp
+from echo_tune.workload.context import in_region, in_subregion
 
 
 def mla_params(shard) -> dict[str, torch.Tensor]:
@@ -50,17 +58,17 @@ def _norm(x, weight):
 
 
 def _up(latent, weight, shard):
-    """Column-parallel up projection of a replicated latent (see the module docstring for its dgrad)."""
-    allreduce = shard.tp > 1 and not shard.sequence_parallel
-    return _ParallelLinear.apply(latent, weight, None, shard.tp, False, allreduce)
+    """Column-parallel up projection of the rank's latent (see the module docstring for its communication)."""
+    return column_parallel_linear(latent, weight, None, shard.tp, shard.sequence_parallel)
 
 
 def _down(x, params, shard):
     m = shard.model
-    sp = shard.sequence_parallel and shard.tp > 1
-    latent = column_parallel_linear(x, params["down"], None, shard.tp if sp else 1, sp)
+    latent = _ParallelLinear.apply(x, params["down"], None, 1, False, False)  # duplicated: the rank's tokens
     q_latent = m.q_lora_rank or 0
     q_c, kv_c, k_pos = torch.split(latent, [q_latent, m.kv_lora_rank, m.qk_pos_emb_head_dim], dim=-1)
+    if shard.sequence_parallel and shard.tp > 1:  # bf16, not TE's: a sub-region outside the FP8 linears
+        k_pos = in_subregion("k_pos_gather", gather_from_sp, k_pos, shard.tp)
     q_c = _norm(q_c, params.get("q_norm")) if q_latent else None
     return q_c, _norm(kv_c, params.get("kv_norm")), k_pos
 

@@ -221,11 +221,11 @@ def test_settings_that_take_the_gemm_or_the_communication_away_leave_the_collect
         return [(ops[c].collective, ops[c].region, ops[c].subregion) for c, _ in async_pairs(ops) if _runs_async(ops[c], ctx)]
 
     plain = runs(model, parallel)
-    assert ("reduce_scatter", "moe", "shared") in plain and ("reduce_scatter", "qkv", "") in plain
+    assert ("reduce_scatter", "moe", "shared") in plain and ("reduce_scatter", "mla_up_proj", "") in plain
     delayed = runs(model, parallel.replace(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True))
     assert delayed and all(c == "all_gather" for c, _, _ in delayed)
     shared = runs(model.replace(moe_shared_expert_overlap=True), parallel)
-    assert not any(s == "shared" for _, _, s in shared) and ("reduce_scatter", "qkv", "") in shared
+    assert not any(s == "shared" for _, _, s in shared) and ("reduce_scatter", "mla_up_proj", "") in shared
 
 
 def test_tp_comm_overlap_does_not_reach_multi_latent_attention_models():
