@@ -168,6 +168,11 @@ def test_qk_layernorm_and_mla_with_a_narrower_value_head_emulate(profiled):
         result = emulate(variant, cluster, 4, layout, stage=0, profile=profile, repeats=1, warmup=0,
                          allow_other_device=True)
         assert result.emulated["compute"] > 0
+    # under sequence parallelism MLA's latents and RoPE key part are gathered (workload/mla.py): the emulated
+    # stage waits for the same TP collectives the simulator prices
+    sp = emulate(mla, cluster, 4, layout.replace(sequence_parallel=True), stage=0, profile=profile, repeats=1,
+                 warmup=0, allow_other_device=True)
+    assert sp.emulated["tp_cp_comm"] == pytest.approx(sp.simulated["tp_cp_comm"], rel=0.2)
 
 
 @pytest.mark.parametrize("model_changes, layout_changes, named", [
