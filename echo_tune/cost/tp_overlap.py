@@ -108,12 +108,15 @@ def async_pairs(ops: tuple[Op, ...]) -> list[tuple[int, int]]:
     ``LinearWithGradAccumulationAndAsyncCommunication.backward``; TE's Linear / LayerNormLinear backward the
     same, ``async_op=True``) reduction of its dgrad (all-reduce, or reduce-scatter with sequence parallelism)
     beside its wgrad GEMM, and with sequence parallelism the all-gather of its saved input beside its dgrad
-    GEMM. A row-parallel layer's all-gather of dY feeds both of its GEMMs: it stays on the critical path."""
+    GEMM. A row-parallel layer's all-gather of dY feeds both of its GEMMs: it stays on the critical path. The
+    GEMM is the layer's own (same region and sub-region): a collective outside a linear layer (MLA's RoPE-key
+    gather, a blocking ``gather_from_sequence_parallel_region``) pairs with none."""
     pairs, n = [], len(ops)
     for i, op in enumerate(ops):
         if op.kind != "collective" or op.group != "tp" or op.phase == "fwd":
             continue
-        gemm = next((j for j in range(i + 1, n) if ops[j].kind == "gemm" and ops[j].region == op.region), None)
+        gemm = next((j for j in range(i + 1, n) if ops[j].kind == "gemm" and ops[j].region == op.region
+                     and ops[j].subregion == op.subregion), None)
         if gemm is None:
             continue
         if op.collective in ("all_reduce", "reduce_scatter"):

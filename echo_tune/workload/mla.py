@@ -13,7 +13,9 @@ d98e8a64ddf3:
 - up projections (the "mla_up_proj" region), column-parallel over TP: latent -> heads x (qk + rope) and
   latent -> heads x (qk + v); under sequence parallelism each all-gathers its latent first (q_lora_rank and
   kv_lora_rank wide, not the hidden size) and reduce-scatters its input gradient;
-- RoPE on the rope parts; the key's rope part is shared by the heads (expanded);
+- RoPE on the rope parts; the key's rope part is shared by the heads (expanded). Traced in "mla_up_proj" with
+  the up projections: Megatron's ``--recompute-modules mla_up_proj`` checkpoints both
+  (``qkv_up_proj_and_rope_apply`` under ``CheckpointWithoutOutput``), discarding query, key and value;
 - core attention with query/key size qk + rope and value size v; output projection heads x v -> h.
 
 Backward communication: under sequence parallelism the up projections reduce-scatter the latent gradients
@@ -31,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from echo_tune.workload.comm import _ParallelLinear, column_parallel_linear, gather_from_sp
-from echo_tune.workload.context import in_region, in_subregion
+from echo_tune.workload.context import in_region, in_subregion, tag_backward
 
 
 def mla_params(shard) -> dict[str, torch.Tensor]:
@@ -68,12 +70,14 @@ def _down(x, params, shard):
     q_latent = m.q_lora_rank or 0
     q_c, kv_c, k_pos = torch.split(latent, [q_latent, m.kv_lora_rank, m.qk_pos_emb_head_dim], dim=-1)
     if shard.sequence_parallel and shard.tp > 1:  # bf16, not TE's: a sub-region outside the FP8 linears
+        tag_backward(k_pos, "qkv")  # the split and the down projection's backward are the region's, not the gather's
         k_pos = in_subregion("k_pos_gather", gather_from_sp, k_pos, shard.tp)
     q_c = _norm(q_c, params.get("q_norm")) if q_latent else None
     return q_c, _norm(kv_c, params.get("kv_norm")), k_pos
 
 
-def _up_projections(x, q_c, kv_c, k_pos, params, shard):
+def _up_projections(x, q_c, kv_c, k_pos, params, shard, rope_freqs):
+    """The up projections and RoPE: q, k [s, b, heads, qk + rope] and v [s, b, heads, v]."""
     m, heads = shard.model, shard.heads
     qk, pos, v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
     if q_c is not None:
@@ -84,26 +88,17 @@ def _up_projections(x, q_c, kv_c, k_pos, params, shard):
     s, b = kv.shape[:2]
     q = q.view(s, b, heads, qk + pos)
     k_nope, value = torch.split(kv.view(s, b, heads, qk + v), [qk, v], dim=-1)
-    return q, k_nope, value
+    q_nope, q_pos = torch.split(q, [qk, pos], dim=-1)
+    if rope_freqs is not None:
+        q_pos = torch.ops.echo_tune.rope(q_pos, rope_freqs)
+        k_pos = torch.ops.echo_tune.rope(k_pos.view(s, b, 1, -1), rope_freqs)
+    k_pos = k_pos.reshape(s, b, 1, -1).expand(s, b, heads, pos)
+    return torch.cat([q_nope, q_pos], dim=-1), torch.cat([k_nope, k_pos], dim=-1), value
 
 
 def mla_qkv(x: torch.Tensor, params: dict, shard) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k [s, b, heads, qk + rope] and v [s, b, heads, v] for core attention."""
-    m = shard.model
     p = params["mla"]
     q_c, kv_c, k_pos = in_region("qkv", _down, x, p, shard)
-    q, k_nope, value = in_region("mla_up_proj", _up_projections, x, q_c, kv_c, k_pos, p, shard)
-
-    def rope(q, k_nope, k_pos):
-        s, b, heads = k_nope.shape[:3]
-        qk = m.qk_head_dim
-        q_nope, q_pos = torch.split(q, [qk, m.qk_pos_emb_head_dim], dim=-1)
-        if "buffers" in params:
-            freqs = params["buffers"]["rope_freqs"]
-            q_pos = torch.ops.echo_tune.rope(q_pos, freqs)
-            k_pos = torch.ops.echo_tune.rope(k_pos.view(s, b, 1, -1), freqs)
-        k_pos = k_pos.reshape(s, b, 1, -1).expand(s, b, heads, m.qk_pos_emb_head_dim)
-        return torch.cat([q_nope, q_pos], dim=-1), torch.cat([k_nope, k_pos], dim=-1)
-
-    q, k = in_region("qkv", rope, q, k_nope, k_pos)
-    return q, k, value
+    freqs = params["buffers"]["rope_freqs"] if "buffers" in params else None
+    return in_region("mla_up_proj", _up_projections, x, q_c, kv_c, k_pos, p, shard, freqs)

@@ -55,3 +55,30 @@ def test_with_a_query_latent_both_latents_are_gathered():
     assert sorted(size for op, region, size in forward if region == "mla_up_proj") == \
         sorted([s * m.q_lora_rank * bf16, s * m.kv_lora_rank * bf16])
     assert all(size < s * m.hidden_size * bf16 / 2 for _, _, size in forward)
+
+
+def test_only_the_gather_is_tagged_as_the_rope_key_gather():
+    """The sub-region holds the gather alone: the down projection's backward GEMMs stay in "qkv" (FP8 under
+    --fp8-format, FP8_REGIONS), and the blocking reduce-scatter pairs with no GEMM (cost/tp_overlap.async_pairs)."""
+    from echo_tune.cost.fp8 import is_fp8_gemm
+    from echo_tune.cost.tp_overlap import async_pairs
+
+    m = et.load_model("deepseek-v3").replace(seq_length=4096)
+    trace = trace_layer(m, tensor_model_parallel_size=2, sequence_parallel=True)
+    tagged = [op for op in trace.forward + trace.backward if op.subregion == "k_pos_gather"]
+    assert tagged and all(op.kind == "collective" for op in tagged)
+    down = [op for op in trace.backward if op.kind == "gemm" and op.region == "qkv"]
+    assert len(down) == 2 and all(is_fp8_gemm(op) for op in down)  # dgrad and wgrad of the down projection
+    backward = trace.backward
+    paired = {backward[c].subregion for c, _ in async_pairs(backward)}
+    assert "k_pos_gather" not in paired and paired  # the up projections' own collectives still pair
+
+
+def test_up_projection_recompute_discards_query_key_and_value():
+    """Megatron's --recompute-modules mla_up_proj checkpoints the up projections and RoPE
+    (qkv_up_proj_and_rope_apply) and discards their outputs: the region creates the roped query and key that
+    core attention saves (they were created in "qkv", so the recompute freed nothing)."""
+    m = MODEL
+    trace = trace_layer(m, tensor_model_parallel_size=1)
+    heads, s, bf16 = m.num_attention_heads, m.seq_length, 2
+    assert trace.region_created_bytes["mla_up_proj"] >= 2 * s * heads * (m.qk_head_dim + m.qk_pos_emb_head_dim) * bf16
