@@ -43,6 +43,10 @@ def apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, i
         parallel["recompute_granularity"] = "full"
         parallel.setdefault("recompute_method", flags["--activations-checkpoint-method"][0])
     if "--no-scatter-gather-tensors-in-pipeline" in flags:  # arguments.py 72e4230bb5..10e7b74597: store_false
+        if parallel.get("scatter_gather_tensors_in_pipeline"):
+            raise ConfigError("--scatter-gather-tensors-in-pipeline (Megatron-LM 27fc468964..72e4230bb5) and "
+                              "--no-scatter-gather-tensors-in-pipeline (72e4230bb5..10e7b74597) were never flags of "
+                              "one Megatron-LM version, but both are given; keep one")
         parallel["scatter_gather_tensors_in_pipeline"] = False
     for legacy in ("--activations-checkpoint-num-layers", "--checkpoint-num-layers"):
         if legacy in flags and "recompute_num_layers" not in parallel:

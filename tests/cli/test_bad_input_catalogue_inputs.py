@@ -222,7 +222,10 @@ def _cases() -> list[tuple[list[str], str, int]]:
                          ("-tp 2", "--tensor-model-parallel-size"), ("-x", "`-x`"),
                          ("--seq-length 256", "max_position_embeddings >= seq_length"),
                          ("--tensor-model-parallel-size", "needs a value"),
-                         ("--tensor-model-parallel-size --swiglu", "needs a value")):
+                         ("--tensor-model-parallel-size --swiglu", "needs a value"),
+                         ("--scatter-gather-tensors-in-pipeline=false", "takes no value"),
+                         ("--scatter-gather-tensors-in-pipeline --no-scatter-gather-tensors-in-pipeline",
+                          "never flags of one Megatron-LM version")):
         cases.append((["simulate", "--num-gpus", "8", "--megatron-args", f"{LINE} {extra}"], words, 1))
     cases.append((["simulate", "--num-gpus", "8", "--megatron-args", f"{LINE} --no-such-a 1 --no-such-b --no-such-c x"],
                   "3 problems in the Megatron launch line", 4))

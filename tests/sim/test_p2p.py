@@ -64,6 +64,11 @@ def test_the_flag_round_trips_and_its_later_spelling_selects_the_default():
     # Megatron-LM 72e4230bb5..10e7b74597: store_false, whole-tensor sends; accepted (not refused) and off
     _, parallel, *_ = parse_megatron_line("--tensor-model-parallel-size 8 --no-scatter-gather-tensors-in-pipeline")
     assert parallel["scatter_gather_tensors_in_pipeline"] is False
+    from echo_tune.errors import ConfigError
+    with pytest.raises(ConfigError, match="never flags of one Megatron-LM version"):
+        parse_megatron_line("--scatter-gather-tensors-in-pipeline --no-scatter-gather-tensors-in-pipeline")
+    with pytest.raises(ConfigError, match="takes no value"):
+        parse_megatron_line("--scatter-gather-tensors-in-pipeline=false")
 
 
 def test_the_papers_rows_are_simulated_with_scatter_gather():
