@@ -60,8 +60,17 @@ def launch_line_problems(present: set[str], model: dict, parallel: dict, base=No
 
 def launch_notes(settings: dict) -> tuple[str, ...]:
     """What a Megatron-LM launch line of ``settings`` (ParallelConfig fields by name) must say that the settings
-    leave unsaid, or cannot say: the full-recompute defaults, and a pair Megatron-LM's argument check refuses."""
+    leave unsaid, or cannot say: the full-recompute defaults, a pair Megatron-LM's argument check refuses, and
+    the legacy flags that state how older Megatron-LM code ran (the reference commit no longer has them)."""
+    from echo_tune.config.unmodelled import LEGACY
+
     notes = []
+    for field, value, flag in (("scatter_gather_tensors_in_pipeline", True, "--scatter-gather-tensors-in-pipeline"),
+                               ("async_tensor_model_parallel_allreduce", False,
+                                "--no-async-tensor-model-parallel-allreduce")):
+        if settings.get(field) is value:
+            notes.append(f"{flag} simulates older Megatron-LM code ({LEGACY[flag]}); Megatron-LM at d98e8a64ddf3 "
+                         f"does not accept it: drop it to launch today's Megatron-LM, which runs without it")
     method, layers = settings.get("recompute_method"), settings.get("recompute_num_layers")
     if settings.get("recompute_granularity") == "full" and (method is None or layers is None):
         notes.append(f"full recompute without recompute_method / recompute_num_layers is simulated as "

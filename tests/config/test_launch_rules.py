@@ -112,3 +112,20 @@ def test_launch_flags_leave_out_tp_comm_overlap_at_tp_1():
     flags = to_megatron_flags(model, dict(tensor_model_parallel_size=2, sequence_parallel=True, tp_comm_overlap=True,
                                           global_batch_size=8), "bf16")
     assert "--tp-comm-overlap" in flags
+
+
+@pytest.mark.parametrize("setting, flag", [({"scatter_gather_tensors_in_pipeline": True},
+                                            "--scatter-gather-tensors-in-pipeline"),
+                                           ({"async_tensor_model_parallel_allreduce": False},
+                                            "--no-async-tensor-model-parallel-allreduce")])
+def test_a_legacy_flag_in_the_launch_line_is_named_as_one(setting, flag):
+    """megatron_args.txt and simulate's notes say which flags only older Megatron-LM code had."""
+    from echo_tune.config.launch_rules import launch_notes
+
+    notes = [n for n in launch_notes(setting) if n.startswith(flag)]
+    assert len(notes) == 1 and "d98e8a64ddf3 does not accept it" in notes[0]
+    assert not [n for n in launch_notes({}) if "older Megatron-LM" in n]
+    report = et.simulate(et.load_model("gpt3-175b"), et.load_cluster("a100-80gb"), 1024,
+                         et.ParallelConfig(tensor_model_parallel_size=8, pipeline_model_parallel_size=16,
+                                           global_batch_size=1536, **setting))
+    assert any(n.startswith(flag) for n in report.notes)
