@@ -82,3 +82,25 @@ def test_up_projection_recompute_discards_query_key_and_value():
     trace = trace_layer(m, tensor_model_parallel_size=1)
     heads, s, bf16 = m.num_attention_heads, m.seq_length, 2
     assert trace.region_created_bytes["mla_up_proj"] >= 2 * s * heads * (m.qk_head_dim + m.qk_pos_emb_head_dim) * bf16
+
+
+def test_without_sequence_parallelism_the_latent_gradients_are_all_reduced():
+    """TP > 1 without SP: the hidden states are replicated, nothing is gathered forward, and each up projection
+    all-reduces its latent's gradient over TP (Megatron's copy_to_tensor_model_parallel_region backward)."""
+    m = MODEL
+    trace = trace_layer(m, tensor_model_parallel_size=2, sequence_parallel=False)
+    assert _tp_collectives(trace, "fwd") == []
+    backward = _tp_collectives(trace, "bwd")
+    s, bf16 = m.seq_length, 2
+    assert ("all_reduce", "mla_up_proj", s * m.kv_lora_rank * bf16) in backward
+    assert ("all_reduce", "mla_up_proj", s * m.hidden_size * bf16) in backward  # linear_q_proj's input gradient
+    assert not any(region.startswith("qkv") for _, region, _ in backward)
+
+
+def test_with_context_parallelism_the_gathers_cover_the_ranks_sequence_chunk():
+    m = MODEL
+    s, bf16 = m.seq_length // 2, 2
+    forward = _tp_collectives(trace_layer(m, tensor_model_parallel_size=2, context_parallel_size=2,
+                                          sequence_parallel=True), "fwd")
+    assert ("all_gather", "qkv/k_pos_gather", s * m.qk_pos_emb_head_dim * bf16) in forward
+    assert ("all_gather", "mla_up_proj", s * m.kv_lora_rank * bf16) in forward
