@@ -10,6 +10,8 @@ Megatron-Core's own rules (TransformerConfig) are checked on the specs, for ever
 
 from __future__ import annotations
 
+import functools
+
 from echo_tune.errors import ConfigError
 
 
@@ -58,19 +60,25 @@ def launch_line_problems(present: set[str], model: dict, parallel: dict, base=No
     return problems
 
 
+@functools.cache
+def _legacy_switches() -> tuple[tuple[str, bool, str, str], ...]:
+    """(field, the value that writes the flag, flag, why) of the layout switches whose flag is a legacy spelling
+    (config/data/megatron_flag_classes.yaml): --no-async-tensor-model-parallel-allreduce and
+    --scatter-gather-tensors-in-pipeline."""
+    from echo_tune.config.megatron_args import PARALLEL_FLAGS
+    from echo_tune.config.unmodelled import LEGACY
+
+    return tuple((field, kind == "flag", flag, LEGACY[flag]) for field, (flag, kind) in PARALLEL_FLAGS.items()
+                 if flag in LEGACY and kind in ("flag", "not_flag"))
+
+
 def launch_notes(settings: dict) -> tuple[str, ...]:
     """What a Megatron-LM launch line of ``settings`` (ParallelConfig fields by name) must say that the settings
     leave unsaid, or cannot say: the full-recompute defaults, a pair Megatron-LM's argument check refuses, and
     the legacy flags that state how older Megatron-LM code ran (the reference commit no longer has them)."""
-    from echo_tune.config.unmodelled import LEGACY
-
-    notes = []
-    for field, value, flag in (("scatter_gather_tensors_in_pipeline", True, "--scatter-gather-tensors-in-pipeline"),
-                               ("async_tensor_model_parallel_allreduce", False,
-                                "--no-async-tensor-model-parallel-allreduce")):
-        if settings.get(field) is value:
-            notes.append(f"{flag} simulates older Megatron-LM code ({LEGACY[flag]}); Megatron-LM at d98e8a64ddf3 "
-                         f"does not accept it: drop it to launch today's Megatron-LM, which runs without it")
+    notes = [f"{flag} simulates older Megatron-LM code ({why}); Megatron-LM at d98e8a64ddf3 does not accept it: "
+             f"drop it to launch today's Megatron-LM, which runs without it"
+             for field, on, flag, why in _legacy_switches() if settings.get(field) is on]
     method, layers = settings.get("recompute_method"), settings.get("recompute_num_layers")
     if settings.get("recompute_granularity") == "full" and (method is None or layers is None):
         notes.append(f"full recompute without recompute_method / recompute_num_layers is simulated as "

@@ -63,12 +63,10 @@ def p2p_time_s(pieces, layout: Layout, profile: ClusterProfile) -> float:
     """
     if len(layout.stage_chunk_layers) == 1:
         return 0.0
-    tp = layout.groups["tp"]
-    size = pieces["layer"].output_bytes
+    send = collective_time_s("send_recv", p2p_message_bytes(pieces, layout), _stage_pair(layout), profile)
     if not layout.p2p_scatter_gather:
-        return collective_time_s("send_recv", size, _stage_pair(layout), profile)
-    return (collective_time_s("send_recv", size / tp.size, _stage_pair(layout), profile)
-            + collective_time_s("all_gather", size, tp, profile))
+        return send
+    return send + collective_time_s("all_gather", pieces["layer"].output_bytes, layout.groups["tp"], profile)
 
 
 def _embedding_sync_s(pieces, layout: Layout, parallel: ParallelConfig, profile) -> float:

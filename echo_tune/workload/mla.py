@@ -59,11 +59,6 @@ def _norm(x, weight):
     return torch.ops.echo_tune.rms_norm(x, weight, 1e-6)[0]
 
 
-def _up(latent, weight, shard):
-    """Column-parallel up projection of the rank's latent (see the module docstring for its communication)."""
-    return column_parallel_linear(latent, weight, None, shard.tp, shard.sequence_parallel)
-
-
 def _down(x, params, shard):
     m = shard.model
     latent = _ParallelLinear.apply(x, params["down"], None, 1, False, False)  # duplicated: the rank's tokens
@@ -78,13 +73,14 @@ def _down(x, params, shard):
 
 def _up_projections(x, q_c, kv_c, k_pos, params, shard, rope_freqs):
     """The up projections and RoPE: q, k [s, b, heads, qk + rope] and v [s, b, heads, v]."""
-    m, heads = shard.model, shard.heads
+    m, heads, tp, sp = shard.model, shard.heads, shard.tp, shard.sequence_parallel
     qk, pos, v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+    # column-parallel over TP (see the module docstring for their communication)
     if q_c is not None:
-        q = _up(q_c, params["q_up"], shard)
+        q = column_parallel_linear(q_c, params["q_up"], None, tp, sp)
     else:
-        q = column_parallel_linear(x, params["q_proj"], None, shard.tp, shard.sequence_parallel)
-    kv = _up(kv_c, params["kv_up"], shard)
+        q = column_parallel_linear(x, params["q_proj"], None, tp, sp)
+    kv = column_parallel_linear(kv_c, params["kv_up"], None, tp, sp)
     s, b = kv.shape[:2]
     q = q.view(s, b, heads, qk + pos)
     k_nope, value = torch.split(kv.view(s, b, heads, qk + v), [qk, v], dim=-1)
