@@ -196,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
                        best=human_time(best_seen[0]) if best_seen[0] is not None else "-")
             if plain is not None:
                 if plain.fresh:
-                    plain.start(f"{args.sampler} sampler, {result_total(total)} trials to run")
+                    plain.start(f"{args.sampler} sampler, " + ("every valid layout, counted as it runs" if total is None
+                                and args.sampler == "exhaustive" else f"{result_total(total)} trials to run"))
                 plain.update(done, total, best_seen[0])
             STOP.check()  # a safe point: SIGTERM stops the search here, like Ctrl-C
         try:

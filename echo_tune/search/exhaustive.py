@@ -2,21 +2,25 @@
 layout of the batch dominates (``dominance.py``: recompute variants of a layout that fits without recompute),
 which are stored as dominated without being simulated.
 
-Layouts are sorted by pipeline structure (schedule, stages, chunks, micro-batches) and traced shape and
-cut into a few batches per worker, so a worker compiles each pipeline program once and pays one task
-dispatch per batch, not per layout. The parent traces each shape once (torch loads only there, and only
-on a trace-cache miss) and sends a batch's traced pieces with it: workers never import torch. Batches
-come back in order and are stored as finished trials as they arrive, so an interrupted run keeps them
-and ``--resume`` simulates only the layouts not stored yet. With ``n_jobs > 1`` the workers start while
-the layouts are enumerated (``start_workers``) and take batches in order, this process takes the next
-one whenever the batch to store next is not done (feeding the workers between slices of it), and an
-idle worker draws the breakdown plot (docs/search.md, "Exhaustive with two processes").
+Layouts are sorted shape by shape (``slice_of``), costliest first, within a shape by pipeline structure
+(schedule, stages, chunks, micro-batches), and cut into a few batches per worker, so a worker compiles
+each pipeline program once and pays one task dispatch per batch, not per layout. Here the parent traces
+each shape once (torch loads only there, and only on a trace-cache miss) and sends a batch's traced
+pieces with it (by reference when the trace cache holds them). Batches come back in order and are stored
+as finished trials as they arrive, so an interrupted run keeps them and ``--resume`` simulates only the
+layouts not stored yet. With ``n_jobs > 1`` the workers start while the layouts are enumerated
+(``start_workers``) and take batches in order, this process takes the next one whenever the batch to
+store next is not done (feeding the workers between slices of it), and an idle worker draws the
+breakdown plot (docs/search.md, "Exhaustive with two processes"). A fresh study with several processes
+enumerates as it runs instead (``sliced.py``: a worker enumerates, and traces on a cache miss, the
+shapes it is handed), in the same order, through the same ``dispatch``.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -25,9 +29,9 @@ from optuna.trial import TrialState, create_trial
 
 from echo_tune.search.claim import die_with_parent
 from echo_tune.search.dominance import Dominance, ordered_groups
-from echo_tune.search.gc_pause import gc_paused
+from echo_tune.search.gc_pause import gc_paused, mark_worker, pause_in_worker, resume_in_worker
 from echo_tune.search.journal_trials import add_finished
-from echo_tune.search.layouts import Candidate, RejectedLayout
+from echo_tune.search.layouts import SHAPE_FIELDS, Candidate, RejectedLayout
 from echo_tune.search.params import full_params, search_distributions
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, constraint_sequence, constraints,
                                        evaluate, flat_attrs, told_values)
@@ -36,6 +40,7 @@ from echo_tune.search.space import SearchSpace
 MAX_BATCH = 128  # layouts per batch (a recompute group is not split): progress and interrupts see batches
 BATCHES_PER_WORKER = 20  # enough for the processes to even out batches of unequal cost
 FEED_EVERY = 8  # layouts this process simulates between handing the workers more batches
+SWITCH_INTERVAL_S = 0.001  # Python's thread switch interval while workers run (``dispatch``)
 
 
 def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces: dict,
@@ -44,6 +49,7 @@ def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces:
     traced pieces by key, None for those the trace cache on disk holds (``trace_pieces`` loads them once).
     A layout that another of the batch before it dominates is stored as dominated, not simulated
     (``dominance.py``; ``dominance``: carried over from the slices of the same batch before this one)."""
+    pause_in_worker()
     with gc_paused():
         return _evaluate(space, batch, profile, pieces, dominance)
 
@@ -101,12 +107,28 @@ def _cost(candidate: Candidate) -> int:
     return layout.virtual_pipeline_size * p * min(layout.num_micro_batches, 5 * p)
 
 
+def slice_of(candidate: Candidate) -> tuple:
+    """The shape (``SHAPE_FIELDS``: ``layouts.shape_prefixes``) a layout completes."""
+    return (candidate.num_gpus, *(getattr(candidate.parallel, f) for f in SHAPE_FIELDS[1:]))
+
+
+def slice_cost(pipeline_model_parallel_size: int, num_micro_batches: int) -> int:
+    """Rough simulation cost of a shape's layouts (``_cost`` without the interleaving)."""
+    return pipeline_model_parallel_size * min(num_micro_batches, 5 * pipeline_model_parallel_size)
+
+
 def batches(candidates: list[Candidate], n_jobs: int = 1) -> list[list[Candidate]]:
-    """Candidates by pipeline structure and shape, costliest first (the workers' last batches are short,
-    so they finish together), in about ``BATCHES_PER_WORKER * n_jobs`` batches. A layout's recompute variants
-    stay together in one batch, the one without recompute first (``dominance.ordered_groups``)."""
+    """Candidates shape by shape, costliest first (the workers' last batches are short, so they finish
+    together), within a shape by pipeline structure, in about ``BATCHES_PER_WORKER * n_jobs`` batches. A
+    layout's recompute variants stay together in one batch, the one without recompute first
+    (``dominance.ordered_groups``). The order is ``sliced.py``'s, which enumerates shape by shape."""
+    first: dict[tuple, int] = {}  # shapes in drawing order
+    for c in candidates:
+        first.setdefault(slice_of(c), len(first))
     # stable: the enumeration order within a structure (a layout's recompute variants share its structure)
-    ordered = sorted(candidates, key=lambda c: (-_cost(c), structure_key(c)))
+    ordered = sorted(candidates, key=lambda c: (
+        -slice_cost(c.parallel.pipeline_model_parallel_size, c.layout.num_micro_batches), first[slice_of(c)],
+        -_cost(c), structure_key(c)))
     size = max(1, min(MAX_BATCH, -(-len(ordered) // (BATCHES_PER_WORKER * max(1, n_jobs)))))
     return cut(ordered_groups(ordered), size)
 
@@ -169,9 +191,15 @@ def worker_pool(n_jobs: int):
     """The (reusable) pool of ``n_jobs - 1`` worker processes."""
     from joblib.externals.loky import get_reusable_executor
 
-    # die_with_parent: a SIGKILLed search must not leave its workers behind (issue 10)
-    return get_reusable_executor(max_workers=n_jobs - 1, timeout=60, initializer=die_with_parent,
+    return get_reusable_executor(max_workers=n_jobs - 1, timeout=60, initializer=_init_worker,
                                  initargs=(os.getpid(),))
+
+
+def _init_worker(parent: int) -> None:
+    mark_worker()
+    die_with_parent(parent)  # a SIGKILLed search must not leave its workers behind (issue 10)
+    # a worker traces a shape the trace cache misses (sliced.py) with one thread: the cores are the search's
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _ready() -> None:
@@ -181,6 +209,7 @@ def _ready() -> None:
 
 def _ready_to_plot() -> None:
     """A worker out of batches loads matplotlib: it draws the search's plot (``summarize``) next."""
+    resume_in_worker()
     from echo_tune.plots import load_pyplot, available
 
     if available():
@@ -211,56 +240,73 @@ def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials) -> int
     if n_jobs == 1 or len(parts) <= 1:
         results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
         return _store(study, store, results, deadline, on_trials)
-    # n_jobs - 1 worker processes, and this process: the workers take batches in order, this process takes
-    # the next one whenever the batch to store next is not done yet, and stores them in order. loky (joblib's process pool): a
-    # worker starts clean (no torch, no inherited threads), imports only the simulator, needs no
-    # `if __name__ == "__main__"` guard in the caller, and is reused by the next search (and started
-    # early by ``start_workers``).
-    pool = worker_pool(n_jobs)
-    futures: dict[int, Future] = {}  # batches handed to the workers
-    mine: dict[int, list] = {}  # batches simulated here, waiting to be stored in order
-    handed = [0]  # every batch before this one is a worker's or ours
-    plotting: list[Future] = []
 
-    def feed() -> None:  # keep eight batches queued per worker (it never waits on this process), in order
-        while sum(not f.done() for f in futures.values()) < 8 * (n_jobs - 1) and handed[0] < len(parts):
-            b = parts[handed[0]]
-            futures[handed[0]] = pool.submit(_evaluate_batch, space, b, profile,
-                                             _pieces_for(space, b, by_reference=True))
-            handed[0] += 1
-        if handed[0] >= len(parts) and not plotting:  # every batch handed out
-            plotting.append(pool.submit(_ready_to_plot))
+    def submit(pool, i: int) -> Future:
+        return pool.submit(_evaluate_batch, space, parts[i], profile, _pieces_for(space, parts[i], by_reference=True))
 
-    def simulate_here(i: int) -> None:
+    def here(i: int, feed: Callable[[], None]) -> list:
         # a slice at a time, topping up the workers' queues between slices (the front batches are the
         # costliest: a worker would otherwise run dry while this process simulates one)
         b, pieces, done, dominance = parts[i], _pieces_for(space, parts[i]), [], Dominance(space, profile)
         for k in range(0, len(b), FEED_EVERY):
             done += _evaluate_batch(space, b[k:k + FEED_EVERY], profile, pieces, dominance)
             feed()
-        mine[i] = done
+        return done
+    results = dispatch(len(parts), n_jobs, submit, here)
+    try:
+        return _store(study, store, results, deadline, on_trials)
+    finally:
+        results.close()  # cancels the batches not started
 
-    def results() -> Iterator[list]:
-        # in order, so trials are numbered as with one process, and stored as soon as the batches before
-        # them are: while the next one to store is still a worker's, this process simulates the next
-        # batch nobody has taken
-        for i in range(len(parts)):
+
+def dispatch(n_parts: int, n_jobs: int, submit: Callable[[object, int], Future],
+             here: Callable[[int, Callable[[], None]], object]) -> Iterator:
+    """The results of parts ``0 .. n_parts - 1`` in order, run by ``n_jobs - 1`` worker processes
+    (``submit(pool, i)``) and this one (``here(i, feed)``, calling ``feed`` now and then): the workers take
+    parts in order, this process takes the next one whenever the part to yield next is not done yet.
+
+    loky (joblib's process pool): a worker starts clean (no torch, no inherited threads), imports only the
+    simulator, needs no ``if __name__ == "__main__"`` guard in the caller, and is reused by the next search
+    (and started early by ``start_workers``). Closing the generator cancels the parts not started."""
+    pool = worker_pool(n_jobs)
+    # loky's threads here pass the workers their results and next parts: with Python's 5 ms switch interval
+    # each hand-over waited on this thread's simulating (a worker idle 1.9 s against 1.4 s at 1 ms, Qwen3-30B-A3B)
+    switch_s = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch_s, SWITCH_INTERVAL_S))
+    futures: dict[int, Future] = {}  # parts handed to the workers
+    mine: dict[int, object] = {}  # parts run here, waiting to be yielded in order
+    handed = [0]  # every part before this one is a worker's or ours
+    plotting: list[Future] = []
+
+    def feed() -> None:  # keep eight parts queued per worker (it never waits on this process), in order
+        while sum(not f.done() for f in futures.values()) < 8 * (n_jobs - 1) and handed[0] < n_parts:
+            futures[handed[0]] = submit(pool, handed[0])
+            handed[0] += 1
+        if handed[0] >= n_parts and not plotting:  # every part handed out
+            plotting.append(pool.submit(_ready_to_plot))
+
+    def run_here(i: int) -> None:
+        mine[i] = here(i, feed)
+
+    try:
+        # in order, so trials are numbered as with one process, and stored as soon as the parts before
+        # them are: while the next one is still a worker's, this process runs the next part nobody has taken
+        for i in range(n_parts):
             feed()
             while i not in mine and not (i in futures and futures[i].done()):
-                if handed[0] < len(parts):
+                if handed[0] < n_parts:
                     handed[0] += 1
-                    simulate_here(handed[0] - 1)
+                    run_here(handed[0] - 1)
                 elif futures[i].cancel():  # queued for a worker that has not started it: do it here
                     del futures[i]
-                    simulate_here(i)
+                    run_here(i)
                 else:
                     futures[i].result()  # running: wait for it
             done = mine.pop(i) if i in mine else futures.pop(i).result()
             feed()
             yield done
-    try:
-        return _store(study, store, results(), deadline, on_trials)
     finally:
+        sys.setswitchinterval(switch_s)
         for f in futures.values():
             f.cancel()
 

@@ -25,7 +25,7 @@ import functools
 import itertools
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout, check_compatible
@@ -232,6 +232,32 @@ def enumerate_layouts(space: SearchSpace, stats: Counter | None = None) -> Itera
     yield from _walk(space, {}, 0, stats)
 
 
+def shape_prefixes(space: SearchSpace, stats: Counter | None = None) -> Iterator[dict]:
+    """The shapes that pass the first check (``SHAPE_FIELDS`` chosen), in drawing order: the layouts of the
+    space are their ``completions`` in this order (``enumerate_layouts``, cut at the first check)."""
+    def walk(chosen: dict, index: int) -> Iterator[dict]:
+        if index == len(SHAPE_FIELDS):
+            yield chosen
+            return
+        field_name = FIELD_ORDER[index]
+        for value in options(space, field_name, chosen):
+            nxt = {**chosen, field_name: value}
+            if field_name in CHECK_AFTER:
+                try:
+                    _check(space, nxt)
+                except RejectedLayout as exc:
+                    if stats is not None:
+                        stats[exc.rule] += 1
+                    continue
+            yield from walk(nxt, index + 1)
+    yield from walk({}, 0)
+
+
+def completions(space: SearchSpace, prefix: dict, stats: Counter | None = None) -> Iterator[Candidate]:
+    """The valid layouts that complete a ``shape_prefixes`` shape, in drawing order."""
+    yield from _walk(space, prefix, len(SHAPE_FIELDS), stats)
+
+
 def rule_name(rule: str) -> str:
     """The rule part of a check_compatible message (before the offending values)."""
     return rule.split(", but got")[0].split(" (")[0]
@@ -254,14 +280,24 @@ def check_space(space: SearchSpace) -> tuple[list[Candidate], list[str]]:
         example = next(r for r in stats if rule_name(r) == top) if by_rule else ""
         raise ConfigError(f"search space {space.source or space.name!r} holds no valid layout; the rule broken "
                           f"most often ({n} of {sum(stats.values())} rejections) is: {example}")
+    return valid, unused_notes(space, used_values(space, valid))
+
+
+def used_values(space: SearchSpace, candidates: Iterable[Candidate]) -> dict[str, set]:
+    """The values each searched setting takes in ``candidates``."""
+    # read off the settings (not ``c.config``: building 43k config dicts cost ~2 s of a 43k-layout space)
+    return {f: {getattr(c.parallel, f) if f != "num_gpus" else c.num_gpus for c in candidates}
+            for f in space.searched}
+
+
+def unused_notes(space: SearchSpace, used: dict[str, set]) -> list[str]:
+    """Notes on the searched values no valid layout takes (``used``: ``used_values`` of every valid layout)."""
     notes = []
     for field_name in space.searched:
-        # read off the settings (not ``c.config``: building 43k config dicts cost ~2 s of a 43k-layout space)
-        used = {getattr(c.parallel, field_name) if field_name != "num_gpus" else c.num_gpus for c in valid}
-        unused = [v for v in space.choices[field_name] if v not in used]
+        unused = [v for v in space.choices[field_name] if v not in used[field_name]]
         if unused:
             notes.append(f"{field_name} value(s) {unused} appear in no valid layout")
-    return valid, notes
+    return notes
 
 
 # Baselines: the layouts a practitioner would try first, so TPE starts from good points.

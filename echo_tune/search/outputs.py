@@ -13,6 +13,7 @@ symbolic link: a resumed study whose folder holds ``best.json -> elsewhere`` is 
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 from concurrent.futures import Future
@@ -51,14 +52,19 @@ def check_outputs(out_dir: Path) -> None:
 
 
 def write_trials_csv(space: SearchSpace, trials, path: Path) -> None:
-    rows = spell_none([trial_row(space, t) for t in sorted(trials, key=lambda t: t.number)])
-    frame = pd.DataFrame(rows)
-    for column in frame.columns:  # integers with gaps (VPP unset): pandas would write 2.0, which no flag takes
-        if frame[column].dtype == float and frame[column].notna().any() \
-                and all(type(v) is int or v is None for v in (r.get(column) for r in rows)):
-            frame[column] = frame[column].astype("Int64")
-    with atomic_path(path, "trials file") as tmp:
-        frame.to_csv(tmp, index=False)
+    """One row per trial, columns in order of first appearance (as ``pandas.DataFrame(rows)`` orders them).
+    Written with the csv module, not pandas: an integer column with gaps (VPP unset) stays integers, which
+    pandas wrote as 2.0 (no flag takes that), and 43k rows take ~0.5 s less (the same bytes on the Qwen3-30B-A3B
+    space's 43,194 trials)."""
+    rows = [trial_row(space, t) for t in sorted(trials, key=lambda t: t.number)]
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    words = [c in CATEGORICAL_FIELDS for c in columns]
+    with atomic_path(path, "trials file") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(columns)
+        for r in rows:  # None: "none" where the setting is a word (space files' spelling), else empty
+            writer.writerow([("none" if word else "") if (v := r.get(c)) is None else v
+                             for c, word in zip(columns, words)])
 
 
 def write_megatron_args(space: SearchSpace, best: dict, path: Path, *, study_name: str) -> None:

@@ -39,6 +39,7 @@ from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTR
 from echo_tune.search.resume import resume_notes, with_stored_best
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
 from echo_tune.search.shared import run_shared_exhaustive, shares_work
+from echo_tune.search import sliced
 from echo_tune.search.space import SearchSpace, space_profile
 from echo_tune.search.summary import summarize
 from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
@@ -203,17 +204,23 @@ def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, s
     _sampling_loop(space, study, store, Evaluator(space, profile), target, deadline, None)
 
 
-def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress) -> None:
-    stored = {config_key(t.user_attrs.get("record", t.user_attrs).get("config", {}))
-              for t in study.get_trials(deepcopy=False, states=res.FINISHED)}
-    target = min(len(valid), opts.n_trials or len(valid))
-    todo = [c for c in valid if not stored or c.key not in stored][:max(0, target - done_before)]
+def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress, shapes=None):
+    """Run the exhaustive search over ``valid``, or over the layouts of ``shapes`` (a fresh study:
+    ``sliced.shapes_to_slice``), enumerated as the search runs: then returns the space's ``Tally``."""
     count = [0]
 
     def on_trials(n: int, best: dict | None = None) -> None:
         count[0] += n
         if progress is not None:
-            progress(count[0], len(todo), best)
+            progress(count[0], None if shapes is not None else len(todo), best)
+    if shapes is not None:
+        with gc_paused():  # this process holds every stored trial (gc_pause.py)
+            return sliced.run_sliced(space, shapes, study, store, n_jobs=opts.n_jobs, profile=profile,
+                                     on_trials=on_trials)
+    stored = {config_key(t.user_attrs.get("record", t.user_attrs).get("config", {}))
+              for t in study.get_trials(deepcopy=False, states=res.FINISHED)}
+    target = min(len(valid), opts.n_trials or len(valid))
+    todo = [c for c in valid if not stored or c.key not in stored][:max(0, target - done_before)]
     if shares_work(opts.storage):  # a database: this process is one of possibly many workers
         run_shared_exhaustive(space, study, store, valid, todo, n_jobs=opts.n_jobs, profile=profile,
                               deadline=deadline, on_trials=on_trials)
@@ -267,7 +274,9 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
         raise ConfigError(f"the study name must be a plain folder name, but got ({name!r}); use --study-name")
     if opts.sampler == "exhaustive" and not shares_work(opts.storage):
         start_workers(opts.n_jobs)  # their start-up overlaps the enumeration below
-    valid, notes = check_space(space)
+    shapes = _shapes_to_slice(space, opts)
+    # with shapes, a fresh study's layouts are enumerated as the search runs (sliced.py)
+    valid, notes = check_space(space) if shapes is None else (None, [])
     out_dir = Path(opts.results_dir) / name
     if opts.write_files or opts.storage is None:  # a file or read-only folder: one line, not a traceback
         ensure_dir(out_dir, "results folder (--results-dir)")
@@ -276,12 +285,26 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
     profile = space_profile(space)
     parts = content_parts(space, profile)
     try:
-        return _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started, deadline, progress)
+        return _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts, started, deadline,
+                          progress)
     except optuna.exceptions.StorageInternalError as exc:  # e.g. SQLite's "database or disk is full"
         raise storage_error(exc, opts.storage or str(out_dir)) from None
 
 
-def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started, deadline, progress):
+def _counted(space: SearchSpace) -> tuple[int, list[str]]:
+    valid, notes = check_space(space)
+    return len(valid), notes
+
+
+def _shapes_to_slice(space: SearchSpace, opts: SearchOptions) -> list[dict] | None:
+    """The shapes of the space when a fresh study of this search is enumerated as it runs (``sliced.py``)."""
+    if opts.sampler != "exhaustive":
+        return None
+    return sliced.shapes_to_slice(space, n_jobs=opts.n_jobs, shared=shares_work(opts.storage),
+                                  every_layout=opts.n_trials is None and opts.timeout is None)
+
+
+def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts, started, deadline, progress):
     store, existed = _open_study(space, opts, name, out_dir)
     before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
     if before is not None:  # by content (inputs edited in place), and by names for studies of older versions
@@ -296,16 +319,19 @@ def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started
                                      {"space": space.describe(), "sampler": opts.sampler, "seed": opts.seed})
     existed = not created
     done_before = res.finished_count(study)
+    if valid is None and done_before:  # resumed: the layouts not stored yet are the ones to run
+        (valid, notes), shapes = check_space(space), None
     if existed and done_before:  # what a resumed run changed, said; its progress starts from the stored best
         notes = notes + resume_notes(study, opts.sampler, opts.seed, done_before)
         progress = with_stored_best(progress, res.best_feasible(space, study.get_trials(deepcopy=False)))
-    interrupted = False
+    interrupted, tally = False, None
     try:
         if opts.sampler == "auto":
             run_auto(space, study, store, valid, opts.n_trials or AUTO_BUDGET, n_jobs=opts.n_jobs, profile=profile,
                      deadline=deadline, progress=progress)
         elif opts.sampler == "exhaustive":
-            _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress)
+            tally = _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress,
+                                      shapes=shapes)
         else:
             _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
                             profile, progress)
@@ -314,10 +340,15 @@ def _run_study(space, opts, name, out_dir, valid, notes, profile, parts, started
     except BrokenProcessPool as exc:  # a worker killed from outside (loky's TerminatedWorkerError): keep what is stored
         interrupted = True
         notes = notes + [f"a worker process died ({str(exc).splitlines()[0][:120]}); the stored trials are kept"]
+    if valid is None:  # the space as the tasks enumerated it; interrupted, enumerated here
+        space_size, space_notes = (tally.size, tally.notes(space)) if tally is not None else _counted(space)
+        notes = space_notes + notes
+    else:
+        space_size = len(valid)
     # exhaustive: the pool's idle worker draws the plot (it loaded matplotlib as the run ended)
     pool = worker_pool(opts.n_jobs) if (opts.sampler == "exhaustive" and opts.n_jobs > 1 and not interrupted
                                          and not shares_work(opts.storage)) else None
     with gc_paused():  # reads back every trial (gc_pause.py)
         return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
-                         started=started, valid=valid, notes=notes, done_before=done_before,
+                         started=started, space_size=space_size, notes=notes, done_before=done_before,
                          interrupted=interrupted, write_files=opts.write_files, profile=profile, pool=pool)

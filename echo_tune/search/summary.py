@@ -18,7 +18,7 @@ from echo_tune.search.space import SearchSpace
 
 
 def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, where: str, started: float,
-              valid: list, notes: list[str], done_before: int, interrupted: bool, write_files: bool,
+              space_size: int, notes: list[str], done_before: int, interrupted: bool, write_files: bool,
               profile=None, pool=None) -> SearchResult:
     """Collect the study's results, write the output files, and return the SearchResult (``pool``: see
     ``write_outputs``)."""
@@ -42,7 +42,7 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
         n_infeasible=sum(1 for t in finished if t.state == TrialState.COMPLETE) - len(feasible),
         n_rejected=sum(1 for t in finished if t.state == TrialState.PRUNED and "dominated_by" not in t.user_attrs),
         n_dominated=sum(1 for t in finished if t.state == TrialState.PRUNED and "dominated_by" in t.user_attrs),
-        new_trials=len(finished) - done_before, space_size=len(valid),
+        new_trials=len(finished) - done_before, space_size=space_size,
         wall_time_s=time.monotonic() - started, best=best, pareto=pareto, results_dir=str(out_dir),
         storage=where, files=files, interrupted=interrupted, notes=list(notes),
         top=[{"trial": n, **r} for n, r in top[:20]],
