@@ -4,10 +4,10 @@ With the layouts enumerated here first (``check_space``: 3-4 s for the 43,194 la
 256 H100 space), the workers had nothing to do for that long, and sending them the layouts instead of
 enumerating costs as much (pickling half of them 1.1 s, loading 1.3 s). So this process enumerates only the
 shapes that pass the first check (``layouts.shape_prefixes``: 1,876 in 0.1 s there) and cuts them into
-tasks of a few consecutive shapes; a task - in a worker or here - enumerates its shapes' layouts
+tasks of up to ``SHAPES_PER_TASK`` consecutive shapes; a task - in a worker or here - enumerates its shapes' layouts
 (``layouts.completions``), simulates them (pieces from the trace cache, traced there on a miss) and
-returns their finished trials with what the summary needs: how many layouts, the rejections by rule and
-the values used (``Tally``). Trials come in ``batches``' order (shape by shape, costliest first), so the
+returns their finished trials with what the summary needs: how many layouts, and the values they take
+(``Tally``). Trials come in ``batches``' order (shape by shape, costliest first), so the
 study is the one ``run_exhaustive`` stores over ``check_space``'s list, whichever route ran it.
 
 Used for a fresh study with ``n_jobs > 1``, every layout wanted (no ``--n-trials``, no ``--timeout``), a
