@@ -91,10 +91,12 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def closest_miss(result) -> dict | None:
-    """The simulated layout that overflows memory the least, when none fits."""
+def closest_miss(space, result) -> dict | None:
+    """The layout that overflows memory the least, when none fits: a simulated trial, or a recompute variant the
+    memory rule did not simulate (``dominance.closest_misses``, simulated now: ``trial`` None)."""
     import optuna
 
+    from echo_tune.search.dominance import closest_misses
     from echo_tune.search.labels import full_label
     from echo_tune.search.results import trial_record
     from echo_tune.search.storage import open_storage
@@ -105,6 +107,7 @@ def closest_miss(result) -> dict | None:
             and not r["fits_memory"]]
     if not over:
         return None
+    over += [(None, r) for r in closest_misses(space, [r for _, r in over])]
     number, rec = min(over, key=lambda nr: nr[1]["memory_overshoot_bytes"])
     return {"trial": number, "layout": full_label(rec["config"], rec["derived"].get("data_parallel_size")),
             "over_gib": rec["memory_overshoot_bytes"] / 2**30, "config": rec["config"], "record": rec}
@@ -212,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
         tie = near_tie(records, args.near_tie_pct, space)
         explanation = explain_search(space, result, records) if args.explain else None
     if result.best is None and result.n_trials:
-        miss = closest_miss(result)
+        miss = closest_miss(space, result)
         if miss is not None:
             from echo_tune.plan.safety import fit_hint
 
@@ -249,7 +252,8 @@ def run(args: argparse.Namespace) -> int:
             if miss is not None:
                 from echo_tune.plan.safety import fit_hint_text
 
-                console.print(f"closest miss (trial {miss['trial']}): {miss['layout']}; "
+                which = f"trial {miss['trial']}" if miss["trial"] is not None else "simulated after the search"
+                console.print(f"closest miss ({which}): {miss['layout']}; "
                               f"{fit_hint_text(miss['fit_hint'], space.cluster.gpu.name)}",
                               highlight=False, markup=False)
             if explanation is not None:

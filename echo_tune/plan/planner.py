@@ -31,6 +31,7 @@ from echo_tune.plan.projection import GOODPUT_DEFAULT, budget_status, check_good
 from echo_tune.search.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, near_tie
+from echo_tune.search.dominance import closest_misses
 from echo_tune.search.results import megatron_flags, trial_record
 from echo_tune.search.space import SearchSpace, space_from_dict
 
@@ -200,6 +201,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
     best = result.best
     if best is None:
         over = [r for r in records if not r["fits_memory"]]
+        over += closest_misses(space, over)  # the recompute variants the memory rule did not simulate
         miss = min(over, key=lambda r: r["memory_overshoot_bytes"]) if over else None
         row.update(feasible=False, layout=None, step_time_s=None, tokens_per_s=None, mfu=None, days=None,
                    gpu_hours=None, cost=None, headroom_gib=None, meets_deadline=None, within_budget=None,

@@ -1,6 +1,6 @@
 """Layouts that can only be slower than another layout of the space: not simulated, stored as such.
 
-One rule, stated and checked against exhaustive runs (tests/search/test_dominance.py; docs/search.md):
+Two rules, stated and checked against exhaustive runs (tests/search/test_dominance.py; docs/search.md):
 
 **Recompute only adds work.** Activation recompute (``--recompute-granularity selective|full`` with any
 method and layer count) replays part of each forward before its backward and changes nothing else the step
@@ -27,6 +27,16 @@ it needs (``variants_near_best``).
 Checked against exhaustive runs of the six benchmark spaces of docs/search.md: no recompute variant of a
 fitting layout is faster than it (on Qwen3-30B-A3B / 256 H100, 24,392 of 43,194 layouts skipped).
 
+**Recompute cannot fit what the rest already overflows.** Recompute changes only a stage's activations (and
+CUDA graphs' and FSDP's buffers, which follow them): its weights, gradient buffer, optimizer states,
+workspaces, runtime reserve and data-parallel spread (``StageMemory.floor_bytes``) are the same with or
+without it. So when the layout without recompute is over the GPU's memory by that floor alone on some stage,
+no recompute variant of it fits: stored as dominated (``dominated_by`` ``memory_floor>capacity``) and not
+simulated. FSDP layouts are left out (their working buffers are computed apart), and so is a space that
+minimises peak memory (every layout's memory is what it searches). Checked on the six benchmark spaces:
+19,110 pairs of a recompute variant and its layout without it (every over-floor group, a sample of the
+others) had equal floors on every stage, and no variant of an over-floor layout fit.
+
 Dominance is decided inside a batch, on the layouts simulated just before: ``ordered_groups`` keeps each
 layout's recompute variants together, its no-recompute variant first, and batches are cut between groups.
 """
@@ -46,6 +56,9 @@ RECOMPUTE_FIELDS = ("recompute_granularity", "recompute_method", "recompute_num_
 MONOTONE_OBJECTIVES = ("step_time", "cost", "num_gpus")
 DOMINATED_BY_RECOMPUTE = "recompute_granularity=none"
 """``dominated_by`` of a recompute variant: the same layout without recompute fits, and is at least as fast."""
+DOMINATED_BY_MEMORY = "memory_floor>capacity"
+"""``dominated_by`` of a recompute variant that cannot fit: the same layout without recompute already holds more
+than the GPU's memory on a stage in what recompute does not change (``StageMemory.floor_bytes``)."""
 
 
 def applies(space: SearchSpace, profile=None) -> bool:
@@ -88,19 +101,72 @@ class Dominance:
 
     def __init__(self, space: SearchSpace, profile=None):
         self.active = applies(space, profile)
+        # peak memory as an objective: every layout simulated (its memory is what is searched)
+        self.memory_rule = "peak_memory" not in space.objectives
         self._fits: set[tuple] = set()  # group keys whose layout without recompute fits
+        self._over: set[tuple] = set()  # group keys whose layout without recompute is over memory at its floor
 
     def dominated_by(self, candidate: Candidate) -> str | None:
         """The rule that makes ``candidate`` unneeded, or None (simulate it)."""
-        if not self.active or candidate.parallel.recompute_granularity is None:
+        if candidate.parallel.recompute_granularity is None:
             return None
-        return DOMINATED_BY_RECOMPUTE if group_key(candidate) in self._fits else None
+        key = group_key(candidate)
+        if key in self._over:
+            return DOMINATED_BY_MEMORY
+        return DOMINATED_BY_RECOMPUTE if self.active and key in self._fits else None
 
     def simulated(self, candidate: Candidate, record: dict | None) -> None:
         """Note a simulated layout (``record`` None: rejected by a rule)."""
-        if self.active and record is not None and record["fits_memory"] \
-                and candidate.parallel.recompute_granularity is None:
-            self._fits.add(group_key(candidate))
+        if record is None or candidate.parallel.recompute_granularity is not None:
+            return
+        if record["fits_memory"]:
+            if self.active:
+                self._fits.add(group_key(candidate))
+        elif self.memory_rule and over_floor(record) and not candidate.parallel.use_megatron_fsdp:
+            self._over.add(group_key(candidate))
+
+
+def over_floor(record: dict) -> bool:
+    """Whether a simulated layout is over memory by what no recompute setting changes (its stages'
+    ``StageMemory.floor_bytes``; records of studies stored before the rule have no floor: False)."""
+    return record.get("memory_floor_bytes", 0) > record["memory_capacity_bytes"]
+
+
+def closest_misses(space: SearchSpace, records: list[dict]) -> list[dict]:
+    """Where no simulated layout fits: records of the recompute variants the memory rule skipped that could
+    overflow memory less than every simulated layout, simulated now (a variant overflows by at least its
+    layout's floor, so layouts are taken by floor and stop where the floor passes the least overflow found).
+    What the closest miss and its fit hint need (``search``, ``plan``)."""
+    from echo_tune.search.layouts import RejectedLayout, draw
+    from echo_tune.search.objective import evaluate
+
+    if not records or any(r["fits_memory"] for r in records):
+        return []
+    least = min(r["memory_overshoot_bytes"] for r in records)
+    known = {config_key(r["config"]) for r in records}
+    profile = space_profile(space)
+    heads = sorted((r for r in records if r["config"].get("recompute_granularity") is None and over_floor(r)),
+                   key=lambda r: r["memory_floor_bytes"] - r["memory_capacity_bytes"])
+    out = []
+    for record in heads:
+        if record["memory_floor_bytes"] - record["memory_capacity_bytes"] >= least:
+            break
+        for values in itertools.product(*(space.choices[f] for f in RECOMPUTE_FIELDS)):
+            config = {**record["config"], **dict(zip(RECOMPUTE_FIELDS, values))}
+            try:
+                candidate = draw(space, lambda name, _values: config[name])
+            except RejectedLayout:
+                continue
+            if candidate.key in known:
+                continue
+            known.add(candidate.key)
+            try:
+                variant = evaluate(space, candidate, profile=profile)[0]
+            except RejectedLayout:
+                continue
+            out.append(variant)
+            least = min(least, variant["memory_overshoot_bytes"])
+    return out
 
 
 def variants_near_best(space: SearchSpace, records: list[dict], pct: float) -> list[dict]:

@@ -59,6 +59,7 @@ def make_record(space: SearchSpace, candidate: Candidate, report) -> dict:
         "memory_capacity_bytes": int(report.memory_capacity_bytes),
         "fits_memory": bool(report.fits_memory),
         "memory_overshoot_bytes": int(report.memory_overshoot_bytes),
+        "memory_floor_bytes": int(max(m.floor_bytes for m in report.stage_memory)),  # search/dominance.py
         "worst_stage": report.worst_stage.stage,
         "critical_stage": report.critical_stage,
         "breakdown_s": dict(report.breakdown_s),

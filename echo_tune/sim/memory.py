@@ -137,6 +137,15 @@ class StageMemory:
                 + self.cuda_graph_bytes)
 
     @property
+    def floor_bytes(self) -> int:
+        """What no activation-recompute setting changes, of ``worst_rank_bytes``: weights, gradient buffer,
+        optimizer states, workspaces, runtime reserve, the data-parallel spread (not activations, CUDA graphs'
+        buffers or FSDP's, which recompute can change): a lower bound of the stage's memory under any recompute
+        (search/dominance.py)."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.workspace_bytes
+                + self.reserve_bytes + self.dp_spread_bytes)
+
+    @property
     def total_bytes(self) -> int:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
                 + self.reserve_bytes + self.cuda_graph_bytes + self.fsdp_buffer_bytes + self.workspace_bytes)

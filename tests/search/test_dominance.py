@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from echo_tune.search import SearchOptions, check_space, load_space, run_search
-from echo_tune.search.dominance import DOMINATED_BY_RECOMPUTE, Dominance, group_key, ordered_groups
+from echo_tune.search.dominance import DOMINATED_BY_MEMORY, DOMINATED_BY_RECOMPUTE, Dominance, group_key, ordered_groups
 from echo_tune.search.exhaustive import _evaluate_batch, _pieces_for, batches
 from echo_tune.search.layouts import RejectedLayout
 from echo_tune.search.objective import evaluate
@@ -55,23 +55,62 @@ def test_no_recompute_variant_is_faster_than_the_same_layout_without_recompute_t
     assert checked >= 50
 
 
+def _over_floor(space, candidate) -> tuple[bool, list[int]]:
+    """Whether ``candidate`` is over memory by what recompute does not change, and its stages' floors."""
+    record, report = evaluate(space, candidate)
+    floors = [m.floor_bytes for m in report.stage_memory]
+    return not record["fits_memory"] and max(floors) > report.memory_capacity_bytes, floors
+
+
+@pytest.mark.parametrize("space_file, min_over", [("small-gpt7b-16xa100.yaml", 2), ("mixtral-8x7b-64xh100.yaml", 2),
+                                                   ("gpt3-175b-128xb200-fp8.yaml", 0)])  # FP8: floors all fit
+def test_no_recompute_variant_fits_where_the_layout_without_it_is_over_memory_at_its_floor(space_file, min_over,
+                                                                                          small_all):
+    """The memory rule against exhaustive, on a dense, a MoE and an FP8 space: every recompute variant has the
+    same floor (weights, gradients, optimizer states, workspaces, reserve) on every stage as the layout without
+    recompute, so where that floor is over the GPU's memory no variant fits."""
+    space = load_space(SPACES / space_file)
+    results = small_all if space.name == "small-gpt7b-16xa100" else _simulate_all(space)
+    over_groups = pairs = 0
+    for members in ordered_groups(c for c, _ in results.values()):
+        head = results[members[0].key][1]
+        if members[0].parallel.recompute_granularity is not None or head is None or len(members) < 2:
+            continue
+        over, floors = _over_floor(space, members[0])
+        for c in members[1:]:
+            if results[c.key][1] is None:
+                continue
+            variant_over, variant_floors = _over_floor(space, c)
+            assert variant_floors == floors, (c.config, members[0].config)
+            pairs += 1
+            if over:
+                assert not results[c.key][1]["fits_memory"] and variant_over
+        over_groups += over
+    assert over_groups >= min_over and pairs >= 30
+
+
 def test_exhaustive_skips_the_dominated_layouts_and_finds_the_same_optimum(small_space, small_all, small_exhaustive):
     fitting = [(r["step_time_s"], c.key) for c, r in small_all.values() if r is not None and r["fits_memory"]]
     optimum = min(fitting)[0]
     assert small_exhaustive.best["step_time_s"] == pytest.approx(optimum, rel=1e-12)
-    # exactly the recompute variants of layouts that fit without recompute were skipped
-    expected = 0
+    # exactly the recompute variants of layouts that fit without recompute were skipped, and those of layouts
+    # over memory at their floor
+    by_rule = {DOMINATED_BY_RECOMPUTE: 0, DOMINATED_BY_MEMORY: 0}
     for members in ordered_groups(c for c, _ in small_all.values()):
         head = small_all[members[0].key][1]
-        if members[0].parallel.recompute_granularity is None and head is not None and head["fits_memory"]:
-            expected += len(members) - 1
-    assert small_exhaustive.n_dominated == expected > 0
+        if members[0].parallel.recompute_granularity is not None or head is None:
+            continue
+        if head["fits_memory"]:
+            by_rule[DOMINATED_BY_RECOMPUTE] += len(members) - 1
+        elif _over_floor(small_space, members[0])[0]:
+            by_rule[DOMINATED_BY_MEMORY] += len(members) - 1
+    assert small_exhaustive.n_dominated == sum(by_rule.values()) and min(by_rule.values()) > 0
     assert small_exhaustive.n_trials == len(small_all) and small_exhaustive.coverage == 1.0
     trials = pd.read_csv(f"{small_exhaustive.results_dir}/trials.csv", keep_default_na=False)
     skipped = trials[trials["dominated_by"] != ""]
-    assert len(skipped) == expected and set(skipped["dominated_by"]) == {DOMINATED_BY_RECOMPUTE}
+    assert skipped["dominated_by"].value_counts().to_dict() == by_rule
     assert set(skipped["state"]) == {"PRUNED"} and (skipped["rejected_rule"] == "").all()
-    assert (skipped["recompute_granularity"] != "none").all()
+    assert (skipped["recompute_granularity"] != "none").all() and not skipped["feasible"].any()
 
 
 def test_batches_keep_a_layouts_recompute_variants_together_after_it(small_space):
@@ -102,14 +141,20 @@ def test_a_batch_marks_only_variants_of_a_fitting_layout_and_none_when_memory_is
     # the variants alone (their dominator not in the batch): simulated
     assert all(t.state.name == "COMPLETE" for t in _evaluate_batch(small_space, group[1:], None,
                                                                    _pieces_for(small_space, group[1:])))
-    # a layout over memory dominates nothing
-    over = next(m for m in ordered_groups(valid) if len(m) > 1 and m[0].parallel.recompute_granularity is None
-                and small_all[m[0].key][1] is not None and not small_all[m[0].key][1]["fits_memory"])
+    # a layout over memory whose floor fits dominates nothing; one over memory at its floor, its variants
+    heads_over = [m for m in ordered_groups(valid) if len(m) > 1 and m[0].parallel.recompute_granularity is None
+                  and small_all[m[0].key][1] is not None and not small_all[m[0].key][1]["fits_memory"]]
+    over = next(m for m in heads_over if not _over_floor(small_space, m[0])[0])
     assert all(t.state.name == "COMPLETE" for t in _evaluate_batch(small_space, over, None,
                                                                    _pieces_for(small_space, over)))
+    floor = next(m for m in heads_over if _over_floor(small_space, m[0])[0])
+    trials = _evaluate_batch(small_space, floor, None, _pieces_for(small_space, floor))
+    assert [t.user_attrs.get("dominated_by") for t in trials] == [None] + [DOMINATED_BY_MEMORY] * (len(floor) - 1)
     memory = dataclasses.replace(small_space, objectives=("step_time", "peak_memory"))
     assert not Dominance(memory).active and Dominance(small_space).active
-    assert all(t.state.name == "COMPLETE" for t in _evaluate_batch(memory, group, None, _pieces_for(memory, group)))
+    for members in (group, floor):  # memory an objective: every layout simulated
+        assert all(t.state.name == "COMPLETE"
+                   for t in _evaluate_batch(memory, members, None, _pieces_for(memory, members)))
 
 
 def test_a_peak_memory_search_simulates_every_layout(small_space, tmp_path):
@@ -198,3 +243,21 @@ def test_the_near_tie_check_sees_the_recompute_variants_it_needs(small_space, sm
         assert found["config"] == expected["config"]
     if pct == 20.0:  # the case the skipped layouts changed
         assert expected is not None and expected["config"]["recompute_granularity"] is not None
+
+
+def test_where_nothing_fits_the_closest_miss_is_the_one_every_layout_simulated_gives(small_space, tmp_path):
+    """The memory rule skips recompute variants, which overflow less than their layout: ``closest_misses``
+    simulates those that could beat the least overflow found, so the closest miss is exhaustive's."""
+    from echo_tune.search.dominance import closest_misses
+
+    space = dataclasses.replace(small_space, memory_headroom_gib=33.0)  # 40 GB A100s, ~4 GiB allowed
+    everything = [r for _, r in _simulate_all(space).values() if r is not None]
+    assert not any(r["fits_memory"] for r in everything)
+    least = min(r["memory_overshoot_bytes"] for r in everything)
+    result = run_search(space, SearchOptions(sampler="exhaustive", results_dir=tmp_path, write_files=False))
+    assert result.best is None and result.n_dominated > 0
+    simulated = min(r["memory_overshoot_bytes"] for r in result.records)
+    extra = closest_misses(space, result.records)
+    assert simulated > least  # the closest miss was among the skipped variants: the check cannot pass empty
+    assert min(r["memory_overshoot_bytes"] for r in result.records + extra) == least
+    assert len(extra) < result.n_dominated  # a few, not every skipped layout
