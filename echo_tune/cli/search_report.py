@@ -85,8 +85,12 @@ def print_result(space, result: SearchResult, *, top: int = 10, console: Console
         return
     line, style = note_printer(console, fmt)
 
-    dominated = (f", {result.n_dominated} not simulated (the same layout without recompute fits, and recompute "
-                 f"only adds work)") if result.n_dominated else ""
+    slower, cannot_fit = result.n_dominated - result.n_dominated_memory, result.n_dominated_memory
+    dominated = "".join([
+        f", {slower} not simulated (the same layout without recompute fits, and recompute only adds work)"
+        if slower else "",
+        f", {cannot_fit} not simulated (the same layout without recompute is over memory in what recompute does "
+        f"not change)" if cannot_fit else ""])
     line(Text(f"{result.sampler}: {result.n_trials} trials ({result.new_trials} new), {result.n_feasible} "
               f"feasible, {result.n_infeasible} over memory, {result.n_rejected} rejected{dominated}; coverage: "
               f"{result.n_trials} of the {result.space_size} valid layouts in the space "

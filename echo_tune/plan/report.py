@@ -18,8 +18,10 @@ def _num(value, fmt: str) -> str:
 
 
 def _dominated(row: dict) -> str:
-    n = row.get("n_dominated") or 0
-    return f", {n} of them not simulated: recompute variants of a layout that fits without it" if n else ""
+    n, memory = row.get("n_dominated") or 0, row.get("n_dominated_memory") or 0
+    why = [f"{n - memory} of a layout that fits without it" if n - memory else "",
+           f"{memory} of a layout over memory without its activations" if memory else ""]
+    return f", {n} of them not simulated: recompute variants, {' and '.join(w for w in why if w)}" if n else ""
 
 
 def mfu_header(rows: list[dict]) -> str:
@@ -82,8 +84,10 @@ def plan_table(rows: list[dict], currency: str, title: str) -> TextTable:
 
 def explanation_tables(explanation: dict) -> tuple[TextTable, TextTable]:
     fams = explanation["families"]
+    # largest first, to the microsecond (below it: float residue, e.g. "other"), then by name: a set's order
+    # changes with the process's string hashing, and so did the order of the tied parts from run to run
     parts = sorted({p for f in fams for p in f["breakdown_s"]},
-                   key=lambda p: -max(f["breakdown_s"].get(p, 0.0) for f in fams))
+                   key=lambda p: (-round(max(f["breakdown_s"].get(p, 0.0) for f in fams), 6), p))
     breakdown = TextTable(
         title="winner's breakdown beside the best layout of each other TP x PP x CP family (s/step)",
         caption=f"every layout: {fams[0]['common']}" if fams[0]["common"] else None, fold="pages",

@@ -147,6 +147,8 @@ class SearchResult:
     n_dominated: int = 0
     """Finished trials not simulated because another layout of the space is at least as good (dominance.py);
     counted in ``n_trials`` and the coverage, not in ``n_rejected``."""
+    n_dominated_memory: int = 0
+    """Of ``n_dominated``, those that cannot fit (``dominance.DOMINATED_BY_MEMORY``); the rest can only be slower."""
     records: list[dict] | None = field(default=None, repr=False, compare=False)
     """Every simulated record of the study as it ended (not in ``to_dict``): what the near-tie check and the
     explanation read, without opening the storage again (on a 43,194-trial journal that re-read took ~5 s)."""
@@ -165,7 +167,7 @@ class SearchResult:
     def to_dict(self) -> dict:
         data = {"study_name": self.study_name, "sampler": self.sampler, "n_trials": self.n_trials,
                 "n_feasible": self.n_feasible, "n_infeasible": self.n_infeasible, "n_rejected": self.n_rejected,
-                "n_dominated": self.n_dominated,
+                "n_dominated": self.n_dominated, "n_dominated_memory": self.n_dominated_memory,
                 "new_trials": self.new_trials, "space_size": self.space_size, "coverage": self.coverage,
                 "wall_time_s": self.wall_time_s,
                 "best": self.best, "results_dir": self.results_dir, "storage": self.storage, "files": self.files,

@@ -10,6 +10,7 @@ import time
 
 from optuna.trial import TrialState
 
+from echo_tune.search.dominance import DOMINATED_BY_MEMORY
 from echo_tune.search.objective import OBJECTIVE_KEYS
 from echo_tune.search.outputs import write_outputs
 from echo_tune.search.results import (FINISHED, SearchResult, best_feasible, entry, feasible_records,
@@ -42,6 +43,7 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
         n_infeasible=sum(1 for t in finished if t.state == TrialState.COMPLETE) - len(feasible),
         n_rejected=sum(1 for t in finished if t.state == TrialState.PRUNED and "dominated_by" not in t.user_attrs),
         n_dominated=sum(1 for t in finished if t.state == TrialState.PRUNED and "dominated_by" in t.user_attrs),
+        n_dominated_memory=sum(1 for t in finished if t.user_attrs.get("dominated_by") == DOMINATED_BY_MEMORY),
         new_trials=len(finished) - done_before, space_size=space_size,
         wall_time_s=time.monotonic() - started, best=best, pareto=pareto, results_dir=str(out_dir),
         storage=where, files=files, interrupted=interrupted, notes=list(notes),

@@ -4,6 +4,7 @@ that skip them keep the optimum."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pandas as pd
 import pytest
@@ -199,7 +200,14 @@ def test_the_summary_says_how_many_layouts_were_not_simulated(tmp_path, capsys):
     assert main(["search", str(SPACES / "small-gpt7b-16xa100.yaml"), "--sampler", "exhaustive",
                  "--results-dir", str(tmp_path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "not simulated (the same layout without recompute fits, and recompute only adds work)" in out
+    result = json.loads((tmp_path / "small-gpt7b-16xa100" / "best.json").read_text())  # written: the run ended
+    assert result["trial"] >= 0
+    import re
+    slower = re.search(r", (\d+) not simulated \(the same layout without recompute fits, and recompute only adds "
+                       r"work\)", out)
+    cannot_fit = re.search(r", (\d+) not simulated \(the same layout without recompute is over memory in what "
+                           r"recompute does not change\)", out)
+    assert slower and cannot_fit and int(slower[1]) > 0 and int(cannot_fit[1]) > 0
     assert "valid layouts in the space covered (100.0%)" in out
 
 
