@@ -269,3 +269,17 @@ def test_where_nothing_fits_the_closest_miss_is_the_one_every_layout_simulated_g
     assert simulated > least  # the closest miss was among the skipped variants: the check cannot pass empty
     assert min(r["memory_overshoot_bytes"] for r in result.records + extra) == least
     assert len(extra) < result.n_dominated  # a few, not every skipped layout
+
+
+def test_the_known_variants_are_found_without_keying_every_record(small_space):
+    """``_known_variants`` keys only the records that share a head's GPUs, TP, PP, micro-batch and
+    interleaving, and among them every recompute variant of a head."""
+    from echo_tune.search.dominance import _known_variants
+
+    valid, _ = check_space(small_space)
+    head = next(m for m in ordered_groups(valid) if len(m) == 3 and m[0].parallel.recompute_granularity is None)
+    tp = head[0].parallel.tensor_model_parallel_size
+    other = next(c for c in valid if c.parallel.tensor_model_parallel_size != tp)
+    records = [{"config": c.config} for c in [*head, other]]
+    known = _known_variants(records, records[:1])
+    assert known == {c.key for c in head}
