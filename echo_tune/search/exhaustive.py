@@ -29,7 +29,7 @@ from optuna.trial import TrialState, create_trial
 
 from echo_tune.search.claim import die_with_parent
 from echo_tune.search.dominance import Dominance, ordered_groups
-from echo_tune.search.gc_pause import gc_paused, mark_worker, pause_in_worker, resume_in_worker
+from echo_tune.search.gc_pause import gc_paused, mark_worker, run_ends, task_begins, task_ends
 from echo_tune.search.journal_trials import add_finished
 from echo_tune.search.layouts import SHAPE_FIELDS, Candidate, RejectedLayout
 from echo_tune.search.params import full_params, search_distributions
@@ -49,7 +49,6 @@ def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces:
     traced pieces by key, None for those the trace cache on disk holds (``trace_pieces`` loads them once).
     A layout that another of the batch before it dominates is stored as dominated, not simulated
     (``dominance.py``; ``dominance``: carried over from the slices of the same batch before this one)."""
-    pause_in_worker()
     with gc_paused():
         return _evaluate(space, batch, profile, pieces, dominance)
 
@@ -209,7 +208,7 @@ def _ready() -> None:
 
 def _ready_to_plot() -> None:
     """A worker out of batches loads matplotlib: it draws the search's plot (``summarize``) next."""
-    resume_in_worker()
+    run_ends()
     from echo_tune.plots import load_pyplot, available
 
     if available():
@@ -259,6 +258,25 @@ def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials) -> int
         results.close()  # cancels the batches not started
 
 
+class _RunPool:
+    """The worker pool as ``dispatch``'s callers see it: each task runs between ``task_begins(run)`` and
+    ``task_ends()`` in the worker (gc_pause.py)."""
+
+    def __init__(self, pool, run: object):
+        self._pool, self._run = pool, run
+
+    def submit(self, fn, *args) -> Future:
+        return self._pool.submit(_task_in_worker, self._run, fn, *args)
+
+
+def _task_in_worker(run: object, fn, *args):
+    task_begins(run)
+    try:
+        return fn(*args)
+    finally:
+        task_ends()
+
+
 def dispatch(n_parts: int, n_jobs: int, submit: Callable[[object, int], Future],
              here: Callable[[int, Callable[[], None]], object]) -> Iterator:
     """The results of parts ``0 .. n_parts - 1`` in order, run by ``n_jobs - 1`` worker processes
@@ -269,6 +287,7 @@ def dispatch(n_parts: int, n_jobs: int, submit: Callable[[object, int], Future],
     simulator, needs no ``if __name__ == "__main__"`` guard in the caller, and is reused by the next search
     (and started early by ``start_workers``). Closing the generator cancels the parts not started."""
     pool = worker_pool(n_jobs)
+    runs = _RunPool(pool, (os.getpid(), time.monotonic_ns()))  # one id per run: what a worker froze is per run
     # loky's threads here pass the workers their results and next parts: with Python's 5 ms switch interval
     # each hand-over waited on this thread's simulating (a worker idle 1.9 s against 1.4 s at 1 ms, Qwen3-30B-A3B)
     switch_s = sys.getswitchinterval()
@@ -280,7 +299,7 @@ def dispatch(n_parts: int, n_jobs: int, submit: Callable[[object, int], Future],
 
     def feed() -> None:  # keep eight parts queued per worker (it never waits on this process), in order
         while sum(not f.done() for f in futures.values()) < 8 * (n_jobs - 1) and handed[0] < n_parts:
-            futures[handed[0]] = submit(pool, handed[0])
+            futures[handed[0]] = submit(runs, handed[0])
             handed[0] += 1
         if handed[0] >= n_parts and not plotting:  # every part handed out
             plotting.append(pool.submit(_ready_to_plot))

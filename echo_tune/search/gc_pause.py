@@ -27,29 +27,40 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-_IN_WORKER = [False]
+_WORKER: dict = {"in_worker": False, "run": None}
 
 
 def mark_worker() -> None:
     """Called in an exhaustive search's worker process when it starts (``exhaustive._init_worker``)."""
-    _IN_WORKER[0] = True
+    _WORKER["in_worker"] = True
 
 
-def pause_in_worker() -> None:
-    """In a worker, before each batch: the collector off until the run ends (``resume_in_worker``), and what
-    the worker holds so far (the simulator's caches, earlier batches' leftovers) frozen: without psutil, loky
-    calls ``gc.collect()`` after a task at most once a second (loky/process_executor.py), which scanned those
-    caches: 0.8-1.1 s of a worker's 10.8 s in a Qwen3-30B-A3B run (gc.callbacks), the worker idle
-    meanwhile. Frozen, only the objects of the batch since are scanned. The parent pauses for its whole run
-    too (``run_exhaustive``)."""
-    if _IN_WORKER[0]:
-        gc.disable()
-        gc.freeze()
+def task_begins(run: object) -> None:
+    """In a worker, before a task of the search run ``run`` (``exhaustive.dispatch``): the collector off for the
+    task, and what the worker holds so far (the simulator's caches, earlier tasks' results) frozen. Without
+    psutil, loky calls ``gc.collect()`` after a task at most once a second (loky/process_executor.py), which
+    scanned those caches: 0.8-1.1 s of a worker's 10.8 s in a Qwen3-30B-A3B run (gc.callbacks), the worker idle
+    meanwhile; frozen, only the objects made since are scanned. The first task of a new run unfreezes and
+    collects what the last run froze (a run cut short never told this worker it ended)."""
+    if not _WORKER["in_worker"]:
+        return
+    if _WORKER["run"] != run:
+        gc.unfreeze()
+        gc.collect()
+        _WORKER["run"] = run
+    gc.disable()
+    gc.freeze()
 
 
-def resume_in_worker() -> None:
-    """In a worker, when the run's batches are all handed out: the collector back on, everything frozen
-    collectable again."""
-    if _IN_WORKER[0]:
+def task_ends() -> None:
+    """In a worker, after a task: the collector back on (it scans what is not frozen)."""
+    if _WORKER["in_worker"]:
+        gc.enable()
+
+
+def run_ends() -> None:
+    """In a worker, when the run's tasks are all handed out: everything frozen collectable again."""
+    if _WORKER["in_worker"]:
         gc.unfreeze()
         gc.enable()
+        _WORKER["run"] = None

@@ -25,7 +25,7 @@ from echo_tune.limits import MAX_VALID_LAYOUTS
 from echo_tune.search.dominance import Dominance, ordered_groups
 from echo_tune.search.exhaustive import (FEED_EVERY, _cost, _evaluate_batch, _interned, _store, dispatch, slice_cost,
                                          structure_key)
-from echo_tune.search.gc_pause import gc_paused, pause_in_worker
+from echo_tune.search.gc_pause import gc_paused
 from echo_tune.search.layouts import SHAPE_FIELDS, _check, completions, shape_prefixes, unused_notes, used_values
 from echo_tune.search.space import FIELD_ORDER, SearchSpace
 
@@ -92,7 +92,6 @@ def run_task(space: SearchSpace, profile, shapes: list[dict],
              feed: Callable[[], None] | None = None) -> tuple[list, Tally]:
     """Enumerate, simulate and freeze one task's layouts (in a worker, or here with ``feed`` called every
     ``FEED_EVERY`` layouts)."""
-    pause_in_worker()
     with gc_paused():
         space, profile = _interned(space), _interned(profile)
         tally = Tally()

@@ -100,21 +100,53 @@ def test_an_interrupted_sliced_run_keeps_its_trials_counts_the_space_and_resumes
     assert rest.n_trials == len(valid) and rest.new_trials == len(valid) - first.n_trials
 
 
-def test_a_worker_pauses_the_collector_for_the_run_and_freezes_what_it_holds(monkeypatch):
+def test_a_worker_pauses_the_collector_per_task_and_thaws_a_new_run(monkeypatch):
     was = gc.isenabled()
-    monkeypatch.setattr(gc_pause, "_IN_WORKER", [True])
+    monkeypatch.setitem(gc_pause._WORKER, "in_worker", True)
+    monkeypatch.setitem(gc_pause._WORKER, "run", None)
     try:
         gc.enable()
-        gc_pause.pause_in_worker()
+        gc_pause.task_begins("run 1")
         assert not gc.isenabled() and gc.get_freeze_count() > 0
-        gc_pause.resume_in_worker()
-        assert gc.isenabled() and gc.get_freeze_count() == 0
+        gc_pause.task_ends()
+        assert gc.isenabled() and gc.get_freeze_count() > 0  # on, scanning only what is not frozen
+        gc_pause.task_begins("run 2")  # a new run: the last one's frozen objects collected first, then frozen anew
+        assert gc_pause._WORKER["run"] == "run 2"
+        gc_pause.task_ends()
+        gc_pause.run_ends()
+        assert gc.isenabled() and gc.get_freeze_count() == 0 and gc_pause._WORKER["run"] is None
     finally:
         gc.unfreeze()
         (gc.enable if was else gc.disable)()
-    monkeypatch.setattr(gc_pause, "_IN_WORKER", [False])  # in the parent: both do nothing
-    gc_pause.pause_in_worker()
+    monkeypatch.setitem(gc_pause._WORKER, "in_worker", False)  # in the parent: nothing happens
+    gc_pause.task_begins("run 3")
     assert gc.isenabled() == was and gc.get_freeze_count() == 0
+
+
+def _probe() -> tuple[int, bool]:
+    import os
+    import time
+
+    time.sleep(0.2)  # long enough that every worker takes one
+    return os.getpid(), gc.isenabled()
+
+
+@pytest.mark.parametrize("how", ["three processes", "interrupted"])
+def test_no_worker_is_left_with_the_collector_off(how, small_space, tmp_path):
+    """A review found the workers that did not draw the plot (all but one with three processes) or whose run
+    was cut short kept the collector off for the pool's next search."""
+    from echo_tune.search.exhaustive import worker_pool
+
+    n_jobs = 3 if how == "three processes" else 2
+
+    def stop(done, total, record):
+        raise KeyboardInterrupt
+    result = run_search(small_space, SearchOptions(sampler="exhaustive", n_jobs=n_jobs, results_dir=tmp_path,
+                                                   write_files=False), progress=stop if how == "interrupted" else None)
+    assert result.interrupted == (how == "interrupted")
+    pool = worker_pool(n_jobs)
+    states = {f.result() for f in [pool.submit(_probe) for _ in range(4 * (n_jobs - 1))]}
+    assert len({pid for pid, _ in states}) == n_jobs - 1 and all(on for _, on in states), states
 
 
 def test_study_module_routes_only_exhaustive_searches(small_space):
