@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.search.layouts import Candidate, config_key
@@ -137,9 +137,6 @@ def closest_misses(space: SearchSpace, records: list[dict]) -> list[dict]:
     overflow memory less than every simulated layout, simulated now (a variant overflows by at least its
     layout's floor, so layouts are taken by floor and stop where the floor passes the least overflow found).
     What the closest miss and its fit hint need (``search``, ``plan``)."""
-    from echo_tune.search.layouts import RejectedLayout, draw
-    from echo_tune.search.objective import evaluate
-
     if not records or any(r["fits_memory"] for r in records):
         return []
     least = min(r["memory_overshoot_bytes"] for r in records)
@@ -152,22 +149,28 @@ def closest_misses(space: SearchSpace, records: list[dict]) -> list[dict]:
     for record in heads:
         if record["memory_floor_bytes"] - record["memory_capacity_bytes"] >= least:
             break
-        for values in itertools.product(*(space.choices[f] for f in RECOMPUTE_FIELDS)):
-            config = {**record["config"], **dict(zip(RECOMPUTE_FIELDS, values))}
-            try:
-                candidate = draw(space, lambda name, _values: config[name])
-            except RejectedLayout:
-                continue
-            if candidate.key in known:
-                continue
-            known.add(candidate.key)
-            try:
-                variant = evaluate(space, candidate, profile=profile)[0]
-            except RejectedLayout:
-                continue
+        for variant in _unseen_variants(space, record, known, profile):
             out.append(variant)
             least = min(least, variant["memory_overshoot_bytes"])
     return out
+
+
+def _unseen_variants(space: SearchSpace, record: dict, known: set[tuple], profile) -> Iterator[dict]:
+    """The records of ``record``'s layout's recompute variants not in ``known`` (``config_key``s; each is added),
+    simulated now; a variant a rule rejects is left out."""
+    from echo_tune.search.layouts import RejectedLayout, draw
+    from echo_tune.search.objective import evaluate
+
+    for values in itertools.product(*(space.choices[f] for f in RECOMPUTE_FIELDS)):
+        config = {**record["config"], **dict(zip(RECOMPUTE_FIELDS, values))}
+        try:
+            candidate = draw(space, lambda name, _values: config[name])
+            if candidate.key in known:
+                continue
+            known.add(candidate.key)
+            yield evaluate(space, candidate, profile=profile)[0]
+        except RejectedLayout:
+            continue
 
 
 _COARSE = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size", "micro_batch_size",
@@ -186,9 +189,6 @@ def variants_near_best(space: SearchSpace, records: list[dict], pct: float) -> l
     """Records of the recompute variants not simulated of the fitting layouts within ``pct`` percent of the
     fastest (simulated now, a handful): what a near-tie check needs, since a layout that fits without
     recompute is dominated in step time but its recompute variants leave more memory free."""
-    from echo_tune.search.layouts import RejectedLayout, draw
-    from echo_tune.search.objective import evaluate
-
     profile = space_profile(space)
     fitting = [r for r in records if r["fits_memory"]]
     if not fitting or not applies(space, profile) or not pct >= 0:
@@ -198,14 +198,5 @@ def variants_near_best(space: SearchSpace, records: list[dict], pct: float) -> l
     known = _known_variants(records, heads)
     out = []
     for record in heads:
-        for values in itertools.product(*(space.choices[f] for f in RECOMPUTE_FIELDS)):
-            config = {**record["config"], **dict(zip(RECOMPUTE_FIELDS, values))}
-            try:
-                candidate = draw(space, lambda name, _values: config[name])
-                if candidate.key in known:
-                    continue
-                known.add(candidate.key)
-                out.append(evaluate(space, candidate, profile=profile)[0])
-            except RejectedLayout:
-                continue
+        out += _unseen_variants(space, record, known, profile)
     return out

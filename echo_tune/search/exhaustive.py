@@ -103,7 +103,7 @@ def _cost(candidate: Candidate) -> int:
     """Rough simulation cost: tasks of the (periodic) pipeline runs."""
     layout = candidate.layout
     p = len(layout.stage_chunk_layers)
-    return layout.virtual_pipeline_size * p * min(layout.num_micro_batches, 5 * p)
+    return layout.virtual_pipeline_size * slice_cost(p, layout.num_micro_batches)
 
 
 def slice_of(candidate: Candidate) -> tuple:

@@ -203,13 +203,11 @@ def draw(space: SearchSpace, choose: Callable[[str, tuple], object]) -> Candidat
     return _candidate(space, chosen)
 
 
-def _walk(space: SearchSpace, chosen: dict, index: int, stats: Counter | None) -> Iterator[Candidate]:
-    if index == len(FIELD_ORDER):
-        try:
-            yield _candidate(space, chosen)
-        except RejectedLayout as exc:
-            if stats is not None:
-                stats[exc.rule] += 1
+def _chosen(space: SearchSpace, chosen: dict, index: int, stop: int, stats: Counter | None) -> Iterator[dict]:
+    """The settings of ``FIELD_ORDER[index:stop]`` added to ``chosen``, every way that passes the partial checks
+    (``CHECK_AFTER``), in drawing order."""
+    if index == stop:
+        yield chosen
         return
     field_name = FIELD_ORDER[index]
     for value in options(space, field_name, chosen):
@@ -221,7 +219,16 @@ def _walk(space: SearchSpace, chosen: dict, index: int, stats: Counter | None) -
                 if stats is not None:  # one count for the whole subtree
                     stats[exc.rule] += 1
                 continue
-        yield from _walk(space, nxt, index + 1, stats)
+        yield from _chosen(space, nxt, index + 1, stop, stats)
+
+
+def _walk(space: SearchSpace, chosen: dict, index: int, stats: Counter | None) -> Iterator[Candidate]:
+    for complete in _chosen(space, chosen, index, len(FIELD_ORDER), stats):
+        try:
+            yield _candidate(space, complete)
+        except RejectedLayout as exc:
+            if stats is not None:
+                stats[exc.rule] += 1
 
 
 def enumerate_layouts(space: SearchSpace, stats: Counter | None = None) -> Iterator[Candidate]:
@@ -235,22 +242,7 @@ def enumerate_layouts(space: SearchSpace, stats: Counter | None = None) -> Itera
 def shape_prefixes(space: SearchSpace, stats: Counter | None = None) -> Iterator[dict]:
     """The shapes that pass the first check (``SHAPE_FIELDS`` chosen), in drawing order: the layouts of the
     space are their ``completions`` in this order (``enumerate_layouts``, cut at the first check)."""
-    def walk(chosen: dict, index: int) -> Iterator[dict]:
-        if index == len(SHAPE_FIELDS):
-            yield chosen
-            return
-        field_name = FIELD_ORDER[index]
-        for value in options(space, field_name, chosen):
-            nxt = {**chosen, field_name: value}
-            if field_name in CHECK_AFTER:
-                try:
-                    _check(space, nxt)
-                except RejectedLayout as exc:
-                    if stats is not None:
-                        stats[exc.rule] += 1
-                    continue
-            yield from walk(nxt, index + 1)
-    yield from walk({}, 0)
+    yield from _chosen(space, {}, 0, len(SHAPE_FIELDS), stats)
 
 
 def completions(space: SearchSpace, prefix: dict, stats: Counter | None = None) -> Iterator[Candidate]:
