@@ -13,7 +13,6 @@ from echo_tune.console import make_console
 from rich.table import Table
 
 from echo_tune.calibrate.check import check_log, extrapolation_warnings, placement_for, predict_us
-from echo_tune.calibrate.fit import fit_profile, write_residuals
 from echo_tune.calibrate.results import FitResult
 from echo_tune.cli.calibrate_runs import add_run_arguments, run_fit_runs, wants_runs
 from echo_tune.config.loading import load_cluster
@@ -113,6 +112,8 @@ def run_fit(args: argparse.Namespace) -> int:
     if not args.cluster:
         raise ConfigError("`calibrate fit` needs --cluster (the cluster the bench or nccl-tests logs ran on)")
     cluster = load_cluster(args.cluster)
+    from echo_tune.calibrate.fit import fit_profile, write_residuals  # scipy: loaded by `fit` alone
+
     outcome = fit_profile(cluster, nccl_logs=args.nccl_tests, bench_dir=args.bench, name=args.name,
                           max_tiers=args.max_tiers, allow_gpu_mismatch=args.allow_gpu_mismatch,
                           allow_cpu_bench=args.allow_cpu_bench)

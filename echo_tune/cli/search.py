@@ -19,6 +19,7 @@ from echo_tune.search.space import AUTO_CAPS, OBJECTIVES, load_space, space_from
 from echo_tune.search.sampler import SAMPLERS
 from echo_tune.search.auto import AUTO_BUDGET
 from echo_tune.search.sampler import DEFAULT_SAMPLER
+from echo_tune.search.gc_pause import gc_paused
 from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, run_search
 from echo_tune.cli.search_report import layout_label, print_result, result_tables  # noqa: F401 (imported from here)
 from echo_tune.tables import add_format_arguments, output_format, print_table
@@ -170,6 +171,15 @@ def result_total(total: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from echo_tune.cli.main import exits_after_command
+
+    # the search's objects live to the end: the checks after it need no collection over them, and a process
+    # that exits next need not scan them at all
+    with gc_paused(freeze_after=exits_after_command()):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     fmt = output_format(args)
     space = space_of_args(args)
     objectives = tuple(o.strip() for o in args.objectives.split(",")) if args.objectives else None
