@@ -22,7 +22,8 @@ one run measures 1 against 2 processes on the same space.
 
 ``--compare tpe`` adds the same seeds of another sampler at its default trials (TPE: 200).
 ``--results-dir`` keeps the studies: a second run reuses a finished exhaustive study (resumed, nothing new
-to simulate) and times only the default searches. The default searches take no random draw (auto.py), so
+to simulate) and times only the default searches; a study of other code (any edit under echo_tune/) is refused
+(search/content.py): use a fresh folder then. The default searches take no random draw (auto.py), so
 every seed gives the same layouts; the seeds are run to show that.
 """
 

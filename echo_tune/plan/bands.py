@@ -20,17 +20,18 @@ band of all rows.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from importlib import resources
 from pathlib import Path
 
+from echo_tune.code_version import code_version as _code_version
+
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
 # GPU architecture of the GPU presets (NVIDIA datasheets): a family of the same architecture is nearer.
 ARCHITECTURES = {"a100-40gb": "ampere", "a100-80gb": "ampere", "h100-sxm": "hopper", "h800-sxm": "hopper",
                  "h200-sxm": "hopper", "b200": "blackwell", "gb200": "blackwell"}
-BANDS_FILE = "error_bands.json"
+BANDS_FILE = "error_bands.json"  # left out of the sources digest (code_version.DIGEST_EXCLUDES)
 
 
 def scale_of(num_gpus: int) -> str:
@@ -111,26 +112,9 @@ def inputs_sha256(paths: list[str]) -> dict[str, str]:
 
 
 def code_version() -> dict:
-    """echo-tune's version and a SHA-256 over its package sources and data (Python, YAML, JSON; this table
-    excepted), in path order: what the table was computed by (and what a plan study's name carries)."""
-    import echo_tune
-
-    return {"version": getattr(echo_tune, "__version__", "unknown"), "sources_sha256": _sources_sha256()}
-
-
-@functools.lru_cache(maxsize=1)
-def _sources_sha256() -> str:
-    """Read once per process: a plan asks for it once per candidate."""
-    import hashlib
-
-    import echo_tune
-
-    root = Path(echo_tune.__file__).resolve().parent
-    h = hashlib.sha256()
-    for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".yml", ".json")
-                    and p.name != BANDS_FILE and "__pycache__" not in p.parts):
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
+    """What the table was computed by (``echo_tune.code_version``); looked up here at call time so a test can
+    stand another version in."""
+    return _code_version()
 
 
 def build_bands(paths: list[str]) -> dict:

@@ -12,6 +12,8 @@ study stores, as the user attribute ``content``, a SHA-256 digest of each input 
 ``space``                the searched values, batch, precision, objectives, cost, uneven-split rule
 ``memory_headroom_gib``  the memory limit: what "fits" means for every stored trial
 ``gpu_hour_cost``        the price each stored trial's cost per step was computed at
+``code``                 echo-tune's sources (``code_version.sources_sha256``): a study simulated by other
+                         code (an upgrade, a local edit) would mix two simulators' trials
 
 and ``sha256``, the digest of them all. ``--resume`` compares them part by part and refuses a change in one
 line naming the parts (``check_content``). The attribute is set while the storage's cross-process lock is
@@ -27,6 +29,7 @@ import json
 
 import optuna
 
+from echo_tune.code_version import sources_sha256
 from echo_tune.errors import ConfigError
 from echo_tune.search.claim import claim
 
@@ -59,7 +62,8 @@ def content_parts(space, profile=None) -> dict[str, str]:
                                                                "host_overhead_s": op_times.host_overhead_s}),
              "space": _digest(described), "memory_headroom_gib": repr(float(space.memory_headroom_gib)),
              # each trial stores its cost per step at this price: a resume at another would mix two prices
-             "gpu_hour_cost": repr(None if space.gpu_hour_cost is None else float(space.gpu_hour_cost))}
+             "gpu_hour_cost": repr(None if space.gpu_hour_cost is None else float(space.gpu_hour_cost)),
+             "code": sources_sha256()}
     return {**parts, "sha256": _digest(parts)}
 
 
@@ -78,6 +82,10 @@ def check_content(study_name: str, stored: dict | None, now: dict[str, str]) -> 
     if "gpu_hour_cost" in changed:
         hint += (" (every stored trial holds its cost per step at the old price: resume with the old --gpu-hour-cost, "
                  "or start another study)")
+    if changed == ["code"]:
+        raise ConfigError(f"study {study_name!r} was simulated by another version of echo-tune (its sources' "
+                          f"SHA-256 was {stored['code'][:12]}, now {now['code'][:12]}): resuming would mix two "
+                          f"simulators' trials; start over with --overwrite, or use another --study-name")
     raise ConfigError(f"study {study_name!r} was created from a different search space (changed: "
                       f"{', '.join(changed)}; a file may have been edited in place); resume it with the same model, "
                       f"cluster, profile and space, or use another --study-name{hint}")

@@ -182,3 +182,31 @@ def test_progress_of_a_resumed_search_starts_from_the_stored_best(tiny):
     stored_best = first.best["step_time_s"]
     assert seen[0] is not None and seen[0]["step_time_s"] == stored_best  # shown before the new trials' own
     assert len(seen) > 1
+
+
+def test_resume_refuses_a_study_simulated_by_other_code(tiny, monkeypatch):
+    """An upgrade or a local edit of echo-tune changes the simulator: its trials must not be mixed with the
+    stored ones (the study's ``code`` part, code_version.sources_sha256)."""
+    from echo_tune.search import content
+
+    first = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny))
+    assert first.n_trials > 0
+    again = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, resume=True))  # same code: resumes
+    assert again.new_trials == 0
+    monkeypatch.setattr(content, "sources_sha256", lambda: "f" * 64)
+    with pytest.raises(ConfigError, match=r"simulated by another version of echo-tune .*--overwrite"):
+        run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, resume=True))
+    fresh = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, overwrite=True))
+    assert fresh.new_trials == first.n_trials
+
+
+def test_a_study_stored_before_the_code_part_still_resumes(tiny):
+    from echo_tune.search.content import CONTENT_ATTR
+
+    run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny))
+    store = open_storage(tiny / "results" / "t", None)
+    study = optuna.load_study(study_name="t", storage=store.storage)
+    older = {k: v for k, v in study.user_attrs[CONTENT_ATTR].items() if k != "code"}
+    older["sha256"] = "0" * 64  # an older version's digest of fewer parts
+    study.set_user_attr(CONTENT_ATTR, older)
+    assert run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny, resume=True)).new_trials == 0
