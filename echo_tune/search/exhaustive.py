@@ -222,13 +222,19 @@ def _ready() -> None:
     import echo_tune.sim.simulate  # noqa: F401
 
 
-def _ready_to_plot() -> None:
-    """A worker out of batches loads matplotlib: it draws the search's plot (``summarize``) next."""
-    run_ends()
+def _load_plotting() -> None:
+    """A worker loads matplotlib (~1 s) while three quarters of the run's parts are handed out: it draws the
+    search's plot (``summarize``) after the run. Loaded once the last part was handed out, it was the run's
+    tail: this process waited ~1 s for the plot once trials.csv no longer took as long."""
     from echo_tune.plots import load_pyplot, available
 
     if available():
         load_pyplot()
+
+
+def _ready_to_plot() -> None:
+    """A worker out of batches: what it froze during the run collectable again (``gc_pause.run_ends``)."""
+    run_ends()
 
 
 def start_workers(n_jobs: int) -> None:
@@ -317,7 +323,9 @@ def dispatch(n_parts: int, n_jobs: int, submit: Callable[[object, int], Future],
         while sum(not f.done() for f in futures.values()) < 8 * (n_jobs - 1) and handed[0] < n_parts:
             futures[handed[0]] = submit(runs, handed[0])
             handed[0] += 1
-        if handed[0] >= n_parts and not plotting:  # every part handed out
+        if 4 * handed[0] >= 3 * n_parts and not plotting:  # between parts, so it never delays the run's end
+            plotting.append(pool.submit(_load_plotting))
+        if handed[0] >= n_parts and len(plotting) == 1:  # every part handed out
             plotting.append(pool.submit(_ready_to_plot))
 
     def run_here(i: int) -> None:
@@ -346,10 +354,13 @@ def dispatch(n_parts: int, n_jobs: int, submit: Callable[[object, int], Future],
             f.cancel()
 
 
-def _store(study, store, results, deadline, on_trials) -> int:
+def _store(study, store, results, deadline, on_trials, built=None) -> int:
+    """Store each batch of ``results`` in turn; ``built`` (a fresh study's ``TrialsCsv``) gets each batch after it."""
     stored = 0
     for trials in results:
         add_finished(store, study, trials)
+        if built is not None:
+            built.add(trials, first_number=stored)
         stored += len(trials)
         if on_trials is not None:  # with the batch's fastest fitting record, for best-so-far
             fitting = [t.user_attrs["record"] for t in trials if t.user_attrs.get("record", {}).get("fits_memory")]

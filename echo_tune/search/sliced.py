@@ -106,10 +106,11 @@ def run_task(space: SearchSpace, profile, shapes: list[dict],
 
 
 def run_sliced(space: SearchSpace, shapes: list[dict], study, store, *, n_jobs: int, profile=None,
-               on_trials: Callable[[int, dict | None], None] | None = None) -> Tally:
+               on_trials: Callable[[int, dict | None], None] | None = None, built=None) -> Tally:
     """Run every layout of ``shapes`` (``shapes_to_slice``) into ``study`` (fresh), enumerated by the tasks;
     returns the space's tally. An interrupted run keeps the trials stored (``KeyboardInterrupt`` passes
-    through)."""
+    through). ``built``: a ``TrialsCsv`` that gets trials.csv's rows as the trials are stored, while the
+    workers simulate."""
     parts = tasks(space, shapes, n_jobs)
     tally = Tally()
     ran = dispatch(len(parts), n_jobs, lambda pool, i: pool.submit(run_task, space, profile, parts[i]),
@@ -120,7 +121,7 @@ def run_sliced(space: SearchSpace, shapes: list[dict], study, store, *, n_jobs: 
             tally.add(part)
             yield trials
     try:
-        _store(study, store, results(), None, on_trials)
+        _store(study, store, results(), None, on_trials, built)
     finally:
         ran.close()  # cancels the tasks not started
     return tally

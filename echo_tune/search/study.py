@@ -31,6 +31,7 @@ from echo_tune.search.results import SearchResult
 from echo_tune.search.auto import AUTO_BUDGET, run_auto
 from echo_tune.search.exhaustive import run_exhaustive, start_workers, worker_pool
 from echo_tune.search.gc_pause import gc_paused
+from echo_tune.search.trials_csv import TrialsCsv
 from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id
 from echo_tune.search.layouts import RejectedLayout, baselines, check_space, config_key
 from echo_tune.search.params import full_params, suggest_layout
@@ -204,9 +205,11 @@ def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, s
     _sampling_loop(space, study, store, Evaluator(space, profile), target, deadline, None)
 
 
-def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress, shapes=None):
+def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress, shapes=None,
+                      built=None):
     """Run the exhaustive search over ``valid``, or over the layouts of ``shapes`` (a fresh study:
-    ``sliced.shapes_to_slice``), enumerated as the search runs: then returns the space's ``Tally``."""
+    ``sliced.shapes_to_slice``), enumerated as the search runs: then returns the space's ``Tally`` (and
+    ``built``, a ``TrialsCsv``, holds trials.csv's rows)."""
     count = [0]
 
     def on_trials(n: int, best: dict | None = None) -> None:
@@ -216,7 +219,7 @@ def _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, p
     if shapes is not None:
         with gc_paused():  # this process holds every stored trial (gc_pause.py)
             return sliced.run_sliced(space, shapes, study, store, n_jobs=opts.n_jobs, profile=profile,
-                                     on_trials=on_trials)
+                                     on_trials=on_trials, built=built)
     stored = {config_key(t.user_attrs.get("record", t.user_attrs).get("config", {}))
               for t in study.get_trials(deepcopy=False, states=res.FINISHED)}
     target = min(len(valid), opts.n_trials or len(valid))
@@ -328,13 +331,15 @@ def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts,
         notes = notes + resume_notes(study, opts.sampler, opts.seed, done_before)
         progress = with_stored_best(progress, res.best_feasible(space, study.get_trials(deepcopy=False)))
     interrupted, tally = False, None
+    # trials.csv's rows built while the workers simulate (a fresh study whose layouts the tasks enumerate)
+    built = TrialsCsv(space) if shapes is not None and opts.write_files and not done_before else None
     try:
         if opts.sampler == "auto":
             run_auto(space, study, store, valid, opts.n_trials or AUTO_BUDGET, n_jobs=opts.n_jobs, profile=profile,
                      deadline=deadline, progress=progress)
         elif opts.sampler == "exhaustive":
             tally = _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress,
-                                      shapes=shapes)
+                                      shapes=shapes, built=built)
         else:
             _sampling_phase(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
                             profile, progress)
@@ -354,4 +359,5 @@ def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts,
     with gc_paused():  # reads back every trial (gc_pause.py)
         return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
                          started=started, space_size=space_size, notes=notes, done_before=done_before,
-                         interrupted=interrupted, write_files=opts.write_files, profile=profile, pool=pool)
+                         interrupted=interrupted, write_files=opts.write_files, profile=profile, pool=pool,
+                         built_rows=built)

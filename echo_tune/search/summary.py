@@ -20,9 +20,9 @@ from echo_tune.search.space import SearchSpace
 
 def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, where: str, started: float,
               space_size: int, notes: list[str], done_before: int, interrupted: bool, write_files: bool,
-              profile=None, pool=None) -> SearchResult:
-    """Collect the study's results, write the output files, and return the SearchResult (``pool``: see
-    ``write_outputs``)."""
+              profile=None, pool=None, built_rows=None) -> SearchResult:
+    """Collect the study's results, write the output files, and return the SearchResult (``pool``,
+    ``built_rows``: see ``write_outputs``)."""
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if t.state in FINISHED]
     feasible = feasible_records(trials)
@@ -35,7 +35,8 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
         notes = notes + ["no feasible layout: every simulated layout exceeds GPU memory (see trials.csv)"]
     files: list[str] = []
     if write_files:
-        files = write_outputs(space, study, out_dir, best=best, pareto=pareto, profile=profile, pool=pool)
+        files = write_outputs(space, study, out_dir, best=best, pareto=pareto, profile=profile, pool=pool,
+                              built_rows=built_rows)
     key = OBJECTIVE_KEYS[space.objectives[0]]
     top = sorted(feasible, key=lambda nr: (nr[1][key], nr[0]))
     return SearchResult(
