@@ -136,9 +136,9 @@ def console() -> None:
     holds is frozen (``gc.freeze``), so the exit skips that collection; atexit handlers still run."""
     _CONSOLE["exits_after_command"] = True
     code = main()
-    exhaustive = sys.modules.get("echo_tune.search.exhaustive")  # loaded by the commands that search
-    if exhaustive is not None:
-        exhaustive.stop_workers()
+    workers = sys.modules.get("echo_tune.search.workers")  # loaded by the commands that search
+    if workers is not None:
+        workers.stop_workers()
     gc.freeze()
     raise SystemExit(code)
 

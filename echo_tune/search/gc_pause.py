@@ -38,12 +38,12 @@ _WORKER: dict = {"in_worker": False, "run": None}
 
 
 def mark_worker() -> None:
-    """Called in an exhaustive search's worker process when it starts (``exhaustive._init_worker``)."""
+    """Called in an exhaustive search's worker process when it starts (``workers._init_worker``)."""
     _WORKER["in_worker"] = True
 
 
 def task_begins(run: object) -> None:
-    """In a worker, before a task of the search run ``run`` (``exhaustive.dispatch``): the collector off for the
+    """In a worker, before a task of the search run ``run`` (``workers.dispatch``): the collector off for the
     task, and what the worker holds so far (the simulator's caches, earlier tasks' results) frozen. Without
     psutil, loky calls ``gc.collect()`` after a task at most once a second (loky/process_executor.py), which
     scanned those caches: 0.8-1.1 s of a worker's 10.8 s in a Qwen3-30B-A3B run (gc.callbacks), the worker idle

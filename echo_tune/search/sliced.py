@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 from echo_tune.limits import MAX_VALID_LAYOUTS
 from echo_tune.search.dominance import Dominance, ordered_groups
-from echo_tune.search.exhaustive import (FEED_EVERY, _cost, _evaluate_batch, _interned, _store, dispatch, slice_cost,
+from echo_tune.search.exhaustive import (FEED_EVERY, _cost, _evaluate_batch, _interned, _store, slice_cost,
                                          structure_key)
+from echo_tune.search.workers import dispatch
 from echo_tune.search.gc_pause import gc_paused
 from echo_tune.search.layouts import SHAPE_FIELDS, _check, completions, shape_prefixes, unused_notes, used_values
 from echo_tune.search.space import FIELD_ORDER, SearchSpace

@@ -29,7 +29,8 @@ from echo_tune.io import ensure_dir
 from echo_tune.search import results as res
 from echo_tune.search.results import SearchResult
 from echo_tune.search.auto import AUTO_BUDGET, run_auto
-from echo_tune.search.exhaustive import run_exhaustive, start_workers, worker_pool
+from echo_tune.search.exhaustive import run_exhaustive
+from echo_tune.search.workers import start_workers, worker_pool
 from echo_tune.search.gc_pause import gc_paused
 from echo_tune.search.trials_csv import TrialsCsv
 from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id

@@ -1,5 +1,5 @@
 """The collector paused around a search, frozen after it where the process exits next, and the workers ended
-without waiting for them to free their heaps (gc_pause.py, exhaustive.stop_workers)."""
+without waiting for them to free their heaps (gc_pause.py, workers.stop_workers)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 import os
 import time
 
-from echo_tune.search.exhaustive import stop_workers, worker_pool
+from echo_tune.search.workers import stop_workers, worker_pool
 from echo_tune.search.gc_pause import gc_paused
 
 

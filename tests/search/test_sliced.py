@@ -135,7 +135,7 @@ def _probe() -> tuple[int, bool]:
 def test_no_worker_is_left_with_the_collector_off(how, small_space, tmp_path):
     """A review found the workers that did not draw the plot (all but one with three processes) or whose run
     was cut short kept the collector off for the pool's next search."""
-    from echo_tune.search.exhaustive import worker_pool
+    from echo_tune.search.workers import worker_pool
 
     n_jobs = 3 if how == "three processes" else 2
 
