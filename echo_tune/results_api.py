@@ -32,7 +32,7 @@ def load_results(path: str | Path, study_name: str | None = None):
     import pandas as pd
 
     from echo_tune.errors import ConfigError
-    from echo_tune.search.outputs import spell_none
+    from echo_tune.search.trials_csv import spell_none
     from echo_tune.search.results import trial_record
     from echo_tune.search.storage import JOURNAL_NAME, open_storage
 
@@ -65,7 +65,7 @@ def load_results(path: str | Path, study_name: str | None = None):
             row.update({f"{part}_s": seconds for part, seconds in record["breakdown_s"].items()})
         row["feasible"] = bool(record and record["fits_memory"])
         rows.append(row)
-    df = pd.DataFrame(spell_none(rows))  # recompute "none" stays the word, not NaN
+    df = pd.DataFrame([spell_none(r) for r in rows])  # recompute "none" stays the word, not NaN
     if df.empty:
         return df
     return df.sort_values(["feasible", "step_time_s", "trial"], ascending=[False, True, True],

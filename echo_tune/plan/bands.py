@@ -25,7 +25,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from echo_tune.code_version import code_version as _code_version
+from echo_tune.code_version import code_version  # what the table was computed by (plan.planner reads it here)
 
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
 # GPU architecture of the GPU presets (NVIDIA datasheets): a family of the same architecture is nearer.
@@ -109,12 +109,6 @@ def inputs_sha256(paths: list[str]) -> dict[str, str]:
     files = [Path(p) for p in paths] + [e for e in (errata_path_for(p) for p in paths) if e is not None]
     return {(f"errata/{f.name}" if f.suffix == ".yaml" else f.name): hashlib.sha256(f.read_bytes()).hexdigest()
             for f in files}
-
-
-def code_version() -> dict:
-    """What the table was computed by (``echo_tune.code_version``); looked up here at call time so a test can
-    stand another version in."""
-    return _code_version()
 
 
 def build_bands(paths: list[str]) -> dict:

@@ -25,17 +25,12 @@ from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_label
 from echo_tune.search.plot import pareto_svg
 from echo_tune.search.results import candidate_of, megatron_flags
 from echo_tune.search.space import SearchSpace
-from echo_tune.search.trials_csv import CATEGORICAL_FIELDS, TrialsCsv
+from echo_tune.search.trials_csv import TrialsCsv
 
 
 
 OUTPUT_NAMES = ("trials.csv", "best.json", "megatron_args.txt", "best_trace.json", "pareto.csv", "pareto.svg",
                 "pareto.png", "breakdowns.png")
-
-
-def spell_none(rows: list[dict]) -> list[dict]:
-    """The rows with the CATEGORICAL_FIELDS' None written ``none``."""
-    return [{k: ("none" if v is None and k in CATEGORICAL_FIELDS else v) for k, v in r.items()} for r in rows]
 
 
 def check_outputs(out_dir: Path) -> None:

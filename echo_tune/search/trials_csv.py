@@ -21,6 +21,14 @@ CATEGORICAL_FIELDS = ("recompute_granularity", "recompute_method", "fp8_format")
 """Layout settings whose values are words; unset (None) is written ``none``, as in space files."""
 
 
+def spell_none(row: dict) -> dict:
+    """``row`` with its CATEGORICAL_FIELDS' None written ``none`` (in place; returned)."""
+    for c in CATEGORICAL_FIELDS:
+        if c in row and row[c] is None:
+            row[c] = "none"
+    return row
+
+
 class TrialsCsv:
     """The rows of trials numbered 0, 1, 2, ... in that order (``add`` them in order), as CSV text."""
 
@@ -38,12 +46,11 @@ class TrialsCsv:
             row = trial_row(self._space, trial)
             if first_number is not None:
                 row["trial"] = first_number + i
-            for c in CATEGORICAL_FIELDS:
-                if c in row and row[c] is None:
-                    row[c] = "none"
-            rows.append(row)
+            rows.append(spell_none(row))
         start = 0
         for i, row in enumerate(rows):  # a new column closes the chunk formatted with the columns before it
+            if row.keys() <= self._known:
+                continue
             new = [k for k in row if k not in self._known]
             if new:
                 self._format(rows[start:i])
