@@ -37,7 +37,11 @@ def feasible_records(trials: list[FrozenTrial]) -> list[tuple[int, dict]]:
 
 def best_feasible(space: SearchSpace, trials: list[FrozenTrial]) -> tuple[int, dict] | None:
     """The feasible trial with the lowest first objective (ties: the earlier trial)."""
-    rows = feasible_records(trials)
+    return best_of(space, feasible_records(trials))
+
+
+def best_of(space: SearchSpace, rows: list[tuple[int, dict]]) -> tuple[int, dict] | None:
+    """``best_feasible`` over (number, record) rows already read (``feasible_records``)."""
     if not rows:
         return None
     return min(rows, key=lambda nr: (objective_values(space, nr[1])[0], nr[0]))
@@ -48,7 +52,11 @@ def pareto_front(space: SearchSpace, trials: list[FrozenTrial]) -> list[tuple[in
 
     Layouts with identical objective values keep only the earliest trial.
     """
-    rows = feasible_records(trials)
+    return pareto_of(space, feasible_records(trials))
+
+
+def pareto_of(space: SearchSpace, rows: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+    """``pareto_front`` over (number, record) rows already read (``feasible_records``)."""
     points = [(tuple(objective_values(space, r)), n, r) for n, r in rows]
     points.sort(key=lambda p: (p[0], p[1]))
     front, seen = [], set()
