@@ -18,7 +18,7 @@ from echo_tune.search import SearchOptions, check_space, load_space, run_search,
 from echo_tune.search.params import full_params
 from echo_tune.search.objective import Evaluator
 from echo_tune.search.storage import open_storage
-from echo_tune.search.study import run_one_trial
+from echo_tune.search.sampling_run import run_one_trial
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
