@@ -144,6 +144,8 @@ def print_ranking(rows: list[dict], tokens: float, console: Console | None = Non
                                               (band_note(r["error_band"]) if r["error_band"]["match"] == "none" else None))
         if note:
             line(Text(f"{r['name']}: {note}", style=style("yellow")))
+    for note in dict.fromkeys(r["clock_note"] for r in rows if r.get("clock_note")):  # once per GPU
+        line(Text(note, style=style("yellow")))
     for r in rows:
         if r.get("refused"):
             line(Text(f"{r['name']}: refused: {r['refused']}", style=style("red")))

@@ -87,6 +87,20 @@ class GPUSpec:
                 "fp32": self.peak_fp32_tflops}[precision]
 
 
+def clock_note(gpu: GPUSpec) -> str | None:
+    """What a report says when compute-bound kernels run at the clock the GPU's peak is specified at for want of
+    a sustained clock (no preset value, no cluster key, no --gpu-clock-mhz, no clock fitted on runs): its step
+    time may be optimistic. None when a sustained clock is in use."""
+    if gpu.sustained_clock_mhz is not None:
+        return None
+    at = f"the {gpu.peak_clock_mhz:,.0f} MHz its peak TFLOP/s are specified at" if gpu.peak_clock_mhz \
+        else "its datasheet peak TFLOP/s"
+    return (f"{gpu.name}: compute-bound kernels run at {at}, as no clock it sustains under load is known; under a "
+            f"training step's power draw GPUs hold less (B200 1,965 -> ~1,580 MHz, flashinfer PR 2899), so this step "
+            f"time may be optimistic: set `sustained_clock_mhz` in the cluster file or pass --gpu-clock-mhz (the SM "
+            f"clock nvidia-smi shows during training)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     """A node type and its fabric, with the YAML keys of a cluster file."""

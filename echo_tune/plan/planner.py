@@ -33,7 +33,7 @@ from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_
 from echo_tune.plan.safety import fit_hint, near_tie
 from echo_tune.search.dominance import closest_misses
 from echo_tune.search.results import megatron_flags, trial_record
-from echo_tune.search.space import SearchSpace, space_from_dict
+from echo_tune.search.space import SearchSpace, space_from_dict, space_profile
 
 SORT_KEYS = ("time", "cost")
 GIB = 2**30
@@ -275,7 +275,7 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
                               f"({key[0]}) with the same GPUs; keep one of them")
         seen[key] = c.name
     stem = spec.name.replace("/", "_")
-    rows, spaces, records, bf16_only = [], {}, {}, []
+    rows, spaces, records, bf16_only, clocks = [], {}, {}, [], []
     for c in candidates:
         fp8 = c.fp8_format or opts.fp8_format
         fp8_value = fp8_layout_value(fp8, clusters[c.cluster], c.cluster)
@@ -297,10 +297,13 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
         if result.interrupted:  # Ctrl-C or SIGTERM: the finished trials are stored; a rerun resumes them
             raise KeyboardInterrupt
         rows.append(_row(c, space, result, recs, opts))
+        from echo_tune.search.study import clock_notes
+
+        clocks += [n for n in clock_notes(space, space_profile(space)) if n not in clocks]
         if fp8 == "none" and c.fp8_format is None and space.cluster.gpu.peak_fp8_tflops is not None:
             bf16_only.append(c.name)
         spaces[c.name], records[c.name] = space, recs
-    notes = []
+    notes = list(clocks)
     if str(model).endswith(".json"):
         from echo_tune.config.hf_config import hf_notes
 

@@ -198,6 +198,16 @@ def load_rank_file(path: str | Path) -> tuple[list[RankCandidate], float | None]
     return parsed, tokens
 
 
+def _clock_note(c: RankCandidate, profile, report) -> str | None:
+    """The candidate's GPU at its peak's clock for want of a sustained one, as its report says (``clock_note``)."""
+    from echo_tune.config.cluster import clock_note
+    from echo_tune.cost.profile import profile_for
+    from echo_tune.sim.simulate import with_sustained_clock
+
+    note = clock_note(with_sustained_clock(c.cluster, profile or profile_for(c.cluster)).gpu)
+    return note if note in report.notes else None
+
+
 def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: float = 2.0, *,
          sort: str = "time", goodput: float = GOODPUT_DEFAULT, deadline_days: float | None = None) -> list[dict]:
     """Simulate every candidate; fitting ones first (fastest, or cheapest with ``sort="cost"``), then the ones
@@ -238,7 +248,7 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
                "gpu_hour_cost": c.gpu_hour_cost, "cost": proj.get("cost"),
                **{k: proj.get(k) for k in ("days_band", "gpu_hours_band", "cost_band", "goodput", "deadline")},
                "headroom_gib": (c.cluster.gpu.memory_bytes - report.peak_memory_bytes) / 2**30,
-               "error_band": band}
+               "error_band": band, "clock_note": _clock_note(c, profile, report)}
         rows.append(row)
     for r in rows:  # the planner's sort keys: the expected days and cost shown (band median and goodput applied)
         r["feasible"], r["days"] = r["fits_memory"], r["time_to_train_days"]

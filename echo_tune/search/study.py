@@ -42,7 +42,7 @@ from echo_tune.search.storage_checks import storage_error
 from echo_tune.search.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
 from echo_tune.search.outputs import check_outputs
 
-__all__ = ["DEFAULT_N_TRIALS", "SearchOptions", "SearchResult", "run_search"]
+__all__ = ["DEFAULT_N_TRIALS", "SearchOptions", "SearchResult", "clock_notes", "run_search"]
 
 
 
@@ -151,6 +151,7 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
         check_outputs(out_dir)  # a symlink where an output goes: refused before any work
     profile = space_profile(space)
     parts = content_parts(space, profile)
+    notes = notes + clock_notes(space, profile)
     try:
         # one pause from the run to the summary: re-enabled between them, the collector's first pass scanned
         # everything the run had made (0.66 s after a Qwen3-30B-A3B exhaustive search, gc.callbacks)
@@ -159,6 +160,19 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
                               progress)
     except optuna.exceptions.StorageInternalError as exc:  # e.g. SQLite's "database or disk is full"
         raise storage_error(exc, opts.storage or str(out_dir)) from None
+
+
+def clock_notes(space: SearchSpace, profile=None) -> list[str]:
+    """The space's GPU at the clock its peak is specified at, for want of a sustained one (``clock_note``): the
+    search's notes say so once (``profile``: the space's own, ``space_profile``)."""
+    from echo_tune.config.cluster import clock_note
+    from echo_tune.cost.profile import profile_for
+    from echo_tune.sim.simulate import with_sustained_clock
+
+    if profile is not None and profile.op_times is not None:  # measured op times hold the clock they ran at
+        return []
+    note = clock_note(with_sustained_clock(space.cluster, profile or profile_for(space.cluster)).gpu)
+    return [note] if note else []
 
 
 def _counted(space: SearchSpace) -> tuple[int, list[str]]:

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
-from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.cluster import ClusterSpec, clock_note
 from echo_tune.config._checks import require_choice
 from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
 from echo_tune.config.launch_rules import launch_notes
@@ -197,6 +197,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision, fp8=parallel.fp8)
     notes = moe_notes(model, layout) + layer_notes(model, parallel) + launch_notes(config) + \
         userbuffer_notes(model, parallel)
+    if (share or 0.0) < 0.5 and (clock := clock_note(cluster.gpu)):  # op times measured there hold their clock
+        notes += (clock,)
     if share is not None:
         notes += (f"{share:.1%} of the critical stage's compute time comes from op times measured on "
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
