@@ -44,6 +44,9 @@ class GPUSpec:
     """SM clock the GPU sustains on compute-bound kernels at its default power limit; compute-bound kernel
     time scales with ``peak_clock_mhz / sustained_clock_mhz`` (``clock_factor``), memory-bound time does not.
     None = the peak clock (no public measurement)."""
+    sustained_clock_derived_from: str | None = None
+    """Where ``sustained_clock_mhz`` is not measured on this GPU but derived: from what (reports say so and how
+    to give a measured one); None = measured (its source in ``source`` or the preset file's comments)."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -90,9 +93,14 @@ class GPUSpec:
 def clock_note(gpu: GPUSpec) -> str | None:
     """What a report says when compute-bound kernels run at the clock the GPU's peak is specified at for want of
     a sustained clock (no preset value, no cluster key, no --gpu-clock-mhz, no clock fitted on runs): its step
-    time may be optimistic. None when a sustained clock is in use."""
+    time may be optimistic; or at a sustained clock derived, not measured (``sustained_clock_derived_from``).
+    None when a measured (or given) sustained clock is in use."""
     if gpu.sustained_clock_mhz is not None:
-        return None
+        if gpu.sustained_clock_derived_from is None:
+            return None
+        return (f"{gpu.name}: compute-bound kernels run at {gpu.sustained_clock_mhz:,.0f} MHz, a sustained clock not "
+                f"measured on it but derived from {gpu.sustained_clock_derived_from}: set `sustained_clock_mhz` in the "
+                f"cluster file or pass --gpu-clock-mhz (the SM clock nvidia-smi shows during training)")
     at = f"the {gpu.peak_clock_mhz:,.0f} MHz its peak TFLOP/s are specified at" if gpu.peak_clock_mhz \
         else "its datasheet peak TFLOP/s"
     return (f"{gpu.name}: compute-bound kernels run at {at}, as no clock it sustains under load is known; under a "

@@ -82,9 +82,10 @@ def with_sustained_clock(cluster: ClusterSpec, profile: ClusterProfile) -> Clust
     """The cluster with its GPU at the compute-bound clock in use: the cluster's ``sustained_clock_mhz``
     (its file or --gpu-clock-mhz), else a clock fitted on training runs (the profile's), else the preset's."""
     clock = cluster.sustained_clock_mhz or profile.fitted_clock_mhz
-    if clock is None or cluster.gpu.peak_clock_mhz is None or clock == cluster.gpu.sustained_clock_mhz:
+    if clock is None or cluster.gpu.peak_clock_mhz is None or (
+            clock == cluster.gpu.sustained_clock_mhz and cluster.gpu.sustained_clock_derived_from is None):
         return cluster
-    return cluster.replace(gpu=cluster.gpu.replace(sustained_clock_mhz=float(clock)))
+    return cluster.replace(gpu=cluster.gpu.replace(sustained_clock_mhz=float(clock), sustained_clock_derived_from=None))
 
 
 def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig, layout: Layout,
