@@ -24,7 +24,7 @@ CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_gbyte_s", 
 
 
 # Short names a user types for a GPU or cluster preset (the SXM boards are the training parts).
-PRESET_ALIASES = {"h100": "h100-sxm", "h200": "h200-sxm", "h800": "h800-sxm", "gb200": "gb200-nvl72"}
+PRESET_ALIASES = {"h100": "h100-sxm", "h200": "h200-sxm", "h800": "h800-sxm", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
 
 
 @functools.cache

@@ -20,7 +20,7 @@ def test_presets_json_lists_every_model_gpu_and_cluster(capsys):
 def test_presets_one_kind_table(capsys):
     assert main(["presets", "clusters"]) == 0
     out = capsys.readouterr().out
-    assert "h100-sxm" in out and "gb200-nvl72" in out and "llama" not in out
+    assert "h100-sxm" in out and "gb200-nvl72" in out and "gb300-nvl72" in out and "llama" not in out
 
 
 def test_version(capsys):

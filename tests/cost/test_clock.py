@@ -18,7 +18,7 @@ COPY = Op(name="add", kind="memory", phase="fwd", region="mlp", flops=0.0, bytes
 def test_presets_state_peak_clock_consistent_with_peak_tflops():
     # peak TFLOP/s = SMs x dense FLOPs per clock per SM x peak clock (A100 2,048, Hopper 4,096, Blackwell 8,192)
     for name, per_sm in (("a100-80gb", 2048), ("h100-sxm", 4096), ("h200-sxm", 4096), ("b200", 8192),
-                         ("gb200", 8192)):
+                         ("gb200", 8192), ("gb300", 8192)):
         gpu = load_gpu(name)
         assert gpu.sm_count * per_sm * gpu.peak_clock_mhz * 1e6 / 1e12 == pytest.approx(gpu.peak_bf16_tflops,
                                                                                          rel=0.003)

@@ -78,6 +78,9 @@ def test_gpt3_fp8_simulates_on_b200_and_beats_h100():
 
 def test_presets_aliases_and_peaks():
     assert et.load_cluster("h100").name == "h100-sxm" and et.load_cluster("gb200").name == "gb200-nvl72"
+    gb300 = et.load_cluster("gb300")
+    assert gb300.name == "gb300-nvl72" and gb300.nvlink_domain_size == 72 and gb300.nic_bandwidth_gbit_s == 800
+    assert gb300.gpu.peak_fp8_tflops == 2 * gb300.gpu.peak_bf16_tflops and gb300.gpu.peak_fp4_tflops == 15000
     b200 = et.load_cluster("b200").gpu
     assert b200.peak_fp8_tflops == 2 * b200.peak_bf16_tflops and b200.peak_fp4_tflops == 2 * b200.peak_fp8_tflops
     assert H100.gpu.peak_tflops("fp8") == 1979
