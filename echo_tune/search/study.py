@@ -163,8 +163,8 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
 
 
 def clock_notes(space: SearchSpace, profile=None) -> list[str]:
-    """The space's GPU at the clock its peak is specified at, for want of a sustained one (``clock_note``): the
-    search's notes say so once (``profile``: the space's own, ``space_profile``)."""
+    """The space's GPU at the clock its peak is specified at for want of a sustained one, or at a derived one
+    (``clock_note``): the search's notes say so once (``profile``: the space's own, ``space_profile``)."""
     from echo_tune.config.cluster import clock_note
     from echo_tune.cost.profile import profile_for
     from echo_tune.sim.simulate import with_sustained_clock
