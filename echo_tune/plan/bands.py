@@ -30,7 +30,8 @@ from echo_tune.code_version import code_version  # what the table was computed b
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
 # GPU architecture of the GPU presets (NVIDIA datasheets): a family of the same architecture is nearer.
 ARCHITECTURES = {"a100-40gb": "ampere", "a100-80gb": "ampere", "h100-sxm": "hopper", "h800-sxm": "hopper",
-                 "h200-sxm": "hopper", "b200": "blackwell", "gb200": "blackwell"}
+                 "h200-sxm": "hopper", "b200": "blackwell", "gb200": "blackwell",
+                 "gb300": "blackwell"}
 BANDS_FILE = "error_bands.json"  # left out of the sources digest (code_version.DIGEST_EXCLUDES)
 
 

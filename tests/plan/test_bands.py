@@ -106,3 +106,14 @@ def test_a_band_only_where_it_was_validated():
     assert none["match"] == "none" and none["text"] == "-" and "'fit'" in none["note"]
     cpu = et.load_cluster(str(REPO / "tests" / "data" / "cpu-cluster.yaml"))
     assert band_or_none(default_profile(cpu), cpu, False, False, 1)["match"] == "none"
+
+
+def test_every_gpu_preset_has_an_architecture_and_a_blackwell_rack_borrows_b200s_band():
+    from echo_tune.config.loading import preset_names
+    from echo_tune.plan.bands import ARCHITECTURES
+
+    assert set(preset_names("gpus")) <= set(ARCHITECTURES)  # a new preset gets its architecture, or no band at all
+    for rack in ("gb200-nvl72", "gb300-nvl72"):
+        cluster = et.load_cluster(rack)
+        band = band_or_none(default_profile(cluster), cluster, False, True, 64)
+        assert band["match"] == "nearest" and band["family"].startswith("b200/")
