@@ -43,9 +43,10 @@ from echo_tune.config.parallel import ParallelConfig
 
 MIB = 1 << 20
 # Compute capability of the GPU presets (NVIDIA, https://developer.nvidia.com/cuda-gpus): A100 8.0,
-# H100 / H800 / H200 9.0, B200 / GB200 10.0. A GPU not listed: 9.0 if it has FP8 tensor cores, else 8.0.
+# H100 / H800 / H200 9.0, B200 / GB200 10.0, GB300 (Blackwell Ultra) 10.3. A GPU not listed: 9.0 if it has
+# FP8 tensor cores, else 8.0.
 COMPUTE_CAPABILITY = {"a100-40gb": (8, 0), "a100-80gb": (8, 0), "h100-sxm": (9, 0), "h800-sxm": (9, 0),
-                      "h200-sxm": (9, 0), "b200": (10, 0), "gb200": (10, 0)}
+                      "h200-sxm": (9, 0), "b200": (10, 0), "gb200": (10, 0), "gb300": (10, 3)}
 TORCH_CUBLAS_WORKSPACES = 2  # forward thread and autograd's backward thread (module docstring)
 TE_GROUPED_GEMM_STREAMS = 4
 # extra bytes per logit at the loss, beyond the fp32 tensor kept for backward (module docstring)

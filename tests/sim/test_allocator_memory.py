@@ -67,3 +67,10 @@ def test_stage_memory_carries_both():
     fused = et.simulate(dataclasses.replace(TINY, cross_entropy_loss_fusion=True), et.load_cluster("h100-sxm"), 8,
                         plain).stage_memory[-1]
     assert fused.activations_bytes - unfused.activations_bytes == pytest.approx(4 * 4 * 1024 * 50304, rel=0.02)
+
+
+def test_every_gpu_preset_has_its_compute_capability():
+    from echo_tune.config.loading import preset_names
+    from echo_tune.sim.allocator_memory import COMPUTE_CAPABILITY
+
+    assert set(preset_names("gpus")) <= set(COMPUTE_CAPABILITY)  # not the FP8-or-not guess of an unknown GPU
