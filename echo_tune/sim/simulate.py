@@ -18,7 +18,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import userbuffer_notes, userbuffer_overlap
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer
+from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer, mxfp8_notes
 from echo_tune.cost.moe_dispatch import moe_kernels
 from echo_tune.cost.profile import ClusterProfile, check_profile_device
 from echo_tune.errors import ConfigError
@@ -197,7 +197,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "model_spec": dict(_model_spec(model))}
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision, fp8=parallel.fp8)
     notes = moe_notes(model, layout) + layer_notes(model, parallel) + launch_notes(config) + \
-        userbuffer_notes(model, parallel)
+        userbuffer_notes(model, parallel) + mxfp8_notes(parallel.fp8_recipe if parallel.fp8 else None)
     if (share or 0.0) < 0.5 and (clock := clock_note(cluster.gpu)):  # op times measured there hold their clock
         notes += (clock,)
     if share is not None:

@@ -137,3 +137,19 @@ def test_current_scaling_quantises_in_three_kernels():
     assert CAST_KERNELS == {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
     assert fp8_cast_s(op, "tensorwise", profile) - fp8_cast_s(op, "delayed", profile) == pytest.approx(
         4096 * 4096 * 2.0 / hbm + 2 * 4e-6)
+
+
+def test_mxfp8_reports_say_what_the_one_public_comparison_measured():
+    # Megatron-Bridge 25.11, DGX-B200, the same recipe: MXFP8 3.7% / 5.9% slower than FP8 current scaling
+    from echo_tune.cost.fp8 import MXFP8_MEASURED_OVER_CS
+    from echo_tune.validate.datasets import published_runs
+    from echo_tune.validate.runs import read_runs
+
+    assert all(r > 1 for r in MXFP8_MEASURED_OVER_CS.values())
+    row = next(c for c in read_runs(published_runs("runs_bridge.csv")) if c.name == "mb2511-llama3-8b-fp8cs-8xb200")
+    cs = et.simulate(row.model, row.cluster, row.num_gpus, row.parallel)
+    mx = et.simulate(row.model, row.cluster, row.num_gpus, row.parallel.replace(fp8_recipe="mxfp8"))
+    # the note's claim: this model puts MXFP8 ~2% shorter; once it models what makes it slower, update the note
+    assert 0.95 < mx.step_time_s / cs.step_time_s < 1.0
+    assert any(n.startswith("mxfp8:") and "3.7%" in n and "5.9%" in n for n in mx.notes)
+    assert not any(n.startswith("mxfp8:") for n in cs.notes)
