@@ -56,6 +56,10 @@ class GPUSpec:
         for name in ("peak_fp8_tflops", "peak_fp4_tflops", "peak_clock_mhz", "sustained_clock_mhz"):
             if getattr(self, name) is not None:
                 require_positive(f"gpu.{name}", getattr(self, name))
+        require(self.sustained_clock_derived_from is None or self.sustained_clock_mhz is not None,
+                f"gpu {self.name!r}: `sustained_clock_derived_from` says where `sustained_clock_mhz` comes from, but got "
+                f"(sustained_clock_derived_from={self.sustained_clock_derived_from!r}, sustained_clock_mhz=None); "
+                f"give the clock, or drop the key")
         if self.sustained_clock_mhz is not None:
             require(self.peak_clock_mhz is not None,
                     f"gpu {self.name!r}: `sustained_clock_mhz` needs `peak_clock_mhz` (the clock the peak TFLOP/s are "

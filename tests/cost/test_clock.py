@@ -46,6 +46,9 @@ def test_cluster_key_overrides_preset_and_is_checked():
     with pytest.raises(ConfigError, match="peak_clock_mhz"):
         load_gpu({"name": "x", "peak_bf16_tflops": 1, "peak_fp16_tflops": 1, "peak_fp32_tflops": 1,
                   "memory_bytes": 1, "memory_bandwidth_gbyte_s": 1, "sustained_clock_mhz": 1000})
+    with pytest.raises(ConfigError, match="sustained_clock_derived_from.*sustained_clock_mhz=None"):
+        load_gpu({"name": "x", "peak_bf16_tflops": 1, "peak_fp16_tflops": 1, "peak_fp32_tflops": 1, "memory_bytes": 1,
+                  "memory_bandwidth_gbyte_s": 1, "peak_clock_mhz": 1800, "sustained_clock_derived_from": "a guess"})
 
 
 def test_simulate_uses_cluster_clock_over_preset():
