@@ -275,6 +275,8 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
                               f"({key[0]}) with the same GPUs; keep one of them")
         seen[key] = c.name
     stem = spec.name.replace("/", "_")
+    from echo_tune.search.study import clock_notes
+
     rows, spaces, records, bf16_only, clocks = [], {}, {}, [], []
     for c in candidates:
         fp8 = c.fp8_format or opts.fp8_format
@@ -297,8 +299,6 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
         if result.interrupted:  # Ctrl-C or SIGTERM: the finished trials are stored; a rerun resumes them
             raise KeyboardInterrupt
         rows.append(_row(c, space, result, recs, opts))
-        from echo_tune.search.study import clock_notes
-
         clocks += [n for n in clock_notes(space, space_profile(space)) if n not in clocks]
         if fp8 == "none" and c.fp8_format is None and space.cluster.gpu.peak_fp8_tflops is not None:
             bf16_only.append(c.name)

@@ -201,11 +201,9 @@ def load_rank_file(path: str | Path) -> tuple[list[RankCandidate], float | None]
 def _clock_note(c: RankCandidate, profile, report) -> str | None:
     """The candidate's clock note (its GPU at its peak's clock for want of a sustained one, or at a derived one),
     as its report says it (``clock_note``; None where a measured or given clock is in use)."""
-    from echo_tune.config.cluster import clock_note
-    from echo_tune.cost.profile import profile_for
-    from echo_tune.sim.simulate import with_sustained_clock
+    from echo_tune.sim.simulate import clock_note_for
 
-    note = clock_note(with_sustained_clock(c.cluster, profile or profile_for(c.cluster)).gpu)
+    note = clock_note_for(c.cluster, profile)
     return note if note in report.notes else None
 
 

@@ -47,16 +47,9 @@ def best_of(space: SearchSpace, rows: list[tuple[int, dict]]) -> tuple[int, dict
     return min(rows, key=lambda nr: (objective_values(space, nr[1])[0], nr[0]))
 
 
-def pareto_front(space: SearchSpace, trials: list[FrozenTrial]) -> list[tuple[int, dict]]:
-    """Feasible trials that no other feasible trial dominates, sorted by the first objective.
-
-    Layouts with identical objective values keep only the earliest trial.
-    """
-    return pareto_of(space, feasible_records(trials))
-
-
 def pareto_of(space: SearchSpace, rows: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
-    """``pareto_front`` over (number, record) rows already read (``feasible_records``)."""
+    """The feasible (number, record) ``rows`` (``feasible_records``) that no other dominates, sorted by the first
+    objective. Layouts with identical objective values keep only the earliest trial."""
     points = [(tuple(objective_values(space, r)), n, r) for n, r in rows]
     points.sort(key=lambda p: (p[0], p[1]))
     front, seen = [], set()

@@ -165,13 +165,11 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
 def clock_notes(space: SearchSpace, profile=None) -> list[str]:
     """The space's GPU at the clock its peak is specified at for want of a sustained one, or at a derived one
     (``clock_note``): the search's notes say so once (``profile``: the space's own, ``space_profile``)."""
-    from echo_tune.config.cluster import clock_note
-    from echo_tune.cost.profile import profile_for
-    from echo_tune.sim.simulate import with_sustained_clock
+    from echo_tune.sim.simulate import clock_note_for
 
     if profile is not None and profile.op_times is not None:  # measured op times hold the clock they ran at
         return []
-    note = clock_note(with_sustained_clock(space.cluster, profile or profile_for(space.cluster)).gpu)
+    note = clock_note_for(space.cluster, profile)
     return [note] if note else []
 
 

@@ -88,6 +88,12 @@ def with_sustained_clock(cluster: ClusterSpec, profile: ClusterProfile) -> Clust
     return cluster.replace(gpu=cluster.gpu.replace(sustained_clock_mhz=float(clock), sustained_clock_derived_from=None))
 
 
+def clock_note_for(cluster: ClusterSpec, profile: ClusterProfile | None = None) -> str | None:
+    """``clock_note`` of the cluster's GPU at the clock in use (``with_sustained_clock``; ``profile``: the one the
+    simulation uses, default the cluster's own): what a report says of a derived or unknown sustained clock."""
+    return clock_note(with_sustained_clock(cluster, profile or profile_for_cluster(cluster)).gpu)
+
+
 def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig, layout: Layout,
                  profile: ClusterProfile) -> CostContext:
     """What every pass of ``simulate`` is costed with (``emulate`` predicts with the same): ``cluster`` at its
