@@ -54,9 +54,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"`0 < --gpu-clock-mhz < 10000` must hold, but got ({args.gpu_clock_mhz})")
     rows, summary, sources = validate(args.runs, errata=args.errata, profiles=profiles,
                                       gpu_clock_mhz=args.gpu_clock_mhz)
+    fitted = any(r.in_sample is not None for r in rows)  # a --profile, or the shipped host time (cost/host_time.py)
     split = {"in_sample": summarize([r for r in rows if r.in_sample is True]),
              "held_out": summarize([r for r in rows if r.in_sample is False]),
-             "no_fitted_profile": summarize([r for r in rows if r.in_sample is None])} if profiles else None
+             "no_fitted_profile": summarize([r for r in rows if r.in_sample is None])} if fitted else None
     if args.json:
         print_json({"rows": [{"name": r.name, "source": r.source, "predicted_step_time_s": r.predicted_step_time_s,
                               "measured_step_time_s": r.measured_step_time_s, "error_pct": r.error_pct,
@@ -71,16 +72,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     table = Table(title=f"simulated vs measured step time: {args.runs}")
-    for col in ("run", "measured s", "predicted s", "error", "fits") + (("fit",) if profiles else ()):
+    for col in ("run", "measured s", "predicted s", "error", "fits") + (("fit",) if fitted else ()):
         table.add_column(col, justify="left" if col == "run" else "right")
     for r in rows:
         if r.error:
             verdict = "refused" if r.error.startswith("refused:") else "invalid"
-            table.add_row(r.name, f"{r.measured_step_time_s:.3f}", f"[red]{verdict}[/red]", "-", "-")
+            table.add_row(r.name, f"{r.measured_step_time_s:.3f}", f"[red]{verdict}[/red]", "-", "-",
+                          *(("-",) if fitted else ()))
             continue
         table.add_row(r.name, f"{r.measured_step_time_s:.3f}", f"{r.predicted_step_time_s:.3f}",
                       f"{r.error_pct:+.1f}%", "yes" if r.fits_memory else "[red]no[/red]",
-                      *(({True: "in-sample", False: "held out", None: "-"}[r.in_sample],) if profiles else ()))
+                      *(({True: "in-sample", False: "held out", None: "-"}[r.in_sample],) if fitted else ()))
     console.print(table)
     for r in rows:
         if r.error:
@@ -96,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"profile for {gpu} rows: {profile.name} ({profile.label})"
                       + ("" if profile.label in used else f" [yellow]unused: no row runs on {gpu}[/yellow]"),
                       highlight=False)
+    for label in sorted(used - {p.label for p in profiles.values()}):
+        console.print(f"fitted parameters in the default profiles: {label}", highlight=False)
     if split:
         for key, s in split.items():
             if not s["n_scored"]:

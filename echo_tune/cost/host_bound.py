@@ -18,7 +18,8 @@ between two launches):
   GPU time (``steady_wait_s``).
 
 ``h`` is ``ClusterProfile.host_time_per_kernel_s``: a parameter fitted on training runs
-(``calibrate fit --runs --params ...,host``); 0 (the default) leaves every pass at its GPU time.
+(``calibrate fit --runs --params ...,host``); a profile that fits none uses the one fitted on the published runs
+(``cost/host_time.py``, 78 us); 0 in a profile leaves every pass at its GPU time.
 Not modelled: the ``torch.cuda.synchronize()`` Megatron runs after each batched pipeline send/receive of the
 non-interleaved schedule (p2p_communication.py, ``batch_p2p_sync``), which empties the queue once per chunk.
 """

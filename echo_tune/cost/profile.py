@@ -35,7 +35,8 @@ YAML layout (version 1)::
       comm_slowdown: 1.05             # collectives run this much slower beside compute
       slowdown_curves: {}             # optional: measured slowdown vs message size (calibrate fit)
     fitted:                           # optional: written by `calibrate fit --runs/--megatron-log` (fit_runs.py)
-      params: {sustained_clock_mhz: 1620, comm_time_factor: 1.1, kernel_launch_overhead_s: 5.0e-6}
+      params: {sustained_clock_mhz: 1620, comm_time_factor: 1.1, host_time_per_kernel_s: 8.0e-5}
+                                      # host_time_per_kernel_s absent: the published-run fit's (cost/host_time.py)
       label: "fitted on runs: <sources>"  # shown wherever a report names the profile
       rows: [...]                     # the rows fitted (name, source, measured, predicted), errors, inputs' SHA-256
     op_times: optime.sqlite           # optional: op-time database (``echo-tune profile``), relative to
@@ -53,6 +54,7 @@ import yaml
 
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
+from echo_tune.cost.host_time import default_host_time_s, default_label
 from echo_tune.cost.link_coefficients import LinkCoefficients
 from echo_tune.errors import ConfigError
 from echo_tune.limits import check_number, first_non_finite
@@ -145,7 +147,8 @@ class ClusterProfile:
     fitted: dict = field(default_factory=dict)
     """Parameters fitted on training runs and their provenance (``calibrate fit --runs``): ``params``
     (``sustained_clock_mhz``: compute-bound kernels' clock; ``comm_time_factor``: every collective's time
-    times this; ``kernel_launch_overhead_s``: copied into the field above), ``label``, rows and errors."""
+    times this; ``kernel_launch_overhead_s``: copied into the field above; ``host_time_per_kernel_s``: absent,
+    the shipped one, cost/host_time.py), ``label``, rows and errors."""
     nccl_ring_only: bool = False
     """NCCL_ALGO=Ring (set by ``--deterministic-mode``, sim/determinism.py): no tree all-reduce. Not a
     profile-file key: set per simulated run."""
@@ -174,7 +177,10 @@ class ClusterProfile:
         for name in ("sustained_clock_mhz", "comm_time_factor", "host_time_per_kernel_s"):
             if params.get(name) is not None:
                 check_number(f"fitted.params.{name}", params[name])
-                require_positive(f"fitted.params.{name}", params[name])
+                if name != "host_time_per_kernel_s":
+                    require_positive(f"fitted.params.{name}", params[name])
+                else:  # 0 = the GPU never waits on the host
+                    require(params[name] >= 0, f"`fitted.params.{name} >= 0` must hold, but got ({name}={params[name]})")
         factor = self.comm_time_factor
         if factor != 1.0:  # every collective's time x factor: latencies x f, bandwidths / f (all tiers)
             object.__setattr__(self, "_scaled_comm", {s: {c: _scaled(v, factor) for c, v in t.items()}
@@ -192,9 +198,15 @@ class ClusterProfile:
 
     @property
     def host_time_per_kernel_s(self) -> float:
-        """Fitted host time to issue one kernel (0: not fitted, the GPU never waits on the host;
-        ``cost/host_bound.py``)."""
-        return float((self.fitted.get("params") or {}).get("host_time_per_kernel_s") or 0.0)
+        """Host time to issue one kernel (``cost/host_bound.py``): the profile's fitted one, else the one fitted on
+        the published runs (``cost/host_time.py``; 0 in the profile: the GPU never waits on the host)."""
+        value = (self.fitted.get("params") or {}).get("host_time_per_kernel_s")
+        return float(value) if value is not None else default_host_time_s()
+
+    @property
+    def uses_default_host_time(self) -> bool:
+        """Whether ``host_time_per_kernel_s`` is the shipped default (``cost/host_time.py``), not the profile's."""
+        return (self.fitted.get("params") or {}).get("host_time_per_kernel_s") is None and default_host_time_s() > 0
 
     @property
     def attention_bwd_efficiency(self) -> float:
@@ -222,6 +234,8 @@ class ClusterProfile:
             label += f"; op times measured on {self.op_times.device!r}"
         if self.fitted.get("label"):
             label += f"; {self.fitted['label']}"
+        if self.uses_default_host_time:
+            label += f"; {default_label()}"
         return label
 
     def to_dict(self) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.cost.host_time import default_fit_rows
 from echo_tune.errors import EchoTuneError
 from echo_tune.validate.runs import RunCase
 
@@ -20,10 +21,11 @@ class RowResult:
     errata: tuple[str, ...] = ()
     error: str | None = None
     in_sample: bool | None = None
-    """True: the row was among the rows its (fitted) profile was fitted on (``calibrate fit --runs``); False:
-    simulated with a fitted profile that never saw it (held out); None: no fitted profile."""
+    """True: the row was among the rows its profile's fitted parameters were fitted on (``calibrate fit --runs``,
+    or the shipped host time per kernel, cost/host_time.py); False: simulated with fitted parameters that never saw
+    it (held out); None: nothing in its profile was fitted."""
     profile_label: str | None = None
-    """The profile's label when a fitted profile was used (``validate --profile``)."""
+    """The profile's label when it holds fitted parameters."""
 
     @property
     def error_pct(self) -> float | None:
@@ -33,12 +35,20 @@ class RowResult:
 
 
 def fitted_rows(profile) -> set[tuple[str, str]]:
-    """(name, source) of the rows a profile was fitted on."""
-    return {(r.get("name"), r.get("source")) for r in (profile.fitted.get("rows") or []) if isinstance(r, dict)}
+    """(name, source) of the rows a profile was fitted on, with those of the shipped host time per kernel where the
+    profile uses it (cost/host_time.py)."""
+    rows = {(r.get("name"), r.get("source")) for r in (profile.fitted.get("rows") or []) if isinstance(r, dict)}
+    return rows | default_fit_rows() if profile.uses_default_host_time else rows
+
+
+def is_fitted(profile) -> bool:
+    """Whether any parameter of the profile was fitted on runs (its own fit, or the shipped host time)."""
+    return bool(profile.fitted) or profile.uses_default_host_time
 
 
 def simulate_case(case: RunCase, profiles: dict | None = None) -> RowResult:
     """Simulate one row; ``profiles`` maps a GPU name to the profile its rows use (default: the cluster's)."""
+    from echo_tune.cost.profile import profile_for
     from echo_tune.sim.simulate import simulate
 
     common = dict(name=case.name, source=case.source, measured_step_time_s=case.measured_step_time_s,
@@ -46,8 +56,9 @@ def simulate_case(case: RunCase, profiles: dict | None = None) -> RowResult:
     if case.error:
         return RowResult(**common, error=case.error)
     profile = (profiles or {}).get(case.cluster.gpu.name)
-    if profile is not None:
-        common.update(in_sample=None if not profile.fitted else (case.name, case.source) in fitted_rows(profile), profile_label=profile.label)
+    used = profile if profile is not None else profile_for(case.cluster)
+    if is_fitted(used):
+        common.update(in_sample=(case.name, case.source) in fitted_rows(used), profile_label=used.label)
     try:
         report = simulate(case.model, case.cluster, case.num_gpus, case.parallel, profile=profile)
     except UnmodelledError as exc:

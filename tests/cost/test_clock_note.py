@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import yaml
 
 from echo_tune.cli.main import main
@@ -35,6 +37,7 @@ def test_notes_by_what_is_known_of_the_clock():
     assert "2,062 MHz its peak" in unknown and GIVEN in unknown and "sustained_clock_mhz" in unknown
 
 
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_simulate_says_it_and_a_given_clock_silences_it():
     gb200 = load_cluster("gb200-nvl72")
     report = simulate(MODEL, gb200, 8, LAYOUT)

@@ -62,8 +62,9 @@ def _fp8_free_ops(n, gemm_mnk, kind="gemm"):
 
 def test_phase_cost_adds_the_wait_to_short_kernels_only():
     fitted = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 60 * US}})
-    assert fitted.host_time_per_kernel_s == 60 * US and PROFILE.host_time_per_kernel_s == 0.0
-    plain = CostContext(profile=PROFILE, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups)
+    off = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 0.0}})  # 0: the GPU never waits
+    assert fitted.host_time_per_kernel_s == 60 * US and off.host_time_per_kernel_s == 0.0
+    plain = CostContext(profile=off, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups)
     host = dataclasses.replace(plain, profile=fitted)
     small = _fp8_free_ops(20, (256, 256, 256))  # a few us each: the host's 60 us per kernel sets the pace
     per_kernel = phase_cost(small[:1], plain).compute_s
@@ -84,3 +85,36 @@ def test_phase_cost_adds_the_wait_to_short_kernels_only():
 def test_a_bad_fitted_host_time_is_refused():
     with pytest.raises(ConfigError, match="host_time_per_kernel_s"):
         dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": float("nan")}})
+
+
+def test_a_profile_without_a_host_time_uses_the_one_fitted_on_the_published_runs():
+    """No datasheet gives the host's time per kernel; a profile that fits none takes the shipped fit's (the H100
+    rows of the three published-run sets, cost/host_time.py), says so in its label, and 0 turns it off."""
+    from echo_tune.cost.host_time import default_fit_rows, default_host_time_s, shipped_fit
+
+    fit = shipped_fit()
+    assert fit["parameters"] == ["host"] and fit["label"].startswith("fitted on published runs: ")
+    assert 20 * US < default_host_time_s() < 200 * US  # 78 us at the fit of 2026-12-02
+    assert PROFILE.host_time_per_kernel_s == default_host_time_s() and PROFILE.uses_default_host_time
+    assert f"host time per kernel {default_host_time_s() / US:.0f} us fitted on published runs" in PROFILE.label
+    assert len(default_fit_rows()) == fit["errors"]["rows"] >= 40
+    assert all(row["name"].startswith(("row4", "dgxc", "nemo", "mb25")) for row in fit["rows"])
+    own = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 0.0}})
+    assert own.host_time_per_kernel_s == 0.0 and not own.uses_default_host_time and "host time" not in own.label
+    with pytest.raises(ConfigError, match="host_time_per_kernel_s"):
+        dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": -1e-6}})
+
+
+def test_the_shipped_host_time_is_what_its_command_fits():
+    """Rerunning the command in the shipped file's header finds its value again (regenerate it when the model
+    changes: the header says how)."""
+    from echo_tune.calibrate.fit_runs import fit_runs
+    from echo_tune.cost.host_time import default_host_time_s, shipped_fit_path
+    from echo_tune.validate.datasets import DATASETS, published_runs
+    from echo_tune.validate.runs import read_runs
+
+    assert "--gpu h100-sxm --params host" in shipped_fit_path().read_text().splitlines()[2]
+    cases = [c for name in DATASETS for c in read_runs(published_runs(name))
+             if c.error is None and c.cluster.gpu.name == "h100-sxm"]
+    result = fit_runs(cases, profile_for(H100), H100.gpu, params=("host",))
+    assert result.params["host_time_per_kernel_s"] == pytest.approx(default_host_time_s(), rel=0.01)

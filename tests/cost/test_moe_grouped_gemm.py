@@ -41,6 +41,7 @@ def test_only_the_experts_bmm_is_grouped_and_each_expert_gets_its_share():
     assert one.gemm_mnk == (64, 1536, 2048) and one.flops == op.flops / 16 and one.gemm_groups == 1
 
 
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_bf16_grouped_gemm_is_sixteen_gemms_of_64_rows():
     op = _expert_gemm(16, 64)
     ctx = CostContext(profile=PROFILE, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups)
@@ -60,6 +61,7 @@ def test_bf16_grouped_gemm_is_sixteen_gemms_of_64_rows():
     assert 16 * one_s / folded_s == pytest.approx(2.43, abs=0.01)
 
 
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_fp8_grouped_gemm_pays_a_quantisation_per_expert():
     op = _expert_gemm(16, 512)
     ctx = CostContext(profile=PROFILE, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups, fp8_recipe="tensorwise")

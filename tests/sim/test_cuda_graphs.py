@@ -29,6 +29,7 @@ def _costs(parallel):
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_captured_kernels_pay_no_launch_overhead(direction):
     trace = trace_layer(TINY, tensor_model_parallel_size=1, context_parallel_size=1, sequence_parallel=False,
                         micro_batch_size=1, precision="bf16")

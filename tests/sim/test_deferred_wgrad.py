@@ -24,6 +24,7 @@ def _deferral(parallel, num_gpus=2):
     return deferred_wgrad(output, ctx, layout.num_micro_batches, parallel.wgrad_deferral_limit), output, profile
 
 
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_the_deferred_gemm_is_the_output_wgrad():
     defer, output, profile = _deferral(PP2)
     # wgrad of the logits GEMM: [vocab 1024, tokens 256] x [tokens 256, hidden 256] -> 2 * 1024 * 256 * 256 FLOPs
@@ -79,6 +80,7 @@ def test_needs_pipeline_parallelism():
         et.simulate(TINY, H100, 1, et.ParallelConfig(global_batch_size=8, defer_embedding_wgrad_compute=True))
 
 
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_saving_is_what_the_backward_no_longer_holds():
     """In the backward the output layer's input all-gather runs beside its dgrad GEMM and its dgrad
     reduce-scatter beside its wgrad GEMM (Megatron's async_op=True): deferring them saves the backward's cost

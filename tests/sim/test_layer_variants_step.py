@@ -32,6 +32,7 @@ def test_window_mix_per_stage():
     assert chunk_window_mix(MODEL, layout) == (((0, 0),), ((0, 0),))
 
 
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_window_shortens_the_step_keeps_memory_and_megatron_flops():
     base, half = sim(), sim(MODEL.replace(window_size=(128, 0), window_attn_skip_freq=2))
     every = sim(MODEL.replace(window_size=(128, 0)))

@@ -101,6 +101,7 @@ def test_imbalance_slows_the_step_and_capacity_caps_it():
     assert skewed.model_flops_per_step == base.model_flops_per_step  # Megatron counts balanced FLOPs
 
 
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_moe_costs_more_than_its_dense_shape_and_mixed_stages_count_their_layers():
     # top-2 of experts the size of the dense MLP: twice its GEMMs (attention is ~1/5 of a layer here)
     dense = sim(SMALL.replace(num_experts=None))

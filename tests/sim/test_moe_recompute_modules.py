@@ -36,6 +36,7 @@ def test_moe_act_frees_the_activation_output():
     assert kept_base - kept_act == ACT_OUT_BYTES
 
 
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
 def test_moe_act_replays_only_the_activation_kernel():
     # 4 MoE layers x 2 micro-batches (GBS 8 / (mbs 1 x DP 4)) replay one fused SwiGLU each: it reads fc1's
     # output [rows, 2 ffn] and writes [rows, ffn], bf16: 3 x ACT_OUT_BYTES at the HBM bandwidth, plus a launch
