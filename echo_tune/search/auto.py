@@ -11,8 +11,8 @@ the remaining settings are few, so:
    without recompute shows that. Every structure's first representative comes before any second one,
    the structures in a spread order, so a budget too small for the round still samples them all over.
    Where the structures are too many for every representative within the budget (DeepSeek-V3 / 1024 H100),
-   they are ranked on their fastest layout (or, where it does not fit, their typical one) first and only
-   the best get the other representatives (``_halving``);
+   they are ranked on their fastest layout (or, where it does not fit, their typical one; where neither fits,
+   their lightest) first and only the best get the other representatives (``_halving``);
 2. **survivors** - structures in the order of their best representative, each simulated completely
    (every layout of it), while the budget (``--n-trials``, default ``AUTO_BUDGET``) allows; then the next
    structure's fastest layouts fill the budget;
@@ -149,16 +149,26 @@ def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget:
     """Representatives when there are too many structures for all of them (DeepSeek-V3 / 1024 H100: 1266
     structures, 5064 representatives against a budget of 3000: the budget ran out in that round, before any
     structure was simulated whole, and the search ended 10% off). First each structure's fastest layout, then,
-    where that does not fit, its typical one (selective recompute, the smallest micro-batch: the likeliest to
-    fit); then the other representatives of the best ``k`` structures by those, ``k`` set so that they take
+    where that does not fit, its typical one (selective recompute, the smallest micro-batch), then, where
+    neither fits, its lightest (full recompute); then the other representatives of the best ``k`` structures by those, ``k`` set so that they take
     half of the budget left; the best structures are then simulated whole (``next_round``) with the rest. Each
     step depends on the budget and the stored scores only, so a resumed search takes the same layouts."""
     fast = {s: reps[s][0] for s in by_structure}  # representatives() puts the fastest first
     typical = {s: min(m, key=_typical) for s, m in by_structure.items()}
+    light = {s: min(m, key=_light) for s, m in by_structure.items()}
     todo = [fast[s] for s in spread if fast[s].key not in scores]
     if todo:
         return todo
     tried = {s: [fast[s]] + ([typical[s]] if scores[fast[s].key] is None else []) for s in spread}
+    todo = [c for s in spread for c in tried[s] if c.key not in scores]
+    if todo:
+        return todo
+    # where neither fits, the lightest (full recompute, smallest micro-batch) shows whether the structure can fit
+    # at all (DeepSeek-V3 / 1024 H100: its optimum, TP1 PP16 EP8, fits only with full recompute)
+    def with_light(picks: list[Candidate], lightest: Candidate) -> list[Candidate]:
+        unfit = all(scores[c.key] is None for c in picks)
+        return picks + [lightest] if unfit and all(lightest.key != c.key for c in picks) else picks
+    tried = {s: with_light(tried[s], light[s]) for s in spread}
     todo = [c for s in spread for c in tried[s] if c.key not in scores]
     if todo:
         return todo

@@ -14,7 +14,7 @@ import pytest
 from echo_tune.cli.main import main
 from echo_tune.plan.planner import PlanOptions
 from echo_tune.search import SearchOptions, load_space, run_search
-from echo_tune.search.auto import groups, next_round, representatives
+from echo_tune.search.auto import _light, _typical, groups, next_round, representatives
 from echo_tune.search.layouts import RejectedLayout, enumerate_layouts
 from echo_tune.search.objective import evaluate
 
@@ -122,6 +122,10 @@ def test_too_many_structures_for_every_representative(mixtral, truth):
     assert over and all(min(by_structure[s], key=lambda c: (c.config["recompute_granularity"] != "selective",
                                                             c.config["micro_batch_size"])).key in scores
                         for s in over)
+    # where neither the fastest nor the typical layout fits, the lightest (full recompute) shows whether it can
+    neither = [s for s, m in by_structure.items()
+               if truth[representatives(m)[0].key] is None and truth[min(m, key=_typical).key] is None]
+    assert neither and all(min(by_structure[s], key=_light).key in scores for s in neither)
     assert len(scores) == budget and len(rounds) >= 3  # the last round fills the budget
     whole = [s for s, m in by_structure.items() if all(c.key in scores for c in m)]
     assert whole  # the last round simulates the best structures completely
