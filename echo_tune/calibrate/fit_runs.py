@@ -49,7 +49,8 @@ PARAMETERS = {"clock": "sustained_clock_mhz", "comm": "comm_time_factor", "launc
 # host time per kernel 1.35-270 us (0.1x..20x HOST_TIME_START_S)
 BOUNDS = {"sustained_clock_mhz": ("peak", 0.5, 1.1), "comm_time_factor": ("start", 0.3, 3.3),
           "kernel_launch_overhead_s": ("start", 0.1, 10.0), "host_time_per_kernel_s": ("start", 0.1, 20.0)}
-# Start of the host time per kernel where neither the profile nor the shipped default (cost/host_time.py) gives one: 13.5 us, the host time of one PyTorch
+# Start of the host time per kernel where neither the profile nor the shipped default (cost/host_time.py) gives
+# one: 13.5 us, the host time of one PyTorch
 # nn.Linear forward (one cuBLAS kernel) on a DGX H100's Xeon 8480C (NVIDIA/TransformerEngine issue 2053, CPU vs
 # GPU time per Linear forward); TE's modules take ~2.7x torch's there, Megatron's MoE path more Python per kernel.
 HOST_TIME_START_S = 13.5e-6

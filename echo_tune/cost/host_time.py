@@ -55,7 +55,3 @@ def default_label() -> str:
         return ""
     return f"host time per kernel {value * 1e6:.0f} us {shipped_fit().get('label', 'fitted')} (H100 rows)"
 
-
-def default_fit_rows() -> set[tuple[str, str]]:
-    """(name, source) of the rows the default was fitted on: in-sample wherever it is used."""
-    return {(r.get("name"), r.get("source")) for r in (shipped_fit().get("rows") or []) if isinstance(r, dict)}

@@ -150,9 +150,10 @@ def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget:
     structures, 5064 representatives against a budget of 3000: the budget ran out in that round, before any
     structure was simulated whole, and the search ended 10% off). First each structure's fastest layout, then,
     where that does not fit, its typical one (selective recompute, the smallest micro-batch), then, where
-    neither fits, its lightest (full recompute); then the other representatives of the best ``k`` structures by those, ``k`` set so that they take
-    half of the budget left; the best structures are then simulated whole (``next_round``) with the rest. Each
-    step depends on the budget and the stored scores only, so a resumed search takes the same layouts."""
+    neither fits, its lightest (full recompute); then the other representatives of the best ``k`` structures by
+    those, ``k`` set so that they take half of the budget left; the best structures are then simulated whole
+    (``next_round``) with the rest. Each step depends on the budget and the stored scores only, so a resumed
+    search takes the same layouts."""
     fast = {s: reps[s][0] for s in by_structure}  # representatives() puts the fastest first
     typical = {s: min(m, key=_typical) for s, m in by_structure.items()}
     light = {s: min(m, key=_light) for s, m in by_structure.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.unmodelled import UnmodelledError
-from echo_tune.cost.host_time import default_fit_rows
+from echo_tune.cost.host_time import shipped_fit
 from echo_tune.errors import EchoTuneError
 from echo_tune.validate.runs import RunCase
 
@@ -37,8 +37,12 @@ class RowResult:
 def fitted_rows(profile) -> set[tuple[str, str]]:
     """(name, source) of the rows a profile was fitted on, with those of the shipped host time per kernel where the
     profile uses it (cost/host_time.py)."""
-    rows = {(r.get("name"), r.get("source")) for r in (profile.fitted.get("rows") or []) if isinstance(r, dict)}
-    return rows | default_fit_rows() if profile.uses_default_host_time else rows
+    rows = _row_keys(profile.fitted)
+    return rows | _row_keys(shipped_fit()) if profile.uses_default_host_time else rows
+
+
+def _row_keys(fitted: dict) -> set[tuple[str, str]]:
+    return {(r.get("name"), r.get("source")) for r in (fitted.get("rows") or []) if isinstance(r, dict)}
 
 
 def is_fitted(profile) -> bool:
@@ -48,7 +52,7 @@ def is_fitted(profile) -> bool:
 
 def simulate_case(case: RunCase, profiles: dict | None = None) -> RowResult:
     """Simulate one row; ``profiles`` maps a GPU name to the profile its rows use (default: the cluster's)."""
-    from echo_tune.cost.profile import profile_for
+    from echo_tune.sim.memo import profile_for_cluster
     from echo_tune.sim.simulate import simulate
 
     common = dict(name=case.name, source=case.source, measured_step_time_s=case.measured_step_time_s,
@@ -56,7 +60,7 @@ def simulate_case(case: RunCase, profiles: dict | None = None) -> RowResult:
     if case.error:
         return RowResult(**common, error=case.error)
     profile = (profiles or {}).get(case.cluster.gpu.name)
-    used = profile if profile is not None else profile_for(case.cluster)
+    used = profile if profile is not None else profile_for_cluster(case.cluster)  # simulate's, cached
     if is_fitted(used):
         common.update(in_sample=(case.name, case.source) in fitted_rows(used), profile_label=used.label)
     try:

@@ -90,14 +90,15 @@ def test_a_bad_fitted_host_time_is_refused():
 def test_a_profile_without_a_host_time_uses_the_one_fitted_on_the_published_runs():
     """No datasheet gives the host's time per kernel; a profile that fits none takes the shipped fit's (the H100
     rows of the three published-run sets, cost/host_time.py), says so in its label, and 0 turns it off."""
-    from echo_tune.cost.host_time import default_fit_rows, default_host_time_s, shipped_fit
+    from echo_tune.cost.host_time import default_host_time_s, shipped_fit
+    from echo_tune.validate.compare import fitted_rows
 
     fit = shipped_fit()
     assert fit["parameters"] == ["host"] and fit["label"].startswith("fitted on published runs: ")
     assert 20 * US < default_host_time_s() < 200 * US  # 78 us at the fit of 2026-12-02
     assert PROFILE.host_time_per_kernel_s == default_host_time_s() and PROFILE.uses_default_host_time
     assert f"host time per kernel {default_host_time_s() / US:.0f} us fitted on published runs" in PROFILE.label
-    assert len(default_fit_rows()) == fit["errors"]["rows"] >= 40
+    assert len(fitted_rows(PROFILE)) == fit["errors"]["rows"] >= 40  # PROFILE fits nothing itself
     assert all(row["name"].startswith(("row4", "dgxc", "nemo", "mb25")) for row in fit["rows"])
     own = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 0.0}})
     assert own.host_time_per_kernel_s == 0.0 and not own.uses_default_host_time and "host time" not in own.label
