@@ -201,6 +201,23 @@ def _expert_act(hidden, shard, probs=None):
     return in_subregion("expert_act", _weighted_act, hidden, shard, probs)
 
 
+class _PerExpertWeights(Function):
+    """Megatron's SequentialMLP holds each expert's weights as parameters of their own: its weight-gradient GEMM
+    writes each expert's gradient (into main_grad), with no kernel gathering them. Here one stacked tensor holds
+    them (its size is what the rest counts), so the per-expert slices come from this view, whose backward launches
+    nothing; slicing it with autograd's select would charge a zero-filled stacked gradient per expert and their
+    sums (select_backward and add: the stacked weights' bytes times the local experts, twice)."""
+
+    @staticmethod
+    def forward(ctx, stacked):
+        ctx.shape = stacked.shape
+        return tuple(stacked.unbind(0))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return grads[0].new_empty(ctx.shape)  # an allocation: the gradients are already in place
+
+
 def _experts(x, params, shard, probs=None):
     """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert;
     ``probs`` [M, 1] weight the activation (``_expert_act``)."""
@@ -211,11 +228,13 @@ def _experts(x, params, shard, probs=None):
         hidden = in_subregion("experts", torch.bmm, x.view(n, rows, -1), fc1)
         weights = probs.view(n, rows, 1) if probs is not None else None
         return torch.bmm(_expert_act(hidden, shard, weights), fc2).reshape(rows * n, -1)
-    outs = []
+    # SequentialMLP (experts/experts.py): torch.split of the tokens by expert (its backward: one cat), one
+    # expert's fc1 / fc2 after another, torch.cat of their outputs
+    outs, tokens, fc1s, fc2s = [], x.split(rows), _PerExpertWeights.apply(fc1), _PerExpertWeights.apply(fc2)
+    splits = probs.split(rows) if probs is not None else [None] * n
     for i in range(n):
-        hidden = in_subregion("experts", torch.mm, x[i * rows:(i + 1) * rows], fc1[i])
-        weights = probs[i * rows:(i + 1) * rows] if probs is not None else None
-        outs.append(torch.mm(_expert_act(hidden, shard, weights), fc2[i]))
+        hidden = in_subregion("experts", torch.mm, tokens[i], fc1s[i])
+        outs.append(torch.mm(_expert_act(hidden, shard, splits[i]), fc2s[i]))
     return torch.cat(outs)
 
 

@@ -53,6 +53,23 @@ def test_sequential_experts_run_one_gemm_each_and_allgather_dispatcher_gathers()
     assert not collectives(ag, "ep")
 
 
+def test_sequential_experts_move_no_more_memory_than_grouped_ones_but_the_token_split():
+    # SequentialMLP (Megatron-LM d98e8a64ddf3 experts.py): torch.split of the tokens (backward: one cat), each
+    # expert's own parameters (their gradients written by the weight-gradient GEMMs), torch.cat of the outputs.
+    # Slicing one stacked weight per expert used to charge a zero-filled stacked gradient per expert and their
+    # sums: 4 local experts of SMALL's 3 x 4096 x 14336 weights added ~20 GB of backward traffic per layer.
+    def memory_bytes(model):
+        t = trace_moe_layer(model, tensor_model_parallel_size=1, expert_model_parallel_size=2)
+        return sum(op.bytes for op in t.forward + t.backward if op.kind == "memory" and op.region == "moe")
+
+    tokens = 1024 * 2 * 4096 * 2  # [s b k, h] bf16 copies reaching the experts (balanced)
+    extra = memory_bytes(SMALL.replace(moe_grouped_gemm=False)) - memory_bytes(SMALL)
+    assert 0 <= extra <= 6 * tokens  # cat of the outputs forward, of the token gradients backward
+    no_select = trace_moe_layer(SMALL.replace(moe_grouped_gemm=False), tensor_model_parallel_size=1,
+                                expert_model_parallel_size=2)
+    assert not [op for op in no_select.backward if op.name in ("aten.select_backward", "aten.slice_backward")]
+
+
 def test_all_to_all_across_nodes_goes_through_each_ranks_nic():
     size = 256 << 20
     inside = collective_time_s("all_to_all", size, GroupPlacement(size=8, ranks_per_node=8, num_nodes=1), PROFILE)
