@@ -1,7 +1,7 @@
 """The fused vocabulary-parallel cross-entropy (``--cross-entropy-loss-fusion``), as fused kernels.
 
-Every implementation keeps one fp32 [s, b, v/tp] tensor for backward (the softmax, or its gradient),
-so fusion changes time, not the logits' memory: 4 bytes per logit kept (heads.py's unfused path too).
+Each implementation keeps one [s, b, v/tp] tensor for backward: ``native`` an fp32 softmax (4 bytes per logit,
+as heads.py's unfused path), ``te`` the logits' gradient in the logits' own bf16 storage (2 bytes per logit).
 
 - ``native`` (Megatron-LM d98e8a64ddf3 core/fusions/fused_cross_entropy.py, jit-fused with
   torch.compile): kernel 1 casts the bf16 logits to fp32 and takes the row max (reads 2, writes 4 bytes
@@ -9,11 +9,14 @@ so fusion changes time, not the logits' memory: 4 bytes per logit kept (heads.py
   target logit (reads 4, writes 4); one all-reduce of [predicted; sum_exp] ([2s, b] fp32); kernel 3
   divides by the sum (reads 4, writes 4), kept as the softmax. Backward: one kernel subtracts 1 at the
   target, scales by the loss gradient and writes the bf16 logits gradient (reads 4, writes 2).
-- ``te`` (TransformerEngine d0067d0 pytorch/triton/cross_entropy.py ``cross_entropy_forward``): an
-  online-softmax kernel reads the bf16 logits once (2 bytes) into per-row (max, sum, target logit),
-  all-gathered over TP ([3 s b] fp32 per rank); a second kernel reads the logits again and writes the
-  loss and the fp32 gradient (2 + 4), kept for backward. Backward: ``element_mul_kernel`` scales it by
-  the loss gradient in place (4 + 4), then autograd casts it to the logits' bf16 (4 + 2).
+- ``te`` (TransformerEngine v2.2-v2.17, e.g. v2.10 ``pytorch/triton/cross_entropy.py`` and
+  ``common/triton/cross_entropy.py``, what every published run of 2025-26 ran): an online-softmax kernel
+  reads the bf16 logits once (2 bytes) into per-row (max, sum, target logit), all-gathered over TP ([3 s b]
+  fp32 per rank); a second kernel reads the logits again and writes the loss and the gradient over them, in
+  place in their dtype (2 + 2), saved for backward. Backward: ``element_mul_kernel`` scales it by the loss
+  gradient in place (2 + 2) and returns it: no cast. TE v2.18 (PR 3193, 2026-07-09) writes the gradient to a
+  new fp32 tensor instead (2 + 4 forward, 4 + 4 and an fp32 -> bf16 cast backward, 4 bytes per logit kept);
+  not modelled: a run on TE >= 2.18 keeps ~2 bytes per logit more than predicted and moves ~8 more.
 The unfused path (heads.py) reads/writes the fp32 copy about twice as often (cast, max, sub, exp,
 sum, div forward; scatter, mul, cast backward).
 """
@@ -39,7 +42,7 @@ ce_grad = kernels._define("ce_grad", "(Tensor softmax, Tensor grad_loss, Tensor 
 te_online = kernels._define("te_online_softmax", "(Tensor logits, Tensor labels) -> Tensor",
                             lambda x, y: x.new_empty((3 * x.shape[:-1].numel(),), dtype=_f32))
 te_ce = kernels._define("te_cross_entropy", "(Tensor logits, Tensor labels, Tensor mdxy) -> (Tensor, Tensor)",
-                        lambda x, y, s: (x.new_empty(x.shape[:-1], dtype=_f32), x.new_empty(x.shape, dtype=_f32)))
+                        lambda x, y, s: (x.new_empty(x.shape[:-1], dtype=_f32), torch.empty_like(x)))
 te_mul = kernels._define("te_element_mul", "(Tensor grad, Tensor grad_loss) -> Tensor",
                          lambda g, gl: torch.empty_like(g))
 
@@ -69,14 +72,13 @@ class _TEFused(Function):
         record_collective("all_gather", "tp", mdxy.numel() * mdxy.element_size() * tp, tp)
         gathered = mdxy.new_empty((mdxy.shape[0] * tp,)) if tp > 1 else mdxy
         loss, grad = torch.ops.echo_tune.te_cross_entropy(logits, labels, gathered)
-        ctx.save_for_backward(grad)
-        ctx.dtype = logits.dtype
+        ctx.save_for_backward(grad)  # the logits' storage, overwritten with their gradient
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
         (grad,) = ctx.saved_tensors
-        return torch.ops.echo_tune.te_element_mul(grad, grad_loss).to(ctx.dtype), None, None
+        return torch.ops.echo_tune.te_element_mul(grad, grad_loss), None, None
 
 
 def fused_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, tp: int, impl: str) -> torch.Tensor:
@@ -121,10 +123,10 @@ def _te_ce_real(x, y, mdxy):
     m, d, xy = (t.view(x.shape[:-1]) for t in mdxy[:3 * n].chunk(3))
     softmax = (x.float() - m.unsqueeze(-1)).exp() / d.unsqueeze(-1)
     grad = softmax.scatter_add(-1, y.clamp(0, x.shape[-1] - 1).unsqueeze(-1), -torch.ones_like(m).unsqueeze(-1))
-    return torch.log(d) + m - xy, grad
+    return torch.log(d) + m - xy, grad.to(x.dtype)
 
 
 for _op, _impl in ((ce_max, _max_real), (ce_exp, _exp_real), (ce_norm, _norm_real), (ce_grad, _grad_real),
                    (te_online, _online_real), (te_ce, _te_ce_real),
-                   (te_mul, lambda g, gl: g * gl.unsqueeze(-1))):
+                   (te_mul, lambda g, gl: (g * gl.unsqueeze(-1)).to(g.dtype))):
     _op.register_kernel(("cpu", "cuda"), _impl)

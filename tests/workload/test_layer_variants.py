@@ -52,16 +52,21 @@ def test_unfused_swiglu_keeps_silu_output():
     assert unfused.activation_bytes - fused.activation_bytes == S * B * f * 2
 
 
-def test_cross_entropy_fusion_keeps_the_fp32_logits_and_moves_fewer_bytes():
-    tp, v = 2, 1000 // 2  # padded vocab 1000 (multiple of 8 x 2)
+def test_cross_entropy_fusion_keeps_one_logits_sized_tensor_and_moves_fewer_bytes():
+    tp, v = 2, 1008 // 2  # vocab 1000 padded to 1008 (a multiple of 8 x 2)
     traces = {impl: trace_output(BASE.replace(cross_entropy_loss_fusion=impl is not None,
                                               cross_entropy_fusion_impl=impl or "native"),
                                  tensor_model_parallel_size=tp, micro_batch_size=B) for impl in (None, "native", "te")}
-    # every implementation keeps one fp32 [s, b, v/tp] tensor (4 * 128 * 2 * 500 = 512000 bytes); the
-    # unfused one also keeps the bool "outside" mask and int64 local labels [s, b], native the int64
-    # labels only, TE neither: differences s*b = 256 and 9*s*b = 2304 bytes, by hand
+    # unfused and native keep one fp32 [s, b, v/tp] tensor (4 * 128 * 2 * 504 = 516096 bytes), TE (v2.2-v2.17)
+    # the gradient in the bf16 logits' own storage (2 bytes per logit); the unfused one also keeps the bool
+    # "outside" mask and int64 local labels [s, b], native the int64 labels only, TE neither: differences
+    # s*b = 256 and 9*s*b + 2*s*b*v = 260352 bytes, by hand
     assert traces[None].activation_bytes - traces["native"].activation_bytes == S * B
-    assert traces[None].activation_bytes - traces["te"].activation_bytes == 9 * S * B
+    assert traces[None].activation_bytes - traces["te"].activation_bytes == 9 * S * B + 2 * S * B * v
+    # TE's backward scales the bf16 gradient in place and returns it: no cast
+    assert [op.name for op in traces["te"].backward if op.name.startswith("echo_tune.te_")] == \
+        ["echo_tune.te_element_mul"]
+    assert not [op for op in traces["te"].backward if op.name == "aten._to_copy" and op.region == "output"]
     assert traces[None].activation_bytes >= 4 * S * B * v
     moved = {k: sum(op.bytes for op in t.forward + t.backward if op.kind == "memory") for k, t in traces.items()}
     assert moved["te"] < moved["native"] < moved[None]
