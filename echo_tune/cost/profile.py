@@ -3,44 +3,7 @@
 A profile is either *measured* (fitted by ``echo-tune calibrate fit``) or *datasheet-derived*
 (``default_profile``: datasheet peaks times stated efficiency assumptions). Reports say which.
 
-YAML layout (version 1)::
-
-    version: 1
-    name: my-cluster
-    measured: true                    # false = derived from datasheets, not measured
-    gpu: h800-sxm
-    provenance: {files: [...], created: ..., hardware: ..., notes: ...}
-    compute:
-      gemm_max_efficiency: 0.8        # fraction of dense peak reached by large GEMMs
-      gemm_half_saturation_dim: 128   # a GEMM dimension this size halves that dimension's efficiency
-      memory_bandwidth_gbyte_s: 1800  # achieved HBM bandwidth of memory-bound kernels
-      kernel_launch_overhead_s: 4.0e-6
-      attention_efficiency: 0.6       # fused (flash) attention forward: fraction of dense peak
-      attention_backward_efficiency: 0.5  # optional: its backward (default: attention_efficiency)
-      attention_causal_factor: 0.85   # optional: a causal-masked forward's rate over an unmasked one's
-      fp8_gemm_max_efficiency: 0.7    # optional: fraction of dense FP8 peak reached by large FP8 GEMMs
-    comm:
-      intra_node:                     # collective -> coefficients; "default" is the fallback
-        default: {latency_s: 6.0e-6, bus_bandwidth_gbyte_s: 230}
-        all_reduce:                   # optional keys (defaults 0 / none), written by `calibrate fit`:
-          latency_s: 1.0e-7           #   per ring step, large-message (NCCL "Simple") protocol
-          bus_bandwidth_gbyte_s: 215
-          base_latency_s: 6.0e-5      #   fixed cost of one call, whatever the group size
-          protocols:                  #   extra protocol tiers; a collective takes the fastest tier
-            ll: {base_latency_s: 5.0e-6, latency_s: 1.8e-6, bus_bandwidth_gbyte_s: 6}
-      inter_node:                     # bus bandwidth is one GPU's share of its node's NICs
-        default: {latency_s: 12.0e-6, bus_bandwidth_gbyte_s: 18}
-    interference:
-      compute_slowdown: 1.08          # compute kernels run this much slower while a collective runs
-      comm_slowdown: 1.05             # collectives run this much slower beside compute
-      slowdown_curves: {}             # optional: measured slowdown vs message size (calibrate fit)
-    fitted:                           # optional: written by `calibrate fit --runs/--megatron-log` (fit_runs.py)
-      params: {sustained_clock_mhz: 1620, comm_time_factor: 1.1, host_time_per_kernel_s: 8.0e-5}
-                                      # host_time_per_kernel_s absent: the published-run fit's (cost/host_time.py)
-      label: "fitted on runs: <sources>"  # shown wherever a report names the profile
-      rows: [...]                     # the rows fitted (name, source, measured, predicted), errors, inputs' SHA-256
-    op_times: optime.sqlite           # optional: op-time database (``echo-tune profile``), relative to
-                                      # this file; its measured op times come before the surface above
+The YAML layout (version 1), key by key: docs/calibration.md, "The profile file".
 """
 
 from __future__ import annotations
