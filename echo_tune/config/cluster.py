@@ -6,6 +6,7 @@ The number of GPUs is not part of a cluster: it comes with each run (``--num-gpu
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,11 @@ class GPUSpec:
     """SM clock the GPU sustains on compute-bound kernels at its default power limit; compute-bound kernel
     time scales with ``peak_clock_mhz / sustained_clock_mhz`` (``clock_factor``), memory-bound time does not.
     None = the peak clock (no public measurement)."""
+    compute_capability: str | None = None
+    """CUDA compute capability, "major.minor" (9.0 Hopper, 10.0 B200 / GB200): which FP8 GEMM layouts the tensor cores
+    take. From 10.0 per-tensor-scaled FP8 GEMMs take any layout (TransformerEngine v2.10 ``utils.py``
+    ``is_non_tn_fp8_gemm_supported``: 10.0 <= cc < 12.0 or cc >= 13.0) and TE quantises to a row-wise copy alone;
+    before, only "TN", and TE writes a transposed copy too (``fp8_any_layout``). None: TN only, as Hopper."""
     sustained_clock_derived_from: str | None = None
     """Where ``sustained_clock_mhz`` is not measured on this GPU but derived: from what (reports say so and how
     to give a measured one); None = measured (its source in ``source`` or the preset file's comments)."""
@@ -56,6 +62,9 @@ class GPUSpec:
         for name in ("peak_fp8_tflops", "peak_fp4_tflops", "peak_clock_mhz", "sustained_clock_mhz"):
             if getattr(self, name) is not None:
                 require_positive(f"gpu.{name}", getattr(self, name))
+        require(self.compute_capability is None or re.fullmatch(r"\d+\.\d+", str(self.compute_capability)) is not None,
+                f"gpu {self.name!r}: `compute_capability` must be \"major.minor\" as NVIDIA lists it, but got "
+                f"(compute_capability={self.compute_capability!r}); write e.g. compute_capability: \"9.0\"")
         require(self.sustained_clock_derived_from is None or self.sustained_clock_mhz is not None,
                 f"gpu {self.name!r}: `sustained_clock_derived_from` says where `sustained_clock_mhz` comes from, but got "
                 f"(sustained_clock_derived_from={self.sustained_clock_derived_from!r}, sustained_clock_mhz=None); "
@@ -64,6 +73,14 @@ class GPUSpec:
             require(self.peak_clock_mhz is not None,
                     f"gpu {self.name!r}: `sustained_clock_mhz` needs `peak_clock_mhz` (the clock the peak TFLOP/s are "
                     f"specified at), but got (sustained_clock_mhz={self.sustained_clock_mhz}, peak_clock_mhz=None)")
+
+    @property
+    def fp8_any_layout(self) -> bool:
+        """Whether per-tensor-scaled FP8 GEMMs take non-TN layouts (``compute_capability``; TE's rule)."""
+        if self.compute_capability is None:
+            return False
+        cc = tuple(int(x) for x in self.compute_capability.split("."))
+        return (10, 0) <= cc < (12, 0) or cc >= (13, 0)
 
     @property
     def clock_factor(self) -> float:

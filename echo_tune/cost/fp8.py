@@ -31,7 +31,11 @@ Quantisation kernels each recipe adds (memory-bound, at the profile's HBM bandwi
 - every forward GEMM quantises its activation input X (m x k) and every backward pass quantises the
   output gradient dY (m x n) once for both backward GEMMs. A quantisation reads bf16 (2 B) and writes
   a row-wise and a column-wise (transposed) FP8 copy (1 B each), because Hopper's FP8 tensor cores take
-  only the "TN" layout and the wgrad GEMM needs the transposed operand: 4 B per element.
+  only the "TN" layout and the wgrad GEMM needs the transposed operand: 4 B per element. From compute
+  capability 10.0 (B200, GB200, GB300) per-tensor-scaled FP8 GEMMs take any layout and TE writes the
+  row-wise copy alone (TransformerEngine v2.10 ``csrc/quantizer.cpp``: ``with_transpose = columnwise_usage &&
+  !nvte_is_non_tn_fp8_gemm_supported()``): 1 B less for ``delayed`` and ``tensorwise`` there
+  (``cast_bytes_per_element``; ``GPUSpec.fp8_any_layout``). Block-scaled copies keep both.
 - ``delayed``: the scale comes from the amax history and the amax is taken inside the cast: 4 B.
 - ``tensorwise`` (current scaling): an extra read of the tensor for its amax first: 6 B, in three kernels
   (TE's ``Float8CurrentScalingQuantizer::quantize_impl``, NVIDIA/TransformerEngine@ad3f651f1dad
@@ -82,7 +86,8 @@ CAST_BYTES_PER_ELEMENT = {
     "blockwise": 4.0 + 2 * 4.0 / 128,
     "mxfp8": 4.0 + 2 * 1.0 / 32,
 }
-"""HBM bytes moved to quantise one bf16 element (read 2 B, write row- and column-wise FP8 copies)."""
+"""HBM bytes moved to quantise one bf16 element (read 2 B, write row- and column-wise FP8 copies) where FP8 GEMMs
+are TN-only (``cast_bytes_per_element`` for a given GPU)."""
 
 
 CAST_KERNELS = {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
@@ -102,15 +107,22 @@ def fp8_gemm_time_s(op: Op, profile: ClusterProfile, gpu: GPUSpec) -> float:
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s
 
 
-def fp8_cast_s(op: Op, recipe: str, profile: ClusterProfile) -> float:
-    """Quantisation kernels charged to one FP8 GEMM (see the module docstring).
+def cast_bytes_per_element(recipe: str, gpu: GPUSpec | None = None) -> float:
+    """HBM bytes one quantisation moves per bf16 element on ``gpu``: no transposed copy of a per-tensor-scaled
+    tensor where FP8 GEMMs take any layout (compute capability 10.x)."""
+    transposed_copy = recipe in ("delayed", "tensorwise") and gpu is not None and gpu.fp8_any_layout
+    return CAST_BYTES_PER_ELEMENT[recipe] - (1.0 if transposed_copy else 0.0)
+
+
+def fp8_cast_s(op: Op, recipe: str, profile: ClusterProfile, gpu: GPUSpec | None = None) -> float:
+    """Quantisation kernels charged to one FP8 GEMM on ``gpu`` (None: TN-only, as Hopper; module docstring).
 
     Forward GEMMs have mnk = (tokens, out, in): X is m x k. Both backward GEMMs of a linear layer have
     dY as their m x k operand (dgrad: dY @ W, wgrad: dY^T @ X), so each carries half of dY's cast.
     """
     m, _, k = op.gemm_mnk or (4096, 4096, 4096)
     elements = m * k if op.phase == "fwd" else m * k / 2
-    return elements * CAST_BYTES_PER_ELEMENT[recipe] / (profile.memory_bandwidth_gbyte_s * 1e9) \
+    return elements * cast_bytes_per_element(recipe, gpu) / (profile.memory_bandwidth_gbyte_s * 1e9) \
         + CAST_KERNELS[recipe] * profile.kernel_launch_overhead_s
 
 
@@ -127,7 +139,7 @@ def mxfp8_notes(fp8_recipe: str | None) -> tuple[str, ...]:
         return ()
     measured = ", ".join(f"{100 * (r - 1):.1f}% ({name})" for name, r in MXFP8_MEASURED_OVER_CS.items())
     return (f"mxfp8: Megatron-Bridge's 25.11 B200 table measured MXFP8 steps {measured} longer than FP8 current "
-            f"scaling with the same recipes, where this model puts them ~2% shorter (one quantisation kernel against "
+            f"scaling with the same recipes, where this model puts them ~1% shorter (one quantisation kernel against "
             f"current scaling's three; what makes MXFP8 slower there is not modelled): this step time is likely "
             f"optimistic by about that difference",)
 

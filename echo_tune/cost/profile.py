@@ -17,6 +17,7 @@ import yaml
 
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
+from echo_tune.cost.gemm_benchmarks import benchmark_efficiencies
 from echo_tune.cost.host_time import default_host_time_s, default_label
 from echo_tune.cost.link_coefficients import LinkCoefficients
 from echo_tune.errors import ConfigError
@@ -193,6 +194,8 @@ class ClusterProfile:
                      f"used by explicit override")
         else:
             label = "measured"
+        if self.provenance.get("gemm_benchmarks"):
+            label += f"; {self.provenance['gemm_benchmarks']}"
         if self.op_times is not None:
             label += f"; op times measured on {self.op_times.device!r}"
         if self.fitted.get("label"):
@@ -241,9 +244,11 @@ def default_profile(cluster: ClusterSpec) -> ClusterProfile:
     inter = LinkCoefficients(latency_s=DATASHEET_INTER_LATENCY_S,
                              bus_bandwidth_gbyte_s=cluster.inter_node_bandwidth_per_gpu_gbyte_s
                              * DATASHEET_LINK_EFFICIENCY)
+    benchmarked, benchmark_note = benchmark_efficiencies(gpu, DATASHEET_GEMM_HALF_SATURATION_DIM)
     return ClusterProfile(
         name=f"{cluster.name}-datasheet", gpu=gpu.name, measured=False,
-        gemm_max_efficiency=DATASHEET_GEMM_EFFICIENCY,
+        gemm_max_efficiency=benchmarked.get("gemm_max_efficiency", DATASHEET_GEMM_EFFICIENCY),
+        fp8_gemm_max_efficiency=benchmarked.get("fp8_gemm_max_efficiency", DATASHEET_FP8_GEMM_EFFICIENCY),
         gemm_half_saturation_dim=DATASHEET_GEMM_HALF_SATURATION_DIM,
         memory_bandwidth_gbyte_s=gpu.memory_bandwidth_gbyte_s * DATASHEET_MEMORY_EFFICIENCY,
         kernel_launch_overhead_s=DATASHEET_KERNEL_LAUNCH_S,
@@ -253,7 +258,8 @@ def default_profile(cluster: ClusterSpec) -> ClusterProfile:
         comm={"intra_node": {"default": intra}, "inter_node": {"default": inter}},
         compute_slowdown=DATASHEET_COMPUTE_SLOWDOWN, comm_slowdown=DATASHEET_COMM_SLOWDOWN,
         provenance={"source": f"datasheet numbers of {gpu.name} ({gpu.source}) and {cluster.name} "
-                              f"({cluster.source}) times the DATASHEET_* efficiencies in cost/profile.py"})
+                              f"({cluster.source}) times the DATASHEET_* efficiencies in cost/profile.py",
+                    **({"gemm_benchmarks": benchmark_note} if benchmark_note else {})})
 
 
 def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | None = None) -> ClusterProfile:

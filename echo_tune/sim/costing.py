@@ -175,7 +175,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             if is_grouped_expert_gemm(op) and not is_measured(op, ctx.profile) else (1, op)
         if fp8 and is_fp8_gemm(op):
             t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu)
-            cast = groups * fp8_cast_s(one, ctx.fp8_recipe, ctx.profile)
+            cast = groups * fp8_cast_s(one, ctx.fp8_recipe, ctx.profile, ctx.gpu)
             cast_s += cast
             kernels = (1 + CAST_KERNELS[ctx.fp8_recipe]) * groups  # the GEMMs and their quantisation kernels
             launches = kernels * ctx.profile.kernel_launch_overhead_s
