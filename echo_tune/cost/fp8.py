@@ -94,6 +94,18 @@ CAST_KERNELS = {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
 """Kernels one quantisation launches: current scaling takes its amax, then the scale, then casts."""
 
 
+def fused_group_cast(recipe: str, gpu: GPUSpec | None) -> bool:
+    """Whether TE quantises a grouped GEMM's per-expert inputs in one kernel, not one per expert.
+
+    TransformerEngine v2.10 ``csrc/extensions/cast.cpp`` ``multi_tensor_quantize_impl`` (called by the
+    ``split_quantize`` of ``GroupedLinear``): one ``nvte_multi_cast_transpose`` for all experts when every
+    quantiser is a delayed-scaling ``Float8Quantizer`` with both row-wise and transposed outputs ("Currently only
+    have fused kernel for FP8 delayed scaling"), i.e. on TN-only GPUs; every other recipe, and delayed scaling
+    where no transposed copy is written (compute capability 10.x), quantises expert by expert (current scaling's
+    group quantisation arrived in TE v2.17, PR 3114, after the published runs; not modelled)."""
+    return recipe == "delayed" and not (gpu is not None and gpu.fp8_any_layout)
+
+
 def is_fp8_gemm(op: Op) -> bool:
     return op.kind == "gemm" and where(op) in FP8_REGIONS
 

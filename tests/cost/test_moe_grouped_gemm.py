@@ -71,3 +71,37 @@ def test_fp8_grouped_gemm_pays_a_quantisation_per_expert():
     # current scaling: amax read + cast to row- and column-wise copies, in three kernels (amax, scale, cast)
     cast_s = 512 * 2048 * 6.0 / hbm + 3 * 4e-6
     assert phase_cost((op,), ctx).compute_s == pytest.approx(16 * (gemm_s + cast_s), rel=1e-3)
+
+
+@pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
+def test_delayed_scaling_quantises_all_experts_in_one_kernel_on_hopper():
+    # TE v2.10 multi_tensor_quantize_impl: one nvte_multi_cast_transpose for every expert's input under delayed
+    # scaling (Float8Quantizer with a transposed copy); the same bytes, one launch instead of 16
+    op = _expert_gemm(16, 512)
+    delayed = CostContext(profile=PROFILE, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups, fp8_recipe="delayed")
+    cost = phase_cost((op,), delayed)
+    eff = 0.7 * _g(512) * _g(1536) * _g(2048)
+    gemm_s = 2.0 * 512 * 1536 * 2048 / (1979e12 * CLOCK * eff) + 4e-6
+    cast_s = 512 * 2048 * 4.0 / (PROFILE.memory_bandwidth_gbyte_s * 1e9)
+    assert cost.compute_s == pytest.approx(16 * (gemm_s + cast_s) + 4e-6, rel=1e-3)
+    # on B200 (no transposed copy) TE quantises expert by expert again: 16 cast launches
+    b200 = et.load_cluster("b200")
+    per_expert = CostContext(profile=profile_for(b200), gpu=b200.gpu, precision="bf16", groups=LAYOUT.groups,
+                             fp8_recipe="delayed")
+    fused = CostContext(profile=profile_for(b200), gpu=b200.gpu.replace(compute_capability="9.0"), precision="bf16",
+                        groups=LAYOUT.groups, fp8_recipe="delayed")
+    launches = phase_cost((op,), per_expert).compute_s - phase_cost((op,), fused).compute_s
+    one_byte_less = 16 * 512 * 2048 / (profile_for(b200).memory_bandwidth_gbyte_s * 1e9)
+    assert launches == pytest.approx(15 * 4e-6 - one_byte_less, rel=1e-3)
+
+
+def test_the_host_issues_one_cast_for_the_group_under_delayed_scaling():
+    # 16 tiny expert GEMMs wait on the host (cost/host_bound.py): delayed scaling issues 16 GEMMs + 1 fused cast,
+    # current scaling 16 GEMMs + 16 x 3 quantisation kernels
+    from echo_tune.cost.host_time import default_host_time_s
+
+    op = _expert_gemm(16, 512)
+    cost = {r: phase_cost((op,), CostContext(profile=PROFILE, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups,
+                                             fp8_recipe=r)).compute_s for r in ("delayed", "tensorwise")}
+    assert cost["delayed"] == pytest.approx(17 * default_host_time_s(), rel=1e-3)
+    assert cost["tensorwise"] == pytest.approx(64 * default_host_time_s(), rel=1e-3)
