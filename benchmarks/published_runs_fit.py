@@ -6,8 +6,8 @@ Parameters: for each GPU, every non-empty subset of --params (default: the susta
 to issue one kernel; host: the GPU waits on it only in passes of kernels shorter than that, cost/host_bound.py)
 is fitted, and the one with the lowest leave-one-source-out MAPE is kept (fewer parameters on a tie, to 0.1%;
 every candidate's error is listed in the README written): what generalises to a source the fit never saw, not
-what fits best in-sample (H100: clock+host fits better in-sample, host alone predicts held-out sources better). After the preset clocks, the H100 rows'
-residuals run from -64% (Qwen3-30B-A3B: 16 experts per rank, a GEMM and three quantisation kernels each,
+what fits best in-sample (H100: clock+host fits better in-sample, host alone predicts held-out sources better).
+After the preset clocks, the H100 rows' residuals run from -64% (Qwen3-30B-A3B: 16 experts per rank, a GEMM and three quantisation kernels each,
 ~24 us of GPU work per kernel) to +33% (large dense models). A time added to every kernel (launch) moves the
 dense rows too: fitted with the host time it takes 16.7 us and the clock 1,690 MHz, and the held-out fits
 fall into another minimum (launch 22 us, clock 1,773 MHz, no host time), so it is left out; so is a factor on
@@ -49,6 +49,11 @@ def _candidates(params: list[str], rows: int) -> list[list[str]]:
     return sorted((s for s in subsets if rows >= len(s) + 2), key=len)
 
 
+def _edge(profile) -> list[str]:
+    """Parameters a fit left at the edge of their physical range or that move no row."""
+    return (profile.fitted.get("at_range_edge") or []) + (profile.fitted.get("unidentified") or [])
+
+
 def _fit(cli, load_profile, rel: list[str], gpu: str, params: list[str], path: Path):
     """``echo-tune calibrate fit`` of ``params`` into ``path``; a parameter fitted at the edge of its physical
     range, or moving no row, is dropped and the fit rerun. The profile, or None when the command fails."""
@@ -59,7 +64,7 @@ def _fit(cli, load_profile, rel: list[str], gpu: str, params: list[str], path: P
         if code != 0:
             return None
         profile = load_profile(path)
-        edge = (profile.fitted.get("at_range_edge") or []) + (profile.fitted.get("unidentified") or [])
+        edge = _edge(profile)
         if not edge or len(params) == 1:
             return profile
         params = [p for p in params if p not in edge]
@@ -87,17 +92,20 @@ def main(argv=None) -> int:
             skipped.append(f"{gpu}: {len(rows)} rows < parameters + 2 = 3; keeps its datasheet preset")
             continue
         path = out / f"{gpu}.yaml"
-        tried = {}
+        tried, last = {}, None
         for params in _candidates(args.params.split(","), len(rows)):
             profile = _fit(cli, load_profile, rel, gpu, params, path)
             if profile is None:
                 return 1
-            if not (profile.fitted.get("at_range_edge") or profile.fitted.get("unidentified")):
-                tried.setdefault(tuple(profile.fitted["parameters"]), profile)
-        # the parameter set whose fits predict the other sources' rows best (fewer parameters on a tie),
-        # written again: the file holds the last one tried
+            last = tuple(profile.fitted["parameters"])
+            if not _edge(profile):
+                tried.setdefault(last, profile)
+        if not tried:  # every subset leaves a parameter at its edge: the last fit stands, as before this choice
+            tried = {last: load_profile(path)}
+        # the parameter set whose fits predict the other sources' rows best (fewer parameters on a tie); the file
+        # holds the last one tried, so another is written again
         best = min(tried, key=lambda k: (round(tried[k].fitted["errors"]["loso_mape_pct"], 1), len(k)))
-        profiles[gpu] = _fit(cli, load_profile, rel, gpu, list(best), path)
+        profiles[gpu] = tried[best] if best == last else _fit(cli, load_profile, rel, gpu, list(best), path)
         chosen.append(f"- {gpu}: parameters chosen by leave-one-source-out MAPE: " + ", ".join(
             f"{'+'.join(k)} {p.fitted['errors']['loso_mape_pct']:.1f}%" + (" (chosen)" if k == best else "")
             for k, p in tried.items()))

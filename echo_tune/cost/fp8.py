@@ -126,16 +126,23 @@ def cast_bytes_per_element(recipe: str, gpu: GPUSpec | None = None) -> float:
     return CAST_BYTES_PER_ELEMENT[recipe] - (1.0 if transposed_copy else 0.0)
 
 
-def fp8_cast_s(op: Op, recipe: str, profile: ClusterProfile, gpu: GPUSpec | None = None) -> float:
-    """Quantisation kernels charged to one FP8 GEMM on ``gpu`` (None: TN-only, as Hopper; module docstring).
+def _cast_bytes_s(op: Op, recipe: str, profile: ClusterProfile, gpu: GPUSpec | None) -> float:
+    """HBM time of the quantisation charged to one FP8 GEMM.
 
     Forward GEMMs have mnk = (tokens, out, in): X is m x k. Both backward GEMMs of a linear layer have
     dY as their m x k operand (dgrad: dY @ W, wgrad: dY^T @ X), so each carries half of dY's cast.
     """
     m, _, k = op.gemm_mnk or (4096, 4096, 4096)
     elements = m * k if op.phase == "fwd" else m * k / 2
-    return elements * cast_bytes_per_element(recipe, gpu) / (profile.memory_bandwidth_gbyte_s * 1e9) \
-        + CAST_KERNELS[recipe] * profile.kernel_launch_overhead_s
+    return elements * cast_bytes_per_element(recipe, gpu) / (profile.memory_bandwidth_gbyte_s * 1e9)
+
+
+def group_cast(one: Op, groups: int, recipe: str, profile: ClusterProfile, gpu: GPUSpec | None) -> tuple[float, int]:
+    """Time and kernels of the quantisations charged to a GEMM run once per local expert (``one``: one expert's
+    share; ``groups`` 1: a plain linear layer; ``gpu`` None: TN-only, as Hopper; module docstring): every expert's
+    bytes, one quantisation per expert unless TE fuses the group (``fused_group_cast``)."""
+    kernels = CAST_KERNELS[recipe] * (1 if fused_group_cast(recipe, gpu) else groups)
+    return groups * _cast_bytes_s(one, recipe, profile, gpu) + kernels * profile.kernel_launch_overhead_s, kernels
 
 
 MXFP8_MEASURED_OVER_CS = {"Llama3 8B, 8 B200": 30624 / 29521, "Llama3.1 405B, 128 B200": 661 / 624}

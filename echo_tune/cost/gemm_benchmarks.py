@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from echo_tune.config.cluster import GPUSpec
+from echo_tune.cost.compute import size_saturation
 from echo_tune.errors import ConfigError
 
 PRECISIONS = {"bf16": "gemm_max_efficiency", "fp8": "fp8_gemm_max_efficiency"}
@@ -47,12 +48,8 @@ def benchmark_efficiencies(gpu: GPUSpec, half_saturation_dim: float) -> tuple[di
         if not rows:
             continue
         peak = measured_on.peak_tflops(precision)
-        ratios = []
-        for row in rows:
-            g = 1.0
-            for dim in (row["m"], row["n"], row["k"]):
-                g *= dim / (dim + half_saturation_dim)
-            ratios.append(row["tflops"] / (peak * g))
+        ratios = [row["tflops"] / (peak * size_saturation(row["m"], row["n"], row["k"], half_saturation_dim))
+                  for row in rows]
         value = sum(ratios) / len(ratios)
         if not 0 < value <= 1:
             raise ConfigError(f"data/gemm-benchmarks.yaml: `0 < {field} <= 1` must hold for {gpu.name} {precision}, "

@@ -22,8 +22,7 @@ from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_o
 from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
 from echo_tune.cost.host_bound import host_wait_s
-from echo_tune.cost.fp8 import (CAST_KERNELS, TP_OVERLAP_REGIONS, fp8_cast_s, fp8_collective_bytes, fp8_gemm_time_s,
-                                 fused_group_cast, is_fp8_gemm)
+from echo_tune.cost.fp8 import TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast, is_fp8_gemm
 from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, async_cost, async_pairs, overlapped_cost, pair_methods, slowdown
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.cuda_graphs import captured_graphs, graph_of
@@ -176,9 +175,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             if is_grouped_expert_gemm(op) and not is_measured(op, ctx.profile) else (1, op)
         if fp8 and is_fp8_gemm(op):
             t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu)
-            cast = groups * fp8_cast_s(one, ctx.fp8_recipe, ctx.profile, ctx.gpu)
-            casts = CAST_KERNELS[ctx.fp8_recipe] * (1 if fused_group_cast(ctx.fp8_recipe, ctx.gpu) else groups)
-            cast -= (CAST_KERNELS[ctx.fp8_recipe] * groups - casts) * ctx.profile.kernel_launch_overhead_s
+            cast, casts = group_cast(one, groups, ctx.fp8_recipe, ctx.profile, ctx.gpu)
             cast_s += cast
             kernels = groups + casts  # the GEMMs and their quantisation kernels
             launches = kernels * ctx.profile.kernel_launch_overhead_s

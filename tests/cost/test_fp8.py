@@ -125,7 +125,7 @@ def test_delayed_scaling_pays_an_amax_all_reduce_per_pass_that_grows_with_the_gr
 def test_current_scaling_quantises_in_three_kernels():
     """TE's Float8CurrentScalingQuantizer: amax kernel, scale kernel, cast kernel (delayed: the cast alone).
     A 4096 x 4096 forward input: tensorwise moves 6 B / element against delayed's 4, and two more launches."""
-    from echo_tune.cost.fp8 import CAST_KERNELS, fp8_cast_s
+    from echo_tune.cost.fp8 import CAST_KERNELS, group_cast
     from echo_tune.cost.profile import profile_for
     from echo_tune.workload.graph import Op
 
@@ -135,7 +135,8 @@ def test_current_scaling_quantises_in_three_kernels():
     op = Op(name="mm", kind="gemm", phase="fwd", region="mlp", flops=2.0 * 4096 ** 3, gemm_mnk=(4096, 4096, 4096))
     hbm = profile.memory_bandwidth_gbyte_s * 1e9
     assert CAST_KERNELS == {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
-    assert fp8_cast_s(op, "tensorwise", profile) - fp8_cast_s(op, "delayed", profile) == pytest.approx(
+    cast_s = lambda recipe: group_cast(op, 1, recipe, profile, None)[0]  # noqa: E731 (one linear layer's)
+    assert cast_s("tensorwise") - cast_s("delayed") == pytest.approx(
         4096 * 4096 * 2.0 / hbm + 2 * 4e-6)
 
 
@@ -159,7 +160,7 @@ def test_blackwell_per_tensor_casts_write_no_transposed_copy():
     """TE v2.10 quantizer.cpp: with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported(): from
     compute capability 10.0 a per-tensor quantisation writes the row-wise copy alone (1 B per element less);
     block-scaled recipes keep both copies."""
-    from echo_tune.cost.fp8 import cast_bytes_per_element, fp8_cast_s
+    from echo_tune.cost.fp8 import cast_bytes_per_element, group_cast
     from echo_tune.cost.profile import profile_for
     from echo_tune.workload.graph import Op
 
@@ -173,8 +174,8 @@ def test_blackwell_per_tensor_casts_write_no_transposed_copy():
         assert cast_bytes_per_element(recipe, h100) == cast_bytes_per_element(recipe, b200)
     profile = profile_for(et.load_cluster("h100-sxm"))
     op = Op(name="mm", kind="gemm", phase="fwd", region="mlp", flops=2.0 * 4096 ** 3, gemm_mnk=(4096, 4096, 4096))
-    assert fp8_cast_s(op, "delayed", profile, h100) - fp8_cast_s(op, "delayed", profile, b200) == pytest.approx(
-        4096 * 4096 / (profile.memory_bandwidth_gbyte_s * 1e9))
+    one_byte_less = group_cast(op, 1, "delayed", profile, h100)[0] - group_cast(op, 1, "delayed", profile, b200)[0]
+    assert one_byte_less == pytest.approx(4096 * 4096 / (profile.memory_bandwidth_gbyte_s * 1e9))
 
 
 @pytest.mark.parametrize("cc,any_layout", [("9.0", False), ("10.0", True), ("10.3", True), ("12.0", False),
