@@ -76,7 +76,8 @@ def check_type(name: str, value: Any, annotation: str, what: str) -> None:
     if not ok:
         wanted = " or ".join({"int": "an integer", "float": "a number", "bool": "true or false",
                               "str": "text"}[k] for k in kinds)
-        raise ConfigError(f"{what} key {name!r} must be {wanted}, but got ({name}={value!r})")
+        fix = f'; quote it: {name}: "{value}"' if kinds == ["str"] and isinstance(value, (int, float)) else ""
+        raise ConfigError(f"{what} key {name!r} must be {wanted}, but got ({name}={value!r}){fix}")
 
 
 def build(cls: type, data: dict[str, Any], what: str):

@@ -193,3 +193,13 @@ def test_a_malformed_compute_capability_is_refused():
     with pytest.raises(ConfigError, match=r'`compute_capability` must be "major.minor"'):
         load_gpu({"name": "x", "peak_bf16_tflops": 1, "peak_fp16_tflops": 1, "peak_fp32_tflops": 1,
                   "memory_bytes": 1, "memory_bandwidth_gbyte_s": 1, "compute_capability": "sm90"})
+
+
+def test_an_unquoted_compute_capability_is_refused_with_the_quoted_fix():
+    from echo_tune.config.loading import load_gpu
+    from echo_tune.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r'must be text, but got \(compute_capability=9.0\); quote it: '
+                                          r'compute_capability: "9.0"'):
+        load_gpu({"name": "x", "peak_bf16_tflops": 1, "peak_fp16_tflops": 1, "peak_fp32_tflops": 1,
+                  "memory_bytes": 1, "memory_bandwidth_gbyte_s": 1, "compute_capability": 9.0})
