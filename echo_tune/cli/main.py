@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(_joined_line_values(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # usage errors (exit 2) and --help (exit 0) as a return code
         return exc.code if isinstance(exc.code, int) else 2
+    _quiet_resource_tracker()
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
     try:
@@ -96,6 +97,20 @@ def main(argv: list[str] | None = None) -> int:
             from echo_tune.cli.progress import STOP
 
             STOP.deferred = STOP.requested = False
+
+
+TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"
+"""loky's resource tracker (its own interpreter, started with this process's environment) warns, after the last
+line of a search interrupted by a signal to the process group, of semaphores it unlinks that a killed worker left
+registered ("resource_tracker: /loky-...: FileNotFoundError", tests/cli/test_sigterm.py): nothing a user can act
+on, and the search has already said what it kept."""
+
+
+def _quiet_resource_tracker() -> None:
+    """Pass ``TRACKER_WARNINGS`` to the processes a command starts (not to this one's own warnings)."""
+    current = os.environ.get("PYTHONWARNINGS", "")
+    if TRACKER_WARNINGS not in current.split(","):
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (current, TRACKER_WARNINGS)))
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -113,3 +113,15 @@ def test_sigterm_to_the_process_group_of_a_parallel_sampling_search(tmp_path):
     assert summary["interrupted"] and 0 < summary["n_trials"] == _journal_trials(journal) < 700
     assert (tmp_path / "group" / "best.json").is_file()
     assert len((tmp_path / "group" / "trials.csv").read_text().strip().splitlines()) - 1 >= summary["n_trials"]
+
+
+def test_the_processes_a_command_starts_keep_lokys_tracker_warnings_off_its_last_line(monkeypatch):
+    from echo_tune.cli.main import main
+
+    monkeypatch.setenv("PYTHONWARNINGS", "default")
+    assert main(["presets"]) == 0
+    child = subprocess.run([sys.executable, "-c", "import warnings; warnings.warn('resource_tracker: /loky-1: "
+                            "FileNotFoundError', UserWarning); warnings.warn('kept', UserWarning)"],
+                           capture_output=True, text=True, env=dict(os.environ))
+    assert "resource_tracker" not in child.stderr and "UserWarning: kept" in child.stderr
+    assert os.environ["PYTHONWARNINGS"].split(",")[0] == "default"  # the user's filters stay, first
