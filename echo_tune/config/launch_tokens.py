@@ -11,7 +11,8 @@ Megatron-LM d98e8a64ddf3 builds its parser with ``argparse.ArgumentParser(allow_
 - a token that is neither (``-tp 2``; ``—tensor-model-parallel-size 2`` written with a typographic dash)
   is an unrecognized argument: refused, never dropped.
 
-Tokens before the first flag are the program (``torchrun``, ``pretrain_gpt.py``, ``VAR=value``). Every
+Tokens before the first flag are the program (``VAR=value``, ``pretrain_gpt.py``); a launcher's own flags
+(``torchrun --nproc_per_node 8 --nnodes 2 ... pretrain_gpt.py``) run up to the script path (``program_end``). Every
 problem of the line is collected, so one run reports all of them (``errors.Problems``).
 """
 
@@ -25,6 +26,10 @@ from echo_tune.config.flag_catalog import megatron_flags, spelling
 _NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 # dashes a word processor or chat client puts where `--` was typed (U+2012..U+2015, U+2212 minus)
 _TYPOGRAPHIC = "\u2012\u2013\u2014\u2015\u2212"
+# programs that take their own flags before the training script (torch.distributed's launcher, Python itself,
+# DeepSpeed's and Accelerate's launchers, Slurm / MPI / Nsight wrappers)
+_LAUNCHER = re.compile(r"^(torchrun|python[0-9.]*|deepspeed|accelerate|srun|mpirun|mpiexec|nsys|numactl|uv)$")
+_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # short spellings users write for Megatron's long flags (Megatron-LM defines none of them)
 _SHORT = {"-tp": "--tensor-model-parallel-size", "-pp": "--pipeline-model-parallel-size",
           "-cp": "--context-parallel-size", "-ep": "--expert-model-parallel-size",
@@ -33,8 +38,25 @@ _SHORT = {"-tp": "--tensor-model-parallel-size", "-pp": "--pipeline-model-parall
 
 
 def _is_flag(token: str) -> bool:
-    return token.startswith("--") or token[:1] in _TYPOGRAPHIC or (token.startswith("-") and len(token) > 1
+    # token[:1] of an empty token ('' quoted on the line) is "", which `in` finds in any string: not a flag
+    return token.startswith("--") or (token != "" and token[:1] in _TYPOGRAPHIC) or (token.startswith("-") and len(token) > 1
                                                                   and not _NUMBER.match(token))
+
+
+def program_end(tokens: list[str]) -> int:
+    """Index of the first token after the program: ``VAR=value`` assignments, then either a launcher
+    (``torchrun --nproc_per_node 8 --nnodes 2 ... pretrain_gpt.py``, ``python -u pretrain_gpt.py``) whose own
+    flags run up to and including the script path, or plain words up to the first flag."""
+    i = 0
+    while i < len(tokens) and _ENV.match(tokens[i]):
+        i += 1
+    if i < len(tokens) and _LAUNCHER.match(tokens[i].rsplit("/", 1)[-1]):
+        for j in range(i + 1, len(tokens)):
+            if tokens[j].endswith(".py") and not tokens[j].startswith("-"):
+                return j + 1  # the script: the launcher's flags are its own, not Megatron-LM's
+    while i < len(tokens) and not _is_flag(tokens[i]):
+        i += 1
+    return i
 
 
 def arity(flag: str, kinds: dict[str, int | str]) -> int | str | None:
@@ -61,9 +83,13 @@ def split_line(line: str, kinds: dict[str, int | str], problems: list[str]) -> l
     except ValueError as exc:
         problems.append(f"--megatron-args is not a valid shell line: {exc}")
         return []
-    i = 0
-    while i < len(tokens) and not _is_flag(tokens[i]):
-        i += 1  # the program and its environment
+    i = program_end(tokens)
+    if i >= len(tokens):  # read as no flag at all, it would train in fp32 with Megatron's defaults: a slip, refused
+        got = "a blank line" if not tokens else "only the program"
+        problems.append(f"`the Megatron launch line holds a flag` must hold, but got {got} ({line[:80]!r}); give the "
+                        f"line's flags (e.g. --megatron-args \"--tensor-model-parallel-size 8 --bf16 ...\"), or leave "
+                        f"--megatron-args out")
+        return []
     out: list[tuple[str, tuple[str, ...]]] = []
     previous = None
     while i < len(tokens):

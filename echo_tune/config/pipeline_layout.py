@@ -29,6 +29,7 @@ LAYER_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 # pipeline_parallel_layer_layout.py parse_str_to_list: (...)*n first, then x*n
 _UNROLL = (re.compile(r"\(([^)]+)\)\*(\d+)"), re.compile(r"(.)\*(\d+)"))
 _MAX_UNROLLED_CHARS = 1_000_000  # bounded work: a layout of a million layers is a typo
+_MAX_COUNT_DIGITS = 7  # a repeat count of 9,999,999 at most; more unrolls past the layer limit anyway
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,26 +54,55 @@ def normalize_layout(text: str) -> str:
 
 
 def parse_layout(text: str) -> list[list[str]]:
-    """The virtual stages of a layout string in its order, each a list of layer characters."""
+    """The virtual stages of a layout string in its order, each a list of layer characters.
+
+    Hard limits, checked before anything is unrolled (issue 41): a repeat count has at most
+    ``_MAX_COUNT_DIGITS`` digits, parentheses do not nest (Megatron-LM's single ``re.sub`` pass cannot read
+    nested ones), and each unrolling pass is sized first, so no layout builds more than
+    ``_MAX_UNROLLED_CHARS`` characters."""
     unrolled = normalize_layout(text).replace(",", "")
+    _check_counts_and_nesting(unrolled, text)
     for pattern in _UNROLL:
-        unrolled = pattern.sub(lambda x: _repeat(x.group(1), int(x.group(2)), text), unrolled)
+        size = len(unrolled) + sum(len(m.group(1)) * int(m.group(2)) - len(m.group(0))
+                                   for m in pattern.finditer(unrolled))
+        if size > _MAX_UNROLLED_CHARS:
+            raise ConfigError(f"pipeline_model_parallel_layout: `unrolled layers <= {_MAX_UNROLLED_CHARS:,}` must "
+                              f"hold (a layout of a million layers is a typo), but got ({size:,} layers unrolled from "
+                              f"{_shown(text)}); check the repeat counts")
+        unrolled = pattern.sub(lambda x: x.group(1) * int(x.group(2)), unrolled)
     stages = []
     for stage in unrolled.split("|"):
         bad = [ch for ch in stage if ch not in LAYER_CHARS]
         if bad:
             raise ConfigError(f"pipeline_model_parallel_layout may only use the layer characters "
-                              f"{list(LAYER_CHARS)} (and | ( ) * digits), but got ({bad[0]!r} in stage {stage!r} "
-                              f"of {text!r}); write E, t, m, L")
+                              f"{list(LAYER_CHARS)} (and | ( ) * digits), but got ({bad[0]!r} in stage "
+                              f"{_shown(stage)} of {_shown(text)}); write E, t, m, L")
         stages.append(list(stage))
     return stages
 
 
-def _repeat(unit: str, times: int, text: str) -> str:
-    if len(unit) * times > _MAX_UNROLLED_CHARS:
-        raise ConfigError(f"pipeline_model_parallel_layout unrolls to more than {_MAX_UNROLLED_CHARS} layers, "
-                          f"but got ({unit!r}*{times} in {text!r}); check the repeat counts")
-    return unit * times
+def _shown(text: str) -> str:
+    """``text`` quoted, cut to 80 characters for an error line."""
+    text = str(text)
+    return repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
+
+
+def _check_counts_and_nesting(text: str, original: str) -> None:
+    """Repeat counts of at most ``_MAX_COUNT_DIGITS`` digits (Python refuses to read an integer of more than
+    4,300 digits, and any count past 1,000,000 unrolls past the layer limit), and no nested parentheses."""
+    for m in re.finditer(r"\d+", text):
+        if len(m.group()) > _MAX_COUNT_DIGITS:
+            raise ConfigError(f"pipeline_model_parallel_layout: `repeat count digits <= {_MAX_COUNT_DIGITS}` must "
+                              f"hold (a count past {10**_MAX_COUNT_DIGITS - 1:,} unrolls past "
+                              f"{_MAX_UNROLLED_CHARS:,} layers), but got a count of {len(m.group()):,} digits in "
+                              f"{_shown(original)}; check the repeat counts")
+    depth = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if depth > 1:
+            raise ConfigError(f"pipeline_model_parallel_layout: `parenthesis depth <= 1` must hold (Megatron-LM "
+                              f"unrolls (...)*N in one pass, so parentheses do not nest), but got nested "
+                              f"parentheses in {_shown(original)}; write the inner repeat out, e.g. (tt|)*4")
 
 
 def num_virtual_stages(text: str) -> int:
