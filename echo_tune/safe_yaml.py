@@ -7,7 +7,9 @@ a file past each stated limit before the mapping is built:
 
 - ``MAX_INPUT_BYTES``: 8 MiB, 10x the largest YAML the project ships (benchmarks/data/.../gpt.yaml, 0.76 MB);
 - ``MAX_DEPTH``: 64 levels of nesting (the deepest echo-tune file, a search space, has 4);
-- ``MAX_NODES``: 1,000,000 nodes *after* alias expansion (an alias counts the nodes it stands for).
+- ``MAX_NODES``: 1,000,000 nodes *after* alias expansion (an alias counts the nodes it stands for);
+- ``MAX_NUMBER_CHARS``: 100 characters in one number (Python refuses to read an integer of more than 4,300
+  digits with a traceback, and no quantity echo-tune reads needs more than 20 digits).
 
 The limits are checked on the parser's event stream (no recursion, linear time); libyaml's C parser is
 used when PyYAML has it.
@@ -24,6 +26,10 @@ from echo_tune.errors import ConfigError
 MAX_INPUT_BYTES = 8 * 2**20
 MAX_DEPTH = 64
 MAX_NODES = 1_000_000
+MAX_NUMBER_CHARS = 100
+
+_RESOLVER = yaml.resolver.Resolver()
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -52,6 +58,9 @@ def _check_events(text: str, what: str) -> None:
             anchor, count = stack.pop()
         elif isinstance(event, yaml.ScalarEvent):
             anchor, count = event.anchor, 1
+            if len(event.value) > MAX_NUMBER_CHARS and event.implicit[0] and not event.style and \
+                    _RESOLVER.resolve(yaml.ScalarNode, event.value, (True, False)) in _NUMBER_TAGS:
+                _too_long(what, event.value)
         elif isinstance(event, yaml.AliasEvent):
             anchor, count = None, anchors.get(event.anchor, 1)
         else:
@@ -67,6 +76,12 @@ def _check_events(text: str, what: str) -> None:
                               f"`values <= {MAX_NODES:,}` must hold; write the values out or use fewer aliases")
 
 
+def _too_long(what: str, number: str) -> None:
+    raise ConfigError(f"{what} holds a number of {len(number):,} characters ({number[:20]}...); `characters of a number "
+                      f"<= {MAX_NUMBER_CHARS}` must hold (no quantity echo-tune reads needs more than 20 digits); "
+                      f"write the number out in fewer digits")
+
+
 def load_yaml(text: str, what: str):
     """``yaml.safe_load`` of ``text`` within the limits above; a YAMLError is left to the caller."""
     check_size(text, what)
@@ -77,9 +92,9 @@ def load_yaml(text: str, what: str):
 def load_json(text: str, what: str):
     """``json.loads`` of ``text`` within ``MAX_INPUT_BYTES`` and ``MAX_DEPTH``; ValueError is left to the caller."""
     check_size(text, what)
-    depth = deepest = 0
+    depth = deepest = run = 0
     in_string = escaped = False
-    for ch in text:  # brackets outside strings: the nesting depth, before json recurses into it
+    for at, ch in enumerate(text):  # brackets outside strings: the nesting depth, before json recurses into it
         if in_string:
             if escaped:
                 escaped = False
@@ -97,4 +112,13 @@ def load_json(text: str, what: str):
                                   f"flatten the file")
         elif ch in "]}":
             depth -= 1
+        if not in_string and (ch.isdigit() or (run and ch in "+-.eE")):  # a number's characters, outside strings
+            run += 1
+            if run > MAX_NUMBER_CHARS:
+                end = at + 1
+                while end < len(text) and (text[end].isdigit() or text[end] in "+-.eE"):
+                    end += 1
+                _too_long(what, text[at + 1 - run:end])
+        else:
+            run = 0
     return json.loads(text)

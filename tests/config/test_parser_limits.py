@@ -123,3 +123,32 @@ def test_a_blank_launch_line_is_refused_not_read_as_fp32(line, got, capsys):
 def test_an_empty_launch_line_is_refused_by_the_parser():
     with pytest.raises(ConfigError, match="a blank line"):
         parse_megatron_line("")
+
+
+# --- YAML / JSON: numbers of any length ----------------------------------------------------------------------
+
+MODEL = {"name": "m", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "seq_length": 256,
+         "vocab_size": 1000}
+
+
+@pytest.mark.parametrize("key", ["num_layers", "ffn_hidden_size", "seq_length"])
+@pytest.mark.parametrize("digits", [5001, 101])
+def test_a_number_of_thousands_of_digits_in_a_model_yaml_is_one_line(key, digits, tmp_path, capsys):
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump({k: v for k, v in MODEL.items() if k != key}) + f"{key}: {'9' * digits}\n")
+    _one_line_error(SIM + ["--model", str(path)], capsys, str(path), f"a number of {digits:,} characters",
+                    "`characters of a number <= 100`")
+
+
+def test_a_number_of_thousands_of_digits_in_a_config_json_is_one_line(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden_size": ' + "9" * 5001 + ', "num_hidden_layers": 2}')
+    _one_line_error(SIM + ["--model", str(path), "--seq-length", "1024"], capsys, "a number of 5,001 characters")
+
+
+def test_long_text_and_ordinary_numbers_still_read(tmp_path):
+    from echo_tune.safe_yaml import load_json, load_yaml
+
+    assert load_yaml("a: '" + "9" * 5001 + "'\nb: " + "x" * 5001 + "\nc: 68719476736\n", "f")["c"] == 68719476736
+    assert load_json('{"a": "' + "9" * 5001 + '", "b": [1.5e10, -3, 12345678901234567890]}', "f")["b"][2] == \
+        12345678901234567890
