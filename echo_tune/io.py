@@ -8,6 +8,8 @@ Every output is written safely (issue 20): into a temporary file beside it, then
 one ``os.replace`` (a reader never sees half a file, an interrupted write leaves the old one), and never
 through a symbolic link unless the caller asks (``follow_symlinks=True``): a link planted where an
 output goes (``best.json`` -> ``~/.bashrc``) is refused in one line instead of overwriting its target.
+A device, a FIFO or a standard stream (``-``, ``/dev/stdout``) is written as the user named it, never
+replaced (``io_targets``, issue 41), and a failed write is one line naming the output, never a success.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from echo_tune.errors import ConfigError
+from echo_tune.io_targets import stream_target, write_error, write_stream
 
 
 def os_error_message(exc: OSError, what: str = "file") -> str:
@@ -57,7 +60,7 @@ def read_text(path: str | Path, what: str = "file") -> str:
 def check_not_symlink(path: str | Path, what: str = "output") -> None:
     """Refuse (one line) to write ``path`` when it is a symbolic link: its target would be overwritten."""
     path = Path(path)
-    if path.is_symlink():
+    if path.is_symlink() and stream_target(path) is None:  # /dev/stdout is a link, and no one's file
         raise ConfigError(f"{what} {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); echo-tune does "
                           f"not write through links: remove the link or give another path")
 
@@ -80,11 +83,19 @@ def atomic_path(path: str | Path, what: str = "file", *, follow_symlinks: bool =
     link's target is replaced. The temporary file keeps ``path``'s suffix (writers that pick a format by
     suffix, as matplotlib does, see the right one). OS errors (a full disk, say) become one-line
     ConfigErrors."""
+    stream = stream_target(path)
+    if stream is not None:  # a device, FIFO or standard stream: written in place, never replaced
+        yield from _via_stream(stream, Path(path), what)
+        return
     path = Path(path)
     if path.is_symlink():
         if not follow_symlinks:
             check_not_symlink(path, what)
         path = Path(os.path.realpath(path))
+        stream = stream_target(path)
+        if stream is not None:  # followed on request to a device or a FIFO
+            yield from _via_stream(stream, path, what)
+            return
     if path.is_dir():
         raise ConfigError(f"{what} {str(path)!r} is a directory; give a file path, not a directory")
     try:
@@ -100,16 +111,38 @@ def atomic_path(path: str | Path, what: str = "file", *, follow_symlinks: bool =
         os.replace(tmp_path, path)
     except OSError as exc:
         tmp_path.unlink(missing_ok=True)
-        if exc.filename == tmp:
-            exc.filename = str(path)
+        if exc.filename in (None, tmp):  # a failed write() names no file: name the output, not "?"
+            raise write_error(exc, what, str(path)) from None
         raise ConfigError(os_error_message(exc, what)) from None
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
 
 
+def _via_stream(stream, path: Path, what: str) -> Iterator[Path]:
+    """``atomic_path`` for a stream: a temporary file in the temporary folder (never beside a device), copied
+    to the stream when the block ends without an error."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="echo-tune-", suffix=".tmp" + path.suffix)
+        os.close(fd)
+    except OSError as exc:
+        raise ConfigError(os_error_message(exc, f"temporary file for {what}")) from None
+    try:
+        yield Path(tmp)
+        write_stream(stream, tmp, what)
+    except OSError as exc:
+        raise write_error(exc, what, stream.label()) from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 def write_bytes(path: str | Path, data: bytes, what: str = "file", *, follow_symlinks: bool = False) -> Path:
-    """Write ``data`` atomically (see ``atomic_path``), creating the parent folders."""
+    """Write ``data`` atomically (see ``atomic_path``), creating the parent folders; a device, FIFO or standard
+    stream is written in place."""
+    stream = stream_target(path)
+    if stream is not None:
+        write_stream(stream, data, what)
+        return Path(path)
     with atomic_path(path, what, follow_symlinks=follow_symlinks) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -126,6 +159,9 @@ def write_text(path: str | Path, text: str, what: str = "file", *, follow_symlin
 def ensure_dir(path: str | Path, what: str = "folder") -> Path:
     """Create ``path`` as a folder we can write into, or raise a one-line ConfigError."""
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"{what} {str(path)!r} is a symbolic link to {os.readlink(path)!r}, which does not exist; "
+                          f"echo-tune does not create folders through links: remove the link or give another path")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{what} {str(path)!r} is a file, not a folder; give a folder path")
     try:

@@ -34,10 +34,15 @@ OUTPUT_NAMES = ("trials.csv", "best.json", "megatron_args.txt", "best_trace.json
 
 
 def check_outputs(out_dir: Path) -> None:
-    """Refuse (one line) a results folder where an output name is a symbolic link, before any work."""
+    """Refuse (one line) a study folder that is a symbolic link, or holds one where an output goes, before any
+    work."""
     from echo_tune.io import check_not_symlink
+    from echo_tune.search.manifest import MANIFEST_NAME
+    from echo_tune.search.storage_checks import link_refusal
 
-    for name in OUTPUT_NAMES:
+    if Path(out_dir).is_symlink():
+        raise link_refusal(Path(out_dir), "study folder")
+    for name in OUTPUT_NAMES + (MANIFEST_NAME,):
         check_not_symlink(Path(out_dir) / name, "search output")
 
 
@@ -151,6 +156,9 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
         png = png.result()
     if png is not None:
         files.append(png)
+    from echo_tune.search.manifest import record
+
+    record(out_dir, files)  # what --overwrite may remove, and nothing else (manifest.py)
     return [str(f) for f in files]
 
 

@@ -29,7 +29,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ from optuna.storages.journal import BaseJournalBackend
 
 from echo_tune.errors import ConfigError
 from echo_tune.search.claim import file_lock
-from echo_tune.search.storage_checks import check_journal_path, check_url, redis_backend, storage_error
+from echo_tune.search.storage_checks import (check_journal_path, check_study_folder, check_url, open_nofollow,
+                                             redis_backend, storage_error)
 
 JOURNAL_NAME = "journal.log"
 TAIL_QUIET_S = 1.0
@@ -52,10 +53,13 @@ TAIL_WAIT_S = 30.0
 class DurableJournalFile(BaseJournalBackend):
     """An Optuna journal backend on a local file, safe against SIGKILL (see the module docstring)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, follow_links: bool = True):
+        """``follow_links=False`` (the journal in our own results folder): a link planted as the journal is
+        never opened through (issue 41); the lock file is never a link in any case."""
         self.path = Path(path)
+        self._nofollow = 0 if follow_links else os.O_NOFOLLOW
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.touch(exist_ok=True)
+        os.close(self._open(os.O_CREAT | os.O_WRONLY | os.O_APPEND))
         # beside the real file, so every path to it (a symlink, say) shares the lock; not ".lock": Optuna's
         # own lock files use that name
         self._lock_path = os.path.realpath(self.path) + ".flock"
@@ -69,7 +73,7 @@ class DurableJournalFile(BaseJournalBackend):
     def _locked(self) -> Iterator[None]:
         with self._thread_lock:
             if self._lock_depth == 0:
-                fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+                fd = open_nofollow(self._lock_path, os.O_CREAT | os.O_RDWR, "journal lock")
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._lock_fd = fd
             self._lock_depth += 1
@@ -82,6 +86,17 @@ class DurableJournalFile(BaseJournalBackend):
                     os.close(self._lock_fd)
                     self._lock_fd = None
 
+    def _open(self, flags: int) -> int:
+        if self._nofollow:
+            return open_nofollow(self.path, flags, "journal")
+        return os.open(self.path, flags | os.O_CLOEXEC, 0o644)
+
+    def _file(self, mode: str):
+        """The journal opened as ``open(path, mode)`` would (``rb``, ``rb+``, ``ab``), not through a link when
+        asked."""
+        flags = {"rb": os.O_RDONLY, "rb+": os.O_RDWR, "ab": os.O_WRONLY | os.O_APPEND}[mode]
+        return os.fdopen(self._open(flags), mode)
+
     def _settle_tail(self) -> None:
         """Under our lock: a torn last line is cut once no writer can still be finishing it (module docstring)."""
         deadline = time.monotonic() + TAIL_WAIT_S
@@ -90,7 +105,7 @@ class DurableJournalFile(BaseJournalBackend):
             st = os.stat(self.path)
             if st.st_size == 0:
                 return
-            with open(self.path, "rb") as f:
+            with self._file("rb") as f:
                 f.seek(st.st_size - 1)
                 if f.read(1) == b"\n":
                     return
@@ -106,7 +121,7 @@ class DurableJournalFile(BaseJournalBackend):
             time.sleep(0.05)
 
     def _cut_torn_line(self, size: int) -> None:
-        with open(self.path, "rb+") as f:
+        with self._file("rb+") as f:
             keep, step = 0, 1 << 16
             pos = size
             while pos > 0:
@@ -128,7 +143,7 @@ class DurableJournalFile(BaseJournalBackend):
         logs = []
         if os.stat(self.path).st_size == offset:
             return logs, number  # nothing written since the last read (asked once per trial a search stores)
-        with open(self.path, "rb") as f:
+        with self._file("rb") as f:
             f.seek(offset)
             for line in f:
                 if not line.endswith(b"\n"):
@@ -158,7 +173,7 @@ class DurableJournalFile(BaseJournalBackend):
         holds whole records only, and reported in one line."""
         data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
         self._settle_tail()
-        with open(self.path, "ab") as f:
+        with self._file("ab") as f:
             size = f.tell()
             try:
                 f.write(data)
@@ -200,6 +215,8 @@ class StudyStorage:
     storage: Any
     where: str
     journal: DurableJournalFile | None = None
+    notes: list[str] = field(default_factory=list)
+    """What opening it did that the search's notes should say (what ``--overwrite`` kept)."""
 
     def batch(self) -> contextlib.AbstractContextManager:
         """Group writes into one (our journal file); a no-op for other storages."""
@@ -209,9 +226,11 @@ class StudyStorage:
 def open_storage(results_dir: Path, url: str | None = None) -> StudyStorage:
     """``url`` if given (an Optuna storage URL, or a journal file path), else ``results_dir/journal.log``."""
     if url is None or "://" not in url:
+        if url is None:  # our own results folder: no link planted there is followed (issue 41)
+            check_study_folder(results_dir, JOURNAL_NAME)
         path = Path(url) if url is not None else results_dir / JOURNAL_NAME
         check_journal_path(path)
-        journal = DurableJournalFile(path)
+        journal = DurableJournalFile(path, follow_links=url is not None)
         return StudyStorage(JournalStorage(journal), str(path), journal)
     check_url(url)
     if url.startswith("redis://"):

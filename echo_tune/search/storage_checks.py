@@ -71,3 +71,34 @@ def redis_backend(url: str):
         raise ConfigError(f"cannot open --storage {url!r}: {str(exc).splitlines()[0]}; start the Redis server or "
                           f"check the URL") from None
     return backend
+
+
+def link_refusal(link: Path, what: str) -> ConfigError:
+    """One line for a symbolic link planted where echo-tune writes in its own results folder (issue 41)."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        target = "?"
+    return ConfigError(f"{what} {str(link)!r} is a symbolic link (to {target!r}); echo-tune never writes through "
+                       f"a link in its results folder: remove the link, or give --results-dir / --study-name "
+                       f"another folder")
+
+
+def check_study_folder(study_dir: Path, journal_name: str) -> None:
+    """Refuse (one line) a study folder that is a link, or a link planted as its journal or the journal's lock."""
+    study_dir = Path(study_dir)
+    if study_dir.is_symlink():
+        raise link_refusal(study_dir, "study folder")
+    for name, what in ((journal_name, "journal"), (journal_name + ".flock", "journal lock")):
+        if (study_dir / name).is_symlink():
+            raise link_refusal(study_dir / name, what)
+
+
+def open_nofollow(path: str | Path, flags: int, what: str, mode: int = 0o644) -> int:
+    """``os.open`` that never follows a link at ``path`` (one line instead, naming it)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or Path(path).is_symlink():
+            raise link_refusal(Path(path), what) from None
+        raise

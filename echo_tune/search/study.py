@@ -11,7 +11,6 @@ the trials still missing. With ``n_jobs == 1`` a fixed seed gives the same study
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
@@ -41,6 +40,7 @@ from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
 from echo_tune.search.storage_checks import storage_error
 from echo_tune.search.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
 from echo_tune.search.outputs import check_outputs
+from echo_tune.search.manifest import kept_note, record, remove_written
 
 __all__ = ["DEFAULT_N_TRIALS", "SearchOptions", "SearchResult", "clock_notes", "run_search"]
 
@@ -80,24 +80,23 @@ def _check_options(opts: SearchOptions) -> None:
 
 
 def _open_study(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path) -> tuple[StudyStorage, bool]:
-    """Open (or create) the study's storage; returns (storage, whether the study already existed)."""
+    """Open (or create) the study's storage; returns (storage, whether the study already existed). What
+    --overwrite kept of the user's files is in the storage's ``notes``."""
     store = open_storage(out_dir, opts.storage)
     exists = name in optuna.get_all_study_names(store.storage)
     if exists and opts.overwrite:
-        if opts.storage is None:  # our own results folder: start it over
-            for path in out_dir.iterdir():
-                if path.is_file() and (path.name.startswith(JOURNAL_NAME) or path.suffix in (".csv", ".json",
-                                                                                                ".txt", ".svg")):
-                    path.unlink()
-                elif path.is_dir():
-                    shutil.rmtree(path)
+        if opts.storage is None:  # our own results folder: start it over, removing only what the study wrote
+            _, kept = remove_written(out_dir)
             store = open_storage(out_dir, None)
+            store.notes = kept_note(kept)
         else:
             optuna.delete_study(study_name=name, storage=store.storage)
         exists = False
     elif exists and not opts.resume:
         raise ConfigError(f"study {name!r} already exists in {store.where}; pass --resume to continue it, "
                           f"--overwrite to start it over, or --study-name to start another")
+    if opts.storage is None:
+        record(out_dir, [out_dir / JOURNAL_NAME, out_dir / (JOURNAL_NAME + ".flock")])
     return store, exists
 
 
@@ -188,6 +187,7 @@ def _shapes_to_slice(space: SearchSpace, opts: SearchOptions) -> list[dict] | No
 
 def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts, started, deadline, progress):
     store, existed = _open_study(space, opts, name, out_dir)
+    notes = notes + store.notes
     before = optuna.load_study(study_name=name, storage=store.storage) if existed else None
     if before is not None:  # by content (inputs edited in place), and by names for studies of older versions
         check_content(name, before.user_attrs.get(CONTENT_ATTR), parts)
