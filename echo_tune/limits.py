@@ -78,12 +78,49 @@ LIMITS: dict[str, Limit] = {
     "seq_length": Limit(low=1, high=2**26, integer=True, reason="64x the longest published training "
                                                                "context (~1M tokens)"),
     "vocab_size": Limit(low=1, high=2**24, integer=True, reason="64x the largest published vocabulary"),
+    "mtp_num_layers": Limit(low=1, high=2**10, integer=True, reason="multi-token-prediction layers; published "
+                            "models have 1 to 3 (DeepSeek-V3 1), and each is a full layer with its own output head"),
     "num_experts": Limit(low=1, high=2**16, integer=True, reason="far above any published MoE (256)"),
     "micro_batch_size": Limit(low=1, high=2**20, integer=True, reason="sequences per micro-batch"),
     # one step of 2**40 sequences is ~1e15 tokens: a whole training run, not a step
     "global_batch_size": Limit(low=1, high=2**40, integer=True, reason="a step larger than any whole "
                                                                      "training run"),
 }
+
+# Hardware numbers a cluster file, a GPU mapping or a flag gives (issue 41): physical bounds with a wide margin
+# over every datasheet of 2026 (GB300: 2,500 dense BF16 TFLOP/s, 15,000 dense FP4, 288 GB of HBM at 8 TB/s;
+# NVLink 5: 900 GB/s per GPU and direction; NICs: 800 Gb/s), and floors below the slowest hardware one
+# could run on (a CPU core, 100 Mb Ethernet), so the CPU test clusters (0.1 TFLOP/s, 10 GB/s) still read.
+_TFLOPS = Limit(low=1e-3, high=1e5, reason="TFLOP/s; from 1 GFLOP/s (a CPU core) to 40x GB300's dense BF16 "
+                                           "peak (2,500)")
+HARDWARE_LIMITS: dict[str, Limit] = {
+    "peak_bf16_tflops": _TFLOPS, "peak_fp16_tflops": _TFLOPS, "peak_fp32_tflops": _TFLOPS,
+    "peak_fp8_tflops": _TFLOPS, "peak_fp4_tflops": _TFLOPS,
+    "memory_bytes": Limit(low=1, high=2**42, integer=True, reason="bytes of HBM; no GPU has more than 4 TiB "
+                                                                  "(GB300: 288 GB)"),
+    "memory_bandwidth_gbyte_s": Limit(low=0.1, high=1e5, reason="GB/s of HBM; 12x GB300's 8,000 GB/s"),
+    "sm_count": Limit(low=1, high=4096, integer=True, reason="streaming multiprocessors; GB300 has 160"),
+    "peak_clock_mhz": Limit(low=100, high=6000, reason="MHz (not GHz); GPU SM clocks run from a few hundred MHz "
+                                                       "to ~2,100 MHz (GB200 2,062)"),
+    "sustained_clock_mhz": Limit(low=100, high=6000, reason="MHz (not GHz); the SM clock under load (--gpu-clock-mhz "
+                                                            "or a cluster's `sustained_clock_mhz`) runs from a few "
+                                                            "hundred MHz to ~2,100 MHz"),
+    "gpus_per_node": Limit(low=1, high=4096, integer=True, reason="GPUs of one node (72 in an NVL72 rack)"),
+    "nics_per_node": Limit(low=1, high=4096, integer=True, reason="NICs of one node (8 to 18 on GPU nodes)"),
+    "intra_node_bandwidth_gbyte_s": Limit(low=0.1, high=1e4, reason="GB/s per GPU and direction; NVLink 5 gives "
+                                                                    "900, PCIe 3 x1 ~1"),
+    "nic_bandwidth_gbit_s": Limit(low=0.1, high=1e4, reason="Gb/s (bits) of one NIC; 12x an 800G NIC, above "
+                                                            "100 Mb Ethernet"),
+    "nodes_per_leaf": Limit(low=1, high=_MAX_GPUS, integer=True, reason="nodes under one leaf switch"),
+    "nvlink_domain_size": Limit(low=1, high=_MAX_GPUS, integer=True, reason="GPUs of one NVLink domain (72 on "
+                                                                           "NVL72, 576 at most in NVLink 5)"),
+    "spine_oversubscription": Limit(low=1, high=1000, reason="leaf bandwidth over spine bandwidth; real fabrics "
+                                                             "are 1:1 to about 1:8"),
+}
+LIMITS |= HARDWARE_LIMITS
+# the fastest boost clock over the clock the tensor-core peak is specified at: H100 SXM 1,980 / 1,830 MHz (1.08),
+# B200 1,965 / 1,856 (1.06); a sustained clock above 1.1x the peak clock is a typo
+MAX_CLOCK_OVER_PEAK = 1.1
 
 # Work bounds (not input ranges): the simulator extrapolates long pipelines from a short periodic
 # run; when it must simulate every task (a recorded timeline, or a pipeline whose steady state is
@@ -112,8 +149,11 @@ def check_number(key: str, value: object, limit: Limit | None = None, *, flag: s
         raise ConfigError(f"`{name}` must be a whole number, but got ({name}={value!r})")
     low_ok = value > limit.low if limit.low_open else value >= limit.low
     if not low_ok or value > limit.high:
+        unit = ""
+        if key.endswith("_mhz") and 0 < value < limit.low <= value * 1000 <= limit.high:  # 1.755 for 1,755 MHz
+            unit = f"; {value:g} looks like GHz: give {value * 1000:g} (MHz)"
         raise ConfigError(f"{limit.rule(name)} must hold, but got ({name}={value!r}); give a value in range "
-                          f"({limit.reason})")
+                          f"({limit.reason}){unit}")
 
 
 def first_non_finite(data, where: str = "") -> tuple[str, float] | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from echo_tune.config._checks import require, require_positive
 from echo_tune.errors import ConfigError
+from echo_tune.limits import HARDWARE_LIMITS, MAX_CLOCK_OVER_PEAK, check_number
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 # Tensor-core formats a GPU may also offer (FP8 GEMMs under --fp8-format; FP4 is listed, not simulated).
@@ -73,6 +74,9 @@ class GPUSpec:
             require(self.peak_clock_mhz is not None,
                     f"gpu {self.name!r}: `sustained_clock_mhz` needs `peak_clock_mhz` (the clock the peak TFLOP/s are "
                     f"specified at), but got (sustained_clock_mhz={self.sustained_clock_mhz}, peak_clock_mhz=None)")
+        _check_bounds(self, "gpu.")
+        if self.sustained_clock_mhz is not None:
+            check_clock(self, self.sustained_clock_mhz, "gpu.sustained_clock_mhz")
 
     @property
     def fp8_any_layout(self) -> bool:
@@ -109,6 +113,28 @@ class GPUSpec:
             return peak
         return {"bf16": self.peak_bf16_tflops, "fp16": self.peak_fp16_tflops,
                 "fp32": self.peak_fp32_tflops}[precision]
+
+
+def _check_bounds(spec, prefix: str) -> None:
+    """Every hardware number of ``spec`` within its physical bounds (``echo_tune.limits.HARDWARE_LIMITS``)."""
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if f.name in HARDWARE_LIMITS and value is not None and f.name != "sustained_clock_mhz":  # check_clock
+            check_number(f.name, value, flag=prefix + f.name)
+
+
+def check_clock(gpu: GPUSpec, clock: float, name: str) -> None:
+    """A sustained SM clock (a cluster's or GPU's ``sustained_clock_mhz``, ``--gpu-clock-mhz``): within the bounds
+    of any GPU, and at most the GPU's boost clock, ``MAX_CLOCK_OVER_PEAK`` x the clock its peak is specified at."""
+    peak = gpu.peak_clock_mhz
+    if peak is None or not clock > MAX_CLOCK_OVER_PEAK * peak:
+        check_number("sustained_clock_mhz", clock, flag=name)
+    else:
+        raise ConfigError(f"`{name} <= {MAX_CLOCK_OVER_PEAK:g} x peak_clock_mhz` must hold (the SM clock under load, "
+                          f"from --gpu-clock-mhz or a cluster's `sustained_clock_mhz`, is at most the GPU's boost "
+                          f"clock: H100 SXM boosts to 1,980 MHz over the 1,830 its peak is specified at), but got "
+                          f"({name}={clock:g}, peak_clock_mhz={peak:g} on {gpu.name}); give the SM clock nvidia-smi "
+                          f"shows during training, in MHz")
 
 
 def clock_note(gpu: GPUSpec) -> str | None:
@@ -172,6 +198,9 @@ class ClusterSpec:
                 f"`nodes_per_leaf` must be a positive integer or null, but got (nodes_per_leaf={self.nodes_per_leaf!r})")
         require(self.spine_oversubscription >= 1, f"`spine_oversubscription >= 1` must hold, but got "
                                                   f"(spine_oversubscription={self.spine_oversubscription})")
+        _check_bounds(self, "")
+        if self.sustained_clock_mhz is not None:
+            check_clock(self.gpu, self.sustained_clock_mhz, "sustained_clock_mhz")
         if self.nvlink_domain_size is not None:
             domain = self.nvlink_domain_size
             require(isinstance(domain, int) and domain >= self.gpus_per_node and domain % self.gpus_per_node == 0,

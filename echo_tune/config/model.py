@@ -9,6 +9,7 @@ from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.config.layer_fields import LayerFields
 from echo_tune.config.rebuild_fields import RebuildFields
 from echo_tune.config.moe_fields import MLAFields, MoEFields, mla_params, moe_layer_pattern, moe_params
+from echo_tune.limits import check_number
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "none", "yarn")
@@ -108,6 +109,10 @@ class ModelSpec(MoEFields, MLAFields, LayerFields, RebuildFields):
         for field in ("num_query_groups", "ffn_hidden_size", "kv_channels", "mtp_num_layers"):
             if getattr(self, field) is not None:
                 require_positive(field, getattr(self, field))
+        for field in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                      "kv_channels", "seq_length", "vocab_size", "mtp_num_layers"):
+            if getattr(self, field) is not None:  # echo_tune.limits, whichever way the model was built (flags,
+                check_number(field, getattr(self, field))  # a launch line over --model, replace())
         require_choice("normalization", self.normalization, NORMALIZATIONS)
         require_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         require_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
