@@ -27,6 +27,7 @@ from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
 from echo_tune.cost.profile import profile_for
 from echo_tune.plan.bands import band_or_none
+from echo_tune.plan.candidates import PRECISION_WORDS, PlanCandidate, parse_candidate  # noqa: F401 (re-exported)
 from echo_tune.plan.projection import GOODPUT_DEFAULT, budget_status, check_goodput, project
 from echo_tune.search.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
@@ -37,53 +38,6 @@ from echo_tune.search.space import SearchSpace, space_from_dict, space_profile
 
 SORT_KEYS = ("time", "cost")
 GIB = 2**30
-
-
-PRECISION_WORDS = {"fp8": "auto", "auto": "auto", "hybrid": "hybrid", "e4m3": "e4m3", "bf16": "none",
-                   "none": "none"}
-"""A candidate's optional precision (``h100:256:2.49:fp8``) -> its ``--fp8-format``: fp8 searches BF16 and
-FP8 hybrid (the fastest wins), hybrid or e4m3 fixes the format, bf16 searches BF16 alone."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanCandidate:
-    cluster: str
-    num_gpus: int
-    gpu_hour_price: float | None = None
-    fp8_format: str | None = None
-    """``--fp8-format`` of this candidate's search (FP8_CHOICES); None: the plan's ``--fp8-format``."""
-    precision_word: str | None = None
-    """The precision as the candidate wrote it (fp8, bf16, hybrid, ...), shown in its name."""
-
-    @property
-    def name(self) -> str:
-        return f"{self.num_gpus} x {self.cluster}" + (f" {self.precision_word}" if self.precision_word else "")
-
-
-def parse_candidate(text: str) -> PlanCandidate:
-    """``CLUSTER:GPUS[:PRICE][:PRECISION]``, e.g. ``h100:256:2.49:fp8`` (price of one GPU-hour, in the plan's
-    currency; precision fp8, bf16, hybrid or e4m3, see PRECISION_WORDS)."""
-    parts = str(text).split(":")
-    word = None
-    if len(parts) in (3, 4) and parts[-1].lower() in PRECISION_WORDS:
-        word = parts.pop().lower()
-    if len(parts) not in (2, 3) or not parts[0]:
-        raise ConfigError(f"a candidate must be CLUSTER:GPUS[:PRICE][:PRECISION] such as h100:256:2.49:fp8 "
-                          f"(PRECISION one of {sorted(PRECISION_WORDS)}), but got ({text!r})")
-    try:
-        gpus = int(parts[1])
-        price = float(parts[2]) if len(parts) == 3 else None
-    except ValueError:
-        raise ConfigError(f"a candidate must be CLUSTER:GPUS[:PRICE][:PRECISION] with an integer GPU count, a "
-                          f"number as price and a precision in {sorted(PRECISION_WORDS)}, but got ({text!r})") from None
-    if gpus <= 0 or (price is not None and price <= 0):
-        raise ConfigError(f"`GPUS > 0` and `PRICE > 0` must hold in a candidate, but got ({text!r})")
-    cluster = load_cluster(parts[0])  # a bad cluster fails here with its one-line error
-    fp8 = PRECISION_WORDS[word] if word else None
-    if fp8 not in (None, "none") and cluster.gpu.peak_fp8_tflops is None:
-        raise ConfigError(f"candidate {text!r} asks for {word}, but {cluster.gpu.name} has no FP8 tensor cores; "
-                          f"drop ':{word}' or pick an H100, H200 or B200")
-    return PlanCandidate(cluster=parts[0], num_gpus=gpus, gpu_hour_price=price, fp8_format=fp8, precision_word=word)
 
 
 def precision_of(cfg: dict) -> str:

@@ -118,3 +118,21 @@ def test_a_million_mtp_layers_is_refused_by_flag_line_and_file(tmp_path, capsys)
              "vocab_size": 1000, "position_embedding_type": "rope", "mtp_num_layers": 10**6}
     (tmp_path / "m.yaml").write_text(yaml.safe_dump(model))
     _refused(SIM + ["--model", str(tmp_path / "m.yaml")], capsys, "mtp_num_layers")
+
+
+# --- plan prices ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("candidate,words", [
+    ("a100-80gb:8:inf", "`PRICE` must be finite"), ("a100-80gb:8:nan", "`PRICE` must be finite"),
+    ("a100-80gb:8:1e300", "`0 < PRICE <= 1e+06`"), ("a100-80gb:8:" + "9" * 5000, "`PRICE` must be finite"),
+    ("a100-80gb:8:1e300:bf16", "`0 < PRICE <= 1e+06`"), ("a100-80gb:10000000:1", "`1 <= num_gpus <= 1048576`"),
+])
+def test_plan_prices_and_gpu_counts_are_bounded(candidate, words, capsys):
+    err = _refused(["plan", "--model", "gpt-1.7b", "--tokens", "1e9", "--candidate", candidate], capsys, words)
+    assert len(err) < 400, "a long candidate is quoted cut short"
+
+
+def test_a_real_price_still_parses():
+    from echo_tune.plan.planner import parse_candidate
+
+    assert parse_candidate("h100:256:2.49:fp8").gpu_hour_price == 2.49
