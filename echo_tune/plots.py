@@ -25,6 +25,12 @@ def available() -> bool:
         return False
 
 
+def _format(path: str | Path) -> str:
+    """The image format the path's suffix names (PNG for none: ``-``, ``/dev/stdout``, a FIFO), not the suffix
+    of the temporary file it is drawn into."""
+    return Path(path).suffix.lstrip(".").lower() or "png"
+
+
 def load_pyplot():
     """matplotlib's pyplot on the file-only Agg backend (imported on first use: it takes about a second)."""
     import matplotlib
@@ -65,8 +71,8 @@ def plot_pareto(points: list[tuple[float, float]], front: list[tuple[float, floa
     fig.tight_layout()
     from echo_tune.io import atomic_path
 
-    with atomic_path(path, "plot") as tmp:  # atomically, never through a symlink
-        fig.savefig(tmp, dpi=120)
+    with atomic_path(path, "plot") as tmp:  # atomically, never through a symlink; a device or stream in place
+        fig.savefig(tmp, dpi=120, format=_format(path))
     plt.close(fig)
     return Path(path)
 
@@ -93,7 +99,7 @@ def plot_breakdowns(layouts: list[dict], path: str | Path, *, title: str = "") -
     fig.tight_layout()
     from echo_tune.io import atomic_path
 
-    with atomic_path(path, "plot") as tmp:  # atomically, never through a symlink
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    with atomic_path(path, "plot") as tmp:  # atomically, never through a symlink; a device or stream in place
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=_format(path))
     plt.close(fig)
     return Path(path)

@@ -12,9 +12,15 @@ import pytest
 
 from echo_tune.errors import ConfigError
 from echo_tune.search import SearchOptions, load_space, run_search
-from echo_tune.search.manifest import MANIFEST_NAME, remove_written
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+MANIFEST_NAME = ".echo-tune-files.json"
+
+
+def remove_written(study):
+    from echo_tune.search.manifest import remove_written
+
+    return remove_written(study)
 
 
 @pytest.fixture
