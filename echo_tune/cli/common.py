@@ -58,7 +58,7 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
                                help=f"train in {name}" + (" (default)" if name == "bf16" else ""))
     overrides = parser.add_argument_group("model overrides (Megatron-LM flags; change the --model preset)")
     for field, (flag, kind) in MODEL_FLAGS.items():
-        _add_flag(overrides, field, flag, kind)
+        _add_flag(overrides, field, flag, kind, tuple(alias for alias, target in ALIASES.items() if target == field))
     overrides.add_argument("--moe-routing-imbalance", dest="moe_routing_imbalance", type=float, default=None,
                            metavar="FACTOR", help="echo-tune's routing assumption, not a Megatron flag: the busiest "
                                                   "expert's token share relative to balanced (default 1)")

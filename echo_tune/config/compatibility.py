@@ -120,6 +120,14 @@ def _check_fp8(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig)
     require(not parallel.fp8_param_gather or parallel.use_distributed_optimizer,
             "`fp8_param_gather` needs `use_distributed_optimizer`, but got (fp8_param_gather=True, "
             "use_distributed_optimizer=False); add --use-distributed-optimizer")
+    # distributed_data_parallel_config.py __post_init__ asserts fp8_param_gather; its docstring: "Should be set to
+    # True only when fp8_recipe is mxfp8 and fp8_param_gather is True" (the shared grad/param buffer is made for
+    # MXFP8 parameters only, param_and_grad_buffer.py)
+    require(not parallel.reuse_grad_buf_for_mxfp8_param_ag
+            or (parallel.fp8_recipe == "mxfp8" and parallel.fp8_param_gather),
+            f"`reuse_grad_buf_for_mxfp8_param_ag` needs `fp8_recipe == 'mxfp8'` and `fp8_param_gather`, but got "
+            f"(fp8_recipe={parallel.fp8_recipe!r}, fp8_param_gather={parallel.fp8_param_gather}); add "
+            f"--fp8-recipe mxfp8 --fp8-param-gather or drop --reuse-grad-buf-for-mxfp8-param-ag")
     if parallel.first_last_layers_bf16:
         require(parallel.fp8_recipe != "delayed",
                 "`first_last_layers_bf16` is not supported with `fp8_recipe == 'delayed'`, but got "
@@ -258,10 +266,15 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     require("shared_experts" not in modules or not model.moe_shared_expert_overlap,
             "`recompute_modules` shared_experts cannot run with `moe_shared_expert_overlap` (Megatron-Core), but "
             "got (moe_shared_expert_overlap=True); drop one")
+    num_sms = model.moe_flex_dispatcher_num_sms if model.is_moe else None
+    require(num_sms is None or cluster.gpu.sm_count is None or num_sms < cluster.gpu.sm_count,
+            f"`moe_flex_dispatcher_num_sms < SMs of the GPU` must hold (compute needs SMs beside the dispatch "
+            f"kernels), but got (moe_flex_dispatcher_num_sms={num_sms}, sm_count={cluster.gpu.sm_count}); lower "
+            f"--moe-flex-dispatcher-num-sms")
     require(not parallel.grad_reduce_in_bf16 or parallel.precision == "bf16",
             f"`grad_reduce_in_bf16` needs bf16 training, but got (precision={parallel.precision!r})")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
-    groups = _group_placements(parallel, cluster, dp) | expert_groups(model, parallel, dp, cluster.gpus_per_node,
+    groups = _group_placements(parallel, cluster, dp) | expert_groups(model, parallel, dp, cluster.nvlink_domain_gpus,
                                                                       GroupPlacement)
     return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
                   virtual_pipeline_size=vpp, stage_chunk_layers=chunks, chunk_contents=contents, schedule=schedule,

@@ -91,6 +91,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/moe_overlap.py)
     "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
     "moe_enable_deepep": ("--moe-enable-deepep", "flag"),
+    "moe_flex_dispatcher_num_sms": ("--moe-flex-dispatcher-num-sms", "int"),
     "moe_shared_expert_overlap": ("--moe-shared-expert-overlap", "flag"),
     "moe_router_fusion": ("--moe-router-fusion", "flag"),
     "moe_permute_fusion": ("--moe-permute-fusion", "flag"),
@@ -141,6 +142,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "fp8_format": ("--fp8-format", "str"),
     "fp8_recipe": ("--fp8-recipe", "str"),
     "fp8_param_gather": ("--fp8-param-gather", "flag"),
+    "reuse_grad_buf_for_mxfp8_param_ag": ("--reuse-grad-buf-for-mxfp8-param-ag", "flag"),
     "first_last_layers_bf16": ("--first-last-layers-bf16", "flag"),
     "num_layers_at_start_in_bf16": ("--num-layers-at-start-in-bf16", "int"),
     "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),
@@ -216,7 +218,10 @@ LINE_FLAGS = {
     "--no-scatter-gather-tensors-in-pipeline": 0,  # Megatron 2021-2023: whole-tensor pipeline sends (the default)
 }
 # Accepted spellings that older Megatron versions or users write for the same field.
-ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size"}
+ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size",
+           # deprecated per-backend SM counts, routed to the flex one (transformer_config.py __post_init__)
+           "--moe-deepep-num-sms": "moe_flex_dispatcher_num_sms",
+           "--moe-hybridep-num-sms": "moe_flex_dispatcher_num_sms"}
 # Flags parse_megatron_line reads itself: the precision, and Megatron 2021's full uniform recompute.
 SPECIAL_FLAGS = ("--bf16", "--fp16", "--checkpoint-activations")
 
@@ -257,7 +262,8 @@ def parse_megatron_line(line: str, *, base=None, megatron_lm: bool = False) -> t
     and every problem of the line is reported at once (errors.raise_problems)."""
     by_flag = {flag: (field, kind, "model") for field, (flag, kind) in MODEL_FLAGS.items()}
     by_flag |= {flag: (field, kind, "parallel") for field, (flag, kind) in PARALLEL_FLAGS.items()}
-    by_flag |= {alias: (field, PARALLEL_FLAGS[field][1], "parallel") for alias, field in ALIASES.items()}
+    by_flag |= {alias: (field, *((MODEL_FLAGS[field][1], "model") if field in MODEL_FLAGS
+                                 else (PARALLEL_FLAGS[field][1], "parallel"))) for alias, field in ALIASES.items()}
     problems: list = []
     items = split_line(line, _arities(by_flag), problems)
     model, parallel, precisions, ignored, line_flags = {}, {}, [], [], {}

@@ -62,6 +62,13 @@ class MoEFields:
     """``--moe-flex-dispatcher-backend``: deepep (Megatron's default) or hybridep, the kernels of the flex
     dispatcher (``cost/moe_dispatch.py``: de-duplicated copies, own bandwidth and SMs)."""
 
+    moe_flex_dispatcher_num_sms: int | None = None
+    """``--moe-flex-dispatcher-num-sms`` (deprecated spellings ``--moe-deepep-num-sms``, ``--moe-hybridep-num-sms``,
+    routed to it by transformer_config.py __post_init__): SMs the flex dispatcher's dispatch / combine kernels
+    occupy; None = the backend's default (DeepEP 20, token_dispatcher.py ``set_deepep_num_sms``; HybridEP its
+    library default). They are taken from compute running beside the kernels and set the kernels' copy rate
+    (``cost/moe_dispatch.py``)."""
+
     moe_enable_deepep: bool = False
     """``--moe-enable-deepep``: the deprecated spelling of ``--moe-flex-dispatcher-backend deepep`` (needs
     the flex dispatcher; transformer_config.py __post_init__)."""
@@ -133,6 +140,8 @@ class MoEFields:
         """Megatron's rules for the flex dispatcher, group-limited routing and the routing options
         (megatron/core/transformer/transformer_config.py __post_init__ and moe/experts.py, d98e8a64ddf3)."""
         require_choice("moe_flex_dispatcher_backend", self.moe_flex_dispatcher_backend, FLEX_BACKENDS)
+        if self.moe_flex_dispatcher_num_sms is not None:
+            require_positive("moe_flex_dispatcher_num_sms", self.moe_flex_dispatcher_num_sms)
         flex, backend = self.moe_token_dispatcher_type == "flex", self.moe_flex_dispatcher_backend
         require(not self.moe_enable_deepep or (flex and backend == "deepep"),
                 f"`moe_enable_deepep` needs the flex dispatcher with the deepep backend, but got "

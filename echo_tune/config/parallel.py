@@ -148,6 +148,11 @@ class ParallelConfig(OptimizerFields):
     """``--fp8-param-gather``: keep the linear weights in FP8 and all-gather them in FP8 (distributed
     optimizer)."""
 
+    reuse_grad_buf_for_mxfp8_param_ag: bool = False
+    """``--reuse-grad-buf-for-mxfp8-param-ag``: MXFP8 parameters are all-gathered in bf16 into the (idle) gradient
+    buffer and re-quantised into their MXFP8 storage afterwards (param_and_grad_buffer.py ``_post_param_sync``),
+    instead of keeping a separate parameter buffer (sim/dp.py)."""
+
     first_last_layers_bf16: bool = False
     """``--first-last-layers-bf16``: run the first and last transformer layers in bf16 (not with the
     delayed recipe)."""

@@ -13,7 +13,9 @@ group-limited routing (``--moe-router-num-groups`` / ``--moe-router-group-topk``
 
 Time of one dispatch (or combine) on one rank = the larger of its RDMA bytes over the network bandwidth and its
 NVLink bytes over the NVLink bandwidth (the kernels forward both at once); bandwidths are the kernels' own
-published ones (below), not NCCL's fitted tiers. No per-call latency is added: the READMEs give the normal
+published ones, not NCCL's fitted tiers: the NVLink side per GPU generation, EP ranks and SMs
+(``cost/flex_bandwidth.py``: Hopper, B200, GB200 NVL72), the RDMA side below. A "node" is the NVLink domain (72
+GPUs of a GB200 NVL72 rack: an EP group inside one rack never touches the network). No per-call latency is added: the READMEs give the normal
 kernels' throughput only. The kernels run on their own SMs (``FLEX_SMS``): compute running beside them (the EP
 overlap, ``sim/moe_overlap.py``) loses those SMs.
 """
@@ -24,13 +26,13 @@ import math
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.cost.flex_bandwidth import nvlink_gbyte_s as measured_nvlink_gbyte_s
 from echo_tune.errors import ConfigError
 
 # DeepEP README (deepseek-ai/DeepEP, docs/legacy.md at dd758caf, "Normal kernels with NVLink and RDMA
 # forwarding"): H800 (~160 GB/s NVLink), CX7 InfiniBand 400 Gb/s (~50 GB/s) per GPU, 4096 tokens, hidden 7168,
-# top-4 groups, top-8 experts. Intranode EP8: dispatch 153 GB/s, combine 158 GB/s (NVLink bottleneck bandwidth);
-# internode RDMA bottleneck bandwidth by EP size: 16: 43/43, 32: 58/57, 64: 51/50 GB/s (dispatch/combine).
-DEEPEP_NVLINK_GBYTE_S = {"dispatch": 153.0, "combine": 158.0}
+# top-4 groups, top-8 experts. Internode RDMA bottleneck bandwidth by EP size: 16: 43/43, 32: 58/57, 64: 51/50 GB/s
+# (dispatch/combine). (Its intranode row is in data/flex-dispatch-nvlink.yaml with the Blackwell rows.)
 DEEPEP_RDMA_GBYTE_S = {16: {"dispatch": 43.0, "combine": 43.0}, 32: {"dispatch": 58.0, "combine": 57.0},
                        64: {"dispatch": 51.0, "combine": 50.0}}
 # HybridEP README (deepseek-ai/DeepEP branch hybrid-ep at 94a9f8f6, docs/README_Hybrid-EP.md, "H100 Platform"):
@@ -44,9 +46,23 @@ MEASURED_NIC_GBYTE_S = 50.0
 """One CX7 400 Gb/s NIC per GPU, the network both READMEs measured on: the RDMA numbers scale with a cluster's
 per-GPU NIC bandwidth relative to it."""
 FLEX_SMS = {"deepep": 20, "hybridep": 16}
-"""SMs the kernels occupy: DeepEP's ``Buffer.num_sms`` default 20 (deep_ep/buffer.py at 1cf85fb2, the
-default Megatron keeps: transformer_config.py ``moe_deepep_num_sms`` "historical default 20"); HybridEP: the
-16 SMs of the README row used above."""
+"""SMs the kernels occupy by default, which are also the SM counts the bandwidths above were measured with:
+DeepEP's ``Buffer.num_sms`` default 20 (deep_ep/buffer.py at 1cf85fb2, the default Megatron keeps:
+token_dispatcher.py at d98e8a64 ``set_deepep_num_sms``, "None -> 20"); HybridEP: the 16 SMs of the README row
+used above. ``--moe-flex-dispatcher-num-sms`` sets another count (``flex_sms``)."""
+
+
+def flex_sms(kernel: str, num_sms: int | None) -> int:
+    """SMs the flex kernels run on: ``--moe-flex-dispatcher-num-sms``, else the backend's default."""
+    return num_sms or FLEX_SMS[kernel]
+
+
+def sm_rate_factor(kernel: str, num_sms: int | None) -> float:
+    """The RDMA side's rate relative to the README rows, which ran on ``FLEX_SMS`` SMs and reached the NIC's
+    bandwidth there (43-58 GB/s on 50 GB/s NICs): fewer SMs copy proportionally slower (each SM moves its share of
+    the tokens), more SMs buy nothing past the NIC. (The NVLink side has measured SM sweeps:
+    ``cost/flex_bandwidth.py``.)"""
+    return min(1.0, flex_sms(kernel, num_sms) / FLEX_SMS[kernel])
 
 
 def _rdma_gbyte_s(kernel: str, direction: str, ep: int) -> float:
@@ -90,23 +106,28 @@ def expected_units_reached(num_experts: int, topk: int, units: int, num_groups: 
 
 def flex_dispatch_time_s(kernel: str, direction: str, copies_bytes: float, topk: int, place: GroupPlacement,
                          num_experts: int, *, num_groups: int | None = None, group_topk: int | None = None,
-                         nvlink_gbyte_s: float, nic_gbyte_s: float) -> float:
+                         nvlink_gbyte_s: float, nic_gbyte_s: float, num_sms: int | None = None,
+                         gpu_name: str = "") -> float:
     """One dispatch or combine of a rank's tokens over the EP group ``place``.
 
     ``copies_bytes``: the rank's top-k copies as the ``alltoall`` dispatcher would send them (the trace's
     all-to-all size, busiest-rank share included), so the rank's tokens are ``copies_bytes / topk``.
-    ``nvlink_gbyte_s``: the cluster's NVLink bandwidth per GPU (caps the README's H800 number);
-    ``nic_gbyte_s``: its network bandwidth per GPU (scales the README's RDMA numbers)."""
+    ``nvlink_gbyte_s``: the cluster's NVLink bandwidth per GPU (caps the measured rows of ``gpu_name``'s platform,
+    ``cost/flex_bandwidth.py``);
+    ``nic_gbyte_s``: its network bandwidth per GPU (scales the README's RDMA numbers); ``num_sms``:
+    ``--moe-flex-dispatcher-num-sms`` (``sm_rate_factor``)."""
     if copies_bytes <= 0 or place.size <= 1:
         return 0.0
     token_bytes = copies_bytes / topk
     n, nodes, g = place.size, place.num_nodes, place.ranks_per_node
     ranks = expected_units_reached(num_experts, topk, n, num_groups, group_topk)
-    nvlink = min(DEEPEP_NVLINK_GBYTE_S[direction], nvlink_gbyte_s) * 1e9
+    measured = measured_nvlink_gbyte_s(gpu_name, kernel, direction, n if nodes == 1 else g, flex_sms(kernel, num_sms))
+    nvlink = min(measured, nvlink_gbyte_s) * 1e9
     if nodes == 1:
         return token_bytes * ranks * (n - 1) / n / nvlink
     node_count = expected_units_reached(num_experts, topk, nodes, num_groups, group_topk)
-    rdma = _rdma_gbyte_s(kernel, direction, n) * nic_gbyte_s / MEASURED_NIC_GBYTE_S * 1e9
+    rdma = _rdma_gbyte_s(kernel, direction, n) * nic_gbyte_s / MEASURED_NIC_GBYTE_S * 1e9 * sm_rate_factor(kernel,
+                                                                                                       num_sms)
     if place.num_leaves > 1:
         rdma /= place.spine_oversubscription
     rdma_s = token_bytes * node_count * (nodes - 1) / nodes / rdma
@@ -114,9 +135,14 @@ def flex_dispatch_time_s(kernel: str, direction: str, copies_bytes: float, topk:
     return max(rdma_s, nvlink_s)
 
 
-def sm_slowdown(kernel: str, sm_count: int) -> float:
+def sm_slowdown(kernel: str, sm_count: int, num_sms: int | None = None) -> float:
     """Compute slowdown beside the kernel: the SMs left to compute, sm_count / (sm_count - its SMs)."""
-    return sm_count / (sm_count - FLEX_SMS[kernel])
+    taken = flex_sms(kernel, num_sms)
+    if taken >= sm_count:
+        raise ConfigError(f"`moe_flex_dispatcher_num_sms < SMs of the GPU` must hold (compute needs SMs beside the "
+                          f"dispatch kernels), but got (moe_flex_dispatcher_num_sms={taken}, sm_count={sm_count}); "
+                          f"lower --moe-flex-dispatcher-num-sms")
+    return sm_count / (sm_count - taken)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +161,10 @@ class MoEKernels:
     nic_gbyte_s: float = 0.0
     shared_expert_overlap: bool = False
     """``--moe-shared-expert-overlap`` (``sim/moe_overlap.py``)."""
+    num_sms: int | None = None
+    """``--moe-flex-dispatcher-num-sms``: the flex kernels' SMs (None: the backend's default)."""
+    gpu_name: str = ""
+    """The GPU preset, which picks the measured NVLink-side rows (``cost/flex_bandwidth.py``)."""
 
     @property
     def flex(self) -> bool:
@@ -146,7 +176,8 @@ class MoEKernels:
         direction = "dispatch" if (op.subregion == "dispatch") == (op.phase == "fwd") else "combine"
         return flex_dispatch_time_s(self.dispatcher, direction, size_bytes, self.topk, place, self.num_experts,
                                     num_groups=self.num_groups, group_topk=self.group_topk,
-                                    nvlink_gbyte_s=self.nvlink_gbyte_s, nic_gbyte_s=self.nic_gbyte_s)
+                                    nvlink_gbyte_s=self.nvlink_gbyte_s, nic_gbyte_s=self.nic_gbyte_s,
+                                    num_sms=self.num_sms, gpu_name=self.gpu_name)
 
 
 def moe_kernels(model, cluster) -> MoEKernels | None:
@@ -162,4 +193,6 @@ def moe_kernels(model, cluster) -> MoEKernels | None:
                       nvlink_gbyte_s=cluster.intra_node_bandwidth_gbyte_s,
                       nic_gbyte_s=cluster.inter_node_bandwidth_per_gpu_gbyte_s,
                       shared_expert_overlap=model.moe_shared_expert_overlap
-                      and bool(model.moe_shared_expert_intermediate_size))
+                      and bool(model.moe_shared_expert_intermediate_size),
+                      num_sms=model.moe_flex_dispatcher_num_sms if model.moe_token_dispatcher_type == "flex" else None,
+                      gpu_name=cluster.gpu.name)

@@ -26,6 +26,12 @@ from echo_tune.identity_cache import IdentityCache
 # fp32 grad read 4, exp_avg and exp_avg_sq read+write 16, bf16/fp16 copy write 2, grad-norm read 4,
 # zeroing the grad buffer 4 = 38 bytes.
 OPTIMIZER_BYTES_PER_PARAM = 38.0
+# --reuse-grad-buf-for-mxfp8-param-ag (Megatron-LM d98e8a64 param_and_grad_buffer.py ``_post_param_sync``): after a
+# bucket's bf16 all-gather into the gradient buffer, ``copy_tensors_to_quantized_params`` re-quantises it into the
+# MXFP8 parameters (read 2 B, write a row-wise and a column-wise e4m3 copy 2 B and their E8M0 scales, one byte per
+# 32 elements each, 2/32 B) and the buffer is zeroed for the next gradient accumulation (2 B, bf16 gradients):
+# memory-bound, on the compute stream before the bucket's first forward.
+MXFP8_REQUANT_BYTES_PER_PARAM = 2.0 + 2.0 + 2.0 / 32 + 2.0
 _DURATIONS = IdentityCache(limit=256)
 
 
@@ -105,8 +111,12 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Cluster
     optimizer = owned * OPTIMIZER_BYTES_PER_PARAM / (profile.memory_bandwidth_gbyte_s * 1e9)
     hidden = 0.0
     if parallel.use_distributed_optimizer:
-        # --fp8-param-gather all-gathers the (mostly linear-layer) weights in FP8
-        param_bytes = 1.0 if parallel.fp8_param_gather else (2.0 if parallel.precision != "fp32" else 4.0)
+        # --fp8-param-gather all-gathers the (mostly linear-layer) weights in FP8; MXFP8 with the grad buffer reused
+        # gathers them in bf16 and re-quantises them (MXFP8_REQUANT_BYTES_PER_PARAM)
+        reuse = parallel.reuse_grad_buf_for_mxfp8_param_ag
+        param_bytes = 1.0 if parallel.fp8_param_gather and not reuse else (2.0 if parallel.precision != "fp32" else 4.0)
+        if reuse:
+            optimizer += total_params * MXFP8_REQUANT_BYTES_PER_PARAM / (profile.memory_bandwidth_gbyte_s * 1e9)
         gathered = min(total_params, ddp_bucket_params(dp.size)) if parallel.overlap_param_gather else dense_total
         gather_s = collective_time_s("all_gather", gathered * param_bytes, shard, profile)
         if parallel.overlap_param_gather_with_optimizer_step:

@@ -91,10 +91,12 @@ def shared_overlap_hidden_s(shared_s: float, ep_comm_s: float) -> float:
     return min(shared_s, ep_comm_s)
 
 
-def compute_slowdown(kernel: str, size_bytes: float, profile, sm_count: int | None) -> float:
-    """Compute slowdown beside the EP communication: the flex kernels' SMs, or the profile's curve for NCCL."""
+def compute_slowdown(kernel: str, size_bytes: float, profile, sm_count: int | None,
+                     num_sms: int | None = None) -> float:
+    """Compute slowdown beside the EP communication: the flex kernels' SMs (``num_sms``:
+    ``--moe-flex-dispatcher-num-sms``), or the profile's curve for NCCL."""
     if kernel in ("deepep", "hybridep"):
-        return sm_slowdown(kernel, sm_count or DEFAULT_SM_COUNT)
+        return sm_slowdown(kernel, sm_count or DEFAULT_SM_COUNT, num_sms)
     return slowdown(profile, "compute", size_bytes, "gemm")
 
 
@@ -149,7 +151,8 @@ def layer_parts(trace: Trace, ctx: CostContext) -> LayerParts:
 def _slowdown(trace: Trace, ctx: CostContext) -> float:
     sizes = [op.size_bytes for op in trace.forward if op.kind == "collective" and op.group == "ep"]
     kernel = ctx.moe.dispatcher if ctx.moe is not None else "alltoall"
-    return compute_slowdown(kernel, max(sizes, default=0), ctx.profile, ctx.gpu.sm_count)
+    return compute_slowdown(kernel, max(sizes, default=0), ctx.profile, ctx.gpu.sm_count,
+                            ctx.moe.num_sms if ctx.moe is not None else None)
 
 
 def shared_overlap_costs(trace: Trace, ctx: CostContext, forward: PhaseCost,
