@@ -4,7 +4,7 @@ Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen3, qwen3_mo
 gpt2, gpt_neox. Each key of the file is either *mapped* to a Megatron argument, *harmless* (it does not
 change a training step's compute, memory or communication: token ids, initialisation, RoPE base and
 scaling, cache flags, ...), or *refused by name*: a step-shaping setting echo-tune does not model
-(a Qwen2 sliding window shorter than the sequence, a parallel residual, dense MLP layers
+(a Qwen2 sliding window shorter than the sequence on some layers, config/hf_window.py; a parallel residual, dense MLP layers
 mixed into a Qwen MoE, ...), and an unknown key is refused too, as echo-tune cannot tell whether it shapes
 the step. Field meanings: the transformers configuration classes (``LlamaConfig``, ``MixtralConfig``,
 ``Qwen2Config``, ``Qwen3MoeConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``); Megatron
@@ -28,6 +28,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.config.hf_rebuild import rebuild_fields
 from echo_tune.config.hf_values import HFValues
+from echo_tune.config.hf_window import check_sliding_window, sliding_layers
 from echo_tune.errors import ConfigError, raise_problems
 from echo_tune.io import read_text
 from echo_tune.limits import LIMITS
@@ -44,7 +45,7 @@ HARMLESS = frozenset("""architectures model_type _name_or_path transformers_vers
     summary_proj_to_labels summary_type summary_use_proj task_specific_params scale_attn_weights
     reorder_and_upcast_attn scale_attn_by_inverse_layer_idx n_ctx output_router_logits router_aux_loss_coef
     router_jitter_noise norm_topk_prob aux_loss_alpha seq_aux topk_method scoring_func routed_scaling_factor
-    n_group topk_group ep_size moe_layer_freq max_window_layers use_sliding_window sliding_window
+    n_group topk_group ep_size moe_layer_freq max_window_layers use_sliding_window sliding_window layer_types
     quantization_config auto_map rope_interleave classifier_dropout use_mrope hidden_act head_dim
     attention_bias mlp_bias intermediate_size num_key_value_heads seq_length""".split())
 """Read where they matter (hidden_act, sliding_window, attention_bias, ...) and otherwise harmless."""
@@ -55,7 +56,6 @@ _STEP_SHAPING = {  # HF key -> (Megatron flag, rule: the values echo-tune models
     "mlp_only_layers": "dense MLP layers inside an MoE model (Qwen mlp_only_layers)",
     "decoder_sparse_step": "--moe-layer-freq", "shared_expert_intermediate_size":
         "a gated shared expert (Qwen2-MoE)", "moe_shared_expert_overlap": "--moe-shared-expert-overlap",
-    "layer_types": "per-layer attention types (sliding / full)",
 }
 
 
@@ -91,12 +91,8 @@ def _check_refused(cfg: HFValues, model_type: str, seq_length: int) -> None:
     if model_type.startswith("deepseek") and cfg.get("moe_layer_freq", 1) != 1:
         _refuse("moe_layer_freq", cfg["moe_layer_freq"], "MoE layers every few layers after the dense ones, "
                                                          "not mapped to --moe-layer-freq by echo-tune")
-    window = cfg.integer("sliding_window", None)
-    on = cfg.flag("use_sliding_window", False)  # transformers' Qwen2/Qwen3 default: no window unless turned on
-    if window is not None and on and window < seq_length and model_type != "mistral":
-        raise UnmodelledError(f"config.json key 'sliding_window' (sliding_window={window}) is shorter than the "
-                              f"sequence (seq_length={seq_length}) for model_type {model_type!r}, whose per-layer "
-                              f"window (max_window_layers) is not mapped; train with seq_length <= {window}")
+    layers = cfg.integer("num_hidden_layers", None) or cfg.integer("n_layer", 1)
+    check_sliding_window(cfg, model_type, seq_length, layers)  # layer_types / max_window_layers: config/hf_window.py
     attention_bias, mlp_bias = cfg.flag("attention_bias", False), cfg.flag("mlp_bias", False)
     if attention_bias and (model_type in ("qwen3", "qwen3_moe") or (model_type in ("llama", "mistral")
                                                                     and not mlp_bias)):
@@ -167,7 +163,8 @@ def _llama_like(cfg: HFValues, model_type: str, seq: int, notes: list[str]) -> d
     if cfg.flag("mlp_bias", False) and cfg.flag("attention_bias", False):
         out["add_bias_linear"] = True
     window = cfg.integer("sliding_window", None)
-    if model_type == "mistral" and window is not None and window < seq:
+    if model_type == "mistral" and window is not None and window < seq and all(sliding_layers(cfg, model_type,
+                                                                                              out["num_layers"])):
         # every layer windowed, (w, 0) as Megatron-Bridge converts an HF sliding_window (GPT-OSS: 128 -> (128, 0))
         out["window_size"] = (window, 0)
         notes.append(f"sliding_window {window} as --window-size {window},0 on every layer")
