@@ -57,7 +57,10 @@ class TextTable:
 
 
 def plain(cell: str) -> str:
-    return Text.from_markup(cell).plain
+    """The cell's text without markup, control characters escaped as printed (so widths are the printed ones)."""
+    from echo_tune.console import escape_controls
+
+    return Text.from_markup(escape_controls(cell)).plain  # before rich, which drops a carriage return
 
 
 def _min_width(col: Column, cells: list[str]) -> int:
@@ -99,10 +102,12 @@ def _widths(table: TextTable, shown: list[int], width: int) -> list[int]:
 
 
 def _rich_table(table: TextTable, shown: list[int], width: int) -> Table:
+    from echo_tune.console import escape_controls
+
     out = Table(title=table.title, caption=table.caption)
     for i, w in zip(shown, _widths(table, shown, width)):
         col = table.columns[i]
-        out.add_column(Text(col.header, no_wrap=False), justify=col.justify, no_wrap=not col.wrap, overflow="fold",
+        out.add_column(Text(escape_controls(col.header), no_wrap=False), justify=col.justify, no_wrap=not col.wrap, overflow="fold",
                        width=w)
     for r in table.rows:
         out.add_row(*[r[i] for i in shown])
@@ -115,11 +120,11 @@ def _name(table: TextTable, k: int) -> str:
 
 def print_table(table: TextTable, fmt: str = "table", console: Console | None = None) -> None:
     """Print ``table`` as ``fmt`` (table, csv or markdown) on ``console`` (default: ``make_console()``)."""
-    from echo_tune.console import make_console
+    from echo_tune.console import escape_controls, make_console
 
     console = console or make_console()
-    if fmt in ("csv", "markdown"):
-        console.file.write(to_csv(table) if fmt == "csv" else to_markdown(table) + "\n")  # Markdown: a blank
+    if fmt in ("csv", "markdown"):  # written past rich: control characters escaped here (console.py)
+        console.file.write(escape_controls(to_csv(table) if fmt == "csv" else to_markdown(table) + "\n"))  # Markdown: a blank
         # line ends the table (a line right after it would be read as one more row)
         console.file.flush()
         return
@@ -129,7 +134,7 @@ def print_table(table: TextTable, fmt: str = "table", console: Console | None = 
         for k, r in enumerate(table.rows):
             console.print(Text(_name(table, k), style="bold"))
             for col, cell in zip(table.columns, r):
-                console.print(Text("  " + col.header + ": ") + Text.from_markup(cell))
+                console.print(Text("  " + col.header + ": ") + Text.from_markup(escape_controls(cell)))
         if table.caption:
             console.print(Text(table.caption, style="dim"))
         return
@@ -147,7 +152,7 @@ def print_table(table: TextTable, fmt: str = "table", console: Console | None = 
             dropped = [dropped[j - 1] for j in range(1, len(rest.columns)) if j not in page]
         return
     for k, r in enumerate(table.rows):
-        parts = [Text(f"{table.columns[i].header}: ") + Text.from_markup(r[i]) for i in dropped
+        parts = [Text(f"{table.columns[i].header}: ") + Text.from_markup(escape_controls(r[i])) for i in dropped
                  if plain(r[i]) not in ("", "-")]
         if parts:
             console.print(Text(f"{_name(table, k)}: ", style="bold") + Text("; ").join(parts))

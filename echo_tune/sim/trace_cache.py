@@ -7,7 +7,8 @@ of them misses the cache instead of reading a stale trace.
 
 Where: ``$ECHO_TUNE_CACHE_DIR/traces`` if set, else ``$XDG_CACHE_HOME/echo-tune/traces`` (default
 ``~/.cache``). ``ECHO_TUNE_TRACE_CACHE=0`` turns it off. The cache is best-effort: a file that cannot
-be read or written is traced again, never an error.
+be read or written is traced again, never an error; a cache folder that cannot even be looked into (no
+permission, a name too long) is skipped for the rest of the process, with one note on stderr (issue 41).
 """
 
 from __future__ import annotations
@@ -22,9 +23,18 @@ from importlib import metadata
 from pathlib import Path
 
 
+_UNUSABLE: set[str] = set()
+"""Cache folders found unreadable in this process (noted once, then skipped)."""
+
+
 def cache_dir() -> Path | None:
     if os.environ.get("ECHO_TUNE_TRACE_CACHE", "1") == "0":
         return None
+    root = _root()
+    return None if str(root) in _UNUSABLE else root
+
+
+def _root() -> Path:
     root = os.environ.get("ECHO_TUNE_CACHE_DIR")
     if root:
         return Path(root) / "traces"
@@ -55,10 +65,24 @@ def _path(key: tuple) -> Path | None:
     return root / f"{digest}.pkl"
 
 
+def _is_file(path: Path) -> bool:
+    """Whether the cache holds ``path``; a folder that cannot be looked into is skipped with one note."""
+    try:
+        return path.is_file()
+    except OSError as exc:  # EACCES, ENAMETOOLONG, ... (is_file swallows only "not there")
+        root = str(path.parent)
+        if root not in _UNUSABLE:
+            _UNUSABLE.add(root)
+            sys.stderr.write(f"note: the trace cache folder {root!r} cannot be read ({exc.strerror or exc}); tracing "
+                             f"without it (give ECHO_TUNE_CACHE_DIR a folder you can read, or set "
+                             f"ECHO_TUNE_TRACE_CACHE=0)\n")
+        return False
+
+
 def load(key: tuple):
     """The pieces stored for ``key`` (a ``passes.pieces_key``), or None."""
     path = _path(key)
-    if path is None or not path.is_file():
+    if path is None or not _is_file(path):
         return None
     try:
         with open(path, "rb") as f:
@@ -71,7 +95,7 @@ def load(key: tuple):
 def stored(key: tuple) -> bool:
     """Whether the cache holds a file for ``key`` (another process can ``load`` it instead of being sent it)."""
     path = _path(key)
-    return path is not None and path.is_file()
+    return path is not None and _is_file(path)
 
 
 def save(key: tuple, pieces) -> None:
