@@ -2,11 +2,13 @@
 
 Rows are committed one by one, so an interrupted ``echo-tune profile`` keeps what it measured and the
 next run resumes where it stopped. ``load_op_times`` gives the simulator a plain dict key -> seconds
-for the cluster's GPU and refuses a database measured on another device (one line).
+for the cluster's GPU and refuses a database measured on another device, of another schema, with damaged pages,
+or with times below a physical floor (``optime_bounds``), each in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import socket
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from echo_tune.errors import ConfigError
+from echo_tune.cost.optime_bounds import check_floors
 from echo_tune.cost.optime_device import DeviceInfo, mismatch, serves
 
 SCHEMA_VERSION = 1
@@ -47,6 +50,15 @@ CREATE TABLE IF NOT EXISTS host_overhead (   -- optime/insitu.py: framework time
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+_COLUMNS = ["device", "device_kind", "torch_version", "cuda_version", "key", "op", "shapes", "dtype", "time_s", "spread",
+            "repeats", "warmup", "method", "host", "measured_at"]
+
+
+def _damage(exc: Exception) -> str:
+    """What a DatabaseError says of the file: damaged pages, or a schema echo-tune did not write."""
+    if "malformed" in str(exc) or "not a database" in str(exc):
+        return f"is damaged ({exc}: pages of the file do not read)"
+    return f"is not one `echo-tune profile` wrote ({exc})"
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:
@@ -91,15 +103,34 @@ class OpTimeDB:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.conn = sqlite3.connect(self.path)
+            tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            columns = [row[1] for row in self.conn.execute("PRAGMA table_info(op_times)")]
+            version = self.conn.execute("SELECT value FROM info WHERE name='schema_version'").fetchone() \
+                if "info" in tables else None
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"op-time database {str(self.path)!r} cannot be opened as SQLite ({_damage(exc)}); "
+                              f"give another path or delete the file") from None
+        if tables and (columns != _COLUMNS or (version is not None and str(version[0]) != str(SCHEMA_VERSION))):
+            self.conn.close()  # another program's database, or another schema: left as it is
+            got = f"op_times columns {columns or 'none'}" if columns != _COLUMNS else f"schema version {version[0]!r}"
+            raise ConfigError(f"op-time database {str(self.path)!r} has another schema ({got}; echo-tune writes its "
+                              f"op_times of schema {SCHEMA_VERSION}); give another path or delete the file")
+        with self._guard():
             self.conn.executescript(_SCHEMA)
             self.conn.execute("INSERT OR IGNORE INTO info VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self.conn.commit()
-        except sqlite3.DatabaseError as exc:
-            raise ConfigError(f"op-time database {str(self.path)!r} cannot be opened as SQLite ({exc}); "
-                              f"give another path or delete the file") from None
 
     def close(self) -> None:
         self.conn.close()
+
+    @contextlib.contextmanager
+    def _guard(self):
+        """A damaged file (pages that do not read) or a foreign schema, met while reading or writing rows: one line."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"op-time database {str(self.path)!r} {_damage(exc)}; give another path or delete the "
+                              f"file (`echo-tune profile` writes a new one)") from None
 
     def __enter__(self) -> "OpTimeDB":
         return self
@@ -108,9 +139,10 @@ class OpTimeDB:
         self.close()
 
     def known_keys(self, device: DeviceInfo) -> set[str]:
-        rows = self.conn.execute("SELECT key FROM op_times WHERE device=? AND torch_version=? AND cuda_version=?",
-                                 (device.name, device.torch_version, device.cuda_version))
-        return {key for (key,) in rows}
+        with self._guard():
+            rows = self.conn.execute("SELECT key FROM op_times WHERE device=? AND torch_version=? AND cuda_version=?",
+                                     (device.name, device.torch_version, device.cuda_version))
+            return {key for (key,) in rows}
 
     def add(self, device: DeviceInfo, key: str, m: Measurement) -> None:
         """Store one measurement and commit it at once (what makes an interrupted run resumable)."""
@@ -118,21 +150,24 @@ class OpTimeDB:
 
         op, shapes, dtype = key_summary(key)
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        self.conn.execute("INSERT OR REPLACE INTO op_times VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                          (device.name, device.kind, device.torch_version, device.cuda_version, key, op, shapes,
-                           dtype, m.time_s, m.spread, m.repeats, m.warmup, m.method, socket.gethostname(), now))
-        self.conn.commit()
+        with self._guard():
+            self.conn.execute("INSERT OR REPLACE INTO op_times VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                              (device.name, device.kind, device.torch_version, device.cuda_version, key, op, shapes,
+                               dtype, m.time_s, m.spread, m.repeats, m.warmup, m.method, socket.gethostname(), now))
+            self.conn.commit()
 
     def set_host_overhead(self, device: DeviceInfo, seconds_per_op: float, ops: int) -> None:
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        self.conn.execute("INSERT OR REPLACE INTO host_overhead VALUES (?,?,?,?,?,?)",
-                          (device.name, device.torch_version, device.cuda_version, seconds_per_op, ops, now))
-        self.conn.commit()
+        with self._guard():
+            self.conn.execute("INSERT OR REPLACE INTO host_overhead VALUES (?,?,?,?,?,?)",
+                              (device.name, device.torch_version, device.cuda_version, seconds_per_op, ops, now))
+            self.conn.commit()
 
     def devices(self) -> list[tuple[str, str, int]]:
         """(device, kind, rows) of every device in the database, most rows first."""
-        return list(self.conn.execute("SELECT device, device_kind, COUNT(*) FROM op_times GROUP BY device, "
-                                      "device_kind ORDER BY COUNT(*) DESC, device"))
+        with self._guard():
+            return list(self.conn.execute("SELECT device, device_kind, COUNT(*) FROM op_times GROUP BY device, "
+                                          "device_kind ORDER BY COUNT(*) DESC, device"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,11 +231,12 @@ def load_op_times(path: str | Path, gpu_name: str) -> OpTimes:
         name, kind = fitting[0]
         times = _checked_times(conn.execute("SELECT key, time_s FROM op_times WHERE device=? ORDER BY measured_at",
                                             (name,)), path)
+        check_floors(times, str(kind), gpu_name, str(path))  # 1e-300 s, a GEMM past the GPU's peak: optime_bounds
         host = conn.execute("SELECT seconds_per_op FROM host_overhead WHERE device=? ORDER BY measured_at DESC",
                             (name,)).fetchone()
-    except sqlite3.Error as exc:  # a foreign schema: tables or columns echo-tune did not write
-        raise ConfigError(f"op-time database {str(path)!r} is not one `echo-tune profile` wrote ({exc}); give "
-                          f"that file, or remove `op_times` from the profile") from None
+    except sqlite3.Error as exc:  # damaged pages, or a foreign schema: tables or columns echo-tune did not write
+        raise ConfigError(f"op-time database {str(path)!r} {_damage(exc)}; give a file `echo-tune profile` wrote, or "
+                          f"remove `op_times` from the profile") from None
     finally:
         conn.close()
     overhead = 0.0
