@@ -131,8 +131,9 @@ class _Problem:
         cols = []
         for j in range(len(x)):
             xj = np.array(x, dtype=float)
-            xj[j] += step
-            cols.append((self.residuals(xj, rows) - r) / step)
+            h = step if x[j] + step <= self.upper[j] else -step  # never past the physical range (a clock over
+            xj[j] += h                                           # 1.1x peak is refused by the cluster spec)
+            cols.append((self.residuals(xj, rows) - r) / h)
         return np.stack(cols, axis=1)
 
 
@@ -172,6 +173,29 @@ def _solve(problem: _Problem, rows: list[int], x0, scale: float, iterations: int
     return x, r, J
 
 
+def collapse_duplicates(cases) -> tuple[list, list[str]]:
+    """One row per distinct run: rows with the same model, layout, cluster and GPU count (whatever their names
+    and sources) are one piece of evidence, fitted once at the median of their measured step times; fifty
+    copies of a row would otherwise outweigh every other row and make leave-one-out meaningless (a copy
+    predicts its twin)."""
+    groups: dict[str, list[int]] = {}
+    for i, case in enumerate(cases):
+        key = repr((case.model.replace(name=""), case.cluster, case.num_gpus, case.parallel))
+        groups.setdefault(key, []).append(i)
+    kept, warnings = [], []
+    for members in groups.values():
+        first = cases[members[0]]
+        if len(members) > 1:
+            measured = float(np.median([cases[i].measured_step_time_s for i in members]))
+            names = [cases[i].name for i in members]
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            warnings.append(f"{len(members)} rows are the same run (model, layout, cluster, GPU count): {shown}; "
+                            f"fitted as one row at their median step time {measured:.4g} s")
+            first = dataclasses.replace(first, measured_step_time_s=measured)
+        kept.append(first)
+    return kept, warnings
+
+
 def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("clock", "comm", "launch"),
              robust_scale: float = 0.10, inputs: list[dict] | None = None, command: str = "",
              published: bool = False) -> RunFit:
@@ -187,9 +211,12 @@ def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("cl
         raise ConfigError(f"rows {overridden} run on a cluster that fixes sustained_clock_mhz, which a fitted clock "
                           f"cannot change; drop the key from their cluster file or leave 'clock' out of --params")
     names = [PARAMETERS[p] for p in params]
+    given = len(cases)
+    cases, duplicate_warnings = collapse_duplicates(cases)
     if len(cases) < len(names) + 2:
-        raise ConfigError(f"`rows >= parameters + 2` must hold, but got (rows={len(cases)}, parameters={len(names)}); "
-                          f"give more runs or fewer --params")
+        distinct = "" if given == len(cases) else f" distinct (of {given} given: duplicates count once)"
+        raise ConfigError(f"`rows >= parameters + 2` must hold, but got (rows={len(cases)}{distinct}, "
+                          f"parameters={len(names)}); give more runs or fewer --params")
     problem = _Problem(cases, base, names, start_values(base, gpu), gpu.peak_clock_mhz)
     everything = list(range(len(cases)))
     unfitted = problem.predict(np.zeros(len(names)))
@@ -225,7 +252,7 @@ def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("cl
              "predicted_step_time_s": float(predicted[i]), "unfitted_step_time_s": float(unfitted[i]),
              "error_pct": float(r[i] * 100), "loo_error_pct": float(loo[i] * 100),
              "loso_error_pct": float(loso[i] * 100)} for i, c in enumerate(cases)]
-    warnings = []
+    warnings = list(duplicate_warnings)
     rms = float(np.sqrt(np.mean(r ** 2)))
     if rms > POOR_FIT_RMS or np.max(np.abs(r)) > POOR_FIT_MAX:  # the rule of every fit (results.py)
         worst = int(np.argmax(np.abs(r)))

@@ -43,10 +43,11 @@ def _cases(args: argparse.Namespace):
         raise ConfigError("give either training runs (--runs / --megatron-log) or microbenchmarks (--bench / "
                           "--nccl-tests) to `calibrate fit`, not both")
     cases = [c for path in args.runs for c in read_runs(path, args.errata)]
+    notes: list[str] = []
     if args.megatron_log:
         if not args.cluster:
             raise ConfigError("--megatron-log needs --cluster (the cluster the logged runs ran on: a preset or YAML)")
-        cases += read_logs(args.megatron_log, args.cluster)
+        cases += read_logs(args.megatron_log, args.cluster, notes)  # each run of each log; the same run once
     skipped = [(c.name, c.error) for c in cases if c.error]
     cases = [c for c in cases if not c.error]
     gpus = sorted({c.cluster.gpu.name for c in cases})
@@ -57,8 +58,9 @@ def _cases(args: argparse.Namespace):
     elif len(gpus) > 1:
         raise ConfigError(f"a profile is fitted for one GPU type, but the rows run on {gpus}; pick one with --gpu")
     if not cases:
-        raise ConfigError("no row to fit: every row was refused or invalid")
-    return cases, skipped
+        first = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        raise ConfigError(f"no row to fit: every row was refused or invalid{first}")
+    return cases, skipped, notes
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -87,10 +89,10 @@ def run_fit_runs(args: argparse.Namespace) -> int:
     if Path(args.out).is_symlink():  # never write through a link into another file (issue 20)
         raise ConfigError(f"--out {args.out!r} is a symbolic link; give a plain file path (the profile is not "
                           f"written through links)")
-    cases, skipped = _cases(args)
+    cases, skipped, notes = _cases(args)
     cluster = cases[0].cluster
     base = load_cluster_profile(cluster)
-    inputs = [{"path": str(p), "sha256": sha256(p)} for p in (*args.runs, *args.megatron_log)]
+    inputs = [{"path": str(p), "sha256": sha256(p)} for p in dict.fromkeys((*args.runs, *args.megatron_log))]
     published = bool(args.runs) and not args.megatron_log and all(is_published(p) for p in args.runs)
     command = _command(args)
     params = tuple(p.strip() for p in args.params.split(",") if p.strip())
@@ -103,16 +105,17 @@ def run_fit_runs(args: argparse.Namespace) -> int:
         import dataclasses
         profile = dataclasses.replace(profile, name=args.name)
     save_profile(profile, args.out, header=HEADER.format(command=command, label=profile.fitted["label"]))
-    _report(args, result, skipped)
+    _report(args, result, skipped, notes)
     return 0
 
 
-def _report(args, result, skipped) -> None:
+def _report(args, result, skipped, notes=()) -> None:
     from echo_tune.cli.common import print_json
 
     if args.json:
         print_json({"profile": str(args.out), "params": result.params, "label": result.profile.fitted["label"],
-                    "errors": result.profile.fitted["errors"], "rows": result.rows, "warnings": result.warnings,
+                    "errors": result.profile.fitted["errors"], "rows": result.rows,
+                    "warnings": [*notes, *result.warnings],
                     "skipped": [{"name": n, "error": e} for n, e in skipped]})
         return
     from echo_tune.cli.calibrate import _console
@@ -136,6 +139,6 @@ def _report(args, result, skipped) -> None:
     err = _console(stderr=True)
     for name, error in skipped:
         err.print(f"[dim]skipped {name}: {error}[/dim]", highlight=False, soft_wrap=True)
-    for warning in result.warnings:
+    for warning in [*notes, *result.warnings]:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     console.print(f"wrote {args.out} ({result.profile.fitted['label']})", highlight=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from echo_tune.calibrate.megatron_log import iteration_times_ms, parse_arguments, read_logs, run_row
+from echo_tune.calibrate.megatron_log import parse_log, read_logs, run_row
 from echo_tune.cli.main import main
 from echo_tune.config.loading import _preset_table, load_cluster
 from echo_tune.cost.profile import load_profile
@@ -46,9 +46,9 @@ def megatron_log(args: dict, step_ms: list[float], vocab: int = 50257) -> str:
 def test_reads_dump_and_median_step_after_the_first_interval(tmp_path):
     path = tmp_path / "run.log"
     path.write_text(megatron_log(ARGS, [9000.0, 410.0, 400.0, 420.0]))
-    lines = path.read_text().splitlines()
-    assert parse_arguments(lines)["hidden_size"] == "1024"
-    assert [ms for _, ms in iteration_times_ms(lines)] == [9000.0, 410.0, 400.0, 420.0]
+    (run,) = parse_log(path)
+    assert run.args["hidden_size"] == "1024"
+    assert [it.elapsed_ms for it in run.iterations] == [9000.0, 410.0, 400.0, 420.0]
     row = run_row(path, "a100-80gb")
     assert float(row["measured_step_time_s"]) == pytest.approx(0.410)  # median of 410, 400, 420; not 9000
     assert row["num_gpus"] == "8" and row["precision"] == "bf16" and row["vocab_size"] == "50304"
@@ -64,7 +64,7 @@ def test_log_without_dump_or_iterations_is_refused_by_name(tmp_path):
         run_row(bare, "a100-80gb")
     short = tmp_path / "short.log"
     short.write_text(megatron_log(ARGS, [9000.0]))
-    with pytest.raises(ConfigError, match="iteration lines > 1"):
+    with pytest.raises(ConfigError, match=r"line 2: `iteration lines after the first > 0` must hold"):
         run_row(short, "a100-80gb")
 
 
