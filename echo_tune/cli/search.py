@@ -253,8 +253,8 @@ def _run(args: argparse.Namespace) -> int:
         print_result(space, result, top=args.top, console=console, fmt=fmt, header=header)
         if fmt != "csv":
             if band is not None:
-                console.print(f"error band: measured {band['text']} against predicted ({band['note']}, "
-                              f"{band['n_runs']} validated runs)", highlight=False, markup=False)
+                console.print(f"error band (prediction error, predicted - measured, out of sample): {band['text']} "
+                              f"({band['note']})", highlight=False, markup=False)
             if tie is not None:
                 from echo_tune.plan.safety import near_tie_text
 

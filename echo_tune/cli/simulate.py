@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
             step = "" if "step_time_s" not in band else (
                 f"; step with the family's median applied: {band['step_time_s']:.3f} s "
                 f"({band['step_time_s_band'][0]:.3f}-{band['step_time_s_band'][1]:.3f} s)")
-            make_console().print(f"[dim]error band: measured vs predicted step time of the validated runs of "
-                                 f"{band['family']}: {band['text']}"
+            make_console().print(f"[dim]error band (prediction error of {band['family']}'s runs, predicted - "
+                                 f"measured, out of sample): {band['text']}"
                                  f"{'' if band['match'] == 'exact' else ' (' + band['note'] + ')'}{step}[/dim]",
                                  highlight=False)
     return 0

@@ -19,7 +19,7 @@ between two launches):
 
 ``h`` is ``ClusterProfile.host_time_per_kernel_s``: a parameter fitted on training runs
 (``calibrate fit --runs --params ...,host``); a profile that fits none uses the one fitted on the published runs
-(``cost/host_time.py``, 79 us); 0 in a profile leaves every pass at its GPU time.
+(``cost/host_time.py``, 38 us); 0 in a profile leaves every pass at its GPU time.
 Not modelled: the ``torch.cuda.synchronize()`` Megatron runs after each batched pipeline send/receive of the
 non-interleaved schedule (p2p_communication.py, ``batch_p2p_sync``), which empties the queue once per chunk.
 """

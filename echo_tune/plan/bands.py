@@ -1,21 +1,29 @@
-"""Error bands: how far the simulator's step times were from measured runs of the same *family*.
+"""Error bands: how far the simulator's step times were from measured runs of the same *family*, out of sample.
 
 A family is (GPU, dense or MoE, precision: bf16 or fp8, scale: GPUs up to 64, up to 512, or more). The
 table ``error_bands.json`` beside this module is built from ``echo-tune validate``'s rows on the shipped
 published-runs CSVs by::
 
     python -m echo_tune.plan.bands calibration/published-runs/runs_megatron.csv \
-        calibration/published-runs/runs_modern.csv calibration/published-runs/runs_bridge.csv
+        calibration/published-runs/runs_modern.csv calibration/published-runs/runs_bridge.csv \
+        calibration/published-runs/runs_bridge_2025.csv
 
-(the command and the simulator's version are stored in the file). Each family keeps its row count, its mean
-absolute error, its mean signed error and its lowest and highest signed error in percent; a prediction is shown
-with the range of measured / predicted over its family's runs (``band_text``), which lies above 1 where the
-family's runs all took longer than predicted (the H100 rows, docs/accuracy.md) instead of around it.
+(the command and the simulator's version are stored in the file).
 
-A prediction takes the band of its own family; if no validated run shares it, the nearest family with the
-same GPU, dense/MoE and precision (another scale), then the same GPU architecture (Ampere, Hopper,
-Blackwell), then the same dense/MoE and precision (any GPU); outside all of those it says so and takes the
-band of all rows.
+Sign convention, everywhere (README table, ``validate``, bands): the prediction error e = (predicted - measured)
+/ measured in percent; negative = predicted too fast. A band says which errors the family's runs had.
+
+Out of sample only: a row that a shipped fit was fitted on (the default host time per kernel, fitted on the H100
+rows, ``cost/host_time.py``) counts with its leave-one-source-out error (a fit that never saw the row's source
+predicts it; the fit file stores it per row), every other row with its plain error.
+
+The band of a family of at least ``MIN_RUNS`` runs is the 5th..95th percentile of its errors, without its one run
+farthest from the median where it has five or more (one outlier row does not set the band), never narrower than
+the typical error of all runs (their median absolute error, ``min_half_width_pct``, on each side of the family's median). A
+family with fewer runs is *unvalidated* and gets the band of all runs (the same rule over every row), said so; a
+prediction whose family has no run takes another family of the same GPU and dense / MoE with enough runs
+(another precision or scale), else it is unvalidated too: no band is borrowed from another GPU, and a MoE
+prediction on a GPU with no validated MoE run says so.
 """
 
 from __future__ import annotations
@@ -51,54 +59,66 @@ def family_key(f: dict) -> str:
     return f"{f['gpu']}/{f['kind']}/{f['precision']}/{f['scale']}"
 
 
-def _median(values: list[float]) -> float:
+MIN_RUNS = 3
+"""A family with fewer validated runs is unvalidated: it gets the band of all runs."""
+QUANTILES = (0.05, 0.95)
+"""The band of a family: these quantiles of its runs' errors (linear interpolation between ranks)."""
+TRIM_FROM_RUNS = 5
+"""A family of this many runs or more leaves out its one run farthest from its median before the quantiles."""
+
+
+def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    pos = q * (len(ordered) - 1)
+    i = int(pos)
+    return ordered[i] + (ordered[min(i + 1, len(ordered) - 1)] - ordered[i]) * (pos - i)
 
 
-def _summary(errors: list[float]) -> dict:
+def _summary(errors: list[float], min_half_width: float | None = None) -> dict:
+    """A family's numbers; its band (``band_lo_pct`` .. ``band_hi_pct``): the quantiles of its errors (without the
+    one farthest from the median, from ``TRIM_FROM_RUNS`` runs), widened to at least ``min_half_width`` on each side
+    of the median."""
+    median = _quantile(errors, 0.5)
+    rest = list(errors)
+    if len(rest) >= TRIM_FROM_RUNS:  # one outlier row does not set the band
+        rest.remove(max(rest, key=lambda e: abs(e - median)))
+    lo, hi = (_quantile(rest, q) for q in QUANTILES)
+    if min_half_width is not None:
+        lo, hi = min(lo, median - min_half_width), max(hi, median + min_half_width)
     return {"n_runs": len(errors), "mean_abs_error_pct": sum(abs(e) for e in errors) / len(errors),
             "mean_signed_error_pct": sum(errors) / len(errors), "max_abs_error_pct": max(abs(e) for e in errors),
             "min_signed_error_pct": min(errors), "max_signed_error_pct": max(errors),
-            "median_signed_error_pct": _median(errors)}
+            "median_signed_error_pct": median, "band_lo_pct": lo, "band_hi_pct": hi}
 
 
 def median_ratio(band: dict) -> float:
-    """Median measured / predicted step time of the band's runs: 1 / (1 + e / 100) of the median signed error
-    (the ratio is monotone in e, so it is the median ratio); a table without the median uses the mean."""
+    """Median measured / predicted step time of the band's runs: 1 / (1 + e / 100) of the median error."""
     e = band.get("median_signed_error_pct", band.get("mean_signed_error_pct", 0.0))
     return 1.0 / (1.0 + e / 100.0)
 
 
 def measured_ratio_range(band: dict) -> tuple[float, float]:
-    """Measured / predicted step time over the band's validated runs, lowest and highest.
-
-    A signed error e (predicted - measured, in % of measured) is a measured / predicted ratio of
-    1 / (1 + e / 100): a family predicted too fast (e < 0) ran slower than predicted, and its range lies
-    above 1 rather than around it. A table without the signed extremes falls back to 1 -/+ the mean
-    absolute error."""
-    if "min_signed_error_pct" not in band:
-        rel = band["mean_abs_error_pct"] / 100.0
-        return 1.0 - rel, 1.0 + rel
-    return 1.0 / (1.0 + band["max_signed_error_pct"] / 100.0), 1.0 / (1.0 + band["min_signed_error_pct"] / 100.0)
+    """Measured / predicted step time over the band, lowest and highest: an error e is a ratio of
+    1 / (1 + e / 100), so a family predicted too fast (e < 0) lies above 1."""
+    return 1.0 / (1.0 + band["band_hi_pct"] / 100.0), 1.0 / (1.0 + band["band_lo_pct"] / 100.0)
 
 
 def band_summary(band: dict) -> dict:
-    """What a result carries of its band (``band_for``'s answer): family, match, note, run count, mean absolute
-    and mean signed error, the measured / predicted range and its text."""
+    """What a result carries of its band (``band_for``'s answer): family, match, note, run count, errors, the band
+    in prediction error and as measured / predicted, and its text."""
     return {**{k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct", "mean_signed_error_pct")},
+            "validated": band["match"] in ("exact", "nearest"),
+            "prediction_error_pct": [band["band_lo_pct"], band["band_hi_pct"]],
             "median_measured_over_predicted": median_ratio(band),
             "measured_over_predicted": list(measured_ratio_range(band)), "text": band_text(band)}
 
 
 def band_text(band: dict) -> str:
-    """"+12% (+6..+18%, n=5)": how much longer (or shorter) the family's validated runs took than predicted,
-    the median first, then the lowest..highest."""
-    lo, hi = (100.0 * (r - 1.0) for r in measured_ratio_range(band))
-    if round(lo) == round(hi):
-        return f"{lo:+.0f}% (n={band['n_runs']})"
-    return f"{100.0 * (median_ratio(band) - 1.0):+.0f}% ({lo:+.0f}..{hi:+.0f}%, n={band['n_runs']})"
+    """"-5% (-12..+3%, n=8)": the prediction error of the family's runs (predicted - measured, out of sample),
+    the median, then the band; "unvalidated: ..." where the band is all runs'."""
+    median = band.get("median_signed_error_pct", band.get("mean_signed_error_pct", 0.0))
+    body = f"{median:+.0f}% ({band['band_lo_pct']:+.0f}..{band['band_hi_pct']:+.0f}%, n={band['n_runs']})"
+    return f"unvalidated: all runs {body}" if band.get("match") == "unvalidated" else body
 
 
 def inputs_sha256(paths: list[str]) -> dict[str, str]:
@@ -112,29 +132,36 @@ def inputs_sha256(paths: list[str]) -> dict[str, str]:
             for f in files}
 
 
+def out_of_sample_errors(cases_and_results) -> list[float]:
+    """Each row's error out of sample: the leave-one-source-out error the shipped host-time fit stored for the rows
+    it was fitted on (``cost/host_time.py``), the plain error for the others."""
+    from echo_tune.cost.host_time import shipped_fit
+
+    held_out = {(r.get("name"), r.get("source")): r["loso_error_pct"] for r in (shipped_fit().get("rows") or [])
+                if isinstance(r, dict) and "loso_error_pct" in r}
+    return [held_out.get((case.name, case.source), result.error_pct) for case, result in cases_and_results]
+
+
 def build_bands(paths: list[str]) -> dict:
-    """Validate every row of the runs CSVs and summarise the errors by family."""
+    """Validate every row of the runs CSVs and summarise the out-of-sample errors by family."""
     from echo_tune.validate.compare import simulate_case
     from echo_tune.validate.runs import read_runs
 
+    simulated = [(case, simulate_case(case)) for path in paths for case in read_runs(path)]
+    simulated = [(c, r) for c, r in simulated if r.error_pct is not None and c.cluster is not None]
+    errors = out_of_sample_errors(simulated)
     by_family: dict[str, list[float]] = {}
     families: dict[str, dict] = {}
-    every: list[float] = []
-    for path in paths:
-        for case in read_runs(path):
-            result = simulate_case(case)
-            if result.error_pct is None or case.cluster is None:
-                continue
-            fam = family(case.cluster.gpu.name, case.model.is_moe, case.parallel.fp8_format is not None, case.num_gpus)
-            key = family_key(fam)
-            families[key] = fam
-            by_family.setdefault(key, []).append(result.error_pct)
-            every.append(result.error_pct)
+    for (case, _), error in zip(simulated, errors):
+        fam = family(case.cluster.gpu.name, case.model.is_moe, case.parallel.fp8_format is not None, case.num_gpus)
+        families[family_key(fam)] = fam
+        by_family.setdefault(family_key(fam), []).append(error)
+    min_half_width = _quantile([abs(e) for e in errors], 0.5)
     return {"command": "python -m echo_tune.plan.bands " + " ".join(str(p) for p in paths),
             "sources": [Path(p).name for p in paths], "inputs_sha256": inputs_sha256(paths),
-            "code": code_version(),
-            "families": {k: {**families[k], **_summary(v)} for k, v in sorted(by_family.items())},
-            "all": _summary(every)}
+            "code": code_version(), "min_half_width_pct": min_half_width,
+            "families": {k: {**families[k], **_summary(v, min_half_width)} for k, v in sorted(by_family.items())},
+            "all": _summary(errors)}
 
 
 def band_applies(profile, cluster) -> bool:
@@ -148,13 +175,13 @@ def band_applies(profile, cluster) -> bool:
 def no_band(note: str) -> dict:
     """What a result carries where no band applies (``band_summary``'s keys, no numbers)."""
     return {"family": None, "match": "none", "n_runs": 0, "mean_abs_error_pct": None, "mean_signed_error_pct": None,
-            "median_measured_over_predicted": None, "measured_over_predicted": None, "text": "-", "note": note}
+            "validated": False, "prediction_error_pct": None, "median_measured_over_predicted": None,
+            "measured_over_predicted": None, "text": "-", "note": note}
 
 
 def band_or_none(profile, cluster, moe: bool, fp8: bool, num_gpus: int) -> dict:
     """``band_summary`` of the prediction's family where a band applies, else ``no_band``: the profile must be
-    the datasheet one the bands validated, and the GPU one of the GPU presets (whose architecture a validated
-    family shares or neighbours); a user-described device (a CPU "cluster", a GPU not among the presets) gets
+    the datasheet one the bands validated, and the GPU one of the GPU presets; a user-described device (a CPU "cluster", a GPU not among the presets) gets
     none rather than another GPU's band."""
     if not band_applies(profile, cluster):
         return no_band(f"no error band: profile {profile.name!r} is not the datasheet profile the bands were "
@@ -167,9 +194,8 @@ def band_or_none(profile, cluster, moe: bool, fp8: bool, num_gpus: int) -> dict:
 
 def band_note(band: dict) -> str | None:
     """The table note of a band that is not its family's own, or None."""
-    return {"nearest": f"band of nearest validated family {band['family']}",
-            "outside": "outside every validated family (band of all runs)",
-            "none": band["note"]}.get(band["match"])
+    return {"nearest": f"band of {band['family']} (same GPU and dense/MoE)",
+            "unvalidated": band["note"], "none": band["note"]}.get(band["match"])
 
 
 def load_bands() -> dict:
@@ -177,29 +203,27 @@ def load_bands() -> dict:
 
 
 def band_for(gpu: str, moe: bool, fp8: bool, num_gpus: int, bands: dict | None = None) -> dict:
-    """The error band of a prediction: its family's, else the nearest validated one, else all rows (flagged)."""
+    """The error band of a prediction: its family's with at least ``MIN_RUNS`` runs, else another family of the
+    same GPU and dense / MoE with enough runs (nearest scale, then the most runs), else unvalidated (all runs)."""
     bands = bands or load_bands()
     want = family(gpu, moe, fp8, num_gpus)
-    fams = bands["families"]
-    key = family_key(want)
-    if key in fams:
+    fams, key = bands["families"], family_key(want)
+    if key in fams and fams[key]["n_runs"] >= MIN_RUNS:
         return {**fams[key], "family": key, "match": "exact", "note": f"validated family {key}"}
-    arch = ARCHITECTURES.get(gpu)
-    for f in fams.values():
-        f.setdefault("arch", ARCHITECTURES.get(f["gpu"]))
-    want["arch"] = arch
-    tiers = (("gpu", "kind", "precision"), ("arch", "kind", "precision"), ("kind", "precision"))
     order = [label for _, label in SCALES]
-    for fields in tiers:
-        near = [k for k, f in fams.items() if all(f[x] == want[x] for x in fields)]
-        if near:
-            near.sort(key=lambda k: (abs(order.index(fams[k]["scale"]) - order.index(want["scale"])),
-                                     -fams[k]["n_runs"], k))
-            best = near[0]
-            return {**fams[best], "family": best, "match": "nearest",
-                    "note": f"no validated run of {key}; nearest validated family {best}"}
-    return {**bands["all"], "family": "all", "match": "outside",
-            "note": f"{key} is outside every validated family; band of all {bands['all']['n_runs']} validated runs"}
+    near = [k for k, f in fams.items() if f["gpu"] == gpu and f["kind"] == want["kind"] and f["n_runs"] >= MIN_RUNS]
+    if near:
+        near.sort(key=lambda k: (fams[k]["precision"] != want["precision"],
+                                 abs(order.index(fams[k]["scale"]) - order.index(want["scale"])), -fams[k]["n_runs"], k))
+        own = f"{fams[key]['n_runs']} validated run(s) of {key}" if key in fams else f"no validated run of {key}"
+        return {**fams[near[0]], "family": near[0], "match": "nearest",
+                "note": f"{own}; band of {near[0]} (same GPU and dense/MoE)"}
+    kind = "MoE" if moe else "dense"
+    seen = sum(f["n_runs"] for f in fams.values() if f["gpu"] == gpu and f["kind"] == want["kind"])
+    why = (f"only {seen} validated {kind} run(s) on {gpu}" if seen else f"no validated {kind} run on {gpu}")
+    return {**bands["all"], "family": "all", "match": "unvalidated",
+            "note": f"unvalidated: {why} (fewer than {MIN_RUNS} in any family); band of all {bands['all']['n_runs']} "
+                    f"validated runs"}
 
 
 def main(argv: list[str]) -> int:

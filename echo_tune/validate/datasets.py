@@ -12,12 +12,13 @@ from pathlib import Path
 PUBLISHED_RUNS_DIR = Path(__file__).resolve().parents[2] / "calibration" / "published-runs"
 """Where the shipped CSVs live (a source checkout; ``echo-tune validate`` takes any path)."""
 
-DATASETS = ("runs_megatron.csv", "runs_modern.csv", "runs_bridge.csv")
+DATASETS = ("runs_megatron.csv", "runs_modern.csv", "runs_bridge.csv", "runs_bridge_2025.csv")
 """The validation sets in ``echo-tune validate``'s format (``runs.csv`` is the raw source table)."""
 
 
 def published_runs(name: str) -> Path:
-    """Path of a shipped data set (``runs_megatron.csv``, ``runs_modern.csv``, ``runs_bridge.csv``, ``runs.csv``)."""
+    """Path of a shipped data set (``runs_megatron.csv``, ``runs_modern.csv``, ``runs_bridge.csv``,
+    ``runs_bridge_2025.csv``, ``runs.csv``)."""
     path = PUBLISHED_RUNS_DIR / name
     if not path.is_file():
         known = ", ".join(DATASETS + ("runs.csv",))

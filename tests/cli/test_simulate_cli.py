@@ -45,7 +45,7 @@ def test_error_band_of_the_datasheet_profile_family(capsys, tmp_path):
     assert band["step_time_s"] == pytest.approx(step * mid)
     assert band["step_time_s_band"] == [pytest.approx(step * lo), pytest.approx(step * hi)]
     assert main(ISSUE_LINE) == 0
-    assert f"error band: measured vs predicted step time of the validated runs of {band['family']}" in (
+    assert f"error band (prediction error of {band['family']}'s runs, predicted - measured, out of sample)" in (
         capsys.readouterr().out.replace("\n", " "))
     from echo_tune.cost.profile import default_profile, save_profile
     from echo_tune.config import load_cluster

@@ -12,48 +12,80 @@ from echo_tune.plan.bands import (band_for, band_or_none, band_summary, band_tex
                                   inputs_sha256, load_bands, measured_ratio_range, median_ratio, scale_of)
 
 REPO = Path(__file__).resolve().parents[2]
+def _fam(gpu, kind, precision, scale, n, lo, hi, median):
+    return {"gpu": gpu, "kind": kind, "precision": precision, "scale": scale, "n_runs": n, "mean_abs_error_pct": 9.0,
+            "mean_signed_error_pct": median, "median_signed_error_pct": median, "band_lo_pct": lo, "band_hi_pct": hi}
+
+
 BANDS = {"families": {
-    "h100-sxm/dense/bf16/<=64": {"gpu": "h100-sxm", "kind": "dense", "precision": "bf16", "scale": "<=64",
-                                 "n_runs": 3, "mean_abs_error_pct": 10.0, "mean_signed_error_pct": -5.0},
-    "a100-80gb/dense/bf16/>512": {"gpu": "a100-80gb", "kind": "dense", "precision": "bf16", "scale": ">512",
-                                  "n_runs": 9, "mean_abs_error_pct": 2.0, "mean_signed_error_pct": 1.0}},
-    "all": {"n_runs": 12, "mean_abs_error_pct": 4.0, "mean_signed_error_pct": 0.0}}
+    "h100-sxm/dense/bf16/<=64": _fam("h100-sxm", "dense", "bf16", "<=64", 3, -15.0, 5.0, -5.0),
+    "h100-sxm/moe/bf16/<=64": _fam("h100-sxm", "moe", "bf16", "<=64", 2, -9.0, -3.0, -6.0),
+    "a100-80gb/dense/bf16/>512": _fam("a100-80gb", "dense", "bf16", ">512", 9, -2.0, 4.0, 1.0)},
+    "all": {"n_runs": 14, "mean_abs_error_pct": 4.0, "mean_signed_error_pct": 0.0, "median_signed_error_pct": -1.0,
+            "band_lo_pct": -20.0, "band_hi_pct": 15.0}}
 
 
 def test_scales():
     assert [scale_of(n) for n in (8, 64, 65, 512, 513)] == ["<=64", "<=64", "<=512", "<=512", ">512"]
 
 
-def test_exact_nearest_and_outside():
+def test_exact_nearest_and_unvalidated():
     exact = band_for("h100-sxm", False, False, 32, BANDS)
-    assert exact["match"] == "exact" and exact["mean_abs_error_pct"] == 10.0
-    other_scale = band_for("h100-sxm", False, False, 1024, BANDS)
+    assert exact["match"] == "exact" and exact["band_lo_pct"] == -15.0
+    other_scale = band_for("h100-sxm", False, False, 1024, BANDS)  # same GPU and kind, another scale
     assert other_scale["match"] == "nearest" and other_scale["family"] == "h100-sxm/dense/bf16/<=64"
-    same_arch = band_for("h200-sxm", False, False, 1024, BANDS)  # Hopper: the H100 family, though at 64 GPUs
-    assert same_arch["match"] == "nearest" and same_arch["family"] == "h100-sxm/dense/bf16/<=64"
-    other_gpu = band_for("b200", False, False, 1024, BANDS)
-    assert other_gpu["match"] == "nearest" and other_gpu["family"] == "a100-80gb/dense/bf16/>512"
+    # no band is borrowed from another GPU, even of the same architecture
+    for gpu in ("h200-sxm", "b200"):
+        other = band_for(gpu, False, False, 1024, BANDS)
+        assert other["match"] == "unvalidated" and f"no validated dense run on {gpu}" in other["note"]
+        assert (other["band_lo_pct"], other["band_hi_pct"]) == (-20.0, 15.0)
+    # a family of fewer than 3 runs is unvalidated: the band of all runs, never its own narrow one
     moe = band_for("h100-sxm", True, False, 64, BANDS)
-    assert moe["match"] == "outside" and "outside every validated family" in moe["note"]
-    assert moe["mean_abs_error_pct"] == 4.0
+    assert moe["match"] == "unvalidated" and "only 2 validated MoE run(s) on h100-sxm" in moe["note"]
+    assert band_text(moe) == "unvalidated: all runs -1% (-20..+15%, n=14)"
 
 
-def test_band_is_the_measured_over_predicted_range_of_the_family():
-    # every run of a family predicted too fast (signed error -15.5 .. -5.7%): measured took 6..18% longer
-    biased = {"n_runs": 5, "mean_abs_error_pct": 11.0, "mean_signed_error_pct": -11.0,
-              "min_signed_error_pct": -15.5, "max_signed_error_pct": -5.7}
+def test_band_text_and_ratios_share_one_sign_convention():
+    # every run of a family predicted too fast (prediction errors -15.5 .. -5.7%): measured took 6..18% longer
+    biased = {"n_runs": 5, "mean_abs_error_pct": 11.0, "mean_signed_error_pct": -11.0, "median_signed_error_pct": -9.0,
+              "band_lo_pct": -15.5, "band_hi_pct": -5.7}
     lo, hi = measured_ratio_range(biased)
     assert lo == pytest.approx(1 / 0.943) and hi == pytest.approx(1 / 0.845) and lo > 1
-    # no median in this table: the mean signed error stands for it, 1 / (1 - 0.11) = 1.124
-    assert band_text(biased) == "+12% (+6..+18%, n=5)"
-    assert band_text({**biased, "median_signed_error_pct": -9.0}) == "+10% (+6..+18%, n=5)"
-    one = {**biased, "n_runs": 1, "min_signed_error_pct": -15.5, "max_signed_error_pct": -15.5}
-    assert band_text(one) == "+18% (n=1)"
-    # a table without the signed extremes keeps the symmetric band of its mean absolute error
-    assert measured_ratio_range(BANDS["all"]) == (pytest.approx(0.96), pytest.approx(1.04))
+    assert band_text(biased) == "-9% (-16..-6%, n=5)"
     summary = band_summary({**biased, "family": "f", "match": "exact", "note": "n"})
-    assert summary["text"] == "+12% (+6..+18%, n=5)" and summary["measured_over_predicted"] == [lo, hi]
-    assert summary["median_measured_over_predicted"] == pytest.approx(1 / 0.89)
+    assert summary["text"] == "-9% (-16..-6%, n=5)" and summary["measured_over_predicted"] == [lo, hi]
+    assert summary["prediction_error_pct"] == [-15.5, -5.7] and summary["validated"]
+    assert summary["median_measured_over_predicted"] == pytest.approx(1 / 0.91)
+
+
+def test_no_band_has_zero_width_and_one_outlier_does_not_set_it():
+    from echo_tune.plan.bands import _summary
+
+    one_value = _summary([3.0, 3.0, 3.0], min_half_width=4.0)
+    assert (one_value["band_lo_pct"], one_value["band_hi_pct"]) == (-1.0, 7.0)
+    # five runs, one +33% outlier (like Megatron-LM README row44): the band spans the other four only
+    spread = _summary([-2.0, 0.0, 1.0, 2.0, 33.0], min_half_width=1.0)
+    assert spread["band_hi_pct"] < 2.0 + 1e-9 and spread["max_signed_error_pct"] == 33.0
+    for fam in load_bands()["families"].values():
+        assert fam["band_hi_pct"] - fam["band_lo_pct"] >= 2 * load_bands()["min_half_width_pct"] - 1e-9
+
+
+def test_host_fitted_rows_count_out_of_sample():
+    """The H100 rows the default host time was fitted on enter the bands with their leave-one-source-out error."""
+    from echo_tune.cost.host_time import shipped_fit
+    from echo_tune.plan.bands import out_of_sample_errors
+
+    row = next(r for r in shipped_fit()["rows"] if r["name"] == "mb2511-qwen3-30b-a3b-fp8cs-16xh100")
+
+    class Case:
+        name, source = row["name"], row["source"]
+
+    class Result:
+        error_pct = 0.0
+
+    assert out_of_sample_errors([(Case, Result)]) == [row["loso_error_pct"]]
+    Case.name = "not fitted"
+    assert out_of_sample_errors([(Case, Result)]) == [0.0]
 
 
 def test_shipped_table_is_consistent_and_names_its_command():
@@ -63,6 +95,7 @@ def test_shipped_table_is_consistent_and_names_its_command():
     for key, fam in bands["families"].items():
         assert key == family_key(fam) and fam["mean_abs_error_pct"] >= abs(fam["mean_signed_error_pct"]) - 1e-9
         assert fam["min_signed_error_pct"] <= fam["mean_signed_error_pct"] <= fam["max_signed_error_pct"]
+        assert fam["band_lo_pct"] < fam["median_signed_error_pct"] < fam["band_hi_pct"]
 
 
 def test_build_from_a_runs_csv_groups_rows_by_family():
@@ -76,7 +109,7 @@ def test_median_of_the_family_is_its_middle_run():
     rows = build_bands([str(published_runs("runs_megatron.csv"))])
     for fam in rows["families"].values():
         assert fam["min_signed_error_pct"] <= fam["median_signed_error_pct"] <= fam["max_signed_error_pct"]
-    # three runs of -15, -5, +1%: the median is -5%, measured/predicted 1 / 0.95
+    # the median's measured/predicted ratio: -5% is 1 / 0.95
     assert median_ratio({"median_signed_error_pct": -5.0}) == pytest.approx(1 / 0.95)
 
 
@@ -108,12 +141,13 @@ def test_a_band_only_where_it_was_validated():
     assert band_or_none(default_profile(cpu), cpu, False, False, 1)["match"] == "none"
 
 
-def test_every_gpu_preset_has_an_architecture_and_a_blackwell_rack_borrows_b200s_band():
+def test_every_gpu_preset_has_an_architecture_and_racks_have_their_own_runs():
     from echo_tune.config.loading import preset_names
     from echo_tune.plan.bands import ARCHITECTURES
 
     assert set(preset_names("gpus")) <= set(ARCHITECTURES)  # a new preset gets its architecture, or no band at all
-    for rack in ("gb200-nvl72", "gb300-nvl72"):
-        cluster = et.load_cluster(rack)
-        band = band_or_none(default_profile(cluster), cluster, False, True, 64)
-        assert band["match"] == "nearest" and band["family"].startswith("b200/")
+    cluster = et.load_cluster("gb200-nvl72")
+    band = band_or_none(default_profile(cluster), cluster, False, True, 64)
+    assert band["match"] == "exact" and band["family"] == "gb200/dense/fp8/<=64"
+    h200 = et.load_cluster("h200-sxm")  # no validated H200 run: unvalidated, not the H100 band
+    assert band_or_none(default_profile(h200), h200, False, False, 64)["match"] == "unvalidated"
