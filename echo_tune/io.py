@@ -28,6 +28,10 @@ from echo_tune.io_targets import stream_target, write_error, write_stream
 
 def os_error_message(exc: OSError, what: str = "file") -> str:
     """One line for an OSError: the path, the OS's reason and a hint at the fix."""
+    if exc.filename is None and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        # every file echo-tune writes is named in its errors (atomic_path, io_targets): a write that names
+        # none is the command's own output (`echo-tune simulate > /dev/full`)
+        return write_error(exc, "", "standard output")
     path = exc.filename if exc.filename is not None else "?"
     hints = {
         "IsADirectoryError": "give a file path, not a directory",
@@ -131,7 +135,7 @@ def _via_stream(stream, path: Path, what: str) -> Iterator[Path]:
         yield Path(tmp)
         write_stream(stream, tmp, what)
     except OSError as exc:
-        raise write_error(exc, what, stream.label()) from None
+        raise stream.error(exc, what) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
 

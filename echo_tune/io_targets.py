@@ -40,8 +40,12 @@ class Stream:
     name: str
     stream: str
 
-    def label(self) -> str:
-        return {"stdout": "standard output", "stderr": "standard error"}.get(self.stream, self.name)
+    def error(self, exc: OSError, what: str) -> ConfigError:
+        """``write_error`` naming this stream: its path, or which standard stream (as the user named it)."""
+        if self.stream == "path":
+            return write_error(exc, what, self.name)
+        where = "standard output" if self.stream == "stdout" else "standard error"
+        return write_error(exc, "", f"{what} to {where} ({self.name!r})")
 
 
 def stream_target(path: str | Path) -> Stream | None:
@@ -64,20 +68,22 @@ def stream_target(path: str | Path) -> Stream | None:
 
 
 def write_error(exc: OSError, what: str, target: str) -> ConfigError:
-    """One line for a write to ``target`` that failed, naming it, the OS's reason and the way out."""
+    """One line for a write to ``target`` that failed, naming it, the OS's reason and the way out (``what``
+    empty: ``target`` is a description, as "standard output", not a path)."""
     import errno
 
     reason = exc.strerror or str(exc) or type(exc).__name__
+    name = f"{what} {target!r}" if what else target
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ConfigError(f"disk full: cannot write {what} {target!r} ({reason}); free some space or give "
+        return ConfigError(f"disk full: cannot write {name} ({reason}); free some space or give "
                            f"another path, and run again")
     if exc.errno == errno.EFBIG:
-        return ConfigError(f"cannot write {what} {target!r}: {reason} (the file size limit, `ulimit -f`, or the "
+        return ConfigError(f"cannot write {name}: {reason} (the file size limit, `ulimit -f`, or the "
                            f"file system's largest file); raise the limit or give another path")
     if exc.errno == errno.EPIPE:
-        return ConfigError(f"cannot write {what} {target!r}: {reason} (its reader closed it before the end); keep "
+        return ConfigError(f"cannot write {name}: {reason} (its reader closed it before the end); keep "
                            f"the reader open until echo-tune ends, or give a file path")
-    return ConfigError(f"cannot write {what} {target!r}: {reason}; check the path and the disk")
+    return ConfigError(f"cannot write {name}: {reason}; check the path and the disk")
 
 
 def write_stream(target: Stream, source, what: str = "file") -> None:
@@ -113,4 +119,4 @@ def write_stream(target: Stream, source, what: str = "file") -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise write_error(exc, what, target.label()) from None
+        raise target.error(exc, what) from None
