@@ -27,12 +27,15 @@ from pathlib import Path
 
 from echo_tune.calibrate import megatron_dump
 from echo_tune.errors import ConfigError
+from echo_tune.io import os_error_message
 
 ARGS_BEGIN = re.compile(r"^-+ arguments -+\s*$")
 ARGS_END = re.compile(r"^-+ end of arguments -+\s*$")
 # "[default0]:" (torchrun --tee), "[rank0]:" (torch's own messages), "0: " (srun --label); never a "[date]"
-RANK_PREFIX = re.compile(r"^(\[(default|rank)\d+\]:|\d+: )")
-ARG_LINE = re.compile(r"^  (\w+) \.+ ?(.*)$")
+RANK_PREFIX = re.compile(r"^(\[(default|rank)\d+\]:|\s*\d+: )")
+# '  {} {} {}'.format(arg, '.' * (48 - len(arg)), value): no dots for names of 48 characters or more, and a
+# value of '' leaves the line ending in a space (which an editor may strip)
+ARG_LINE = re.compile(r"^  (\w+) \.*(?: (.*))?$")
 ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\S+) \|")
 ELAPSED = re.compile(r"elapsed time per iteration \(ms\): ([^|\s]*)")
 SKIPPED = re.compile(r"number of skipped iterations: *([^|\s]*)")
@@ -41,7 +44,7 @@ NUMBER = re.compile(r"^\d+(\.\d*)?([eE][-+]?\d+)?$")
 PADDED_VOCAB = re.compile(r"> padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Iteration:
     iteration: int
     elapsed_ms: float
@@ -61,7 +64,7 @@ class LoggedRun:
     iterations: tuple[Iteration, ...] = ()
     padded_vocab_size: int | None = None
     digest: str = ""
-    """SHA-256 of the run's lines (dump to last iteration line): the same run given twice is one run."""
+    """SHA-256 of the run's argument and iteration lines: the same run given twice is one run."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -70,6 +73,7 @@ def strip_prefix(line: str) -> str:
 
 
 def _error(path: Path, line: int, message: str) -> ConfigError:
+    message = re.sub(r"\s*\n\s*-?\s*", "; ", message)  # one line, whatever the reason's own layout
     return ConfigError(f"Megatron log {str(path)!r} line {line}: {message}")
 
 
@@ -89,35 +93,40 @@ def _iteration(path: Path, number: int, text: str, match: re.Match) -> Iteration
     return Iteration(iteration=int(match.group(1)), elapsed_ms=float(raw), skipped=int(count), line=number)
 
 
+def _lines(path: Path):
+    """(number, line without its rank prefix) of a log, read as a stream: a week-long run's log can be GBs."""
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline=None) as stream:
+            for number, raw in enumerate(stream, start=1):
+                yield number, strip_prefix(raw)
+    except OSError as exc:
+        raise ConfigError(os_error_message(exc, "Megatron log")) from None
+
+
 def parse_log(path: str | Path) -> list[LoggedRun]:
     """Every run of a Megatron-LM log, in order (an empty list when it holds no argument dump)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"Megatron log {str(path)!r} does not exist; give the stdout of a Megatron-LM run")
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        raise ConfigError(f"Megatron log {str(path)!r} does not exist or is not a file; give the stdout of a "
+                          f"Megatron-LM run")
     runs: list[dict] = []
-    inside = False
-    orphans = 0
-    for number, raw in enumerate(lines, start=1):
-        line = strip_prefix(raw)
+    inside, orphans, number = False, 0, 0
+    for number, line in _lines(path):
         if ARGS_BEGIN.match(line.strip()):
             if inside:
                 raise _error(path, number, f"a second argument dump starts before the one of line {runs[-1]['line']} "
                                            f"ends ('end of arguments'): the log is cut or two ranks' output mixed; "
                                            f"keep one rank's whole output")
             runs.append({"line": number, "args": {}, "arg_lines": {}, "iterations": [], "vocab": None,
-                         "last": number})
+                         "digest": hashlib.sha256()})
             inside = True
-            continue
-        if inside:
-            if ARGS_END.match(line.strip()):
-                inside = False
-                runs[-1]["last"] = number
-            elif match := ARG_LINE.match(line):
-                runs[-1]["args"][match.group(1)] = match.group(2).strip()
-                runs[-1]["arg_lines"][match.group(1)] = number
-            continue
-        if match := ITERATION.search(line):
+        elif inside and ARGS_END.match(line.strip()):
+            inside = False
+        elif inside and (match := ARG_LINE.match(line)):
+            runs[-1]["args"][match.group(1)] = (match.group(2) or "").strip()
+            runs[-1]["arg_lines"][match.group(1)] = number
+            runs[-1]["digest"].update(line.encode() + b"\n")
+        elif not inside and (match := ITERATION.search(line)):
             step = _iteration(path, number, line, match)
             if step is None:
                 continue
@@ -130,21 +139,17 @@ def parse_log(path: str | Path) -> list[LoggedRun]:
                                            f"(line {previous[-1].line}) without a new argument dump: two runs are "
                                            f"mixed in this file; split it, one run per file, each with its dump")
             previous.append(step)
-            runs[-1]["last"] = number
-        elif runs and (match := PADDED_VOCAB.search(line)) and runs[-1]["vocab"] is None:
+            runs[-1]["digest"].update(line.encode() + b"\n")
+        elif not inside and runs and runs[-1]["vocab"] is None and (match := PADDED_VOCAB.search(line)):
             runs[-1]["vocab"] = int(match.group(3))
     if inside:
         raise _error(path, runs[-1]["line"], f"the argument dump starting here never ends (no 'end of arguments' "
-                                             f"line by line {len(lines)}): the log is cut; keep rank 0's whole output")
-    out = []
-    for run in runs:
-        digest = hashlib.sha256("\n".join(strip_prefix(t) for t in lines[run["line"] - 1:run["last"]]).encode())
-        notes = (f"{path}: {orphans} iteration line(s) before the first argument dump belong to no dump and are "
-                 f"left out",) if orphans and run is runs[0] else ()
-        out.append(LoggedRun(path=path, line=run["line"], args=run["args"], arg_lines=run["arg_lines"],
-                             iterations=tuple(run["iterations"]), padded_vocab_size=run["vocab"],
-                             digest=digest.hexdigest(), notes=notes))
-    return out
+                                             f"line by line {number}): the log is cut; keep rank 0's whole output")
+    notes = (f"{path}: {orphans} iteration line(s) before the first argument dump belong to no dump and are left "
+             f"out",) if orphans else ()
+    return [LoggedRun(path=path, line=run["line"], args=run["args"], arg_lines=run["arg_lines"],
+                      iterations=tuple(run["iterations"]), padded_vocab_size=run["vocab"],
+                      digest=run["digest"].hexdigest(), notes=notes if i == 0 else ()) for i, run in enumerate(runs)]
 
 
 def step_time_s(run: LoggedRun, *, skip_first: int = 1) -> float:

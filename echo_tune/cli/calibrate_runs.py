@@ -17,8 +17,9 @@ def add_run_arguments(fit: argparse.ArgumentParser) -> None:
     group.add_argument("--runs", nargs="+", default=[], metavar="CSV",
                        help="runs CSVs in the `validate` format (measured_step_time_s per row)")
     group.add_argument("--megatron-log", nargs="+", default=[], metavar="LOG",
-                       help="Megatron-LM training logs (rank 0's argument dump and 'elapsed time per iteration (ms)' "
-                            "lines); their cluster is --cluster")
+                       help="Megatron-LM training logs (rank 0's whole argument dump and its 'elapsed time per "
+                            "iteration (ms)' lines; torchrun [default0]: and srun labels are read; each dump in a "
+                            "file is one run, the same run given twice counts once); their cluster is --cluster")
     group.add_argument("--gpu", help="fit the rows on this GPU preset only (runs CSVs may mix GPU types)")
     group.add_argument("--params", default="clock,comm,launch",
                        help="parameters to fit, 1-3 of clock (sustained SM clock of compute-bound kernels), comm "

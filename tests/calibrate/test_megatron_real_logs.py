@@ -177,3 +177,21 @@ def test_a_run_that_cannot_be_simulated_names_its_log(tmp_path):
     with pytest.raises(ConfigError, match=r"odd.log' line 6: the run whose argument dump starts here cannot be "
                                           r"simulated: .*num_attention_heads"):
         read_logs([path], "h100-sxm")
+
+
+def test_arguments_of_48_characters_or_more_print_without_dots_and_are_read(tmp_path):
+    # '.' * (48 - len(arg)) is '' for long names: "  ddp_param_name_patterns_for_fp32_local_accumulation  []"
+    (run,) = parse_log(CP1)
+    assert run.args["ddp_param_name_patterns_for_fp32_local_accumulation"] == "[]"
+    assert run.args["config_logger_dir"] == ""  # a '' value: the line ends in the separating space
+    name = "ddp_param_name_patterns_for_fp32_local_accumulation"
+    path = _edit(tmp_path, CP1, "fp32acc.log", (f"  {name}  []", f"  {name}  ['*.bias']"))
+    with pytest.raises(ConfigError, match=rf"`{name} \['\*.bias'\]`"):
+        read_logs([path], "h100-sxm")
+
+
+def test_srun_labels_are_read(tmp_path):
+    path = tmp_path / "srun.log"
+    path.write_text("".join(f" 0: {line}\n" for line in TP2.read_text().splitlines()))
+    (case,) = read_logs([path], "h100-sxm")
+    assert case.parallel.tensor_model_parallel_size == 2 and case.measured_step_time_s == pytest.approx(13.43)
