@@ -42,7 +42,7 @@ def _one_line_error(argv: list[str], capsys, *words: str) -> str:
     ("E|t*" + "1" * 40 + "|L", ("repeat count digits <= 7", "40 digits")),
     ("E((t)*2)*3|L", ("parenthesis depth <= 1",)),
     ("E" + "(" * 10_000 + "t" + ")" * 10_000 + "|L", ("parenthesis depth <= 1",)),
-])
+], ids=["20-chars", "nested-unroll", "5000-digits", "40-digits", "nested", "10000-deep"])
 def test_layout_limits_are_checked_before_unrolling(layout, words, capsys):
     err = _one_line_error(SIM + ["--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", layout],
                           capsys, "pipeline_model_parallel_layout", *words)

@@ -126,7 +126,7 @@ def test_a_million_mtp_layers_is_refused_by_flag_line_and_file(tmp_path, capsys)
     ("a100-80gb:8:inf", "`PRICE` must be finite"), ("a100-80gb:8:nan", "`PRICE` must be finite"),
     ("a100-80gb:8:1e300", "`0 < PRICE <= 1e+06`"), ("a100-80gb:8:" + "9" * 5000, "`PRICE` must be finite"),
     ("a100-80gb:8:1e300:bf16", "`0 < PRICE <= 1e+06`"), ("a100-80gb:10000000:1", "`1 <= num_gpus <= 1048576`"),
-])
+], ids=["inf", "nan", "1e300", "5000-digits", "1e300-bf16", "10M-gpus"])
 def test_plan_prices_and_gpu_counts_are_bounded(candidate, words, capsys):
     err = _refused(["plan", "--model", "gpt-1.7b", "--tokens", "1e9", "--candidate", candidate], capsys, words)
     assert len(err) < 400, "a long candidate is quoted cut short"
