@@ -23,6 +23,7 @@ import shlex
 
 from echo_tune.config.flag_catalog import megatron_flags, spelling
 
+_MAX_NUMBER_CHARS = 100  # as safe_yaml.MAX_NUMBER_CHARS: no quantity echo-tune reads needs more than 20 digits
 _NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 # dashes a word processor or chat client puts where `--` was typed (U+2012..U+2015, U+2212 minus)
 _TYPOGRAPHIC = "\u2012\u2013\u2014\u2015\u2212"
@@ -57,6 +58,16 @@ def program_end(tokens: list[str]) -> int:
     while i < len(tokens) and not _is_flag(tokens[i]):
         i += 1
     return i
+
+
+def _values_ahead(tokens: list[str], i: int, n) -> list[str]:
+    """The tokens from ``i`` that a flag of arity ``n`` would take (up to the next flag)."""
+    want = n if isinstance(n, int) else -1
+    out: list[str] = []
+    while i < len(tokens) and (want < 0 or len(out) < want) and not _is_flag(tokens[i]):
+        out.append(tokens[i])
+        i += 1
+    return out
 
 
 def arity(flag: str, kinds: dict[str, int | str]) -> int | str | None:
@@ -117,6 +128,14 @@ def split_line(line: str, kinds: dict[str, int | str], problems: list[str]) -> l
         flag = spelling(flag, kinds)
         previous = flag
         n = arity(flag, kinds)
+        ahead = [] if eq else _values_ahead(tokens, i, n)
+        long = [v for v in ([inline] if eq else ahead) if len(v) > _MAX_NUMBER_CHARS and _NUMBER.match(v)]
+        if long:  # Python refuses to read an integer of more than 4,300 digits, with a traceback
+            problems.append(f"`characters of a number <= {_MAX_NUMBER_CHARS}` must hold for the value of `{flag}`, but "
+                            f"got a number of {len(long[0]):,} characters ({long[0][:20]}...); give the value in "
+                            f"fewer digits")
+            i += len(ahead)
+            continue
         if eq:
             if n == 0:
                 problems.append(f"`{flag}` takes no value, but got `{token}` (Megatron-LM's argparse refuses it: "

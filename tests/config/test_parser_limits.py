@@ -152,3 +152,12 @@ def test_long_text_and_ordinary_numbers_still_read(tmp_path):
     assert load_yaml("a: '" + "9" * 5001 + "'\nb: " + "x" * 5001 + "\nc: 68719476736\n", "f")["c"] == 68719476736
     assert load_json('{"a": "' + "9" * 5001 + '", "b": [1.5e10, -3, 12345678901234567890]}', "f")["b"][2] == \
         12345678901234567890
+
+
+@pytest.mark.parametrize("extra", ["--lr {n}", "--moe-layer-freq {n}", "--num-layers={n}", "--tensor-model-parallel-size {n}",
+                                   "--recompute-modules {n} core_attn"])
+def test_a_number_of_thousands_of_digits_on_a_launch_line_is_one_line(extra, capsys):
+    line = LINE.replace("--num-layers 2 ", "--num-layers 2 " if "num-layers" not in extra else "")
+    err = _one_line_error(["simulate", "--num-gpus", "8", "--megatron-args", f"{line} {extra.format(n='9' * 5000)}"],
+                          capsys, "`characters of a number <= 100`", "5,000 characters")
+    assert len(err) < 400
