@@ -11,6 +11,7 @@ from: data/megatron_logs/make_logs.py.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 from pathlib import Path
 
@@ -19,7 +20,10 @@ import pytest
 from echo_tune.calibrate.fit_runs import BOUNDS, fit_runs
 from echo_tune.calibrate.megatron_log import parse_log, read_logs
 from echo_tune.cli.main import main
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.loading import build, load_cluster
+from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.model import ModelSpec
+from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.profile import load_cluster_profile, load_profile
 from echo_tune.errors import ConfigError
 
@@ -195,3 +199,28 @@ def test_srun_labels_are_read(tmp_path):
     path.write_text("".join(f" 0: {line}\n" for line in TP2.read_text().splitlines()))
     (case,) = read_logs([path], "h100-sxm")
     assert case.parallel.tensor_model_parallel_size == 2 and case.measured_step_time_s == pytest.approx(13.43)
+
+
+def _launch_lines() -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location("make_logs", DATA / "make_logs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {name: line for name, (line, _) in module.LOGS.items()}
+
+
+@pytest.mark.parametrize("name", ["llama3_8b_bf16_tp1cp1_8xh100.log", "llama3_8b_bf16_tp1cp2_8xh100.log",
+                                  "llama3_8b_bf16_tp2cp1_8xh100.log"])
+def test_a_dump_reads_as_the_launch_line_it_came_from(name):
+    """The dump and `--megatron-args` with the line that printed it give the same model and layout, but for what
+    Megatron's validate_args resolves (and the line leaves at a default that means the same)."""
+    model_fields, parallel_fields, precision, _ = parse_megatron_line(_launch_lines()[name], megatron_lm=True)
+    model = build(ModelSpec, {**model_fields, "name": Path(name).stem}, "model")
+    parallel = build(ParallelConfig, {**parallel_fields, "precision": precision}, "layout")
+    (case,) = read_logs([DATA / name], "h100-sxm")
+    tp = parallel.tensor_model_parallel_size
+    resolved_model = {"max_position_embeddings": 8192,  # None on the line: the sequence length
+                      "bias_gelu_fusion": False}  # validate_args: no GeLU fusion with --swiglu (unused either way)
+    resolved_parallel = {"expert_tensor_parallel_size": tp,  # None: TP's size
+                         "sequence_parallel": tp > 1}  # validate_args turns it off at TP 1
+    assert case.model == model.replace(**resolved_model)
+    assert case.parallel == dataclasses.replace(parallel, **resolved_parallel)
