@@ -86,7 +86,8 @@ def atomic_path(path: str | Path, what: str = "file", *, follow_symlinks: bool =
     ``path`` may not be a symbolic link (one-line ConfigError) unless ``follow_symlinks``: then the
     link's target is replaced. The temporary file keeps ``path``'s suffix (writers that pick a format by
     suffix, as matplotlib does, see the right one). OS errors (a full disk, say) become one-line
-    ConfigErrors."""
+    ConfigErrors. A device, FIFO or standard stream (``io_targets.stream_target``) is not replaced: the
+    temporary file is made in the temporary folder and its bytes written to the stream."""
     stream = stream_target(path)
     if stream is not None:  # a device, FIFO or standard stream: written in place, never replaced
         yield from _via_stream(stream, Path(path), what)
@@ -115,8 +116,10 @@ def atomic_path(path: str | Path, what: str = "file", *, follow_symlinks: bool =
         os.replace(tmp_path, path)
     except OSError as exc:
         tmp_path.unlink(missing_ok=True)
-        if exc.filename in (None, tmp):  # a failed write() names no file: name the output, not "?"
+        if exc.filename is None:  # a failed write() names no file: name the output, not "?"
             raise write_error(exc, what, str(path)) from None
+        if exc.filename == tmp:
+            exc.filename = str(path)
         raise ConfigError(os_error_message(exc, what)) from None
     except BaseException:
         tmp_path.unlink(missing_ok=True)

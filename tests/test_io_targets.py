@@ -175,3 +175,20 @@ def test_a_plot_to_a_path_without_a_suffix_is_png(tmp_path):
 
     plot_breakdowns([{"label": "a", "breakdown_s": {"compute": 1.0}}], tmp_path / "plan", title="t")
     assert (tmp_path / "plan").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_full_standard_output_is_one_line_naming_it():
+    """`echo-tune simulate > /dev/full`: the report's own write fails; the line says standard output, not '?'."""
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "echo_tune.cli.main", *SIM], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == ["echo-tune simulate: error: disk full: cannot write standard output (No space left on device); "
+                     "free some space or give another path, and run again"]
+    assert stat.S_ISCHR(os.lstat("/dev/full").st_mode)
