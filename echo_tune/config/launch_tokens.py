@@ -47,7 +47,8 @@ def _is_flag(token: str) -> bool:
 def program_end(tokens: list[str]) -> int:
     """Index of the first token after the program: ``VAR=value`` assignments, then either a launcher
     (``torchrun --nproc_per_node 8 --nnodes 2 ... pretrain_gpt.py``, ``python -u pretrain_gpt.py``) whose own
-    flags run up to and including the script path, or plain words up to the first flag."""
+    flags run up to and including the script path (or the module after ``-m``), or plain words up to the first
+    flag."""
     i = 0
     while i < len(tokens) and _ENV.match(tokens[i]):
         i += 1
@@ -55,6 +56,10 @@ def program_end(tokens: list[str]) -> int:
         for j in range(i + 1, len(tokens)):
             if tokens[j].endswith(".py") and not tokens[j].startswith("-"):
                 return j + 1  # the script: the launcher's flags are its own, not Megatron-LM's
+        modules = [j for j in range(i + 1, len(tokens) - 1) if tokens[j] in ("-m", "--module")
+                   and not _is_flag(tokens[j + 1])]
+        if modules:  # `torchrun ... -m megatron.training.pretrain_gpt` / `python -m pkg.train`: the module
+            return modules[-1] + 2
     while i < len(tokens) and not _is_flag(tokens[i]):
         i += 1
     return i

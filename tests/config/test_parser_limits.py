@@ -95,7 +95,8 @@ TORCHRUN = ("CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc_per_node 8 --nnodes 
     "python -u -m torch.distributed.run --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 " + LINE,
     "/usr/bin/python3.12 -u pretrain_gpt.py --tensor-model-parallel-size 2 " + LINE,
     "deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 " + LINE,
-])
+    "torchrun --nproc_per_node 8 --nnodes 2 -m megatron.training.pretrain_gpt --tensor-model-parallel-size 2 " + LINE,
+], ids=["torchrun-env", "torchrun-equals", "python-m-run", "python-u", "deepspeed", "torchrun-module"])
 def test_a_full_launch_line_skips_the_launchers_flags(line):
     model, parallel, precision, _ = parse_megatron_line(line)
     assert parallel["tensor_model_parallel_size"] == 2 and model["num_layers"] == 2 and precision == "bf16"
@@ -161,3 +162,10 @@ def test_a_number_of_thousands_of_digits_on_a_launch_line_is_one_line(extra, cap
     err = _one_line_error(["simulate", "--num-gpus", "8", "--megatron-args", f"{line} {extra.format(n='9' * 5000)}"],
                           capsys, "`characters of a number <= 100`", "5,000 characters")
     assert len(err) < 400
+
+
+def test_a_rank_files_blank_megatron_args_is_refused(tmp_path, capsys):
+    candidate = {"name": "c", "model": "gpt-1.7b", "cluster": "a100-80gb", "num_gpus": 8, "megatron_args": "  "}
+    path = tmp_path / "rank.yaml"
+    path.write_text(yaml.safe_dump({"candidates": [candidate]}))
+    _one_line_error(["rank", str(path), "--tokens", "1e9"], capsys, "`the Megatron launch line holds a flag`")
