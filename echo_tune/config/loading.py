@@ -184,7 +184,7 @@ def cluster_from_dict(data: dict, *, name: str, base_dir: Path | None = None, wh
     except ConfigError as exc:  # a rule between keys (a clock over the GPU's peak): still named by its file
         if what == "cluster" or what in str(exc):
             raise
-        raise ConfigError(f"{what}: {exc}") from None
+        raise type(exc)(f"{what}: {exc}") from None
 
 
 def load_cluster(ref: str | Path) -> ClusterSpec:
