@@ -14,6 +14,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.local_spec import check_local_layout
 from echo_tune.config.model import FLASH_STYLE_BACKENDS, ModelSpec
+from echo_tune.config.offload_rules import check_cpu_offload
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import check_schedule_features
 from echo_tune.config.pipeline_layout import ChunkContents
@@ -247,6 +248,7 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     _check_fp8(model, cluster, parallel)
     check_local_layout(model, parallel, sequence_parallel)
     check_schedule_features(model, parallel, dp, vpp)
+    check_cpu_offload(model, parallel)
     precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype,
                        parallel.main_grads_dtype) != ("fp32",) * 4
     require(not precision_aware or parallel.use_precision_aware_optimizer,

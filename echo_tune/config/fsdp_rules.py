@@ -27,6 +27,12 @@ def check_fsdp(parallel: ParallelConfig) -> ParallelConfig:
     require(not parallel.fsdp_double_buffer or parallel.use_megatron_fsdp,
             "`fsdp_double_buffer` needs use_megatron_fsdp, but got (fsdp_double_buffer=True, "
             "use_megatron_fsdp=False); add --use-megatron-fsdp or drop --fsdp-double-buffer")
+    size = parallel.suggested_communication_unit_size
+    require(size is None or parallel.use_megatron_fsdp,
+            f"`suggested_communication_unit_size` is a Megatron-FSDP setting, but got (suggested_communication_unit_size="
+            f"{size}, use_megatron_fsdp=False); add --use-megatron-fsdp or drop --suggested-communication-unit-size")
+    require(size is None or size > 0, f"`suggested_communication_unit_size > 0` must hold, but got "
+                                      f"(suggested_communication_unit_size={size})")
     if not parallel.use_megatron_fsdp:
         return parallel
     require_choice("data_parallel_sharding_strategy", parallel.data_parallel_sharding_strategy, SHARDING_STRATEGIES)

@@ -175,6 +175,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "megatron_fsdp_grad_comm_dtype": ("--megatron-fsdp-grad-comm-dtype", "str"),
     "fsdp_double_buffer": ("--fsdp-double-buffer", "flag"),
     "nccl_ub": ("--use-nccl-ub", "flag"),
+    "suggested_communication_unit_size": ("--suggested-communication-unit-size", "int"),
+    "cpu_offloading_num_layers": ("--cpu-offloading-num-layers", "int"),
     "overlap_p2p_comm_warmup_flush": ("--overlap-p2p-communication-warmup-flush", "flag"),
     # the optimizer (config/optimizer_fields.py, sim/optimizer_muon.py)
     "optimizer": ("--optimizer", "str"),

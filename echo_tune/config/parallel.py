@@ -250,6 +250,10 @@ class ParallelConfig(OptimizerFields):
     """``--use-tp-pp-dp-mapping``: rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp (training/initialize.py):
     pipeline stages sit inside the data-parallel stride."""
 
+    cpu_offloading_num_layers: int = 0
+    """``--cpu-offloading-num-layers``: the first N layers' activations are copied to host memory during the
+    forward and back before their backward (Transformer Engine's offload context; sim/cpu_offload.py)."""
+
     # Megatron-FSDP (sim/fsdp.py; Megatron-LM d98e8a64ddf3 training/arguments.py, core/distributed/fsdp/)
     use_megatron_fsdp: bool = False
     """``--use-megatron-fsdp``: Megatron-FSDP shards parameters, gradients and optimizer states over DP x CP as
@@ -276,6 +280,12 @@ class ParallelConfig(OptimizerFields):
 
     nccl_ub: bool = False
     """``--use-nccl-ub``: NCCL user-buffer registration of the FSDP buffers (turns on ``fsdp_double_buffer``)."""
+
+    suggested_communication_unit_size: int | None = None
+    """``--suggested-communication-unit-size``: Megatron-FSDP's pipelines in parameter elements: the all-gather
+    prefetches up to half of it ahead, the reduce-scatter queue holds up to it (megatron_fsdp.py; None: at least
+    1e9). echo-tune keeps one unit in flight each way (sim/fsdp.py), what the pipelines do when a unit holds at
+    least half the size; smaller units prefetch deeper, which the report says."""
 
     overlap_p2p_comm_warmup_flush: bool = False
     """``--overlap-p2p-communication-warmup-flush``: overlap the interleaved schedule's pipeline sends and

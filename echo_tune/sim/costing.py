@@ -40,21 +40,25 @@ class PhaseCost:
     """MoE dispatch / combine (all-to-all or all-gather over the expert groups), never overlapped."""
     dp_comm_s: float = 0.0
     """Megatron-FSDP's per-unit parameter all-gathers / gradient reduce-scatters left exposed (sim/fsdp.py)."""
+    offload_s: float = 0.0
+    """Activation copies to / from host memory left exposed (``--cpu-offloading-num-layers``, sim/cpu_offload.py)."""
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.comm_exposed_s + self.interference_s + self.ep_comm_s + self.dp_comm_s
+        return self.compute_s + self.comm_exposed_s + self.interference_s + self.ep_comm_s + self.dp_comm_s \
+            + self.offload_s
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
         return PhaseCost(compute_s=self.compute_s + other.compute_s,
                          comm_exposed_s=self.comm_exposed_s + other.comm_exposed_s,
                          interference_s=self.interference_s + other.interference_s,
-                         ep_comm_s=self.ep_comm_s + other.ep_comm_s, dp_comm_s=self.dp_comm_s + other.dp_comm_s)
+                         ep_comm_s=self.ep_comm_s + other.ep_comm_s, dp_comm_s=self.dp_comm_s + other.dp_comm_s,
+                         offload_s=self.offload_s + other.offload_s)
 
     def scaled(self, factor: float) -> "PhaseCost":
         return PhaseCost(compute_s=self.compute_s * factor, comm_exposed_s=self.comm_exposed_s * factor,
                          interference_s=self.interference_s * factor, ep_comm_s=self.ep_comm_s * factor,
-                         dp_comm_s=self.dp_comm_s * factor)
+                         dp_comm_s=self.dp_comm_s * factor, offload_s=self.offload_s * factor)
 
 
 ZERO = PhaseCost()

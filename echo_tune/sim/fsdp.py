@@ -32,8 +32,10 @@ from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.costing import PhaseCost, _overlapped
 from echo_tune.sim.dp import OPTIMIZER_BYTES_PER_PARAM, StageTail, ddp_bucket_params, stage_tail
 from echo_tune.sim.dp_instances import instance_groups
-from echo_tune.sim.fsdp_memory import fsdp_bytes, fsdp_stage_bytes
+from echo_tune.sim.fsdp_memory import fsdp_buffer_bytes, fsdp_bytes, fsdp_stage_bytes
 
+PIPELINE_UNIT_FLOOR = 1_000_000_000
+"""megatron_fsdp.py: without --suggested-communication-unit-size the pipelines' size is at least 1e9 elements."""
 PER_UNIT = ("optim_grads", "optim_grads_params")
 """Strategies whose gradients are reduce-scattered unit by unit in every backward."""
 
@@ -207,6 +209,14 @@ def fsdp_notes(parallel: ParallelConfig, layout: Layout, memory) -> tuple[str, .
     shard, outer = shard_groups(layout, parallel)
     hsdp = f" (HSDP: {outer.size} replicas, outer {parallel.outer_dp_sharding_strategy})" if outer else ""
     buffers = max(m.fsdp_buffer_bytes for m in memory)
-    return (f"Megatron-FSDP {parallel.data_parallel_sharding_strategy} over DP x CP = {shard.size}{hsdp}: exposed "
-            f"all-gathers / reduce-scatters in dp_comm; unsharded layer buffers {buffers / 2**30:.2f} GiB per GPU "
-            f"(in the memory total)",)
+    notes = (f"Megatron-FSDP {parallel.data_parallel_sharding_strategy} over DP x CP = {shard.size}{hsdp}: exposed "
+             f"all-gathers / reduce-scatters in dp_comm; unsharded layer buffers {buffers / 2**30:.2f} GiB per GPU "
+             f"(in the memory total)",)
+    size = parallel.suggested_communication_unit_size or PIPELINE_UNIT_FLOOR
+    per_unit_param = fsdp_buffer_bytes(parallel, 1.0)  # the buffers' bytes per unit parameter
+    unit = buffers / per_unit_param if per_unit_param else 0.0
+    if unit and unit < size / 2:
+        notes += (f"Megatron-FSDP prefetches up to {size // 2:,} elements (suggested_communication_unit_size / 2), "
+                  f"{size / 2 / unit:.1f} units of ~{unit:,.0f}; modelled with one unit ahead, so the exposed "
+                  f"all-gather time is an upper bound",)
+    return notes

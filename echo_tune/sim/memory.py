@@ -51,6 +51,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
 from echo_tune.sim.allocator_memory import loss_working_bytes, workspace_bytes
+from echo_tune.sim.cpu_offload import kept_fraction
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
 from echo_tune.sim.fsdp import fsdp_memory_bytes
 from echo_tune.sim.muon_shards import mtp_tensors, optimizer_bytes as muon_optimizer_bytes, stage_tensors
@@ -209,6 +210,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         if moe:
             moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
             kept, extra = kept + moe_kept - moe * fp8_saved["moe_layer"], max(extra, moe_extra)
+        kept *= kept_fraction(layers, parallel.cpu_offloading_num_layers)  # offloaded to the host (sim/cpu_offload.py)
         contents = layout.chunk_contents[stage][chunk]
         if contents.embedding:
             kept += pieces["embedding"].activation_bytes

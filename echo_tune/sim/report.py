@@ -18,6 +18,7 @@ BREAKDOWN_PARTS = (
     "pp_bubble",      # pipeline fill and drain: the critical stage idle, waiting for others
     "pp_p2p",         # pipeline send/recv on the critical path
     "dp_comm",        # gradient reduction (and embedding sync) not hidden behind backward
+    "offload",        # activation copies to / from host memory not hidden behind compute (CPU offloading)
     "optimizer",      # optimizer step and the distributed optimizer's parameter all-gather
     "other",          # the rest of the critical stage's step (zero unless a part is unattributed)
 )

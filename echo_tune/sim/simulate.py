@@ -25,6 +25,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.sim.optime_coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.determinism import check_deterministic, ring_only_profile
+from echo_tune.sim.cpu_offload import offload_costs, offload_notes
 from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
 from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
@@ -158,6 +159,12 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile)
         passes = [[(f, b + PhaseCost(compute_s=extra[s][c]), r) for c, (f, b, r) in enumerate(row)]
                   for s, row in enumerate(passes)]
+    offload_bytes = offloaded_layer_bytes(pieces, mix) if parallel.cpu_offloading_num_layers else 0.0
+    if offload_bytes:  # activation copies to / from the host beside the layers' compute (sim/cpu_offload.py)
+        passes = [[(f + of, b + ob, r) for (f, b, r), layers in zip(row, layout.stage_chunk_layers[s])
+                   for of, ob in [offload_costs(f, b, layers=layers, offloaded=parallel.cpu_offloading_num_layers,
+                                                layer_bytes=offload_bytes, gpu_name=cluster.gpu.name)]]
+                  for s, row in enumerate(passes)]
     defer = deferred_wgrad(pieces["output"], ctx, m, parallel.wgrad_deferral_limit) \
         if parallel.defer_embedding_wgrad_compute else None
     if defer is not None:
@@ -211,6 +218,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                   f"{profile.op_times.device!r} ({profile.op_times.path}); the rest from the profile's "
                   f"efficiency surface",)
     notes += graph_memory_notes(memory) + fsdp_notes(parallel, layout, memory) + spread_notes(memory)
+    notes += offload_notes(parallel.cpu_offloading_num_layers, offload_bytes, cluster.gpu.name)
     notes += _imbalance_notes(fwd_s, bwd_s, m, crit, parts["pp_bubble"])
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
@@ -229,6 +237,14 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         stage_memory=memory, critical_stage=crit, config=config,
         profile=f"{profile.name} ({profile.label})",
         timeline=spans)
+
+
+def offloaded_layer_bytes(pieces: dict, mix) -> float:
+    """Activation bytes one offloaded layer saves per micro-batch: the MoE layer's where the stage's layers are
+    all MoE, else the dense layer's (CPU offloading runs without pipeline parallelism: one stage, one chunk)."""
+    dense, moe = mix[0][0] if mix and mix[0] else (1, 0)
+    piece = "moe_layer" if moe and not dense and "moe_layer" in pieces else "layer"
+    return float(pieces[piece].activation_bytes)
 
 
 def _imbalance_notes(fwd_s, bwd_s, m: int, crit: int, bubble_s: float) -> tuple[str, ...]:
@@ -353,6 +369,7 @@ def _breakdown(passes, m: int, compute_end_s: float, critical_p2p_s: float, tail
         "pp_bubble": idle - p2p_exposed,
         "pp_p2p": p2p_exposed,
         "dp_comm": tail.dp_exposed_s + fwd_sum.dp_comm_s + bwd_sum.dp_comm_s,  # + Megatron-FSDP's in passes
+        "offload": fwd_sum.offload_s + bwd_sum.offload_s,
         "optimizer": tail.optimizer_s,
     }
     parts["other"] = step_time - sum(parts.values())

@@ -29,9 +29,10 @@ TRANSFER_TRACK = 4000
 """Thread id offset of all p2p transfers a stage receives (lane k of stage s: TRANSFER_TRACK + k * COMM_TRACK + s)."""
 
 _PARTS = (("recompute", "recompute"), ("comm_exposed_s", "tp_cp_comm"), ("ep_comm_s", "ep_comm"),
-          ("dp_comm_s", "dp_comm"), ("interference_s", "interference"))
+          ("dp_comm_s", "dp_comm"), ("offload_s", "offload"), ("interference_s", "interference"))
 _NAMES = {"recompute": "recompute (forward again)", "tp_cp_comm": "TP/CP collectives (exposed)",
           "ep_comm": "MoE dispatch/combine", "dp_comm": "FSDP all-gather / reduce-scatter (exposed)",
+          "offload": "activation copies to / from the host (exposed)",
           "interference": "compute-communication interference"}
 
 
