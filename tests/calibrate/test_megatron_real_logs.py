@@ -29,6 +29,7 @@ from echo_tune.errors import ConfigError
 
 DATA = Path(__file__).parent / "data" / "megatron_logs"
 CP1, CP2, TP2 = (DATA / f"llama3_8b_bf16_{n}_8xh100.log" for n in ("tp1cp1", "tp1cp2", "tp2cp1"))
+FP8 = DATA / "llama3_8b_fp8_tp1cp1_8xh100.log"
 
 
 def _edit(tmp_path, source: Path, name: str, *replacements: tuple[str, str]) -> Path:
@@ -77,6 +78,17 @@ def test_whole_dumps_fit_a_physical_clock_and_predict_their_own_steps():
     assert low * 1830 < clock < 0.99 * high * 1830 and clock < 1980  # inside H100 SXM's range, not at its edge
     assert not any("edge of its physical range" in w for w in result.warnings)
     assert all(abs(row["error_pct"]) < 5 for row in result.rows), result.rows
+
+
+def test_the_shipped_fp8_recipe_reads_its_fp8_settings():
+    # fp8 is --fp8-format's dest; the amax history and algorithm are harmless to the step, not refusals
+    (run,) = parse_log(FP8)
+    assert (run.args["fp8"], run.args["fp8_amax_history_len"], run.args["fp8_amax_compute_algo"]) == \
+        ("hybrid", "1024", "max")
+    (case,) = read_logs([FP8], "h100-sxm")
+    assert (case.parallel.fp8_format, case.parallel.fp8_recipe, case.parallel.fp8_param_gather) == \
+        ("hybrid", "delayed", True)
+    assert case.parallel.precision == "bf16" and case.model.flash_attention
 
 
 def test_no_gqa_means_one_query_group_per_head(tmp_path):
@@ -208,8 +220,7 @@ def _launch_lines() -> dict[str, str]:
     return {name: line for name, (line, _) in module.LOGS.items()}
 
 
-@pytest.mark.parametrize("name", ["llama3_8b_bf16_tp1cp1_8xh100.log", "llama3_8b_bf16_tp1cp2_8xh100.log",
-                                  "llama3_8b_bf16_tp2cp1_8xh100.log"])
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.log")))
 def test_a_dump_reads_as_the_launch_line_it_came_from(name):
     """The dump and `--megatron-args` with the line that printed it give the same model and layout, but for what
     Megatron's validate_args resolves (and the line leaves at a default that means the same)."""
