@@ -176,7 +176,8 @@ def row_of(run: LoggedRun, cluster: str, runs_in_file: int = 1, *, skip_first: i
     from echo_tune.validate.runs import MODEL_FIELDS, PARALLEL_FIELDS
 
     path, args = run.path, run.args
-    for name, flag, why in megatron_dump.unmodelled(args):
+    if refused := megatron_dump.unmodelled(args):
+        name, flag, why = refused[0]
         raise _error(path, run.arg_lines[name], f"the run sets `{name} {args[name]}` ({flag}): {why}, so the run "
                                                 f"cannot be fitted; leave this log out")
     if "world_size" not in args:
@@ -218,8 +219,13 @@ def read_logs(paths: list[str | Path], cluster: str, notes: list[str] | None = N
         runs = parse_log(path)
         if not runs:
             run_row(path, cluster)  # raises the no-dump error
+        usable = [run for run in runs if len(run.iterations) > 1]
         for run in runs:
             notes.extend(run.notes)
+            if len(runs) > 1 and usable and run not in usable:  # a launch that died before training (OOM, ...)
+                notes.append(f"{path} line {run.line}: the run whose dump starts here logged {len(run.iterations)} "
+                             f"iteration line(s), none after the first: left out")
+                continue
             if run.digest in seen:
                 notes.append(f"{path} line {run.line}: the same run as {seen[run.digest]}; counted once")
                 continue

@@ -235,3 +235,16 @@ def test_a_dump_reads_as_the_launch_line_it_came_from(name):
                          "sequence_parallel": tp > 1}  # validate_args turns it off at TP 1
     assert case.model == model.replace(**resolved_model)
     assert case.parallel == dataclasses.replace(parallel, **resolved_parallel)
+
+
+def test_a_launch_that_died_before_training_is_left_out_of_its_file(tmp_path):
+    crashed = "\n".join(line for line in CP1.read_text().splitlines() if " iteration " not in line)
+    path = tmp_path / "relaunched.log"
+    path.write_text(crashed + "\ntorch.OutOfMemoryError: CUDA out of memory.\n" + CP2.read_text())
+    notes = []
+    (case,) = read_logs([path], "h100-sxm", notes)
+    assert case.parallel.context_parallel_size == 2 and case.name.startswith("relaunched@line")
+    assert len(notes) == 1 and "line 6: the run whose dump starts here logged 0 iteration line(s)" in notes[0]
+    path.write_text(crashed + "\n")  # alone it is an error, not an empty fit
+    with pytest.raises(ConfigError, match=r"relaunched.log' line 6: `iteration lines after the first > 0` must hold"):
+        read_logs([path], "h100-sxm")
