@@ -239,7 +239,8 @@ def _run(args: argparse.Namespace) -> int:
         from echo_tune.cost.profile import load_profile
 
         used = load_profile(space.profile_path) if space.profile_path else profile_for(space.cluster)
-        band = band_or_none(used, space.cluster, space.model.is_moe, bool(cfg.get("fp8_format")), cfg["num_gpus"])
+        band = band_or_none(used, space.cluster, space.model.is_moe,
+                            "fp4" if cfg.get("fp4_format") else bool(cfg.get("fp8_format")), cfg["num_gpus"])
         result.best["error_band"] = band
         band = None if band["match"] == "none" else band
     header = model_header(space.model, args.model if args.space is None else None, args.seq_length)

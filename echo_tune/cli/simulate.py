@@ -76,10 +76,9 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
     # the bands come from validating the datasheet profiles; a measured or fitted profile has its own error
     from echo_tune.cost.profile import profile_for
-    from echo_tune.plan.bands import band_or_none
+    from echo_tune.plan.bands import band_or_none, precision_of
 
-    band = band_or_none(profile or profile_for(cluster), cluster, model.is_moe, parallel.fp8_format is not None,
-                        num_gpus)
+    band = band_or_none(profile or profile_for(cluster), cluster, model.is_moe, precision_of(parallel), num_gpus)
     if band["match"] == "none":
         notes.append(band["note"])
         band = None

@@ -106,6 +106,10 @@ def _group_placements(parallel: ParallelConfig, cluster: ClusterSpec, dp: int) -
 
 def _check_fp8(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig) -> None:
     """FP8 rules of Megatron-LM d98e8a64ddf3 (training/arguments.py, core/transformer/transformer_config.py)."""
+    if parallel.fp4_format is not None:
+        require(parallel.precision == "bf16", f"`--fp4-format` is modelled beside --bf16 parameters only, but got "
+                                              f"(precision={parallel.precision!r}); add --bf16")
+        cluster.gpu.peak_tflops("fp4")  # refuses a GPU without FP4 tensor cores, by name
     fp8_only = [n for n in ("fp8_param_gather", "first_last_layers_bf16") if getattr(parallel, n)]
     if not parallel.fp8:
         require(not fp8_only, f"{fp8_only} need `fp8_format`, but got (fp8_format=None); add --fp8-format hybrid")

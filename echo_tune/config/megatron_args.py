@@ -143,6 +143,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "fp8_recipe": ("--fp8-recipe", "str"),
     "fp8_param_gather": ("--fp8-param-gather", "flag"),
     "reuse_grad_buf_for_mxfp8_param_ag": ("--reuse-grad-buf-for-mxfp8-param-ag", "flag"),
+    "fp4_format": ("--fp4-format", "str"),
+    "fp4_recipe": ("--fp4-recipe", "str"),
     "first_last_layers_bf16": ("--first-last-layers-bf16", "flag"),
     "num_layers_at_start_in_bf16": ("--num-layers-at-start-in-bf16", "int"),
     "num_layers_at_end_in_bf16": ("--num-layers-at-end-in-bf16", "int"),

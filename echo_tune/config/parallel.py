@@ -20,6 +20,8 @@ RECOMPUTE_METHODS = (None, "uniform", "block")
 # Megatron-LM d98e8a64ddf3 megatron/core/transformer/transformer_config.py (fp8, fp8_recipe).
 FP8_FORMATS = (None, "e4m3", "hybrid")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+FP4_FORMATS = (None, "e2m1")
+FP4_RECIPES = ("nvfp4",)  # Megatron also takes "custom" (a user's quantizer factory): not modelled
 # Optimizer-state dtypes of --exp-avg-dtype / --exp-avg-sq-dtype / --main-params-dtype and their bytes.
 STATE_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 # Megatron-Core's selective-recompute modules (transformer_config.py ``recompute_modules``) -> the traced
@@ -147,6 +149,15 @@ class ParallelConfig(OptimizerFields):
     fp8_param_gather: bool = False
     """``--fp8-param-gather``: keep the linear weights in FP8 and all-gather them in FP8 (distributed
     optimizer)."""
+
+    fp4_format: str | None = None
+    """``--fp4-format``: e2m1 runs the transformer layers' linear GEMMs in NVFP4 through Transformer Engine
+    (``fp4_recipe``); None = off. Excludes ``fp8_format`` (training/arguments.py); ``precision`` stays bf16."""
+
+    fp4_recipe: str = "nvfp4"
+    """``--fp4-recipe``: nvfp4, TE's NVFP4BlockScaling (core/fp4_utils.py): 16-element blocks with E4M3 scales and a
+    per-tensor scale, 16x16 blocks for weights, random Hadamard transforms on the wgrad GEMMs' inputs, stochastic
+    rounding of gradients (cost/fp8.py)."""
 
     reuse_grad_buf_for_mxfp8_param_ag: bool = False
     """``--reuse-grad-buf-for-mxfp8-param-ag``: MXFP8 parameters are all-gathered in bf16 into the (idle) gradient
@@ -331,6 +342,11 @@ class ParallelConfig(OptimizerFields):
         require_choice("exp_avg_dtype", self.exp_avg_dtype, tuple(STATE_DTYPE_BYTES))
         require_choice("exp_avg_sq_dtype", self.exp_avg_sq_dtype, tuple(STATE_DTYPE_BYTES))
         require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        require_choice("fp4_format", self.fp4_format, FP4_FORMATS)
+        require_choice("fp4_recipe", self.fp4_recipe, FP4_RECIPES)
+        require(self.fp4_format is None or self.fp8_format is None,
+                f"--fp4-format and --fp8-format cannot be used simultaneously (Megatron-LM validate_args), but got "
+                f"(fp4_format={self.fp4_format!r}, fp8_format={self.fp8_format!r}); choose one")
         for name in ("cuda_graph_modules", "cuda_graph_scope"):
             value = getattr(self, name)
             if value is not None:
@@ -347,6 +363,13 @@ class ParallelConfig(OptimizerFields):
     def fp8(self) -> bool:
         """True when the linear GEMMs run in FP8."""
         return self.fp8_format is not None
+
+    @property
+    def quantized_recipe(self) -> str | None:
+        """The recipe of the TE linears' low-precision GEMMs: nvfp4, the FP8 recipe, or None (bf16)."""
+        if self.fp4_format is not None:
+            return self.fp4_recipe
+        return self.fp8_recipe if self.fp8 else None
 
     @property
     def grad_bytes_per_param(self) -> float:

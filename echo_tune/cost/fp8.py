@@ -47,6 +47,18 @@ Quantisation kernels each recipe adds (memory-bound, at the profile's HBM bandwi
 - weights: TE caches the FP8 weight over the micro-batches of a step (Megatron passes
   ``is_first_microbatch``, transformer_engine.py), so their cast is once per step and not charged here.
 
+NVFP4 (``--fp4-format e2m1 --fp4-recipe nvfp4``; TE's NVFP4BlockScaling, Megatron-LM d98e8a64 core/fp4_utils.py;
+the recipe of arXiv 2509.25149): the same GEMMs run at the GPU's dense FP4 peak (``peak_fp4_tflops``) times the
+profile's FP8 efficiency (no public NVFP4 GEMM benchmark was found: an assumption, said in the report), with
+half-byte operands plus one E4M3 scale per 16 elements. A quantisation (TE ``NVFP4Quantizer::quantize_impl``)
+takes two kernels: ``nvte_hadamard_transform_amax`` reads the bf16 tensor once for the row-wise amax and the
+amax of its random-Hadamard-transformed transpose, then the fused RHT cast reads it again and writes the
+row-wise copy and the transformed column-wise copy for the wgrad GEMM (0.5 B + 1/16 B each): 2 + 2 + 2 x 0.5625 =
+5.125 B per element (``CAST_BYTES_PER_ELEMENT``). Stochastic rounding of the gradients happens inside the cast.
+Weights use 16x16 blocks (one scale per 256 elements) and are quantised once per step. TE saves the column-wise
+NVFP4 copy of each linear's input for wgrad (0.5625 B per element). The sequence-parallel all-gathers are taken
+in bf16 (a quantised NVFP4 all-gather is not assumed).
+
 Collectives: TE quantises before the sequence-parallel all-gathers of an FP8 linear layer (the input
 of QKV and fc1 forward, and the output gradients gathered for backward), so those move 1-byte
 elements; the reduce-scatters of GEMM outputs stay bf16.
@@ -85,13 +97,22 @@ CAST_BYTES_PER_ELEMENT = {
     "tensorwise": 6.0,
     "blockwise": 4.0 + 2 * 4.0 / 128,
     "mxfp8": 4.0 + 2 * 1.0 / 32,
+    "nvfp4": 2.0 + 2.0 + 2 * (0.5 + 1.0 / 16),
 }
 """HBM bytes moved to quantise one bf16 element (read 2 B, write row- and column-wise FP8 copies) where FP8 GEMMs
 are TN-only (``cast_bytes_per_element`` for a given GPU)."""
 
 
-CAST_KERNELS = {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
-"""Kernels one quantisation launches: current scaling takes its amax, then the scale, then casts."""
+CAST_KERNELS = {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1, "nvfp4": 2}
+"""Kernels one quantisation launches: current scaling takes its amax, then the scale, then casts; NVFP4 its
+(RHT) amaxes, then the fused cast."""
+OPERAND_BYTES = {"nvfp4": 0.5 + 1.0 / 16}
+"""Bytes per GEMM operand element (and per saved activation element) of a recipe; 1 for the FP8 recipes."""
+FP4_RECIPES = ("nvfp4",)
+
+
+def operand_bytes(recipe: str | None) -> float:
+    return OPERAND_BYTES.get(recipe, 1.0)
 
 
 def fused_group_cast(recipe: str, gpu: GPUSpec | None) -> bool:
@@ -110,12 +131,14 @@ def is_fp8_gemm(op: Op) -> bool:
     return op.kind == "gemm" and where(op) in FP8_REGIONS
 
 
-def fp8_gemm_time_s(op: Op, profile: ClusterProfile, gpu: GPUSpec) -> float:
-    """Time of one FP8 GEMM: FP8 peak x FP8 efficiency x size saturation; 1-byte operands."""
+def fp8_gemm_time_s(op: Op, profile: ClusterProfile, gpu: GPUSpec, recipe: str | None = None) -> float:
+    """Time of one FP8 GEMM: FP8 peak x FP8 efficiency x size saturation; 1-byte operands (NVFP4: the FP4 peak,
+    half-byte operands with their scales)."""
     m, n, k = op.gemm_mnk or (4096, 4096, 4096)
     efficiency = gemm_efficiency(m, n, k, profile) * profile.fp8_gemm_max_efficiency / profile.gemm_max_efficiency
-    compute_s = op.flops / (gpu.peak_tflops("fp8") * 1e12 * gpu.clock_factor * efficiency)
-    memory_s = (m * k + k * n + 2 * m * n) / (profile.memory_bandwidth_gbyte_s * 1e9)
+    peak = gpu.peak_tflops("fp4" if recipe in FP4_RECIPES else "fp8")
+    compute_s = op.flops / (peak * 1e12 * gpu.clock_factor * efficiency)
+    memory_s = ((m * k + k * n) * operand_bytes(recipe) + 2 * m * n) / (profile.memory_bandwidth_gbyte_s * 1e9)
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s
 
 
@@ -153,7 +176,11 @@ DGX-B200, tokens/s/GPU FP8-CS (FP8-MX): Llama3 8B 30,624 (29,521), Llama3.1 405B
 
 def mxfp8_notes(fp8_recipe: str | None) -> tuple[str, ...]:
     """What a report of an MXFP8 step says: the one public comparison measured it slower than current scaling,
-    which this model does not reproduce (tests/cost/test_fp8.py keeps the two facts in step)."""
+    which this model does not reproduce (tests/cost/test_fp8.py keeps the two facts in step); of an NVFP4 step,
+    where its GEMM efficiency comes from."""
+    if fp8_recipe in FP4_RECIPES:
+        return ("nvfp4: GEMMs at the GPU's dense FP4 peak times the profile's FP8 GEMM efficiency (no public NVFP4 "
+                "GEMM benchmark found), with TE's RHT-amax and fused RHT cast per quantisation (cost/fp8.py)",)
     if fp8_recipe != "mxfp8":
         return ()
     measured = ", ".join(f"{100 * (r - 1):.1f}% ({name})" for name, r in MXFP8_MEASURED_OVER_CS.items())
@@ -163,9 +190,10 @@ def mxfp8_notes(fp8_recipe: str | None) -> tuple[str, ...]:
             f"optimistic by about that difference",)
 
 
-def fp8_collective_bytes(op: Op) -> float:
-    """Message size of a TP collective under FP8: all-gathers of an FP8 linear layer move 1-byte data."""
-    if op.collective == "all_gather" and where(op) in FP8_REGIONS:
+def fp8_collective_bytes(op: Op, recipe: str | None = None) -> float:
+    """Message size of a TP collective under FP8: all-gathers of an FP8 linear layer move 1-byte data (NVFP4:
+    bf16, module docstring)."""
+    if op.collective == "all_gather" and where(op) in FP8_REGIONS and recipe not in FP4_RECIPES:
         return op.size_bytes / 2
     return op.size_bytes
 

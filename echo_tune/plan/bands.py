@@ -1,6 +1,6 @@
 """Error bands: how far the simulator's step times were from measured runs of the same *family*, out of sample.
 
-A family is (GPU, dense or MoE, precision: bf16 or fp8, scale: GPUs up to 64, up to 512, or more). The
+A family is (GPU, dense or MoE, precision: bf16, fp8 or fp4 (NVFP4), scale: GPUs up to 64, up to 512, or more). The
 table ``error_bands.json`` beside this module is built from ``echo-tune validate``'s rows on the shipped
 published-runs CSVs by::
 
@@ -50,9 +50,15 @@ def scale_of(num_gpus: int) -> str:
     raise AssertionError
 
 
-def family(gpu: str, moe: bool, fp8: bool, num_gpus: int) -> dict:
-    return {"gpu": gpu, "kind": "moe" if moe else "dense", "precision": "fp8" if fp8 else "bf16",
-            "scale": scale_of(num_gpus)}
+def family(gpu: str, moe: bool, fp8: bool | str, num_gpus: int) -> dict:
+    """``fp8``: whether the linears run in FP8, or the precision by name ("bf16", "fp8", "fp4": NVFP4)."""
+    precision = fp8 if isinstance(fp8, str) else ("fp8" if fp8 else "bf16")
+    return {"gpu": gpu, "kind": "moe" if moe else "dense", "precision": precision, "scale": scale_of(num_gpus)}
+
+
+def precision_of(parallel) -> str:
+    """The band precision of a layout: fp4 (NVFP4), fp8 or bf16."""
+    return "fp4" if getattr(parallel, "fp4_format", None) else ("fp8" if parallel.fp8_format else "bf16")
 
 
 def family_key(f: dict) -> str:
@@ -153,7 +159,7 @@ def build_bands(paths: list[str]) -> dict:
     by_family: dict[str, list[float]] = {}
     families: dict[str, dict] = {}
     for (case, _), error in zip(simulated, errors):
-        fam = family(case.cluster.gpu.name, case.model.is_moe, case.parallel.fp8_format is not None, case.num_gpus)
+        fam = family(case.cluster.gpu.name, case.model.is_moe, precision_of(case.parallel), case.num_gpus)
         families[family_key(fam)] = fam
         by_family.setdefault(family_key(fam), []).append(error)
     min_half_width = _quantile([abs(e) for e in errors], 0.5)
@@ -179,7 +185,7 @@ def no_band(note: str) -> dict:
             "measured_over_predicted": None, "text": "-", "note": note}
 
 
-def band_or_none(profile, cluster, moe: bool, fp8: bool, num_gpus: int) -> dict:
+def band_or_none(profile, cluster, moe: bool, fp8: bool | str, num_gpus: int) -> dict:
     """``band_summary`` of the prediction's family where a band applies, else ``no_band``: the profile must be
     the datasheet one the bands validated, and the GPU one of the GPU presets; a user-described device (a CPU "cluster", a GPU not among the presets) gets
     none rather than another GPU's band."""
@@ -202,7 +208,7 @@ def load_bands() -> dict:
     return json.loads(resources.files("echo_tune.plan").joinpath(BANDS_FILE).read_text())
 
 
-def band_for(gpu: str, moe: bool, fp8: bool, num_gpus: int, bands: dict | None = None) -> dict:
+def band_for(gpu: str, moe: bool, fp8: bool | str, num_gpus: int, bands: dict | None = None) -> dict:
     """The error band of a prediction: its family's with at least ``MIN_RUNS`` runs, else another family of the
     same GPU and dense / MoE with enough runs (nearest scale, then the most runs), else unvalidated (all runs)."""
     bands = bands or load_bands()

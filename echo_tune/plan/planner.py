@@ -149,7 +149,8 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
            "study": str(Path(result.results_dir)), "n_trials": result.n_trials, "n_feasible": result.n_feasible,
            "space_size": result.space_size, "coverage": result.coverage, "n_dominated": result.n_dominated,
            "n_dominated_memory": result.n_dominated_memory}
-    fp8 = bool(result.best and result.best["config"].get("fp8_format"))
+    best = result.best["config"] if result.best else {}
+    fp8 = "fp4" if best.get("fp4_format") else bool(best.get("fp8_format"))
     row["error_band"] = band_or_none(profile_for(space.cluster), space.cluster, model.is_moe, fp8, c.num_gpus)
     row["precision_searched"] = "bf16+fp8" if len(space.choices.get("fp8_format", (None,))) > 1 else \
         precision_of({"fp8_format": space.choices.get("fp8_format", (None,))[0]})

@@ -214,7 +214,7 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
     ``search``). Each row carries the planner's columns: headroom, days, GPU-hours, cost, error band; days,
     GPU-hours and cost carry the band's median and range and the goodput (plan/projection.py), while
     ``time_to_train_s`` is the simulator's own tokens / throughput."""
-    from echo_tune.plan.bands import band_or_none
+    from echo_tune.plan.bands import band_or_none, precision_of
     from echo_tune.plan.planner import sort_rows
     from echo_tune.plan.projection import check_goodput, project
 
@@ -238,8 +238,8 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
         fits = report.fits_memory
         seconds = tokens / report.tokens_per_s if fits else None  # a layout that does not fit has no time
-        band = band_or_none(profile or profile_for(c.cluster), c.cluster, c.model.is_moe,
-                            c.parallel.fp8_format is not None, c.num_gpus)
+        band = band_or_none(profile or profile_for(c.cluster), c.cluster, c.model.is_moe, precision_of(c.parallel),
+                            c.num_gpus)
         proj = project(seconds, band, num_gpus=c.num_gpus, gpu_hour_price=c.gpu_hour_cost,
                        deadline_days=deadline_days, goodput=goodput) if fits else {}
         row = {"name": c.name, **report.to_dict(), "tokens": tokens, "time_to_train_s": seconds,

@@ -49,7 +49,7 @@ from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
-from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
+from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
 from echo_tune.sim.allocator_memory import loss_working_bytes, workspace_bytes
 from echo_tune.sim.cpu_offload import kept_fraction
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
@@ -104,10 +104,19 @@ def master_param_bytes(parallel: ParallelConfig) -> float:
 
 
 def fp8_weight_bytes_per_param(parallel: ParallelConfig) -> float:
-    """Extra bytes per linear-layer parameter under FP8 (see the module docstring)."""
+    """Extra bytes per linear-layer parameter under FP8 (see the module docstring); NVFP4: a row-wise and a
+    column-wise copy of 0.5 B and one E4M3 scale per 16x16 block each, beside the bf16 weight (cost/fp8.py)."""
+    if parallel.quantized_recipe == "nvfp4":
+        return 2 * (0.5 + 1.0 / 256)
     if not parallel.fp8:
         return 0.0
     return 0.0 if parallel.fp8_param_gather else 2.0  # 1 + 1 FP8 copies replace 2 bf16, or add to them
+
+
+def saved_bytes_less_per_element(parallel: ParallelConfig) -> float:
+    """What a linear's saved input weighs less per element than bf16: 1 B (an FP8 copy), 1.4375 B (NVFP4's
+    0.5 B with its scale per 16 elements)."""
+    return 2.0 - operand_bytes(parallel.quantized_recipe) if parallel.quantized_recipe else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,7 +202,8 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     recomputed = layout.recompute_regions if layout.recompute_granularity == "selective" else ()
     fp8_saved = {piece: fp8_activation_savings_bytes(pieces[piece], parallel.tensor_model_parallel_size,
                                                      layout.sequence_parallel, recomputed)
-                 if parallel.fp8 and layout.recompute_granularity != "full" and piece in pieces else 0.0
+                 * saved_bytes_less_per_element(parallel)
+                 if parallel.quantized_recipe and layout.recompute_granularity != "full" and piece in pieces else 0.0
                  for piece in ("layer", "moe_layer")}
     dense_layers = moe_layers = 0
     loss_chunk, loss_bytes = None, 0.0

@@ -41,10 +41,10 @@ def _stage_ops(pieces: dict[str, Trace], layout: Layout, stage: int) -> list[tup
 
 
 def measured_compute_share(pieces: dict[str, Trace], layout: Layout, stage: int, profile: ClusterProfile,
-                           cluster: ClusterSpec, precision: str, fp8: bool = False) -> float | None:
+                           cluster: ClusterSpec, precision: str, fp8: bool | str | None = False) -> float | None:
     """Share of the stage's compute time whose ops were measured; None without an op-time database.
 
-    With ``fp8``, the linear GEMMs run in FP8 and are priced from the GPU's FP8 peak (``cost/fp8.py``), never
+    With ``fp8`` (True, or the low-precision recipe's name), the linear GEMMs run in FP8 (or NVFP4) and are priced from the GPU's FP8 peak (``cost/fp8.py``), never
     from the database (which holds plain-precision times): they count as not measured."""
     if profile.op_times is None:
         return None
@@ -52,7 +52,7 @@ def measured_compute_share(pieces: dict[str, Trace], layout: Layout, stage: int,
     for op, n in _stage_ops(pieces, layout, stage):
         if fp8 and is_fp8_gemm(op):
             groups, one = (op.gemm_groups, per_expert_op(op)) if is_grouped_expert_gemm(op) else (1, op)
-            total += n * groups * fp8_gemm_time_s(one, profile, cluster.gpu)
+            total += n * groups * fp8_gemm_time_s(one, profile, cluster.gpu, fp8 if isinstance(fp8, str) else None)
             continue
         t = n * op_time_s(op, profile, cluster.gpu, precision)
         total += t

@@ -102,7 +102,7 @@ def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfi
     return CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
                        tp_comm_overlap=userbuffer_overlap(model, parallel),
                        async_tp_backward=parallel.async_tensor_model_parallel_allreduce,
-                       fp8_recipe=parallel.fp8_recipe if parallel.fp8 else None, moe=moe_kernels(model, cluster),
+                       fp8_recipe=parallel.quantized_recipe, moe=moe_kernels(model, cluster),
                        overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
                        delay_wgrad_compute=parallel.delay_wgrad_compute,
                        graph_capture=capture_spec(parallel),
@@ -208,9 +208,10 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "effective_recompute_method": layout.recompute_method,
               "effective_recompute_num_layers": layout.recompute_num_layers,
               "model_spec": dict(_model_spec(model))}
-    share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision, fp8=parallel.fp8)
+    share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision,
+                                   fp8=parallel.quantized_recipe)
     notes = moe_notes(model, layout) + layer_notes(model, parallel) + launch_notes(config) + \
-        userbuffer_notes(model, parallel) + mxfp8_notes(parallel.fp8_recipe if parallel.fp8 else None)
+        userbuffer_notes(model, parallel) + mxfp8_notes(parallel.quantized_recipe)
     if (share or 0.0) < 0.5 and (clock := clock_note(cluster.gpu)):  # op times measured there hold their clock
         notes += (clock,)
     if share is not None:

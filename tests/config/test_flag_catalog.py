@@ -73,7 +73,7 @@ def test_spellings_match_argparse_first_then_underscores():
 
 @pytest.mark.parametrize("flag, values, words", [
     ("--perform-rl-step", (), "RL training, which is out of scope"),
-    ("--fp4-format", ("nvfp4",), "FP4"),
+    ("--fp4-param-gather", (), "FP4"),
     ("--muon-use-syrk", (), "Newton-Schulz kernel variant"),
     ("--rerun-mode", ("report_stats",), "re-runs steps"),
     ("--hybrid-layer-pattern", ("M*-",), "Mamba"),

@@ -59,7 +59,7 @@ def test_deepseek_v3_example_simulates_with_mla_moe_and_megatron_fsdp(capsys):
 
 
 @pytest.mark.parametrize("extra, named", [
-    ("--fp4-format e2m1", "--fp4-format"),
+    ("--fp4-param-gather", "--fp4-param-gather"),
     ("--qk-l2-norm", "--qk-l2-norm"),
     ("--cpu-offloading", "--cpu-offloading"),
     ("--moe-paged-stash", "--moe-paged-stash"),
@@ -123,14 +123,14 @@ def test_yaml_model_key_that_shapes_the_step_is_refused(tmp_path):
 def test_rank_lists_a_refused_candidate_without_a_number(capsys, tmp_path):
     ok = {"name": "mixtral", "cluster": "h100-sxm", "num_gpus": 64,
           "megatron_args": launch_line("mixtral_8x7b") + " --vocab-size 32000"}
-    bad = {**ok, "name": "mixtral fp4", "megatron_args": ok["megatron_args"] + " --fp4-format e2m1"}
+    bad = {**ok, "name": "mixtral fp4", "megatron_args": ok["megatron_args"] + " --fp4-param-gather"}
     path = tmp_path / "rank.yaml"
     path.write_text(yaml.safe_dump({"candidates": [bad, ok]}))
     assert main(["rank", str(path), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in rows] == ["mixtral", "mixtral fp4"]
     assert rows[0]["config"]["model_spec"]["num_experts"] == 8  # the line's model flags are applied
-    assert rows[1]["rank"] is None and "step_time_s" not in rows[1] and "--fp4-format" in rows[1]["refused"]
+    assert rows[1]["rank"] is None and "step_time_s" not in rows[1] and "--fp4-param-gather" in rows[1]["refused"]
     assert main(["rank", str(path)]) == 0
     assert "refused" in capsys.readouterr().out
 

@@ -134,7 +134,7 @@ def test_current_scaling_quantises_in_three_kernels():
     profile = profile_for(et.load_cluster("h100-sxm"))
     op = Op(name="mm", kind="gemm", phase="fwd", region="mlp", flops=2.0 * 4096 ** 3, gemm_mnk=(4096, 4096, 4096))
     hbm = profile.memory_bandwidth_gbyte_s * 1e9
-    assert CAST_KERNELS == {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
+    assert CAST_KERNELS == {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1, "nvfp4": 2}
     cast_s = lambda recipe: group_cast(op, 1, recipe, profile, None)[0]  # noqa: E731 (one linear layer's)
     assert cast_s("tensorwise") - cast_s("delayed") == pytest.approx(
         4096 * 4096 * 2.0 / hbm + 2 * 4e-6)
