@@ -93,9 +93,9 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
     model_fields, parallel_fields, precision = {}, {}, None
     # A pasted Megatron line describes its own model (Megatron's defaults fill the rest), unless
     # --model names a preset or file to start from.
-    model_ref = getattr(args, "model", None) or (None if args.megatron_args else default_model)
+    model_ref = getattr(args, "model", None) or (None if args.megatron_args is not None else default_model)
     base = None
-    if args.megatron_args:
+    if args.megatron_args is not None:  # an empty line reaches the parser, which refuses it
         if model_ref is not None:  # the line is laid over the model: read with it (its own flags count as given)
             seq = parse_megatron_line(args.megatron_args)[0].get("seq_length")
             base = _base_model(model_ref, getattr(args, "seq_length", None) or seq)
@@ -113,7 +113,7 @@ def specs_from_args(args: argparse.Namespace, *, default_model: str | None = "gp
         if getattr(args, field, None) is not None:
             parallel_fields[field] = getattr(args, field)
     precision = args.precision or precision or "bf16"
-    dropped = drop_unused_recompute(parallel_fields) if args.megatron_args else []
+    dropped = drop_unused_recompute(parallel_fields) if args.megatron_args is not None else []
     if dropped:
         notes.append(f"ignored {len(dropped)} Megatron flag(s) that do not shape the step: {' '.join(dropped)}")
     if model_ref is not None:
