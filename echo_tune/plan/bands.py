@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 
 from echo_tune.code_version import code_version  # what the table was computed by (plan.planner reads it here)
+from echo_tune.validate.held_out import out_of_sample_errors
 
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
 # GPU architecture of the GPU presets (NVIDIA datasheets): a family of the same architecture is nearer.
@@ -136,16 +137,6 @@ def inputs_sha256(paths: list[str]) -> dict[str, str]:
     files = [Path(p) for p in paths] + [e for e in (errata_path_for(p) for p in paths) if e is not None]
     return {(f"errata/{f.name}" if f.suffix == ".yaml" else f.name): hashlib.sha256(f.read_bytes()).hexdigest()
             for f in files}
-
-
-def out_of_sample_errors(cases_and_results) -> list[float]:
-    """Each row's error out of sample: the leave-one-source-out error the shipped host-time fit stored for the rows
-    it was fitted on (``cost/host_time.py``), the plain error for the others."""
-    from echo_tune.cost.host_time import shipped_fit
-
-    held_out = {(r.get("name"), r.get("source")): r["loso_error_pct"] for r in (shipped_fit().get("rows") or [])
-                if isinstance(r, dict) and "loso_error_pct" in r}
-    return [held_out.get((case.name, case.source), result.error_pct) for case, result in cases_and_results]
 
 
 def build_bands(paths: list[str]) -> dict:
