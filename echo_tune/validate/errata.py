@@ -30,8 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from echo_tune.config.loading import read_yaml
 from echo_tune.errors import ConfigError
 
 ERRATA_DIR = Path(__file__).resolve().parent / "errata"
@@ -73,18 +72,24 @@ def _require(condition: bool, path: Path, message: str) -> None:
         raise ConfigError(f"errata file {str(path)!r}: {message}")
 
 
+def _text_keys(table: dict, path: Path, what: str) -> None:
+    """Every key of ``table`` is text (a YAML number or boolean key would name no row or source)."""
+    for key in table:
+        _require(isinstance(key, str), path, f"each {what} must be text, but got {key!r} "
+                                             f"({type(key).__name__}); quote it: \"{key}\"")
+
+
 def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
     """Row name -> its errata, read and checked (every flag must be one echo-tune reads)."""
     from echo_tune.config.megatron_args import parse_megatron_line
 
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"errata file {str(path)!r} cannot be read: {exc}".splitlines()[0]) from None
+    data = read_yaml(path, "errata")  # bounded (size, depth, aliases) and one line on any fault of the file
     _require(isinstance(data, dict) and isinstance(data.get("sources"), dict) and isinstance(data.get("rows"), dict),
              path, "must map `sources` and `rows`; see echo_tune/validate/errata.py for the format")
     sources: dict[str, tuple[Erratum, ...]] = {}
+    _text_keys(data["sources"], path, "source id")
+    _text_keys(data["rows"], path, "row name")
     for key, entry in data["sources"].items():
         _require(isinstance(entry, dict) and isinstance(entry.get("source"), str) and "@" in entry["source"]
                  and isinstance(entry.get("settings"), list) and entry["settings"], path,
@@ -100,6 +105,8 @@ def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
                      f"flags {setting['flags']!r} of {key!r} must set model or layout fields only, but "
                      f"{ignored or 'none'} set nothing")
             corrects = setting.get("corrects") or ()
+            _require(isinstance(corrects, (str, list, tuple)), path,
+                     f"`corrects` of {key!r} must be a field name or a list of them, but got {corrects!r}")
             corrects = (corrects,) if isinstance(corrects, str) else tuple(corrects)
             set_fields = {*model, *parallel}
             _require(all(isinstance(c, str) and c in set_fields for c in corrects), path,
@@ -115,9 +122,9 @@ def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
     rows = {}
     for row, keys in data["rows"].items():
         keys = [keys] if isinstance(keys, str) else keys
-        _require(isinstance(keys, list) and all(k in sources for k in keys), path,
-                 f"row {row!r} must list source ids of `sources`, but got {keys!r}")
-        rows[str(row)] = tuple(e for k in keys for e in sources[k])
+        _require(isinstance(keys, list) and all(isinstance(k, str) and k in sources for k in keys), path,
+                 f"row {row!r} must list source ids of `sources` (text), but got {keys!r}")
+        rows[row] = tuple(e for k in keys for e in sources[k])
     return rows
 
 
