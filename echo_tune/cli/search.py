@@ -76,7 +76,7 @@ def add_parser(subparsers) -> None:
                         help="Optuna storage URL (sqlite:///x.db, postgresql://..., redis://...) or a journal file "
                              "path; default RESULTS_DIR/STUDY_NAME/journal.log")
     parser.add_argument("--resume", action="store_true", help="continue the study if it exists")
-    parser.add_argument("--overwrite", action="store_true", help="delete the study if it exists and start over")
+    parser.add_argument("--overwrite", action="store_true", help="delete the study if it exists and start over (only the files it wrote; yours in its folder are kept)")
     parser.add_argument("--no-baselines", dest="baselines", action="store_false",
                         help="do not seed the study with the obvious baseline layouts")
     parser.add_argument("--near-tie-pct", type=float, default=3.0,
