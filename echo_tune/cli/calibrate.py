@@ -118,11 +118,15 @@ def run_fit(args: argparse.Namespace) -> int:
                           max_tiers=args.max_tiers, allow_gpu_mismatch=args.allow_gpu_mismatch,
                           allow_cpu_bench=args.allow_cpu_bench)
     save_profile(outcome.profile, args.out)
-    residuals = write_residuals(outcome.results, Path(args.out).with_suffix(".residuals.csv"))
+    from echo_tune.io_targets import stream_target
+
+    # beside a file the profile is written to; a stream or device (-, /dev/stdout, a FIFO) has no "beside"
+    residuals = None if stream_target(args.out) is not None else \
+        write_residuals(outcome.results, Path(args.out).with_suffix(".residuals.csv"))
     if getattr(args, "json", False):
         from echo_tune.cli.common import print_json
 
-        print_json({"profile": str(args.out), "residuals": str(residuals), "warnings": list(outcome.warnings),
+        print_json({"profile": str(args.out), "residuals": str(residuals) if residuals else None, "warnings": list(outcome.warnings),
                     "fits": [{"quantity": r.quantity, "method": r.method, "points": len(r.points),
                               "rms_relative_error": r.rms_relative_error, "max_relative_error": r.max_relative_error,
                               "coefficients": _params_text(r), "warnings": list(r.warnings)}
@@ -135,7 +139,9 @@ def run_fit(args: argparse.Namespace) -> int:
     err = _console(stderr=True)
     for warning in outcome.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
-    console.print(f"wrote {args.out} (residuals per point: {residuals})", highlight=False)
+    console.print(f"wrote {args.out}" + (f" (residuals per point: {residuals})" if residuals else
+                                         " (no residuals file beside a stream; --show-points prints them)"),
+                  highlight=False)
     return 0
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
+
+from echo_tune.console import make_console
 from echo_tune.cli.common import add_layout_arguments, human_time, print_json, set_torch_threads, specs_from_args
 from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         data["notes"] += notes
         print_json(data)
         return 0
-    console = Console()
+    console = make_console()
     console.print(f"[bold]stage {result.stage} of {model.name} on {result.device}[/bold] "
                   f"(median of {result.repeats} runs, lowest..highest in brackets; seq_length {model.seq_length:,})")
     columns = ("part", "simulated", "emulated", "difference")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
+
+from echo_tune.console import make_console
 from echo_tune.cli.common import add_clock_argument, print_json
 from echo_tune.validate import validate
 
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                     "mape_pct": summary["mape_pct"], "max_abs_error_pct": summary["max_abs_error_pct"],
                     "worst_row": summary["worst_row"], "spearman": summary["spearman"], "by_source": sources})
         return 0
-    console = Console()
+    console = make_console()
     table = Table(title=f"simulated vs measured step time: {args.runs}")
     for col in ("run", "measured s", "predicted s", "error", "fits") + (("fit",) if fitted else ()):
         table.add_column(col, justify="left" if col == "run" else "right")

@@ -65,3 +65,14 @@ def test_errors_are_one_line_exit_2(tmp_path, capsys):
     assert "nothing to fit" in capsys.readouterr().err
     assert main(["calibrate", "check", "--cluster", CLUSTER, "--nccl-tests", str(LOGS[1])]) == 2
     assert "1-GPU log moves no data" in capsys.readouterr().err
+
+
+def test_fit_to_standard_output_writes_no_residuals_file_beside_it(tmp_path, monkeypatch, capsys):
+    """`--out -` streams the profile; there is no "beside" a stream for the residuals (it once wrote
+    '-.residuals.csv' in the working folder, and /dev/stdout.residuals.csv into /dev as root)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "fit", "--cluster", CLUSTER, "--nccl-tests", str(LOGS[2]), str(LOGS[4]),
+                 "--max-tiers", "1", "--out", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "no residuals file beside a stream" in out and "bus_bandwidth_gbyte_s" in out
+    assert list(tmp_path.iterdir()) == []
