@@ -12,13 +12,13 @@ every argument, set or not, at its resolved value. So a dump names settings Mega
   (training/argument_utils.py ``core_transformer_config_from_args``: else ``None``, i.e. one group per head);
   the dump prints its default, 1, for every model without GQA.
 - ``layernorm_zero_centered_gamma`` is ``--apply-layernorm-1p``'s dest, ``layernorm_epsilon``
-  ``--norm-epsilon``'s, ``fp8`` ``--fp8-format``'s.
+  ``--norm-epsilon``'s, ``fp8`` ``--fp8-format``'s, ``fp4`` ``--fp4-format``'s.
 - dtypes: ``validate_args`` maps ``--main-grads-dtype fp32`` etc. to ``torch.float32`` (its ``dtype_map``).
-- precision: ``bf16`` / ``fp16`` flags, FP8 on top through ``fp8``.
+- precision: ``bf16`` / ``fp16`` flags, FP8 on top through ``fp8``, NVFP4 through ``fp4`` / ``fp4_recipe``.
 
 Every other printed argument whose flag shapes the step but is not modelled (config/unmodelled.py) refuses the
-run by name when its value is not Megatron's (resolved) default: an FP4 run (``fp4 e2m1``) is refused, never
-fitted as BF16.
+run by name when its value is not Megatron's (resolved) default (e.g. ``cp_comm_type ['a2a']``); an FP4 run
+(``fp4 e2m1``) is read as NVFP4, never fitted as BF16.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from echo_tune.config.flag_catalog import megatron_flags
 from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, VALUE_RULES, classes_of, modelled_flags
 
 IGNORED = {"use_flash_attn": "Megatron-LM d98e8a64ddf3 reads --use-flash-attn nowhere; attention_backend decides"}
-RENAMED = {"fp8": "fp8_format", "layernorm_zero_centered_gamma": "apply_layernorm_1p",
+RENAMED = {"fp8": "fp8_format", "fp4": "fp4_format", "layernorm_zero_centered_gamma": "apply_layernorm_1p",
            "layernorm_epsilon": "norm_epsilon"}
 # training/arguments.py validate_args dtype_map, inverted ('auto' and None print as None: not set)
 TORCH_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.uint8": "fp8"}
