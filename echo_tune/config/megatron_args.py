@@ -93,6 +93,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "moe_enable_deepep": ("--moe-enable-deepep", "flag"),
     "moe_flex_dispatcher_num_sms": ("--moe-flex-dispatcher-num-sms", "int"),
     "moe_shared_expert_overlap": ("--moe-shared-expert-overlap", "flag"),
+    "moe_shared_expert_gate": ("--moe-shared-expert-gate", "flag"),
     "moe_router_fusion": ("--moe-router-fusion", "flag"),
     "moe_permute_fusion": ("--moe-permute-fusion", "flag"),
     "moe_apply_probs_on_input": ("--moe-apply-probs-on-input", "flag"),

@@ -77,6 +77,11 @@ class MoEFields:
     """``--moe-shared-expert-overlap``: the shared expert runs on a side stream beside the dispatch and combine
     all-to-alls (megatron/core/transformer/moe/shared_experts.py); hides up to the smaller of the two."""
 
+    moe_shared_expert_gate: bool = False
+    """``--moe-shared-expert-gate``: the shared expert's output is scaled by sigmoid(x @ w), w a [1, hidden] weight
+    (megatron/core/transformer/moe/shared_experts.py ``gate_weight``; Qwen2-MoE's gated shared expert): one GEMV, a
+    sigmoid and a product, outside Transformer Engine (a torch linear: never FP8)."""
+
     moe_router_fusion: bool = False
     """``--moe-router-fusion``: TE's fused top-k routing kernel (softmax/score, top-k and aux-loss scores in one
     kernel instead of a chain of memory-bound ops)."""
@@ -155,6 +160,9 @@ class MoEFields:
                 f"`moe_shared_expert_overlap` works with the alltoall or flex dispatcher only, but got "
                 f"(moe_token_dispatcher_type={self.moe_token_dispatcher_type!r}); "
                 "use --moe-token-dispatcher-type alltoall")
+        require(not self.moe_shared_expert_gate or bool(self.moe_shared_expert_intermediate_size),
+                "`moe_shared_expert_gate` gates the shared expert, but got (moe_shared_expert_intermediate_size=None); "
+                "set --moe-shared-expert-intermediate-size or drop --moe-shared-expert-gate")
         require(not self.moe_apply_probs_on_input or self.moe_router_topk == 1,
                 f"`moe_apply_probs_on_input` only works with `moe_router_topk == 1`, but got "
                 f"(moe_router_topk={self.moe_router_topk}); drop --moe-apply-probs-on-input")
@@ -230,7 +238,8 @@ def moe_params(model) -> int:
     grouped experts and the shared expert are built without them here, as in every MoE preset)."""
     h, per = model.hidden_size, (3 if model.swiglu else 2)
     shared = model.moe_shared_expert_intermediate_size or 0
-    return model.num_experts * h + model.num_experts * per * h * model.moe_ffn_size + per * h * shared
+    gate = h if model.moe_shared_expert_gate else 0
+    return model.num_experts * h + model.num_experts * per * h * model.moe_ffn_size + per * h * shared + gate
 
 
 def mla_params(model) -> int:

@@ -141,6 +141,8 @@ def moe_params(shard) -> dict[str, dict[str, torch.Tensor]]:
         fs = m.moe_shared_expert_intermediate_size // shard.tp
         params["shared"] = {"fc1": shard.tensor(2 * fs if m.swiglu else fs, m.hidden_size, grad=True),
                             "fc2": shard.tensor(m.hidden_size, fs, grad=True)}
+        if m.moe_shared_expert_gate:  # replicated over TP, as the router
+            params["shared_gate"] = {"weight": shard.tensor(1, m.hidden_size, grad=True)}
     return params
 
 
@@ -323,5 +325,9 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
         out = in_subregion("combine", lambda g, e: _scatter(_scatter_add(g.new_zeros(g.shape), rows, e), "tpep",
                                                              group_size), gathered, expert_out).view(s, b, h)
     if "shared" in params:
-        out = out + in_subregion("shared", _shared, x, params, shard)
+        shared = in_subregion("shared", _shared, x, params, shard)
+        if "shared_gate" in params:  # shared_experts.py: output * sigmoid(linear(hidden_states, gate_weight))
+            shared = in_subregion("shared_gate", lambda o: o * torch.sigmoid(
+                torch.nn.functional.linear(x, params["shared_gate"]["weight"])), shared)
+        out = out + shared
     return out
