@@ -60,6 +60,14 @@ def expert_groups(model: ModelSpec, parallel: ParallelConfig, dp: int, gpus_per_
     require(tp == 1 or parallel.sequence_parallel,
             f"MoE with `tensor_model_parallel_size > 1` needs sequence_parallel (Megatron-Core's MoE layer), but got "
             f"(tensor_model_parallel_size={tp}, sequence_parallel=False); add --sequence-parallel")
+    if model.use_transformer_engine_op_fuser and model.moe_grouped_gemm:
+        # moe/experts.py _is_fused_impl_supported (asserted with the op fuser): no expert TP, no probabilities on
+        # the input, a SwiGLU / quick-GeGLU / weighted squared-ReLU activation
+        require(etp == 1 and not model.moe_apply_probs_on_input and (model.swiglu or model.squared_relu),
+                f"the TE op fuser's grouped MLP needs expert_tensor_parallel_size 1, no moe_apply_probs_on_input and "
+                f"a SwiGLU or squared-ReLU activation, but got (expert_tensor_parallel_size={etp}, "
+                f"moe_apply_probs_on_input={model.moe_apply_probs_on_input}, swiglu={model.swiglu}); change those "
+                f"or drop --use-transformer-engine-op-fuser")
     edp = folded // (etp * ep)
     order = [("etp", etp), ("ep", ep), ("edp", edp)]
     if parallel.use_tp_pp_dp_mapping and parallel.pipeline_model_parallel_size > 1:

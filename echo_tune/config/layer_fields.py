@@ -120,6 +120,13 @@ class LayerFields:
     """``--apply-query-key-layer-scaling``: scale Q K^T by 1 / layer number; turns on
     ``attention_softmax_in_fp32`` (arguments.py validate_args) and adds a scale kernel on the torch path."""
 
+    use_transformer_engine_op_fuser: bool = False
+    """``--use-transformer-engine-op-fuser``: Transformer Engine's operation-based API (te.pytorch.ops). The dense
+    MLP becomes TEFusedMLP (norm, fc1, bias, activation, fc2: the kernels TE's modules run already, modelled
+    unchanged); the MoE experts with ``moe_grouped_gemm`` become the fused grouped MLP over a GroupedTensor
+    (moe/experts.py, TE >= 2.14 ``ops.GroupedLinear``): each grouped GEMM is one kernel over all local experts and
+    each quantisation one kernel for the group, not one per expert (cost/moe_grouped_gemm.py)."""
+
     attention_output_gate: bool = False
     """``--attention-output-gate``: the QKV projection also outputs a gate of the query's size, and the core
     attention output is multiplied by its sigmoid before the output projection (workload/output_gate.py)."""
@@ -130,6 +137,10 @@ class LayerFields:
         require_choice("cross_entropy_fusion_impl", self.cross_entropy_fusion_impl, CROSS_ENTROPY_FUSION_IMPLS)
         require_choice("transformer_impl", self.transformer_impl, TRANSFORMER_IMPLS)
         check_local_model(self)
+        if self.use_transformer_engine_op_fuser:
+            require(self.transformer_impl == "transformer_engine",
+                    "`use_transformer_engine_op_fuser` needs Transformer Engine, but got (transformer_impl='local'); "
+                    "drop --use-transformer-engine-op-fuser")
         require(0.0 < self.rotary_percent <= 1.0,
                 f"`0 < rotary_percent <= 1` must hold, but got (rotary_percent={self.rotary_percent})")
         if self.window_size is not None:

@@ -88,6 +88,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "attention_softmax_in_fp32": ("--attention-softmax-in-fp32", "flag"),
     "apply_query_key_layer_scaling": ("--apply-query-key-layer-scaling", "flag"),
     "attention_output_gate": ("--attention-output-gate", "flag"),
+    "use_transformer_engine_op_fuser": ("--use-transformer-engine-op-fuser", "flag"),
     # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/moe_overlap.py)
     "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
     "moe_enable_deepep": ("--moe-enable-deepep", "flag"),

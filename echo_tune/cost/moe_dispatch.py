@@ -165,6 +165,8 @@ class MoEKernels:
     """``--moe-flex-dispatcher-num-sms``: the flex kernels' SMs (None: the backend's default)."""
     gpu_name: str = ""
     """The GPU preset, which picks the measured NVLink-side rows (``cost/flex_bandwidth.py``)."""
+    grouped_single_kernel: bool = False
+    """The TE op fuser's grouped MLP: a grouped GEMM is one kernel over all local experts (cost/moe_grouped_gemm.py)."""
 
     @property
     def flex(self) -> bool:
@@ -195,4 +197,5 @@ def moe_kernels(model, cluster) -> MoEKernels | None:
                       shared_expert_overlap=model.moe_shared_expert_overlap
                       and bool(model.moe_shared_expert_intermediate_size),
                       num_sms=model.moe_flex_dispatcher_num_sms if model.moe_token_dispatcher_type == "flex" else None,
-                      gpu_name=cluster.gpu.name)
+                      gpu_name=cluster.gpu.name,
+                      grouped_single_kernel=model.use_transformer_engine_op_fuser and model.moe_grouped_gemm)

@@ -175,8 +175,10 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             continue
         launches, cast = 0.0, 0.0
         # TE's GroupedLinear: one GEMM (and, under FP8, one quantisation) per local expert (moe_grouped_gemm.py)
+        # (the TE op fuser's grouped MLP: one kernel over the group, its tiles scheduled together: moe_grouped_gemm.py)
+        per_expert = not (ctx.moe is not None and ctx.moe.grouped_single_kernel)
         groups, one = (op.gemm_groups, per_expert_op(op)) \
-            if is_grouped_expert_gemm(op) and not is_measured(op, ctx.profile) else (1, op)
+            if is_grouped_expert_gemm(op) and per_expert and not is_measured(op, ctx.profile) else (1, op)
         if fp8 and is_fp8_gemm(op):
             t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu, ctx.fp8_recipe)
             cast, casts = group_cast(one, groups, ctx.fp8_recipe, ctx.profile, ctx.gpu)
