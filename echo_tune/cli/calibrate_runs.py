@@ -106,16 +106,50 @@ def run_fit_runs(args: argparse.Namespace) -> int:
         import dataclasses
         profile = dataclasses.replace(profile, name=args.name)
     save_profile(profile, args.out, header=HEADER.format(command=command, label=profile.fitted["label"]))
-    _report(args, result, skipped, notes)
+    _report(args, result, skipped, notes, {c.name: c.defaults for c in cases if getattr(c, "defaults", ())})
     return 0
 
 
-def _report(args, result, skipped, notes=()) -> None:
+def unfitted_sources(rows: list[dict], n_params: int) -> dict[str, int]:
+    """The sources whose leave-one-source-out error is the unfitted profile's, each with the rows of other sources
+    left when it is held out: fewer than parameters + 2, too few to refit (``calibrate/fit_runs.py``)."""
+    keys = [r["source_key"] for r in rows]
+    return {k: len(keys) - keys.count(k) for k in dict.fromkeys(keys) if len(keys) - keys.count(k) < n_params + 2}
+
+
+def loso_note(rows: list[dict], n_params: int, unfitted_mape_pct: float) -> str | None:
+    """Why leave-one-source-out equals the unfitted prediction, where it does; None where every source is refitted."""
+    plain = unfitted_sources(rows, n_params)
+    if not plain:
+        return None
+    need = n_params + 2
+    if len(plain) == len({r["source_key"] for r in rows}):
+        if len(plain) == 1:
+            (key,) = plain
+            why = (f"all rows come from one source ({key!r}: the dataset or paper of the `source` column), and "
+                   f"holding it out leaves no row to fit")
+        else:
+            why = (f"holding out any one source leaves at most {max(plain.values())} rows of the others, fewer than "
+                   f"the {need} a fit of {n_params} parameter(s) needs")
+        return (f"leave-one-source-out not shown: {why}, so it would be the unfitted prediction (MAPE "
+                f"{unfitted_mape_pct:.1f}%); give runs of two or more sources to measure it")
+    return (f"leave-source-out marked '*' is the unfitted prediction: holding out {', '.join(sorted(plain))} leaves "
+            f"fewer than the {need} rows a fit of {n_params} parameter(s) needs")
+
+
+def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> None:
     from echo_tune.cli.common import print_json
 
+    errors = result.profile.fitted["errors"]
+    n_params = len(result.params)
+    plain = unfitted_sources(result.rows, n_params)
+    note = loso_note(result.rows, n_params, errors["unfitted_mape_pct"])
+    hide = bool(plain) and len(plain) == len({r["source_key"] for r in result.rows})
     if args.json:
         print_json({"profile": str(args.out), "params": result.params, "label": result.profile.fitted["label"],
-                    "errors": result.profile.fitted["errors"], "rows": result.rows,
+                    "errors": errors, "rows": result.rows,
+                    "loso_unfitted_sources": sorted(plain), "loso_note": note,
+                    "assumed_defaults": {k: list(v) for k, v in (defaults or {}).items()},
                     "warnings": [*notes, *result.warnings],
                     "skipped": [{"name": n, "error": e} for n, e in skipped]})
         return
@@ -123,23 +157,47 @@ def _report(args, result, skipped, notes=()) -> None:
     from rich.table import Table
 
     table = Table(title=f"fit on {len(result.rows)} runs ({result.profile.gpu})")
-    for col in ("run", "source", "measured s", "predicted s", "error", "leave-one-out", "leave-source-out"):
+    columns = ("run", "source", "measured s", "predicted s", "error", "leave-one-out") + (() if hide else
+                                                                                         ("leave-source-out",))
+    for col in columns:
         table.add_column(col, justify="left" if col in ("run", "source") else "right")
     for r in result.rows:
+        loso = () if hide else (f"{r['loso_error_pct']:+.1f}%" + ("*" if r["source_key"] in plain else ""),)
         table.add_row(r["name"], r["source_key"], f"{r['measured_step_time_s']:.3f}", f"{r['predicted_step_time_s']:.3f}",
-                      f"{r['error_pct']:+.1f}%", f"{r['loo_error_pct']:+.1f}%", f"{r['loso_error_pct']:+.1f}%")
+                      f"{r['error_pct']:+.1f}%", f"{r['loo_error_pct']:+.1f}%", *loso)
     console = _console()
     console.print(table)
-    errors = result.profile.fitted["errors"]
     console.print("fitted: " + ", ".join(f"{k}={v:.4g}" for k, v in result.params.items()), highlight=False)
+    loso = "" if hide else f", leave-one-source-out {errors['loso_mape_pct']:.1f}%" + ("*" if plain else "")
     console.print(f"MAPE in-sample {errors['in_sample_mape_pct']:.1f}% (unfitted {errors['unfitted_mape_pct']:.1f}%), "
-                  f"leave-one-out {errors['loo_mape_pct']:.1f}%, leave-one-source-out {errors['loso_mape_pct']:.1f}%; "
+                  f"leave-one-out {errors['loo_mape_pct']:.1f}%{loso}; "
                   f"median signed error {statistics.median(r['error_pct'] for r in result.rows):+.1f}%", highlight=False)
-    for key, value in errors["loso_by_source_mape_pct"].items():
-        console.print(f"  held out {key}: MAPE {value:.1f}%", highlight=False)
+    if not hide:
+        for key, value in errors["loso_by_source_mape_pct"].items():
+            console.print(f"  held out {key}: MAPE {value:.1f}%" + (" (unfitted)" if key in plain else ""),
+                          highlight=False)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
     err = _console(stderr=True)
     for name, error in skipped:
         err.print(f"[dim]skipped {name}: {error}[/dim]", highlight=False, soft_wrap=True)
-    for warning in [*notes, *result.warnings]:
+    for warning in [*notes, *result.warnings, *_defaults_warnings(result.rows, defaults or {})]:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     console.print(f"wrote {args.out} ({result.profile.fitted['label']})", highlight=False)
+
+
+def _defaults_warnings(rows: list[dict], defaults: dict[str, tuple[str, ...]]) -> list[str]:
+    """One warning per set of Megatron defaults the fitted rows rely on (rows without a `model` that leave the
+    architecture fields out: validate/run_models.py)."""
+    fitted = {r["name"] for r in rows}
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, assumed in defaults.items():
+        if assumed and name in fitted:
+            groups.setdefault(assumed, []).append(name)
+    out = []
+    for assumed, names in groups.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        out.append(f"{shown} state no model and take Megatron's GPT-3 defaults for {'; '.join(assumed)}; right for "
+                   f"GPT-3-like models only: add a `model` column (a preset, a model YAML or a config.json) or those "
+                   f"columns")
+    return out

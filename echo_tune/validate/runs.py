@@ -8,6 +8,10 @@ unknown columns are ignored.
 Megatron-LM flags written in ``assumptions`` (e.g. ``--overlap-grad-reduce``) are applied as assumed
 settings where no column sets them, and reported. Then the dataset's errata (``validate/errata.py``:
 settings the row's own source states, with file, commit and quote) where neither sets the field.
+An optional ``model`` column (a preset, a model YAML or a config.json relative to the CSV) gives the row's
+defaults, which all of the above override; a row without one that leaves out the norm, the position embedding,
+tied embeddings, biases or the gated MLP is refused or lists Megatron's defaults as assumed
+(``validate/run_models.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, UnmodelledError, har
     refuse_if_unmodelled
 from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.validate.errata import Erratum, errata_path_for, errata_settings, load_errata
+from echo_tune.validate.run_models import ARCHITECTURE_COLUMNS, model_defaults, row_model, unstated_defaults
 
-REQUIRED_COLUMNS = ("name", "cluster", "num_gpus", "measured_step_time_s", "num_layers", "hidden_size",
-                    "num_attention_heads", "seq_length", "vocab_size", "global_batch_size")
+REQUIRED_COLUMNS = ("name", "cluster", "num_gpus", "measured_step_time_s", *ARCHITECTURE_COLUMNS, "global_batch_size")
 MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
 PARALLEL_FIELDS = {f.name: f for f in dataclasses.fields(ParallelConfig)}
 
@@ -50,6 +54,8 @@ class RunCase:
     assumed_flags: tuple[str, ...] = ()
     errata: tuple[str, ...] = ()
     """Source-stated settings applied from the dataset's errata file, each with its source and quote."""
+    defaults: tuple[str, ...] = ()
+    """Megatron defaults of the step-shaping architecture fields the row (without a ``model``) leaves out."""
     error: str | None = None
 
 
@@ -146,8 +152,10 @@ def _refused_columns(row: dict) -> None:
                 refuse_if_unmodelled(flag, (text,))
 
 
-def case_from_row(row: dict, base_dir: Path, errata: dict[str, tuple[Erratum, ...]]) -> RunCase:
-    """One row of a runs CSV as a RunCase (its errata applied; paths relative to ``base_dir``)."""
+def case_from_row(row: dict, base_dir: Path, errata: dict[str, tuple[Erratum, ...]], *,
+                  models: dict | None = None, grandfathered: bool = False) -> RunCase:
+    """One row of a runs CSV as a RunCase (its errata applied; paths relative to ``base_dir``). ``models``: a
+    cache of the ``model`` column's models; ``grandfathered``: a shipped published-run set (run_models.py)."""
     name = row["name"].strip()
     measured = _value("measured_step_time_s", row["measured_step_time_s"], "float")
     if measured is None:
@@ -168,17 +176,28 @@ def case_from_row(row: dict, base_dir: Path, errata: dict[str, tuple[Erratum, ..
         model_fields = {k: v for k, v in model_fields.items() if k not in model_errata}
         parallel_fields = {k: v for k, v in parallel_fields.items() if k not in parallel_errata}
         parallel = build(ParallelConfig, {**parallel_fields, **parallel_extra}, f"row {name!r} layout")
-        if (model_fields.get("num_experts") and "add_bias_linear" not in {**model_fields, **model_extra}
-                and parallel.expert_tensor_size > 1):
+        ref = (row.get("model") or "").strip()
+        if ref:  # the model's fields are the row's defaults: columns, flags and errata override them
+            base = model_defaults(row_model(ref, base_dir, model_fields.get("seq_length"),
+                                            {} if models is None else models))
+        else:
+            base = {}
+            lacking = [c for c in ARCHITECTURE_COLUMNS if c not in model_fields]
+            if lacking and "model" in row:  # a CSV with a `model` column, this row's cell empty
+                raise ConfigError(f"row {name!r} names no model and leaves {lacking} empty; fill its `model` cell (a "
+                                  f"preset, a model YAML or a config.json) or those columns")
+        if ({**base, **model_fields}.get("num_experts") and "add_bias_linear" not in {**model_fields, **model_extra}
+                and base.get("add_bias_linear", True) and parallel.expert_tensor_size > 1):
             # the run ran, and Megatron refuses MoE biases with ETP > 1 (transformer_config.py): no biases
             model_extra["add_bias_linear"] = False
             flags.append("--disable-bias-linear (implied by MoE with expert_tensor_parallel_size > 1)")
-        model = build(ModelSpec, {**model_fields, **model_extra, "name": name}, f"row {name!r} model")
+        defaults = () if ref else unstated_defaults(name, {**model_fields, **model_extra}, grandfathered=grandfathered)
+        model = build(ModelSpec, {**base, **model_fields, **model_extra, "name": name}, f"row {name!r} model")
         ref = row["cluster"].strip()
         cluster = load_cluster(base_dir / ref if ref.endswith((".yaml", ".yml")) else ref)
         num_gpus = _value("num_gpus", row["num_gpus"], "int")
         return RunCase(**common, model=model, cluster=cluster, num_gpus=num_gpus, parallel=parallel,
-                       assumed_flags=tuple(flags), errata=tuple(applied))
+                       assumed_flags=tuple(flags), errata=tuple(applied), defaults=defaults)
     except UnmodelledError as exc:
         return RunCase(**common, error=f"refused: {exc}")
     except EchoTuneError as exc:
@@ -195,11 +214,12 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
         raise ConfigError(f"runs file {str(path)!r} does not exist; give a CSV like "
                           f"calibration/published-runs/runs_megatron.csv")
     columns, rows = read_csv_rows(path, "runs file")  # BOM, short rows, non-UTF-8: one-line errors
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns and not ("model" in columns
+                                                                      and c in ARCHITECTURE_COLUMNS)]
     if missing:
         raise ConfigError(f"runs file {str(path)!r} is missing required column(s) {missing}; "
                           f"columns are Megatron argument names plus name, cluster, num_gpus, "
-                          f"measured_step_time_s")
+                          f"measured_step_time_s (and optionally model, whose fields give the architecture)")
     if not rows:
         raise ConfigError(f"runs file {str(path)!r} has a header but no rows")
     if len(rows) > MAX_RUN_ROWS:  # each row is a full simulation: bounded time, refused before any is run
@@ -208,4 +228,8 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
     if errata is True:
         errata = errata_path_for(path) or False
     table = load_errata(errata) if errata else {}
-    return [case_from_row(row, path.parent, table) for row in rows]
+    from echo_tune.calibrate.fit_runs import is_published
+
+    models: dict = {}  # one model file read once, not once per row
+    grandfathered = is_published(path)
+    return [case_from_row(row, path.parent, table, models=models, grandfathered=grandfathered) for row in rows]
