@@ -118,6 +118,42 @@ HARDWARE_LIMITS: dict[str, Limit] = {
                                                              "are 1:1 to about 1:8"),
 }
 LIMITS |= HARDWARE_LIMITS
+
+# A calibration profile's numbers (cost/profile_bounds.py; issue 41): the rates and times a fit or a datasheet
+# gives, bounded as the cluster's own numbers are (a profile's bandwidths are fractions of the links above).
+_FRACTION = Limit(low=0, high=1, low_open=True, reason="a fraction of a datasheet peak, the rate a kernel reaches "
+                                                       "over the peak rate")
+_STEP_LATENCY = Limit(low=0, high=1.0, reason="seconds; NCCL's are 1-60 us, gloo over TCP ~100 us; a second is 10^4x "
+                                              "that")
+_SLOWDOWN = Limit(low=1, high=100, reason="a kernel's time beside communication over its time alone; Echo "
+                                          "(arXiv 2412.12487) measures 1.0-1.5")
+PROFILE_LIMITS: dict[str, Limit] = {
+    "gemm_max_efficiency": _FRACTION, "fp8_gemm_max_efficiency": _FRACTION, "attention_efficiency": _FRACTION,
+    "attention_backward_efficiency": _FRACTION,
+    "attention_causal_factor": Limit(low=0, high=1, low_open=True, reason="a causal kernel's rate over an unmasked "
+                                                                          "one's (0.85 measured on H100)"),
+    "gemm_half_saturation_dim": Limit(low=1, high=2**20, reason="the GEMM dimension at half efficiency; one CTA "
+                                                                "tile is 64-256"),
+    "memory_bandwidth_gbyte_s": HARDWARE_LIMITS["memory_bandwidth_gbyte_s"],
+    "kernel_launch_overhead_s": LIMITS["kernel_launch_overhead_s"],
+    "latency_s": _STEP_LATENCY, "base_latency_s": _STEP_LATENCY,
+    "bus_bandwidth_gbyte_s": Limit(low=1e-3, high=1e4, reason="GB/s of nccl-tests bus bandwidth; from 1 MB/s "
+                                                              "(under 100 Mb Ethernet) to 11x NVLink 5's 900"),
+    "tree_efficiency": Limit(low=0, high=4, low_open=True, reason="a two-node tree's NVLink chain over the ring "
+                                                                  "(1: NCCL's own ratio; fitted 0.82 on NDv4)"),
+    "compute_slowdown": _SLOWDOWN, "comm_slowdown": _SLOWDOWN,
+    "amplitude": Limit(low=0, high=99, reason="a slowdown curve's rise over 1 at large messages (the slowdown "
+                                              "itself stays within 1-100)"),
+    "half_size_bytes": Limit(low=0, high=2**50, low_open=True, reason="bytes of the message at half the curve's "
+                                                                     "rise; 1 PiB is no one collective"),
+    "median": _SLOWDOWN,
+    "sustained_clock_mhz": Limit(low=100, high=6000, reason="MHz (not GHz); a clock fitted on training runs is the "
+                                                            "SM clock under load, a few hundred MHz to ~2,100 MHz"),
+    "comm_time_factor": Limit(low=0.01, high=100, reason="a fitted factor on every collective's time; 1 leaves the "
+                                                         "links as they are, 100x either way is a fit gone wrong"),
+    "host_time_per_kernel_s": Limit(low=0, high=1e-2, reason="seconds the host takes to issue one kernel; fitted "
+                                                             "38-79 us on published runs, 10 ms is 100x that"),
+}
 # the fastest boost clock over the clock the tensor-core peak is specified at: H100 SXM 1,980 / 1,830 MHz (1.08),
 # B200 1,965 / 1,856 (1.06); a sustained clock above 1.1x the peak clock is a typo
 MAX_CLOCK_OVER_PEAK = 1.1

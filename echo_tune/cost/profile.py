@@ -20,8 +20,9 @@ from echo_tune.config.cluster import ClusterSpec, GPUSpec
 from echo_tune.cost.gemm_benchmarks import benchmark_efficiencies
 from echo_tune.cost.host_time import default_host_time_s, default_label
 from echo_tune.cost.link_coefficients import LinkCoefficients
+from echo_tune.cost.profile_bounds import check_clock_in_use, check_profile_numbers
 from echo_tune.errors import ConfigError
-from echo_tune.limits import check_number, first_non_finite
+from echo_tune.limits import PROFILE_LIMITS, check_number, first_non_finite
 
 if TYPE_CHECKING:
     from echo_tune.cost.optime_db import OpTimes
@@ -138,13 +139,9 @@ class ClusterProfile:
         params = self.fitted.get("params") or {}
         require(isinstance(params, dict), f"profile {self.name!r}: `fitted.params` must be a mapping, but got "
                                           f"(params={params!r})")
-        for name in ("sustained_clock_mhz", "comm_time_factor", "host_time_per_kernel_s"):
+        for name in ("sustained_clock_mhz", "comm_time_factor", "host_time_per_kernel_s"):  # host time 0: never waits
             if params.get(name) is not None:
-                check_number(f"fitted.params.{name}", params[name])
-                if name != "host_time_per_kernel_s":
-                    require_positive(f"fitted.params.{name}", params[name])
-                else:  # 0 = the GPU never waits on the host
-                    require(params[name] >= 0, f"`fitted.params.{name} >= 0` must hold, but got ({name}={params[name]})")
+                check_number(name, params[name], PROFILE_LIMITS[name], flag=f"fitted.params.{name}")
         factor = self.comm_time_factor
         if factor != 1.0:  # every collective's time x factor: latencies x f, bandwidths / f (all tiers)
             object.__setattr__(self, "_scaled_comm", {s: {c: _scaled(v, factor) for c, v in t.items()}
@@ -275,6 +272,7 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
     require(version == PROFILE_VERSION, f"{where}: `version == {PROFILE_VERSION}` must hold, but got (version={version})")
     db = data.get("op_times")
     require(db is None or isinstance(db, str), f"{where}: `op_times` must be a file path, but got (op_times={db!r})")
+    check_profile_numbers(data, where)  # physical bounds, each named by its key in the file (issue 41)
     op_times = None
     if db is not None:
         from echo_tune.cost.optime_db import load_op_times
@@ -309,8 +307,8 @@ def save_profile(profile: ClusterProfile, path: str | Path, header: str = "") ->
     if bad:  # never write a profile of NaNs (a fit that diverged): issue 10
         raise ConfigError(f"profile {profile.name!r}: `{bad[0]}` is {bad[1]!r}, not a finite number; the fit did "
                           f"not converge: check the inputs' residuals (--show-points) or fit fewer tiers")
+    check_profile_numbers(data, f"profile {profile.name!r} (not written)")  # one it could not read back
     write_text(path, header + yaml.safe_dump(data, sort_keys=False), "profile")
-
 
 
 def profile_for(cluster: ClusterSpec) -> ClusterProfile:
@@ -324,7 +322,8 @@ def load_cluster_profile(cluster: ClusterSpec) -> ClusterProfile:
 
 
 def check_profile_device(profile: ClusterProfile, cluster: ClusterSpec) -> None:
-    """Refuse a CPU-measured profile for a GPU cluster unless it carries the explicit override."""
+    """Refuse a CPU-measured profile for a GPU cluster without the explicit override; a fitted clock its GPU lacks."""
+    check_clock_in_use(profile.name, profile.fitted_clock_mhz, cluster)
     if profile.measured and profile.measured_on_cpu and not profile.measured_on.get("cpu_override"):
         raise ConfigError(f"profile {profile.name!r} was measured on CPU ({profile.measured_on.get('backend', 'gloo')}) "
                           f"but cluster {cluster.name!r} has {cluster.gpu.name} GPUs; fit it from a GPU bench or "
