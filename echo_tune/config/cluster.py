@@ -87,6 +87,19 @@ class GPUSpec:
         return (10, 0) <= cc < (12, 0) or cc >= (13, 0)
 
     @property
+    def ex2_per_s(self) -> float | None:
+        """Base-2 exponentials the SFUs evaluate per second at the sustained clock (softmax's ``MUFU.EX2``): 16
+        per clock and SM through compute capability 10.0 (CUDA C++ Programming Guide, "Arithmetic Instructions"
+        throughput table: exp2f), doubled on Blackwell Ultra, 10.3 (NVIDIA technical blog "Inside NVIDIA Blackwell
+        Ultra", table 2: 10.7 against Blackwell's 5 TeraExponentials/s); None without SM count, clock or compute
+        capability."""
+        clock = self.sustained_clock_mhz or self.peak_clock_mhz
+        if self.sm_count is None or clock is None or self.compute_capability is None:
+            return None
+        per_sm = 32 if self.compute_capability == "10.3" else 16
+        return self.sm_count * per_sm * clock * 1e6
+
+    @property
     def clock_factor(self) -> float:
         """Sustained over peak clock: the share of the datasheet tensor-core rate compute-bound kernels get."""
         if self.sustained_clock_mhz is None or self.peak_clock_mhz is None:

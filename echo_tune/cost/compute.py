@@ -1,7 +1,7 @@
 """Compute-op time: a GEMM efficiency surface, fused attention, memory-bound ops, launch overhead.
 
     gemm:      time = max(flops / (peak * e_max * g(m) g(n) g(k)), bytes / hbm) + launch
-    attention: time = max(flops / (peak * attention_efficiency), bytes / hbm) + launch
+    attention: time = max(flops / (peak * attention_efficiency), exponentials / SFU rate, bytes / hbm) + launch
                (backward: ``attention_backward_efficiency``, when the profile sets it; a causal-masked
                forward at ``attention_causal_factor`` of that)
     memory:    time = bytes / hbm + launch
@@ -52,6 +52,9 @@ def op_time_s(op: Op, profile: ClusterProfile, gpu: GPUSpec, precision: str) -> 
         if op.causal and op.phase == "fwd":
             efficiency *= profile.attention_causal_factor
         compute_s = op.flops / (peak_flops * efficiency)
+        exp_rate = gpu.ex2_per_s
+        if op.exps and exp_rate:  # the softmax's exponentials on the SFUs, overlapped with the MMAs (FA3 / FA4)
+            compute_s = max(compute_s, op.exps / exp_rate)
     else:
         compute_s = 0.0
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s

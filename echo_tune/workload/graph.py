@@ -52,6 +52,9 @@ class Op:
     causal: bool = False
     """For attention: the kernel applies the causal mask (its FLOPs count only the unmasked half; masked
     forward kernels run at a lower rate, ``ClusterProfile.attention_causal_factor``)."""
+    exps: float = 0.0
+    """For attention: the exponentials its softmax evaluates (one per unmasked score, forward and, recomputing the
+    probabilities, backward), which the GPU's special-function units bound (``cost/compute.py``)."""
     key: str = ""
     """For compute ops: the op and its arguments' shapes, strides and dtypes (``workload/opkey.py``),
     under which ``echo-tune profile`` stores a measured time; empty for collectives."""

@@ -172,6 +172,18 @@ def _flash_bwd_flops(args) -> float:
     return FLASH_BACKWARD_FACTOR * flash_forward_flops(q.shape, k.shape, causal, v.shape)
 
 
+def flash_scores(q_shape, k_shape, causal: bool) -> float:
+    """b * heads * s_q * s_kv attention scores, halved when causal: one exponential each per pass."""
+    s_q, b, heads, _ = q_shape
+    return float(b * heads * s_q * k_shape[0]) * (0.5 if causal else 1.0)
+
+
+ATTENTION_EXPS = {
+    torch.ops.echo_tune.flash_attn: lambda args: flash_scores(args[0].shape, args[1].shape, args[3]),
+    torch.ops.echo_tune.flash_attn_backward: lambda args: flash_scores(args[1].shape, args[2].shape, args[6]),
+}
+"""Exponentials of each attention op: one per score forward, one per score backward (P recomputed from the LSE)."""
+
 ATTENTION_CAUSAL_ARG = {
     torch.ops.echo_tune.flash_attn: 3,
     torch.ops.echo_tune.flash_attn_backward: 6,

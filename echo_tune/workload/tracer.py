@@ -37,7 +37,7 @@ from torch.utils.flop_counter import flop_registry
 from echo_tune.config.model import ModelSpec
 from echo_tune.workload import context, heads, layers
 from echo_tune.workload.graph import Op, Trace
-from echo_tune.workload.kernels import ATTENTION_CAUSAL_ARG, ATTENTION_FLOPS
+from echo_tune.workload.kernels import ATTENTION_CAUSAL_ARG, ATTENTION_EXPS, ATTENTION_FLOPS
 from echo_tune.workload.opkey import op_key
 
 aten = torch.ops.aten
@@ -93,7 +93,7 @@ def describe(func, args, kwargs, out, *, phase: str, region: str, subregion: str
         return Op(kind="gemm", flops=float(flops), gemm_mnk=_gemm_mnk(packet, args),
                   gemm_groups=int(a.shape[0]) if a.dim() == 3 else 1, **common)
     if packet in ATTENTION_FLOPS:
-        return Op(kind="attention", flops=float(ATTENTION_FLOPS[packet](args)),
+        return Op(kind="attention", flops=float(ATTENTION_FLOPS[packet](args)), exps=ATTENTION_EXPS[packet](args),
                   causal=bool(args[ATTENTION_CAUSAL_ARG[packet]]), **common)
     return Op(kind="memory", flops=float(sum(t.numel() for t in outputs)), **common)
 

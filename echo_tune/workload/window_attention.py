@@ -76,6 +76,10 @@ def _bwd_flops(args) -> float:
 
 kernels.ATTENTION_FLOPS[torch.ops.echo_tune.flash_attn_window] = _fwd_flops
 kernels.ATTENTION_FLOPS[torch.ops.echo_tune.flash_attn_window_backward] = _bwd_flops
+kernels.ATTENTION_EXPS[torch.ops.echo_tune.flash_attn_window] = \
+    lambda args: float(args[0].shape[1] * args[0].shape[2] * window_key_count(args[0].shape[0], args[4]))
+kernels.ATTENTION_EXPS[torch.ops.echo_tune.flash_attn_window_backward] = \
+    lambda args: float(args[1].shape[1] * args[1].shape[2] * window_key_count(args[1].shape[0], args[7]))
 kernels.ATTENTION_CAUSAL_ARG[torch.ops.echo_tune.flash_attn_window] = 3
 kernels.ATTENTION_CAUSAL_ARG[torch.ops.echo_tune.flash_attn_window_backward] = 6
 
