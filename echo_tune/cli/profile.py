@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     from echo_tune.cost.profile import profile_for, save_profile
     from echo_tune.cost.optime_db import OpTimeDB
     from echo_tune.cost.optime_device import local_device, mismatch
+    from echo_tune.optime.collect import distinct_ops
+    from echo_tune.optime.measure import check_fits
     from echo_tune.optime.profiler import profile_layouts
 
     set_torch_threads(args.threads)
@@ -105,11 +107,21 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             sys.stderr.write(f"[{i}/{n}] {op.name:<40} {human_time(m.time_s):>10}  (spread {m.spread:.0%})\n")
 
+    for model, group_cluster, num_gpus, layouts in targets:  # before any tensor or file: each op fits in memory
+        check_fits(distinct_ops(model, group_cluster, num_gpus, layouts), device)
     results = []
     with OpTimeDB(db_path) as db:
         for model, group_cluster, num_gpus, layouts in targets:
-            results.append(profile_layouts(model, group_cluster, num_gpus, layouts, db, device, info,
-                                           progress=progress))
+            try:
+                results.append(profile_layouts(model, group_cluster, num_gpus, layouts, db, device, info,
+                                               progress=progress))
+            except RuntimeError as exc:  # the CPU allocator's refusal of a micro-batch's pieces run in place
+                if "allocate" not in str(exc) and "out of memory" not in str(exc):
+                    raise
+                raise ConfigError(f"`a micro-batch's tensors <= free memory` must hold to run it in place on "
+                                  f"{info.name}, but the allocator refused ({str(exc).splitlines()[0][-120:]}); the "
+                                  f"ops measured so far are kept in {db_path}; profile a smaller shape: a smaller "
+                                  f"--seq-length or --micro-batch-size") from None
     profile_path = Path(args.write_profile) if args.write_profile else folder / "profile-optime.yaml"
     base = profile_for(cluster)
     relative = _relative(db_path, profile_path.parent)

@@ -1,6 +1,6 @@
 """The distinct op instances the simulator needs for a set of layouts, from their meta traces.
 
-A layout's ops depend on its traced shape only (TP, CP, sequence parallel, micro-batch, precision),
+A layout's ops depend on its traced shape only (TP, CP, sequence parallel, micro-batch, precision, EP, ETP),
 so each shape is traced once (the tracer caches) and its ops' keys are merged. Collectives are left
 out: their times come from the communication model.
 """
@@ -35,7 +35,8 @@ def distinct_ops(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     for parallel in layouts:
         layout = check_compatible(model, cluster, num_gpus, parallel)
         shape = (parallel.tensor_model_parallel_size, parallel.context_parallel_size, layout.sequence_parallel,
-                 parallel.micro_batch_size, parallel.precision)
+                 parallel.micro_batch_size, parallel.precision, parallel.expert_model_parallel_size,
+                 parallel.expert_tensor_size)  # EP and ETP: the MoE layer's shapes
         if shape in shapes:
             continue
         shapes.add(shape)

@@ -11,6 +11,7 @@ flush (``flush_bytes``) precedes each timed call.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -19,7 +20,8 @@ import torch
 
 import echo_tune.workload.kernels_real  # noqa: F401  (real echo_tune:: kernels)
 from echo_tune.cost.optime_db import Measurement
-from echo_tune.workload.opkey import materialize, parse_key, resolve_op
+from echo_tune.errors import ConfigError
+from echo_tune.workload.opkey import key_summary, materialize, parse_key, resolve_op
 
 CUDA_FLUSH_BYTES = 256 * 2**20
 """Written before every timed call on CUDA to clear the L2 cache, as Triton's ``do_bench`` does: an op
@@ -97,3 +99,70 @@ def measure_key(key: str, device: torch.device, **options) -> Measurement:
     """Build the keyed op's inputs once and time it."""
     return time_call(prepare(key, device), device, **options)
 
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def memory_needed(key: str, device: torch.device) -> int:
+    """Bytes timing the keyed op alone takes on ``device``: its inputs' storages (as ``prepare`` builds them, with
+    the float32 draw a half-precision input is cast from), its outputs (the op run on ``meta``: no memory) and the
+    cache-flush buffer."""
+    name, args, kwargs = parse_key(key)
+    meta = torch.device("meta")
+    real_args, real_kwargs = materialize(args, meta), materialize(kwargs, meta)
+    inputs = _tensors([real_args, real_kwargs])
+    stored = sum(t.untyped_storage().nbytes() for t in inputs)
+    draw = max((4 * t.untyped_storage().nbytes() // t.element_size() for t in inputs
+                if t.dtype.is_floating_point and t.dtype != torch.float32), default=0)
+    try:
+        outputs = sum(t.numel() * t.element_size() for t in _tensors(resolve_op(name)(*real_args, **real_kwargs)))
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):  # no meta kernel: outputs as large as inputs
+        outputs = stored
+    return stored + draw + outputs + flush_bytes(device)
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free for new tensors on ``device``: CUDA's free memory (``torch.cuda.mem_get_info``), or the host's
+    available RAM (psutil when installed, else /proc/meminfo's MemAvailable, else the free pages); None if unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        import psutil  # optional: not a dependency
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+
+def check_fits(ops, device: torch.device) -> None:
+    """Refuse in one line, before anything is allocated, when the largest of ``ops`` (``collect.OpInstance``) needs
+    more memory than ``device`` has free: its real tensors would end in an allocator error (or the host's OOM
+    killer) halfway through a run."""
+    free = available_memory(device) if ops else None
+    if free is None:
+        return
+    need, op = max(((memory_needed(op.key, device), op) for op in ops), key=lambda pair: pair[0])
+    if need > free:
+        name, shapes, dtypes = key_summary(op.key)
+        shapes = shapes if len(shapes) <= 80 else shapes[:77] + "..."
+        raise ConfigError(f"`op memory <= free memory` must hold for each op `profile` times, but got (op={name}, "
+                          f"shapes={shapes} {dtypes}, op memory={need / 2**30:,.2f} GiB, free memory on "
+                          f"{device.type}={free / 2**30:,.2f} GiB); profile a smaller shape: a smaller --seq-length "
+                          f"or --micro-batch-size (or more --tensor-model-parallel-size / --context-parallel-size)")
