@@ -101,6 +101,11 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "moe_router_num_groups": ("--moe-router-num-groups", "int"),
     "moe_router_group_topk": ("--moe-router-group-topk", "int"),
     "moe_router_force_load_balancing": ("--moe-router-force-load-balancing", "flag"),
+    "moe_aux_loss_coeff": ("--moe-aux-loss-coeff", "words"),
+    "moe_z_loss_coeff": ("--moe-z-loss-coeff", "float"),
+    "moe_router_score_function": ("--moe-router-score-function", "str"),
+    "moe_router_enable_expert_bias": ("--moe-router-enable-expert-bias", "flag"),
+    "moe_router_topk_scaling_factor": ("--moe-router-topk-scaling-factor", "float"),
     # what a launch line needs to rebuild the model, not simulated (config/rebuild_fields.py)
     "add_qkv_bias": ("--add-qkv-bias", "flag"),
     "rotary_base": ("--rotary-base", "int"),

@@ -17,6 +17,7 @@ DISPATCHERS = ("allgather", "alltoall", "flex")
 FLEX_BACKENDS = ("deepep", "hybridep")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 ROUTER_DTYPES = (None, "fp32", "fp64")
+SCORE_FUNCTIONS = ("softmax", "sigmoid", "sqrtsoftplus")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +42,25 @@ class MoEFields:
     moe_router_load_balancing_type: str = "aux_loss"
     """``--moe-router-load-balancing-type``: aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none; several,
     space-separated, combine their losses (the flag takes ``nargs='+'``: "seq_aux_loss global_aux_loss")."""
+
+    moe_aux_loss_coeff: float | str = 0.0
+    """``--moe-aux-loss-coeff``: the load-balancing loss coefficient, one per balancing type (space-separated);
+    any above 0 computes the aux-loss scores in every forward (router.py ``is_aux_loss_enabled``; workload/
+    moe_router.py)."""
+
+    moe_z_loss_coeff: float | None = None
+    """``--moe-z-loss-coeff``: the router z-loss (logsumexp of the logits, squared) when set."""
+
+    moe_router_score_function: str = "softmax"
+    """``--moe-router-score-function``: softmax, sigmoid (DeepSeek-V3: the chosen scores renormalised) or
+    sqrtsoftplus."""
+
+    moe_router_enable_expert_bias: bool = False
+    """``--moe-router-enable-expert-bias``: a per-expert bias added to the scores before the top-k, and the tokens
+    per expert counted for its update (aux-loss-free balancing)."""
+
+    moe_router_topk_scaling_factor: float | None = None
+    """``--moe-router-topk-scaling-factor``: the chosen probabilities times this (one product)."""
 
     moe_token_dispatcher_type: str = "allgather"
     """``--moe-token-dispatcher-type``: alltoall, allgather (Megatron's default) or flex (DeepEP / HybridEP,
@@ -133,6 +153,15 @@ class MoEFields:
                 f"{self.moe_router_load_balancing_type!r}); drop --moe-expert-capacity-factor or use aux_loss")
         require_choice("moe_token_dispatcher_type", self.moe_token_dispatcher_type, DISPATCHERS)
         require_choice("moe_router_dtype", self.moe_router_dtype, ROUTER_DTYPES)
+        require_choice("moe_router_score_function", self.moe_router_score_function, SCORE_FUNCTIONS)
+        try:
+            coeffs = [float(c) for c in str(self.moe_aux_loss_coeff).split()]
+        except ValueError:
+            coeffs = []
+        require(bool(coeffs) and all(c >= 0 for c in coeffs),
+                f"`moe_aux_loss_coeff` must be one or more numbers >= 0, but got ({self.moe_aux_loss_coeff!r})")
+        require(self.moe_z_loss_coeff is None or self.moe_z_loss_coeff >= 0,
+                f"`moe_z_loss_coeff >= 0` must hold, but got (moe_z_loss_coeff={self.moe_z_loss_coeff})")
         require(1.0 <= self.moe_routing_imbalance <= self.num_experts / self.moe_router_topk,
                 f"`1 <= moe_routing_imbalance <= num_experts / moe_router_topk` must hold (the busiest expert "
                 f"gets at most every token), but got (moe_routing_imbalance={self.moe_routing_imbalance})")
@@ -191,6 +220,11 @@ class MoEFields:
         if self.moe_token_dispatcher_type != "flex":
             return self.moe_token_dispatcher_type
         return "deepep" if self.moe_enable_deepep else self.moe_flex_dispatcher_backend
+
+    @property
+    def moe_aux_loss_enabled(self) -> bool:
+        """Any load-balancing loss with a coefficient above 0 (router.py ``is_aux_loss_enabled``)."""
+        return any(float(c) > 0 for c in str(self.moe_aux_loss_coeff).split())
 
     @property
     def moe_effective_imbalance(self) -> float:

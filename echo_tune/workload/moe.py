@@ -34,6 +34,7 @@ from torch.autograd import Function
 from echo_tune.workload.activations import activation
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import active_hook, in_subregion, record_collective
+from echo_tune.workload.moe_router import route
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
@@ -134,7 +135,9 @@ def moe_params(shard) -> dict[str, dict[str, torch.Tensor]]:
     m, n = shard.model, local_experts(shard)
     f = m.moe_ffn_size // shard.etp
     fc1_out = 2 * f if m.swiglu else f
-    params = {"router": {"weight": shard.tensor(m.num_experts, m.hidden_size, grad=True)},
+    params = {"router": {"weight": shard.tensor(m.num_experts, m.hidden_size, grad=True),
+                         **({"expert_bias": shard.tensor(m.num_experts, dtype=torch.float32)}  # a buffer
+                            if m.moe_router_enable_expert_bias else {})},
               "experts": {"fc1": shard.tensor(n, m.hidden_size, fc1_out, grad=True),
                           "fc2": shard.tensor(n, f, m.hidden_size, grad=True)}}
     if m.moe_shared_expert_intermediate_size:
@@ -152,14 +155,14 @@ def _activation(x, shard):
 
 
 def _router(tokens, params, shard):
-    """Router logits, softmax and top-k: (probabilities [T, k], indices [T, k])."""
+    """Router logits, then the routing of workload/moe_router.py: (probabilities [T, k], indices [T, k])."""
     m, weight = shard.model, params["router"]["weight"]
     dtype = ROUTER_DTYPES.get(m.moe_router_dtype)
     if dtype is not None:
         tokens, weight = tokens.to(dtype), weight.to(dtype)
     logits = torch.matmul(tokens, weight.t())
-    scores = torch.softmax(logits, dim=-1)
-    probs, indices = torch.topk(scores, m.moe_router_topk, dim=-1)
+    bias = params["router"].get("expert_bias")
+    probs, indices = route(logits, m, bias)  # moe_router.py
     return probs.to(shard.dtype), indices
 
 
