@@ -11,7 +11,7 @@ from echo_tune.cli.common import add_clock_argument, print_json
 from echo_tune.cli.progress import STOP
 from echo_tune.errors import ConfigError
 from echo_tune.plan.projection import GOODPUT_DEFAULT
-from echo_tune.plan.planner import SORT_KEYS, PlanOptions, parse_candidate, plan
+from echo_tune.plan.planner import SORT_KEYS, PlanOptions, parse_candidates, plan
 from echo_tune.search.auto_space import CAPS_HELP, FP8_CHOICES, layout_overrides
 from echo_tune.tables import add_format_arguments, output_format
 
@@ -90,7 +90,7 @@ def _progress():
 def run(args: argparse.Namespace) -> int:
     if not args.near_tie_pct >= 0:
         raise ConfigError(f"`--near-tie-pct >= 0` must hold, but got ({args.near_tie_pct})")
-    candidates = [parse_candidate(c) for c in args.candidate]
+    candidates, rejected = parse_candidates(args.candidate)  # a bad one is a row with its reason
     opts = PlanOptions(tokens=args.tokens, global_batch_size=args.global_batch_size, currency=args.currency,
                        deadline_days=args.deadline_days, budget=args.budget, n_trials=args.n_trials, seed=args.seed,
                        sampler=args.sampler, results_dir=args.results_dir, sort=args.sort,
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
                        goodput=args.goodput, gpu_clock_mhz=args.gpu_clock_mhz,
                        fp8_format=args.fp8_format, near_tie_pct=args.near_tie_pct,
                        layout=layout_overrides(args.layout))
-    result = plan(args.model, candidates, opts, progress=_progress())
+    result = plan(args.model, candidates, opts, progress=_progress(), rejected=rejected)
     explanation = None
     winner = result.winner
     if args.explain and winner is not None:

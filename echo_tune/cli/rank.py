@@ -15,6 +15,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.plan.bands import band_note
 from echo_tune.plan.projection import GOODPUT_DEFAULT, deadline_note, legend
 from echo_tune.plan.rank import load_rank_file, parse_tokens, rank
+from echo_tune.plan.safety import promote_over_limit_rows
 from echo_tune.tables import Column, TextTable, add_format_arguments, note_printer, output_format, print_table
 
 DEFAULT_TOKENS = 1e12
@@ -24,8 +25,9 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "rank", help="rank candidate runs (model, cluster, GPUs, layout) by simulated step time",
         description="Simulate every candidate of a rank file and print them fastest first (candidates that do "
-                    "not fit in memory last), with throughput, MFU, peak memory and the time and cost to train "
-                    "a token budget.")
+                    "not fit in memory last; one over its limit by less than the memory model's measured "
+                    "over-prediction is at risk, with its time), with throughput, MFU, peak memory and the time and "
+                    "cost to train a token budget.")
     parser.add_argument("file", help="rank YAML file (see search_spaces/rank/gpt3-175b-options.yaml)")
     parser.add_argument("--tokens", default=None,
                         help=f"token budget to train, e.g. 1e12 (default: the file's `tokens`, else "
@@ -62,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
                       for c in candidates]
     rows = rank(candidates, tokens, args.memory_headroom_gib, sort=args.sort, goodput=args.goodput,
                 deadline_days=args.deadline_days)
+    # over the limit by less than the memory model's over-prediction: at risk, with its time and cost
+    rows = promote_over_limit_rows(rows, tokens, sort=args.sort, goodput=args.goodput,
+                                   deadline_days=args.deadline_days)
     for r in rows:
         if not r.get("refused"):
             r["currency"] = args.currency if r["cost"] is not None else None
@@ -111,7 +116,7 @@ def ranking_table(rows: list[dict], tokens: float, *, currency: str = "USD", sor
         if r.get("refused"):
             table.add_row("-", escape(r["name"]), "-", "[red]refused[/red]", *["-"] * 9)
             continue
-        cfg, fits = r["config"], r["fits_memory"]
+        cfg, fits = r["config"], r.get("feasible", r["fits_memory"])  # feasible: fits, or at risk just over
         band = r["error_band"]
         table.add_row(str(r["rank"]), escape(r["name"]), str(cfg["num_gpus"]), human_time(r["step_time_s"]),
                       # no throughput, MFU or cost for a layout that does not fit (as simulate): it cannot run
@@ -149,5 +154,7 @@ def print_ranking(rows: list[dict], tokens: float, console: Console | None = Non
     for r in rows:
         if r.get("refused"):
             line(Text(f"{r['name']}: refused: {r['refused']}", style=style("red")))
-        elif not r["fits_memory"]:
+        elif r.get("over_limit_at_risk"):
+            line(Text(f"{r['name']}: {r['memory_verdict']}; its time and cost hold if it fits", style=style("yellow")))
+        elif not r.get("feasible", r["fits_memory"]):
             line(Text(f"{r['name']}: {r['memory_verdict']}; no time or cost", style=style("dim")))

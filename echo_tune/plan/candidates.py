@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.loading import load_cluster
-from echo_tune.errors import ConfigError
+from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.limits import check_number
 
 PRECISION_WORDS = {"fp8": "auto", "auto": "auto", "hybrid": "hybrid", "e4m3": "e4m3", "bf16": "none",
@@ -62,3 +63,30 @@ def parse_candidate(text: str) -> PlanCandidate:
         raise ConfigError(f"candidate {shown} asks for {word}, but {cluster.gpu.name} has no FP8 tensor cores; "
                           f"drop ':{word}' or pick an H100, H200 or B200")
     return PlanCandidate(cluster=parts[0], num_gpus=gpus, gpu_hour_price=price, fp8_format=fp8, precision_word=word)
+
+
+def bad_row(name: str, error: Exception, candidate: PlanCandidate | None = None, cluster=None) -> dict:
+    """The planner's row of a candidate that cannot be planned: its reason (``refused: ...`` for a setting that
+    shapes the step but is not modelled, ``invalid: ...`` otherwise) and no layout, time or cost."""
+    verdict = "refused" if isinstance(error, UnmodelledError) else "invalid"
+    return {"candidate": name, "cluster": cluster.name if cluster is not None else None,
+            "gpu": cluster.gpu.name if cluster is not None else None,
+            "num_gpus": candidate.num_gpus if candidate is not None else None,
+            "gpu_hour_price": candidate.gpu_hour_price if candidate is not None else None, "currency": None,
+            "feasible": False, "error": f"{verdict}: {error}", "error_band": None, "layout": None,
+            "step_time_s": None, "tokens_per_s": None, "mfu": None, "days": None, "gpu_hours": None, "cost": None,
+            "headroom_gib": None, "meets_deadline": None, "within_budget": None, "precision": None,
+            "near_tie": None, "closest_miss": None, "fit_hint": None}
+
+
+def parse_candidates(texts: list[str]) -> tuple[list[PlanCandidate], list[dict]]:
+    """Every ``--candidate`` read: the good ones, and a row (``bad_row``) for each that cannot be (checked all
+    before any is searched)."""
+    good, bad = [], []
+    for text in texts:
+        try:
+            good.append(parse_candidate(text))
+        except EchoTuneError as exc:
+            shown = str(text) if len(str(text)) <= 80 else str(text)[:77] + "..."
+            bad.append(bad_row(shown, exc))
+    return good, bad

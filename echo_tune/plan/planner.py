@@ -6,7 +6,9 @@ searched with the zero-YAML space (``search/auto_space.py``) in its own study un
 trials run). The row of a candidate holds its best layout's step time, tokens/s, MFU, memory headroom, days,
 GPU-hours, cost and the error band of its validated family; a candidate whose every layout overflows memory
 is shown as infeasible with the closest miss, what would hold it (more GPUs of the part, or a larger part:
-``plan/safety.py``) and no time or cost.
+``plan/safety.py``) and no time or cost, unless a layout is over its limit by less than the memory model's
+over-prediction: that one is "at risk" with its time and cost (``safety.just_over``). Every candidate is checked
+(its space built) before any is searched; one that cannot be planned is a row with its reason, after the others.
 
 A candidate may name its precision (``h100:256:2.49:fp8``: BF16 and FP8 hybrid searched, the faster wins;
 ``bf16``, ``hybrid`` or ``e4m3``); the others take ``--fp8-format``. A row says which precision won
@@ -24,14 +26,15 @@ from pathlib import Path
 import optuna
 
 from echo_tune.config.loading import load_cluster
-from echo_tune.errors import ConfigError
+from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.cost.profile import profile_for
 from echo_tune.plan.bands import band_or_none
-from echo_tune.plan.candidates import PRECISION_WORDS, PlanCandidate, parse_candidate  # noqa: F401 (re-exported)
+from echo_tune.plan.candidates import (PRECISION_WORDS, PlanCandidate, bad_row, parse_candidate,  # noqa: F401
+                                       parse_candidates)  # re-exported
 from echo_tune.plan.projection import GOODPUT_DEFAULT, budget_status, check_goodput, project
 from echo_tune.search.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
-from echo_tune.plan.safety import fit_hint, near_tie
+from echo_tune.plan.safety import fit_hint, just_over, near_tie
 from echo_tune.search.dominance import closest_misses
 from echo_tune.search.results import megatron_flags, trial_record
 from echo_tune.search.space import SearchSpace, space_from_dict, space_profile
@@ -97,6 +100,7 @@ class PlanResult:
               and r["within_budget"] is not False]
         known = [r for r in ok if not r.get("budget_unknown")]  # with --budget, a candidate without a price
         ok = known or ok  # cannot be shown to fit it: recommended only where no priced one does
+        ok = [r for r in ok if not r.get("over_limit_at_risk")] or ok  # predicted over its limit: the last resort
         return ok[0] if ok else next((r for r in self.rows if r["feasible"]), None)
 
 
@@ -154,7 +158,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
     row["error_band"] = band_or_none(profile_for(space.cluster), space.cluster, model.is_moe, fp8, c.num_gpus)
     row["precision_searched"] = "bf16+fp8" if len(space.choices.get("fp8_format", (None,))) > 1 else \
         precision_of({"fp8_format": space.choices.get("fp8_format", (None,))[0]})
-    best = result.best
+    best = result.best or just_over(space, records)  # none fits: one just over its limit is at risk
     if best is None:
         over = [r for r in records if not r["fits_memory"]]
         over += closest_misses(space, over)  # the recompute variants the memory rule did not simulate
@@ -189,6 +193,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
                budget_unknown=opts.budget is not None and cost is None,
                budget=budget_status(cost, proj["cost_band"], opts.budget),
                closest_miss=None, fit_hint=None, precision=precision_of(best["config"]),
+               over_limit_at_risk=bool(best.get("over_limit_at_risk")),
                near_tie=near_tie(records, opts.near_tie_pct, space))
     if row["near_tie"] is not None:
         row["near_tie"]["megatron_args"] = " ".join(megatron_flags(space, {"config": row["near_tie"]["config"]}))
@@ -205,9 +210,38 @@ def sort_rows(rows: list[dict], by: str) -> list[dict]:
     return feasible + [r for r in rows if not r["feasible"]]
 
 
+def _reasons(rows: list[dict]) -> str:
+    return "; ".join(f"{r['candidate']}: {r['error']}" for r in rows)
+
+
+def _space(c: PlanCandidate, model: str, spec, gbs: int, opts: PlanOptions, cluster, stem: str):
+    """The candidate's search space and its ``--fp8-format`` (raises the candidate's one-line error)."""
+    fp8 = c.fp8_format or opts.fp8_format
+    fp8_value = fp8_layout_value(fp8, cluster, c.cluster)
+    # no price in the study: the plan prices its rows itself (projection.project), so a rerun at another
+    # price reuses the study (a study stores each trial's cost per step at its price: a new price refused it)
+    data = auto_space_dict(model, c.cluster, c.num_gpus, gbs, gpu_hour_cost=None,
+                           seq_length=opts.seq_length, fp8_format=fp8, layout=opts.layout,
+                           name=f"plan-{stem}-{c.num_gpus}x{Path(c.cluster).stem}-gbs{gbs}-"
+                                + (f"fp8{fp8_value}-" if fp8_value else "")
+                                + f"{_fingerprint(spec, c.cluster, opts.memory_headroom_gib, opts.layout)}")
+    if opts.memory_headroom_gib is not None:
+        data["memory_headroom_gib"] = opts.memory_headroom_gib
+    space = space_from_dict(data, name=data["name"], source=data["name"])
+    if opts.gpu_clock_mhz is not None:
+        from echo_tune.search.space import with_overrides
+        space = with_overrides(space, gpu_clock_mhz=opts.gpu_clock_mhz)
+    return space, fp8
+
+
 def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
-         progress: Callable[[str, int, int | None, dict | None], None] | None = None) -> PlanResult:
-    """Search every candidate (reusing finished studies) and build the planner's rows."""
+         progress: Callable[[str, int, int | None, dict | None], None] | None = None,
+         rejected: list[dict] = ()) -> PlanResult:
+    """Check every candidate, then search the good ones (reusing finished studies) and build the planner's rows;
+    a candidate that cannot be planned is a row with its reason (``bad_row``), as are ``rejected`` ones (the
+    candidates whose text could not be read: ``candidates.parse_candidates``)."""
+    if not candidates and rejected:
+        raise ConfigError(f"no candidate can be planned: {_reasons(rejected)}")
     if not candidates:
         raise ConfigError("plan needs at least one candidate: --candidate CLUSTER:GPUS[:PRICE]")
     if not opts.tokens > 0:
@@ -232,25 +266,23 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
     stem = spec.name.replace("/", "_")
     from echo_tune.search.study import clock_notes
 
-    rows, spaces, records, bf16_only, clocks = [], {}, {}, [], []
+    # every candidate is checked (its space built) before any is searched: a bad one is a row with its reason
+    checked, bad = [], [dict(r) for r in rejected]
     for c in candidates:
-        fp8 = c.fp8_format or opts.fp8_format
-        fp8_value = fp8_layout_value(fp8, clusters[c.cluster], c.cluster)
-        # no price in the study: the plan prices its rows itself (projection.project), so a rerun at another
-        # price reuses the study (a study stores each trial's cost per step at its price: a new price refused it)
-        data = auto_space_dict(model, c.cluster, c.num_gpus, gbs, gpu_hour_cost=None,
-                               seq_length=opts.seq_length, fp8_format=fp8, layout=opts.layout,
-                               name=f"plan-{stem}-{c.num_gpus}x{Path(c.cluster).stem}-gbs{gbs}-"
-                                    + (f"fp8{fp8_value}-" if fp8_value else "")
-                                    + f"{_fingerprint(spec, c.cluster, opts.memory_headroom_gib, opts.layout)}")
-        if opts.memory_headroom_gib is not None:
-            data["memory_headroom_gib"] = opts.memory_headroom_gib
-        space = space_from_dict(data, name=data["name"], source=data["name"])
-        if opts.gpu_clock_mhz is not None:
-            from echo_tune.search.space import with_overrides
-            space = with_overrides(space, gpu_clock_mhz=opts.gpu_clock_mhz)
+        try:
+            checked.append((c, *_space(c, model, spec, gbs, opts, clusters[c.cluster], stem)))
+        except EchoTuneError as exc:
+            bad.append(bad_row(c.name, exc, c, clusters[c.cluster]))
+    if not checked:
+        raise ConfigError(f"no candidate can be planned: {_reasons(bad)}")
+    rows, spaces, records, bf16_only, clocks = [], {}, {}, [], []
+    for c, space, fp8 in checked:
         bar = None if progress is None else (lambda done, total, rec, _n=c.name: progress(_n, done, total, rec))
-        result, recs = _search(space, opts, bar)
+        try:
+            result, recs = _search(space, opts, bar)
+        except EchoTuneError as exc:  # what only the search finds: the other candidates are still planned
+            bad.append(bad_row(c.name, exc, c, space.cluster))
+            continue
         if result.interrupted:  # Ctrl-C or SIGTERM: the finished trials are stored; a rerun resumes them
             raise KeyboardInterrupt
         rows.append(_row(c, space, result, recs, opts))
@@ -258,6 +290,8 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
         if fp8 == "none" and c.fp8_format is None and space.cluster.gpu.peak_fp8_tflops is not None:
             bf16_only.append(c.name)
         spaces[c.name], records[c.name] = space, recs
+    if not rows:
+        raise ConfigError(f"no candidate can be planned: {_reasons(bad)}")
     notes = list(clocks)
     if str(model).endswith(".json"):
         from echo_tune.config.hf_config import hf_notes
@@ -270,6 +304,11 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
         notes.append(f"global batch {gbs} sequences = {gbs * spec.seq_length:,} tokens (the power of two nearest "
                      f"4M tokens, Llama 3's starting batch, so that it divides by power-of-two DP x micro-batch "
                      f"sizes); set --global-batch-size for another")
+    if bad:
+        names = ", ".join(r["candidate"] for r in bad)
+        notes.append(f"{len(bad)} of {len(bad) + len(rows)} candidates could not be planned ({names}: each listed "
+                     f"with its reason); the others were planned, and the exit code is 0 when one of them fits (1 "
+                     f"when none fits, 2 when no candidate can be planned)")
     return PlanResult(model=spec.name, tokens=opts.tokens, global_batch_size=gbs, seq_length=spec.seq_length,
-                      currency=opts.currency, rows=sort_rows(rows, opts.sort), spaces=spaces, records=records,
+                      currency=opts.currency, rows=sort_rows(rows, opts.sort) + bad, spaces=spaces, records=records,
                       notes=notes, near_tie_pct=opts.near_tie_pct)

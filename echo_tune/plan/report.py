@@ -32,6 +32,8 @@ def mfu_header(rows: list[dict]) -> str:
 def _row_notes(r: dict) -> list[str]:
     band = r["error_band"]
     notes = [n for n in (band_note(band) if r["feasible"] else None, deadline_note(r)) if n]
+    if r.get("error"):  # a candidate that could not be planned (planner.bad_row): its reason, nothing else
+        return [r["error"]]
     if not r["feasible"]:
         notes.append("infeasible: no layout fits in memory" + (" (what would fit: below)" if r.get("fit_hint") else ""))
     if r.get("budget") is not None:
@@ -133,9 +135,14 @@ def print_plan(result, explanation: dict | None, *, sort: str, console: Console 
         if not r["feasible"] and r.get("fit_hint"):
             say(f"#{i} {r['candidate']} does not fit: its closest miss {fit_hint_text(r['fit_hint'], r['gpu'])}",
                 "yellow")
+    for i, r in enumerate(result.rows, 1):
+        if r.get("error"):
+            say(f"#{i} {r['candidate']} not planned: {r['error']}", "red")
     winner = result.winner
     if winner is None:
         say("no candidate has a layout that fits in memory", "bold red")
+        for note in result.notes:
+            say(f"note: {note}", "dim")
         return
     cost = "" if winner["cost"] is None else f", {winner['cost']:,.0f} {result.currency}"
     misses = [text for key, text in (("meets_deadline", "misses the deadline"), ("within_budget", "is over budget"))
@@ -166,4 +173,4 @@ def print_plan(result, explanation: dict | None, *, sort: str, console: Console 
     say("coverage: " + ", ".join(f"{r['candidate']} {r['n_trials']} of {r['space_size']} layouts "
                                  f"{'covered' if r.get('n_dominated') else 'simulated'} ({100 * r['coverage']:.1f}%"
                                  f"{_dominated(r)})" for r in result.rows if "space_size" in r), "dim")
-    say(f"studies in {', '.join(r['study'] for r in result.rows)} (run again to reuse them)", "dim")
+    say(f"studies in {', '.join(r['study'] for r in result.rows if r.get('study'))} (run again to reuse them)", "dim")

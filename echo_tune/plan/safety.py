@@ -6,6 +6,10 @@
 - ``fit_hint``: for a candidate whose every layout overflows memory, the closest miss re-simulated with
   2x, 4x and 8x the GPUs (its pipeline or data-parallel size scaled; not searched), and the GPU presets whose
   memory would hold the closest miss as it is (the same layout needs the same bytes per GPU on any part).
+- ``over_limit_risk``: a layout predicted over its limit by less than the memory model's measured
+  over-prediction (``PEAK_OVER_PREDICTION``) may still fit: ``plan`` and ``rank`` show it "at risk" with its
+  throughput, time and cost instead of "does not fit" (``sim/memory_band.py`` keeps "does not fit"; this is the
+  planner's reading of it).
 """
 
 from __future__ import annotations
@@ -21,6 +25,13 @@ NEAR_TIE_MIN_EXTRA_GIB = 4.0
 """'Much more memory free': at least this many GiB more than the winner leaves (about 5% of an 80 GB part,
 the size of one layer's activations of a 70B model at micro-batch 1)."""
 SCALE_FACTORS = (2, 4, 8)
+PEAK_OVER_PREDICTION = 0.019
+"""How far below its prediction a measured Megatron-LM peak can come: the 5th percentile of measured / predicted - 1
+of ``mem-max-allocated-bytes`` is -1.9%, over the 269 GPT / MoE functional-test runs on a recipe's GPU count
+(``benchmarks/functional_coverage.py`` at 39a40a3, the same runs as ``sim/memory_band.PEAK_UNDER_PREDICTION``'s
+90th percentile, +7.3%). The model predicts low far more often than high: only 9% of those runs peaked below
+their prediction, so the 10th percentile (+0.1%) leaves no margin; one in twenty came in 1.9% or more under it.
+A layout over its limit by less than this share of its allocator bytes is one a run can still fit."""
 
 
 def free_gib(record: dict) -> float:
@@ -121,3 +132,65 @@ def fit_hint_text(hint: dict, cluster_gpu: str) -> str:
         options.append(f"this layout on {', '.join(few)}" + (" or larger" if len(hint["parts"]) > 3 else ""))
     return text + ("; fits: " + " or ".join(options) if options else
                    f"; no more GPUs (up to {SCALE_FACTORS[-1]}x) or larger part holds it")
+
+
+def over_limit_risk(peak_bytes: int, reserve_bytes: int, limit_bytes: int) -> str | None:
+    """The "at risk" verdict of a layout predicted over its limit by less than ``PEAK_OVER_PREDICTION`` of its
+    allocator bytes (``peak - reserve``); None when it fits as predicted or is further over."""
+    over = peak_bytes - limit_bytes
+    margin = PEAK_OVER_PREDICTION * max(0, peak_bytes - reserve_bytes)
+    if not 0 < over <= margin:
+        return None
+    return (f"at risk: peak {peak_bytes / GIB:.1f} GiB, {over / GIB:.2f} GiB over its {limit_bytes / GIB:.1f} GiB "
+            f"limit (HBM less the headroom); it fits only if the prediction is high, as one in twenty measured "
+            f"Megatron-LM peaks were by {100 * PEAK_OVER_PREDICTION:.1f}% ({margin / GIB:.1f} GiB) or more")
+
+
+def row_over_limit_risk(row: dict) -> str | None:
+    """``over_limit_risk`` of a simulate report's dict (``StepReport.to_dict``: peak, limit, stages' reserves)."""
+    if row.get("fits_memory", True):
+        return None
+    reserve = max((s.get("reserve_bytes", 0) for s in row.get("stage_memory_bytes") or ()), default=0)
+    return over_limit_risk(int(row["peak_memory_bytes"]), int(reserve), int(row["memory_capacity_bytes"]))
+
+
+def promote_over_limit_rows(rows: list[dict], tokens: float, *, sort: str = "time", goodput: float,
+                            deadline_days: float | None) -> list[dict]:
+    """``rank``'s rows with the ones over their limit by less than the model's over-prediction made "at risk":
+    time, GPU-hours and cost as a fitting row's (plan/projection.py), ``feasible`` True, sorted and ranked again
+    (``fits_memory`` stays the simulator's False)."""
+    from echo_tune.plan.planner import sort_rows
+    from echo_tune.plan.projection import project
+
+    ranked = [r for r in rows if not r.get("refused")]
+    for r in ranked:
+        verdict = row_over_limit_risk(r)
+        if verdict is None:
+            continue
+        seconds = tokens / r["tokens_per_s"]
+        proj = project(seconds, r["error_band"], num_gpus=r["config"]["num_gpus"], gpu_hour_price=r["gpu_hour_cost"],
+                       deadline_days=deadline_days, goodput=goodput)
+        r.update(memory_band="at risk", memory_verdict=verdict, over_limit_at_risk=True, feasible=True,
+                 time_to_train_s=seconds, time_to_train_days=proj["days"], days=proj["days"],
+                 gpu_hours=proj["gpu_hours"], cost=proj["cost"],
+                 **{k: proj.get(k) for k in ("days_band", "gpu_hours_band", "cost_band", "goodput", "deadline")})
+    ranked = sort_rows(ranked, sort)
+    for i, r in enumerate(ranked, 1):
+        r["rank"] = i
+    return ranked + [r for r in rows if r.get("refused")]
+
+
+def just_over(space, records: list[dict]) -> dict | None:
+    """The fastest layout over its limit by less than the memory model's over-prediction (``safety.over_limit_risk``),
+    as a best entry whose memory band is "at risk"; None when there is none."""
+    from echo_tune.search.results import entry
+    from echo_tune.search.space import space_profile
+
+    near = [r for r in records if not r["fits_memory"]
+            and r["memory_overshoot_bytes"] <= PEAK_OVER_PREDICTION * r["peak_memory_bytes"]]  # reserve >= 0
+    for record in sorted(near, key=lambda r: r["step_time_s"]):
+        best = entry(space, -1, record, profile=space_profile(space))
+        verdict = row_over_limit_risk(best)
+        if verdict is not None:
+            return {**best, "memory_band": "at risk", "memory_verdict": verdict, "over_limit_at_risk": True}
+    return None
