@@ -35,7 +35,7 @@ def worker_id() -> str:
     return f"{_HOST}:{os.getpid()}"
 
 
-def _alive(worker: str | None) -> bool:
+def worker_alive(worker: str | None) -> bool:
     """Whether the worker that asked a RUNNING trial still runs (another host's workers: assumed alive)."""
     if not worker:
         return False  # stamped by no live worker of this version: a leftover of a killed run
@@ -48,7 +48,25 @@ def _alive(worker: str | None) -> bool:
         return False
     except (PermissionError, ValueError):
         return True
-    return True
+    return not _zombie(int(pid))
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but was not reaped (in a container whose init does not reap orphans, a
+    SIGKILLed search's worker stays so): dead, though ``kill(pid, 0)`` finds it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+_alive = worker_alive
+
+
+def same_host(worker: str | None) -> bool:
+    """Whether ``worker`` (``host:pid``) ran on this host, where ``worker_alive`` is exact."""
+    return bool(worker) and worker.rpartition(":")[0] == _HOST
 
 
 def started_count(study, finished_states: tuple) -> int:

@@ -184,20 +184,23 @@ def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]
 
 
 def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n_jobs: int = 1, profile=None,
-                   deadline: float | None = None, on_trials: Callable[[int, dict | None], None] | None = None) -> int:
+                   deadline: float | None = None, on_trials: Callable[[int, dict | None], None] | None = None,
+                   keep: Callable[[object], bool] | None = None) -> int:
     """Simulate ``todo`` and store each as a trial; returns how many were stored.
 
-    Stops early (keeping what is stored) when ``deadline`` (time.monotonic) passes.
+    Stops early (keeping what is stored) when ``deadline`` (time.monotonic) passes. ``keep(trial)``: store only
+    the finished trials it accepts (a re-issued claim's layouts already stored are simulated, for the dominance
+    rule, but not stored twice: ``tickets.py``).
     """
     with gc_paused():  # the parent holds every layout and stored trial: full collections stalled the workers
-        return _run(space, study, store, todo, n_jobs, profile, deadline, on_trials)
+        return _run(space, study, store, todo, n_jobs, profile, deadline, on_trials, keep)
 
 
-def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials) -> int:
+def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials, keep=None) -> int:
     parts = batches(todo, n_jobs)
     if n_jobs == 1 or len(parts) <= 1:
         results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
-        return _store(study, store, results, deadline, on_trials)
+        return _store(study, store, results, deadline, on_trials, keep=keep)
 
     def submit(pool, i: int) -> Future:
         return pool.submit(_evaluate_batch, space, parts[i], profile, _pieces_for(space, parts[i], by_reference=True))
@@ -212,15 +215,18 @@ def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials) -> int
         return done
     results = dispatch(len(parts), n_jobs, submit, here)
     try:
-        return _store(study, store, results, deadline, on_trials)
+        return _store(study, store, results, deadline, on_trials, keep=keep)
     finally:
         results.close()  # cancels the batches not started
 
 
-def _store(study, store, results, deadline, on_trials, built=None) -> int:
-    """Store each batch of ``results`` in turn; ``built`` (a fresh study's ``TrialsCsv``) gets each batch after it."""
+def _store(study, store, results, deadline, on_trials, built=None, keep=None) -> int:
+    """Store each batch of ``results`` in turn; ``built`` (a fresh study's ``TrialsCsv``) gets each batch after it;
+    ``keep``: see ``run_exhaustive``."""
     stored = 0
     for trials in results:
+        if keep is not None:
+            trials = [t for t in trials if keep(t)]
         add_finished(store, study, trials)
         if built is not None:
             built.add(trials, first_number=stored)

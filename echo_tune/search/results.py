@@ -150,6 +150,12 @@ class SearchResult:
     counted in ``n_trials`` and the coverage, not in ``n_rejected``."""
     n_dominated_memory: int = 0
     """Of ``n_dominated``, those that cannot fit (``dominance.DOMINATED_BY_MEMORY``); the rest can only be slower."""
+    n_distinct: int | None = None
+    """Distinct layouts the finished trials hold (``accounting.py``; None: ``n_trials``)."""
+    n_duplicates: int = 0
+    """Finished trials beyond the first of their layout (stored twice by a killed or concurrent run)."""
+    missing: list[str] = field(default_factory=list)
+    """Labels of the valid layouts a run that should have covered the space never stored."""
     records: list[dict] | None = field(default=None, repr=False, compare=False)
     """Every simulated record of the study as it ended (not in ``to_dict``): what the near-tie check and the
     explanation read, without opening the storage again (on a 43,194-trial journal that re-read took ~5 s)."""
@@ -163,13 +169,16 @@ class SearchResult:
     def coverage(self) -> float:
         """Share of the space's valid layouts covered: simulated, or dominated by one simulated (finished trials
         / valid layouts)."""
-        return min(1.0, self.n_trials / self.space_size) if self.space_size else 0.0
+        covered = self.n_trials if self.n_distinct is None else self.n_distinct
+        return min(1.0, covered / self.space_size) if self.space_size else 0.0
 
     def to_dict(self) -> dict:
         data = {"study_name": self.study_name, "sampler": self.sampler, "n_trials": self.n_trials,
                 "n_feasible": self.n_feasible, "n_infeasible": self.n_infeasible, "n_rejected": self.n_rejected,
                 "n_dominated": self.n_dominated, "n_dominated_memory": self.n_dominated_memory,
                 "new_trials": self.new_trials, "space_size": self.space_size, "coverage": self.coverage,
+                "n_distinct": self.n_trials if self.n_distinct is None else self.n_distinct,
+                "n_duplicates": self.n_duplicates, "missing": self.missing,
                 "wall_time_s": self.wall_time_s,
                 "best": self.best, "results_dir": self.results_dir, "storage": self.storage, "files": self.files,
                 "interrupted": self.interrupted, "notes": self.notes}

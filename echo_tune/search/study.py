@@ -11,6 +11,7 @@ the trials still missing. With ``n_jobs == 1`` a fixed seed gives the same study
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
@@ -31,8 +32,11 @@ from echo_tune.search.trials_csv import TrialsCsv
 from echo_tune.search.layouts import check_space, config_key
 from echo_tune.search.resume import resume_notes, with_stored_best
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
-from echo_tune.search.sampling_run import run_sampling
-from echo_tune.search.shared import run_shared_exhaustive, shares_work
+from echo_tune.search.sampling_run import accounted, run_sampling
+from echo_tune.search.shared import shares_work
+from echo_tune.search.tickets import run_shared_exhaustive
+from echo_tune.search.run_lease import LEASE_SUFFIX, run_lease
+from echo_tune.search.rerun import check_rerun, mark_completed, rerun_note
 from echo_tune.search import sliced
 from echo_tune.search.space import SearchSpace, space_profile
 from echo_tune.search.summary import summarize
@@ -81,7 +85,9 @@ def _check_options(opts: SearchOptions) -> None:
 
 def _open_study(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path) -> tuple[StudyStorage, bool]:
     """Open (or create) the study's storage; returns (storage, whether the study already existed). What
-    --overwrite kept of the user's files is in the storage's ``notes``."""
+    --overwrite kept of the user's files is in the storage's ``notes``. A study that exists, without --resume or
+    --overwrite, is checked by ``rerun.check_rerun`` (in ``_run_study``): the same search finished is shown
+    again, anything else is refused in one line."""
     store = open_storage(out_dir, opts.storage)
     exists = name in optuna.get_all_study_names(store.storage)
     if exists and opts.overwrite:
@@ -92,11 +98,9 @@ def _open_study(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Pat
         else:
             optuna.delete_study(study_name=name, storage=store.storage)
         exists = False
-    elif exists and not opts.resume:
-        raise ConfigError(f"study {name!r} already exists in {store.where}; pass --resume to continue it, "
-                          f"--overwrite to start it over, or --study-name to start another")
     if opts.storage is None:
-        record(out_dir, [out_dir / JOURNAL_NAME, out_dir / (JOURNAL_NAME + ".flock")])
+        record(out_dir, [out_dir / JOURNAL_NAME, out_dir / (JOURNAL_NAME + ".flock"),
+                         out_dir / (JOURNAL_NAME + LEASE_SUFFIX)])
     return store, exists
 
 
@@ -192,38 +196,49 @@ def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts,
     if before is not None:  # by content (inputs edited in place), and by names for studies of older versions
         check_content(name, before.user_attrs.get(CONTENT_ATTR), parts)
         check_names(space, before)
+    rerun = before is not None and not opts.resume  # the same command again: shown again if it finished
+    if rerun:
+        check_rerun(before, opts, name, store.where)
     n_before = len(before.get_trials(deepcopy=False)) if before is not None else 0
     seed = None if opts.seed is None else opts.seed + n_before  # a resumed sampler must not replay its draws
-    sampler = make_sampler(opts.sampler, space, valid, seed, opts.n_trials, opts.n_jobs)
+    if valid is None and rerun:
+        (valid, notes), shapes = check_space(space), None
+    sampler = accounted(make_sampler(opts.sampler, space, valid, seed, opts.n_trials, opts.n_jobs))
     # created (with its content digest) or checked under the storage's lock: two different searches started
     # together on one name cannot both pass
     study, created = create_or_check(store, name, sampler, ["minimize"] * len(space.objectives), parts,
                                      {"space": space.describe(), "sampler": opts.sampler, "seed": opts.seed})
     existed = not created
-    done_before = res.finished_count(study)
-    if valid is None and done_before:  # resumed: the layouts not stored yet are the ones to run
-        (valid, notes), shapes = check_space(space), None
-    if existed and done_before:  # what a resumed run changed, said; its progress starts from the stored best
-        notes = notes + resume_notes(study, opts.sampler, opts.seed, done_before)
-        progress = with_stored_best(progress, res.best_feasible(space, study.get_trials(deepcopy=False)))
     interrupted, tally = False, None
-    # trials.csv's rows built while the workers simulate (a fresh study whose layouts the tasks enumerate)
-    built = TrialsCsv(space) if shapes is not None and opts.write_files and not done_before else None
-    try:
-        if opts.sampler == "auto":
-            run_auto(space, study, store, valid, opts.n_trials or AUTO_BUDGET, n_jobs=opts.n_jobs, profile=profile,
-                     deadline=deadline, progress=progress)
-        elif opts.sampler == "exhaustive":
-            tally = _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile, progress,
-                                      shapes=shapes, built=built)
-        else:
-            run_sampling(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
-                         profile, progress)
-    except KeyboardInterrupt:
-        interrupted = True
-    except BrokenProcessPool as exc:  # a worker killed from outside (loky's TerminatedWorkerError): keep what is stored
-        interrupted = True
-        notes = notes + [f"a worker process died ({str(exc).splitlines()[0][:120]}); the stored trials are kept"]
+    # auto and exhaustive off a database compute their work from the stored trials: one run at a time
+    leased = opts.sampler == "auto" or (opts.sampler == "exhaustive" and not shares_work(opts.storage))
+    with (run_lease(store, name) if leased and not rerun else contextlib.nullcontext()):
+        done_before = res.finished_count(study)
+        if valid is None and done_before:  # resumed: the layouts not stored yet are the ones to run
+            (valid, notes), shapes = check_space(space), None
+        if existed and done_before and not rerun:  # what a resumed run changed, said; progress from the stored best
+            notes = notes + resume_notes(study, opts.sampler, opts.seed, done_before)
+            progress = with_stored_best(progress, res.best_feasible(space, study.get_trials(deepcopy=False)))
+        # trials.csv's rows built while the workers simulate (a fresh study whose layouts the tasks enumerate)
+        built = TrialsCsv(space) if shapes is not None and opts.write_files and not done_before else None
+        try:
+            if rerun:
+                notes = notes + [rerun_note(name, done_before)]
+            elif opts.sampler == "auto":
+                run_auto(space, study, store, valid, opts.n_trials or AUTO_BUDGET, n_jobs=opts.n_jobs,
+                         profile=profile, deadline=deadline, progress=progress)
+            elif opts.sampler == "exhaustive":
+                tally = _exhaustive_phase(space, study, store, opts, valid, done_before, deadline, profile,
+                                          progress, shapes=shapes, built=built)
+            else:
+                run_sampling(space, study, store, opts, name, out_dir, valid, seed, existed, done_before, deadline,
+                             profile, progress)
+        except KeyboardInterrupt:
+            interrupted = True
+        except BrokenProcessPool as exc:  # a worker killed from outside (loky's TerminatedWorkerError): keep what is stored
+            interrupted = True
+            notes = notes + [f"a worker process died ({str(exc).splitlines()[0][:120]}); the stored trials are kept"]
+    timed_out = deadline is not None and time.monotonic() >= deadline
     if valid is None:  # the space as the tasks enumerated it; interrupted, enumerated here
         space_size, space_notes = (tally.size, tally.notes(space)) if tally is not None else _counted(space)
         notes = space_notes + notes
@@ -233,7 +248,22 @@ def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts,
     pool = worker_pool(opts.n_jobs) if (opts.sampler == "exhaustive" and opts.n_jobs > 1 and not interrupted
                                          and not shares_work(opts.storage)) else None
     with gc_paused():  # reads back every trial (gc_pause.py)
-        return summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
-                         started=started, space_size=space_size, notes=notes, done_before=done_before,
-                         interrupted=interrupted, write_files=opts.write_files, profile=profile, pool=pool,
-                         built_rows=built)
+        result = summarize(space, study, sampler=opts.sampler, name=name, out_dir=out_dir, where=store.where,
+                           started=started, space_size=space_size, notes=notes, done_before=done_before,
+                           interrupted=interrupted, write_files=opts.write_files, profile=profile, pool=pool,
+                           built_rows=built, valid=valid,
+                           expect_all=_expects_all(opts, space_size) and not timed_out and not rerun)
+    if not result.interrupted and not timed_out and not rerun:
+        mark_completed(study, opts)
+    return result
+
+
+def _expects_all(opts: SearchOptions, space_size: int) -> bool:
+    """Whether the run should end with every valid layout of the space stored (else it names the missing)."""
+    if opts.timeout is not None:
+        return False
+    if opts.sampler == "exhaustive":
+        return opts.n_trials is None or opts.n_trials >= space_size
+    if opts.sampler == "auto":
+        return False  # its budget decides, and rounds may stop early (auto.py)
+    return (opts.n_trials or DEFAULT_N_TRIALS) >= space_size

@@ -10,6 +10,7 @@ import time
 
 from optuna.trial import TrialState
 
+from echo_tune.search.accounting import account, duplicate_note, missing_note
 from echo_tune.search.dominance import DOMINATED_BY_MEMORY
 from echo_tune.search.objective import OBJECTIVE_KEYS
 from echo_tune.search.outputs import start_outputs, write_outputs
@@ -19,11 +20,23 @@ from echo_tune.search.space import SearchSpace
 
 def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, where: str, started: float,
               space_size: int, notes: list[str], done_before: int, interrupted: bool, write_files: bool,
-              profile=None, pool=None, built_rows=None) -> SearchResult:
+              profile=None, pool=None, built_rows=None, valid=None, expect_all: bool = False) -> SearchResult:
     """Collect the study's results, write the output files, and return the SearchResult (``pool``,
     ``built_rows``: see ``write_outputs``). The study's records are read once; the breakdown plot starts first
-    (``start_outputs``: a worker draws it while this process reads the rest)."""
+    (``start_outputs``: a worker draws it while this process reads the rest).
+
+    Every layout is counted once (``accounting.py``): the coverage counts distinct layouts, a layout stored
+    twice is named in a note, and a run that should have covered the space (``expect_all``: exhaustive, or
+    ``--n-trials`` at least the space, no ``--timeout``) but misses layouts names them and is reported as not
+    finished (``interrupted``: exit 130, "continue with --resume"). ``valid``: the space's layouts if known."""
     trials = study.get_trials(deepcopy=False)
+    acc = account(trials, valid if expect_all else None, space)
+    if expect_all and valid is None and acc.distinct < space_size:  # enumerated as it ran: name the missing
+        from echo_tune.search.layouts import check_space
+
+        acc = account(trials, check_space(space)[0], space)
+    notes = notes + [n for n in (duplicate_note(acc), missing_note(acc)) if n]
+    interrupted = interrupted or bool(acc.missing)
     feasible = feasible_records(trials)
     png = start_outputs(space, out_dir, feasible, pool) if write_files else None
     counts, records = _tally(trials)
@@ -43,7 +56,8 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
     return SearchResult(
         study_name=name, sampler=sampler, n_trials=counts["finished"], n_feasible=len(feasible),
         n_infeasible=counts["complete"] - len(feasible), n_rejected=counts["rejected"],
-        n_dominated=counts["dominated"], n_dominated_memory=counts["dominated_memory"],
+        n_dominated=counts["dominated"], n_dominated_memory=counts["dominated_memory"], n_distinct=acc.distinct,
+        n_duplicates=acc.n_duplicates, missing=[acc.label(k) for k in acc.missing],
         new_trials=counts["finished"] - done_before, space_size=space_size,
         wall_time_s=time.monotonic() - started, best=best, pareto=pareto, results_dir=str(out_dir),
         storage=where, files=files, interrupted=interrupted, notes=list(notes),
