@@ -61,6 +61,7 @@ def content_parts(space, profile=None) -> dict[str, str]:
                                                                "times": op_times.times,
                                                                "host_overhead_s": op_times.host_overhead_s}),
              "space": _digest(described), "memory_headroom_gib": repr(float(space.memory_headroom_gib)),
+             "safe_memory": repr(bool(space.safe_memory)),  # whether "at risk" counts as not fitting
              # each trial stores its cost per step at this price: a resume at another would mix two prices
              "gpu_hour_cost": repr(None if space.gpu_hour_cost is None else float(space.gpu_hour_cost)),
              "code": sources_sha256()}

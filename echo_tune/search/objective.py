@@ -20,6 +20,7 @@ from __future__ import annotations
 from echo_tune.errors import ConfigError
 from echo_tune.search.layouts import Candidate, RejectedLayout
 from echo_tune.search.space import SearchSpace
+from echo_tune.sim.memory_band import PEAK_UNDER_PREDICTION
 
 OBJECTIVE_KEYS = {"step_time": "step_time_s", "peak_memory": "peak_memory_gib", "num_gpus": "num_gpus",
                   "cost": "cost_per_step"}
@@ -45,8 +46,16 @@ def cost_per_step(step_time_s: float, num_gpus: int, gpu_hour_cost: float | None
 
 
 def make_record(space: SearchSpace, candidate: Candidate, report) -> dict:
-    """The numbers a trial keeps, from a StepReport."""
+    """The numbers a trial keeps, from a StepReport. With ``space.safe_memory`` a layout in the "at risk" memory
+    band does not fit: its overshoot is what it lacks of the band's margin (sim/memory_band.py)."""
     cfg = report.config
+    fits, overshoot = bool(report.fits_memory), int(report.memory_overshoot_bytes)
+    if space.safe_memory and fits:
+        band = report.memory_band()
+        if band.band == "at risk":
+            worst = report.worst_stage
+            margin = PEAK_UNDER_PREDICTION * max(0, worst.worst_rank_bytes - worst.reserve_bytes)
+            fits, overshoot = False, max(1, int(margin - band.spare_bytes))
     return {
         "config": candidate.config,
         "derived": {k: cfg[k] for k in DERIVED_KEYS if k in cfg},
@@ -57,8 +66,8 @@ def make_record(space: SearchSpace, candidate: Candidate, report) -> dict:
         "peak_memory_bytes": int(report.peak_memory_bytes),
         "peak_memory_gib": report.peak_memory_bytes / GIB,
         "memory_capacity_bytes": int(report.memory_capacity_bytes),
-        "fits_memory": bool(report.fits_memory),
-        "memory_overshoot_bytes": int(report.memory_overshoot_bytes),
+        "fits_memory": fits,
+        "memory_overshoot_bytes": overshoot,
         "memory_floor_bytes": int(max(m.floor_bytes for m in report.stage_memory)),  # search/dominance.py
         "worst_stage": report.worst_stage.stage,
         "critical_stage": report.critical_stage,

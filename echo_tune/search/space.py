@@ -72,6 +72,10 @@ class SearchSpace:
     """Currency of ``gpu_hour_cost`` (labels the cost objective's columns and axis)."""
     memory_headroom_gib: float = DEFAULT_MEMORY_HEADROOM_GIB
     """A layout fits only if its peak memory stays this far under the GPU's HBM."""
+    safe_memory: bool = True
+    """A layout that fits by less than the memory model's measured error (memory band "at risk",
+    sim/memory_band.py: 7.3% of its peak) counts as not fitting, so a recommended layout is never at risk by the
+    tool's own statistic; off when a headroom is given (``--memory-headroom-gib`` or ``memory_headroom_gib``)."""
     profile_path: Path | None = None
     source: str = ""
     description: str = ""
@@ -261,7 +265,8 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
     return SearchSpace(name=str(data.get("name") or name), model=model, cluster=cluster, global_batch_size=gbs,
                        precision=precision, objectives=tuple(objectives), choices=choices,
                        gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile_path,
-                       memory_headroom_gib=float(headroom), currency=currency.strip(),
+                       memory_headroom_gib=float(headroom), safe_memory="memory_headroom_gib" not in data,
+                       currency=currency.strip(),
                        source=source, description=str(data.get("description", "")), canonical_splits=uneven)
 
 
@@ -299,6 +304,7 @@ def with_overrides(space: SearchSpace, *, objectives: tuple[str, ...] | None = N
             raise ConfigError(f"`--memory-headroom-gib >= 0` must hold, but got ({memory_headroom_gib})")
         space.cluster.gpu.check_headroom(memory_headroom_gib)
         changes["memory_headroom_gib"] = float(memory_headroom_gib)
+        changes["safe_memory"] = False  # the user's headroom is the rule (SearchSpace.safe_memory)
     if gpu_clock_mhz is not None:
         if not 0 < gpu_clock_mhz < 10_000:
             raise ConfigError(f"`0 < --gpu-clock-mhz < 10000` must hold, but got ({gpu_clock_mhz})")
