@@ -197,7 +197,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
 }
 # Fields written to a launch line only when they differ from Megatron's default (their ParallelConfig
 # default), and only with the setting they belong to.
-DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "num_layers_at_start_in_bf16": "first_last_layers_bf16",
+DEFAULT_ONLY_WITH = {"fp8_recipe": "fp8_format", "fp4_recipe": "fp4_format", "num_layers_at_start_in_bf16": "first_last_layers_bf16",
                      "num_layers_at_end_in_bf16": "first_last_layers_bf16",
                      "main_params_dtype": "use_precision_aware_optimizer",
                      "exp_avg_dtype": "use_precision_aware_optimizer",
@@ -336,7 +336,7 @@ def _defaults(*classes) -> dict:
 _MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields, RebuildFields) | {"mtp_num_layers": None} | {
     name: value for name, value in _defaults(ParallelConfig).items()
     if name in ("expert_model_parallel_size", "recompute_modules", "cuda_graph_impl", "cuda_graph_warmup_steps",
-                "num_distributed_optimizer_instances")}
+                "num_distributed_optimizer_instances", "cpu_offloading_num_layers")}
 
 
 def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:
