@@ -13,7 +13,7 @@ biases and the gated MLP. Where a row leaves some of them out:
   attention, experts, MLA) is **refused**, naming the fields and the fix: GPT-3's defaults would silently be
   simulated for, e.g., a Llama row that states ``swiglu`` but not its RMSNorm and RoPE;
 - a GPT-3-like row keeps them, and they are **listed as assumed** in the row (``RunCase.defaults``), which
-  ``calibrate fit --runs`` prints;
+  ``calibrate fit --runs`` prints, with the lesser defaults it takes (``LISTED_DEFAULTS``: MLP width, dropout);
 - the shipped published-run sets (``calibration/published-runs/``, byte for byte) predate the rule: their
   rows are never refused by it, only listed (their ``assumptions`` column says which values the source states).
 """
@@ -38,6 +38,13 @@ ARCHITECTURE_DEFAULTS = {
     "swiglu": "GeLU MLP (no --swiglu)",
 }
 """The fields that change the step substantially, each with how Megatron's default reads on a launch line."""
+LISTED_DEFAULTS = {
+    "ffn_hidden_size": "ffn_hidden_size 4 x hidden_size (2/3 of it with --swiglu)",
+    "hidden_dropout": f"--hidden-dropout {_DEFAULTS['hidden_dropout']}",
+    "attention_dropout": f"--attention-dropout {_DEFAULTS['attention_dropout']}",
+}
+"""Defaults that change the step less (the MLP's width, the dropout kernels): listed where a row without a model
+leaves them out, never refused."""
 
 
 def _is_path(ref: str) -> bool:
@@ -86,13 +93,12 @@ def unstated_defaults(name: str, stated: dict, *, grandfathered: bool) -> tuple[
     GPT-3-like (see the module docstring). ``stated``: the row's model fields from its columns, its
     ``assumptions`` flags and its errata; ``grandfathered``: a shipped published-run set (listed, never refused)."""
     missing = [k for k in ARCHITECTURE_DEFAULTS if k not in stated]
-    if not missing:
-        return ()
     reasons = _not_gpt3(stated)
-    if reasons and not grandfathered:
+    if missing and reasons and not grandfathered:
         raise ConfigError(
             f"row {name!r} states {', '.join(reasons)} but not {', '.join(missing)}, which would take Megatron's "
             f"GPT-3 defaults ({'; '.join(ARCHITECTURE_DEFAULTS[k] for k in missing)}); add a `model` column "
             f"(a preset, a model YAML or a config.json) or the column(s) {', '.join(missing)} (or their flags "
             f"after `flags:` in `assumptions`)")
-    return tuple(ARCHITECTURE_DEFAULTS[k] for k in missing)
+    return tuple(ARCHITECTURE_DEFAULTS[k] for k in missing) + \
+        tuple(text for k, text in LISTED_DEFAULTS.items() if k not in stated)

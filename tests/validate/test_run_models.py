@@ -105,8 +105,10 @@ def test_the_assumptions_flags_or_columns_can_state_them(tmp_path):
         {"name": "columns", **TINY, "swiglu": "true", **LAYOUT, "normalization": "RMSNorm",
          "position_embedding_type": "rope", "untie_embeddings_and_output_weights": "true",
          "add_bias_linear": "false"}]))
-    assert by_flags.error is None and by_flags.defaults == () and by_flags.model.normalization == "RMSNorm"
-    assert by_columns.error is None and by_columns.defaults == () and not by_columns.model.add_bias_linear
+    lesser = ("ffn_hidden_size 4 x hidden_size (2/3 of it with --swiglu)", "--hidden-dropout 0.1",
+              "--attention-dropout 0.1")  # listed, never refused
+    assert by_flags.error is None and by_flags.defaults == lesser and by_flags.model.normalization == "RMSNorm"
+    assert by_columns.error is None and by_columns.defaults == lesser and not by_columns.model.add_bias_linear
 
 
 def test_a_gpt3_like_row_lists_the_defaults_it_takes(tmp_path):
@@ -114,7 +116,9 @@ def test_a_gpt3_like_row_lists_the_defaults_it_takes(tmp_path):
     assert case.error is None and case.model.normalization == "LayerNorm"
     assert case.defaults == ("--normalization LayerNorm", "--position-embedding-type learned_absolute",
                              "tied embeddings (no --untie-embeddings-and-output-weights)",
-                             "biases (no --disable-bias-linear)", "GeLU MLP (no --swiglu)")
+                             "biases (no --disable-bias-linear)", "GeLU MLP (no --swiglu)",
+                             "ffn_hidden_size 4 x hidden_size (2/3 of it with --swiglu)", "--hidden-dropout 0.1",
+                             "--attention-dropout 0.1")
     assert case.assumed_flags == ()  # what the row's assumptions column applied: nothing
 
 
