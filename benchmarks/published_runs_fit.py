@@ -15,7 +15,7 @@ collective times (0.95: no call for it; it made leave-one-source-out error worse
 A parameter a GPU's rows push to the edge of its physical range (fit_runs.BOUNDS), or that moves none of its
 rows (A100: no pass of those runs waits on the host), is dropped for that GPU and the fit rerun without it.
 
-For every GPU type of calibration/published-runs/runs_{megatron,modern,bridge}.csv with enough rows, runs
+For every GPU type of the shipped published-run sets (calibration/published-runs/, DATASETS) with enough rows, runs
 `echo-tune calibrate fit --runs <the three sets> --gpu <gpu> --out <out>/<gpu>.yaml` (the command is in each
 profile's header; a GPU with fewer rows than parameters + 2 keeps its datasheet preset and is listed).
 Then scores all rows together: each row's leave-one-source-out error (a fit that never saw the row's source
@@ -32,8 +32,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from echo_tune.validate.datasets import DATASETS, published_runs
+
 ROOT = Path(__file__).resolve().parents[1]
-SETS = [ROOT / "calibration" / "published-runs" / f"runs_{s}.csv" for s in ("megatron", "modern", "bridge")]
+SETS = [published_runs(name) for name in DATASETS]  # the developers' sets (echo_tune/validate/datasets.py)
 
 
 def shown_path(path: Path) -> str:
