@@ -109,7 +109,7 @@ def stored_keys(study) -> set:
 
 
 def _enqueue(tickets, layouts: list[int], reissued: int) -> None:
-    tickets.enqueue_trial({}, user_attrs={"layouts": layouts, REISSUED_ATTR: reissued})
+    tickets.enqueue_trial({}, user_attrs={"layouts": layouts, REISSUED_ATTR: reissued, "reissued_by": worker_id()})
 
 
 def _settle(study, store, tickets, valid: list[Candidate], todo: list[Candidate], watch: _Watch) -> str:
@@ -131,7 +131,6 @@ def _settle(study, store, tickets, valid: list[Candidate], todo: list[Candidate]
                 storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # its claimant finished it after all
-            storage.set_trial_user_attr(t._trial_id, "reissued_by", worker_id())
             _enqueue(tickets, list(t.user_attrs["layouts"]), t.number)
             return "work"
         if live:

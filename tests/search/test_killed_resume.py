@@ -125,3 +125,70 @@ def test_sigkilled_two_process_tpe_resumes_every_layout_once(tmp_path):
     assert_every_layout_once(space, url, "killed-tpe")
     assert summary["coverage"] == 1.0 and summary["n_duplicates"] == 0 and summary["missing"] == []
     assert summary["n_trials"] == n_valid
+
+
+SMALL = REPO / "search_spaces" / "small-gpt7b-16xa100.yaml"
+
+
+def test_two_concurrent_exhaustive_resumes_on_one_journal(tmp_path):
+    """Finding 2: two exhaustive `--resume` runs started together on one journal study both simulated and
+    stored the layouts missing when they started. Now the second waits for the first's run lease (saying so),
+    then finds nothing left: both exit 0 and every layout is stored once."""
+    journal = tmp_path / "shared.log"
+    args = ["--sampler", "exhaustive", "--resume", "--storage", str(journal), "--study-name", "together",
+            "--results-dir", str(tmp_path / "r"), "--json"]
+    runs = [search(SMALL, *args), search(SMALL, *args)]
+    outs = [r.communicate(timeout=600) for r in runs]
+    for r, (out, err) in zip(runs, outs):
+        assert r.returncode == 0, err[-2000:]
+    storage = open_storage(tmp_path, str(journal)).storage
+    assert_every_layout_once(SMALL, storage, "together")
+    summaries = [json.loads(out) for out, _ in outs]
+    assert all(s["coverage"] == 1.0 and s["n_duplicates"] == 0 for s in summaries)
+    assert sorted(s["new_trials"] for s in summaries)[0] == 0  # the one that waited found nothing left
+
+
+TINY = SPACE.replace("tensor_model_parallel_size: [2, 4]", "tensor_model_parallel_size: auto").replace(
+    "pipeline_model_parallel_size: [1, 2]", "pipeline_model_parallel_size: auto").replace(
+    "virtual_pipeline_model_parallel_size: [1]", "virtual_pipeline_model_parallel_size: [1, 3]").replace(
+    "use_distributed_optimizer: true", "use_distributed_optimizer: auto")
+
+
+def test_killed_postgres_worker_claim_is_reissued(postgres_url, tmp_path):
+    """Finding 3: a PostgreSQL worker SIGKILLed mid-batch left its claimed ticket RUNNING; the gathering run
+    never simulated those layouts and exited 0 (coverage 0.996, no note). Now the claim names its worker, and
+    the gathering run re-issues a dead worker's claim and simulates it: every layout once, exit 0."""
+    from echo_tune.search.shared import CLAIMS_SUFFIX
+
+    name = "killed-pg"
+    space = space_file(tmp_path, name, TINY)
+    args = ["--sampler", "exhaustive", "--resume", "--storage", postgres_url, "--json"]
+    worker = search(space, *args, "--results-dir", str(tmp_path / "w"))
+    try:
+        deadline = time.monotonic() + 300
+        caught = False
+        while time.monotonic() < deadline and worker.poll() is None and not caught:
+            try:
+                tickets = optuna.load_study(study_name=name + CLAIMS_SUFFIX, storage=postgres_url)
+                trials = tickets.get_trials(deepcopy=False)
+                caught = any(t.state == TrialState.COMPLETE for t in trials) and \
+                    any(t.state == TrialState.RUNNING for t in trials)
+            except KeyError:  # not created yet
+                pass
+            if not caught:
+                time.sleep(0.02)
+        assert caught, "no claimed batch was caught running"
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+    finally:
+        worker.kill()
+    tickets = optuna.load_study(study_name=name + CLAIMS_SUFFIX, storage=postgres_url)
+    assert tickets.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    gather = search(space, *args, "--results-dir", str(tmp_path / "g"))
+    out, err = gather.communicate(timeout=600)
+    assert gather.returncode == 0, err[-2000:]
+    assert_every_layout_once(space, postgres_url, name)
+    summary = json.loads(out)
+    assert summary["coverage"] == 1.0 and summary["missing"] == [] and summary["n_duplicates"] == 0
+    left = optuna.load_study(study_name=name + CLAIMS_SUFFIX, storage=postgres_url).get_trials(deepcopy=False)
+    assert {t.state for t in left} <= {TrialState.COMPLETE, TrialState.FAIL}  # the dead claim: FAIL, re-issued
