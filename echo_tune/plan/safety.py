@@ -181,16 +181,23 @@ def promote_over_limit_rows(rows: list[dict], tokens: float, *, sort: str = "tim
 
 
 def just_over(space, records: list[dict]) -> dict | None:
-    """The fastest layout over its limit by less than the memory model's over-prediction (``safety.over_limit_risk``),
-    as a best entry whose memory band is "at risk"; None when there is none."""
+    """Where no layout fits by the search's rule, the fastest "at risk" one, as a best entry: first one that fits as
+    predicted but by less than the memory band's margin (a search without a headroom given counts those as not
+    fitting: search/objective.py ``safe_memory``), else one over its limit by less than the memory model's
+    over-prediction (``over_limit_risk``, flagged ``over_limit_at_risk``); None when there is neither."""
     from echo_tune.search.results import entry
     from echo_tune.search.space import space_profile
 
-    near = [r for r in records if not r["fits_memory"]
-            and r["memory_overshoot_bytes"] <= PEAK_OVER_PREDICTION * r["peak_memory_bytes"]]  # reserve >= 0
-    for record in sorted(near, key=lambda r: r["step_time_s"]):
-        best = entry(space, -1, record, profile=space_profile(space))
-        verdict = row_over_limit_risk(best)
-        if verdict is not None:
-            return {**best, "memory_band": "at risk", "memory_verdict": verdict, "over_limit_at_risk": True}
+    missed = [r for r in records if not r["fits_memory"]]
+    within = [r for r in missed if r["peak_memory_bytes"] <= r["memory_capacity_bytes"]]
+    over = [r for r in missed if 0 < r["peak_memory_bytes"] - r["memory_capacity_bytes"]
+            <= PEAK_OVER_PREDICTION * r["peak_memory_bytes"]]  # the reserve only narrows it: checked below
+    for group in (within, over):
+        for record in sorted(group, key=lambda r: r["step_time_s"]):
+            best = entry(space, -1, record, profile=space_profile(space))
+            if best["fits_memory"]:
+                return best  # its own band: "at risk" (it fits by less than the margin)
+            verdict = row_over_limit_risk(best)
+            if verdict is not None:
+                return {**best, "memory_band": "at risk", "memory_verdict": verdict, "over_limit_at_risk": True}
     return None

@@ -141,3 +141,23 @@ def test_rank_shows_nvidia_s_llama3_8b_fp8_script_at_risk_when_just_over(tmp_pat
     assert main(["rank", str(path), "--json", "--memory-headroom-gib", f"{spare_gib + 3:.6f}"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert not row["feasible"] and row["time_to_train_days"] is None and row["memory_band"] == "does not fit"
+
+
+def test_plan_without_a_headroom_shows_the_fastest_at_risk_layout_when_none_is_safe(tmp_path):
+    """Without --memory-headroom-gib the search counts a layout that fits by less than the memory band's margin as
+    not fitting (search/objective.py safe_memory); where no layout is safe, plan shows the fastest at-risk one,
+    which fits as predicted, before any over its limit."""
+    from echo_tune.sim.memory_band import PEAK_UNDER_PREDICTION
+
+    opts = _opts(tmp_path, sampler="exhaustive", layout={"recompute_granularity": ["none"]})
+    opts.n_trials = None
+    roomy = plan(MODEL, [parse_candidate(f"{CPU}:4")], opts)
+    (name,) = roomy.records
+    low = min(roomy.records[name], key=lambda r: r["peak_memory_bytes"])
+    reserve = max(s["reserve_bytes"] for s in entry(roomy.spaces[name], -1, low)["stage_memory_bytes"])
+    margin = PEAK_UNDER_PREDICTION * (low["peak_memory_bytes"] - reserve)
+    tight = _cluster_with_memory(tmp_path, low["peak_memory_bytes"] + 2 * GIB + 0.5 * margin, "tight")  # 2 GiB: default
+    opts.memory_headroom_gib = None
+    (row,) = plan(MODEL, [parse_candidate(f"{tight}:4:1.0")], opts).rows
+    assert row["feasible"] and row["memory_band"] == "at risk" and not row["over_limit_at_risk"]
+    assert row["peak_memory_gib"] * GIB <= low["peak_memory_bytes"] + margin and row["tokens_per_s"] > 0
