@@ -100,7 +100,8 @@ class PlanResult:
               and r["within_budget"] is not False]
         known = [r for r in ok if not r.get("budget_unknown")]  # with --budget, a candidate without a price
         ok = known or ok  # cannot be shown to fit it: recommended only where no priced one does
-        ok = [r for r in ok if not r.get("over_limit_at_risk")] or ok  # predicted over its limit: the last resort
+        ok = [r for r in ok if not r.get("fallback_at_risk")] or ok  # no layout the search kept: after those that
+        ok = [r for r in ok if not r.get("over_limit_at_risk")] or ok  # have one; predicted over its limit: last
         return ok[0] if ok else next((r for r in self.rows if r["feasible"]), None)
 
 
@@ -194,6 +195,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
                budget=budget_status(cost, proj["cost_band"], opts.budget),
                closest_miss=None, fit_hint=None, precision=precision_of(best["config"]),
                over_limit_at_risk=bool(best.get("over_limit_at_risk")),
+               fallback_at_risk=bool(best.get("fallback_at_risk")),
                near_tie=near_tie(records, opts.near_tie_pct, space))
     if row["near_tie"] is not None:
         row["near_tie"]["megatron_args"] = " ".join(megatron_flags(space, {"config": row["near_tie"]["config"]}))

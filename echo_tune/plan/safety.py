@@ -184,7 +184,8 @@ def just_over(space, records: list[dict]) -> dict | None:
     """Where no layout fits by the search's rule, the fastest "at risk" one, as a best entry: first one that fits as
     predicted but by less than the memory band's margin (a search without a headroom given counts those as not
     fitting: search/objective.py ``safe_memory``), else one over its limit by less than the memory model's
-    over-prediction (``over_limit_risk``, flagged ``over_limit_at_risk``); None when there is neither."""
+    over-prediction (``over_limit_risk``, flagged ``over_limit_at_risk``); None when there is neither. Both are flagged
+    ``fallback_at_risk``: the planner recommends one only where no candidate has a layout the search kept."""
     from echo_tune.search.results import entry
     from echo_tune.search.space import space_profile
 
@@ -195,9 +196,10 @@ def just_over(space, records: list[dict]) -> dict | None:
     for group in (within, over):
         for record in sorted(group, key=lambda r: r["step_time_s"]):
             best = entry(space, -1, record, profile=space_profile(space))
-            if best["fits_memory"]:
-                return best  # its own band: "at risk" (it fits by less than the margin)
+            if best["fits_memory"]:  # its own band: "at risk" (it fits by less than the margin)
+                return {**best, "fallback_at_risk": True}
             verdict = row_over_limit_risk(best)
             if verdict is not None:
-                return {**best, "memory_band": "at risk", "memory_verdict": verdict, "over_limit_at_risk": True}
+                return {**best, "memory_band": "at risk", "memory_verdict": verdict, "over_limit_at_risk": True,
+                        "fallback_at_risk": True}
     return None

@@ -161,3 +161,18 @@ def test_plan_without_a_headroom_shows_the_fastest_at_risk_layout_when_none_is_s
     (row,) = plan(MODEL, [parse_candidate(f"{tight}:4:1.0")], opts).rows
     assert row["feasible"] and row["memory_band"] == "at risk" and not row["over_limit_at_risk"]
     assert row["peak_memory_gib"] * GIB <= low["peak_memory_bytes"] + margin and row["tokens_per_s"] > 0
+
+
+def test_the_winner_is_a_layout_the_search_kept_before_any_fallback():
+    from echo_tune.plan.planner import PlanResult
+
+    def row(name, days, **flags):
+        return {"candidate": name, "feasible": True, "meets_deadline": None, "within_budget": None, "days": days,
+                **flags}
+
+    over = row("over", 1.0, fallback_at_risk=True, over_limit_at_risk=True)
+    risky = row("risky", 2.0, fallback_at_risk=True)
+    safe = row("safe", 3.0)
+    assert PlanResult(model="m", tokens=1, global_batch_size=1, currency="USD", rows=[over, risky, safe]).winner is safe
+    assert PlanResult(model="m", tokens=1, global_batch_size=1, currency="USD", rows=[over, risky]).winner is risky
+    assert PlanResult(model="m", tokens=1, global_batch_size=1, currency="USD", rows=[over]).winner is over
