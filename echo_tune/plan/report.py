@@ -42,8 +42,9 @@ def _row_notes(r: dict) -> list[str]:
         notes.append("over budget")
     if r["feasible"] and r["gpu_hour_price"] is None:
         notes.append("no price given" + ("; the budget cannot be checked" if r.get("budget_unknown") else ""))
-    if r.get("memory_band") == "at risk":  # fits by the prediction, by less than its measured error
-        notes.append("memory " + r["memory_verdict"])
+    if r.get("memory_band") == "at risk":  # fits by the prediction, by less than its measured error (or just over)
+        notes.append(("no layout keeps the memory model's margin; the fastest at risk: " if r.get("fallback_at_risk")
+                      else "") + "memory " + r["memory_verdict"])
     if r.get("near_tie"):
         notes.append("a near-tie leaves more memory free (below)")
     return notes
