@@ -289,7 +289,3 @@ def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("cl
                   loo_mape_pct=mape(loo), loso_mape_pct=mape(loso), loso_by_source=loso_by, warnings=warnings)
 
 
-def is_published(path: str | Path) -> bool:
-    """Whether a runs CSV is one of the shipped published-run sets, byte for byte."""
-    digest = sha256(path)
-    return any(sha256(p) == digest for p in PUBLISHED_RUNS_DIR.glob("runs_*.csv"))

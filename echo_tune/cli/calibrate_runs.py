@@ -82,7 +82,8 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run_fit_runs(args: argparse.Namespace) -> int:
-    from echo_tune.calibrate.fit_runs import fit_runs, is_published, sha256
+    from echo_tune.calibrate.fit_runs import fit_runs, sha256
+    from echo_tune.validate.datasets import is_published
     from echo_tune.cost.profile import load_cluster_profile, save_profile
 
     from pathlib import Path

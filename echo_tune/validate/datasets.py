@@ -25,3 +25,14 @@ def published_runs(name: str) -> Path:
         raise FileNotFoundError(f"published-runs data set {name!r} must be one of {known}, but "
                                 f"{str(path)!r} is missing; restore calibration/published-runs/ from git")
     return path
+
+
+def is_published(path: str | Path) -> bool:
+    """Whether a runs CSV is one of the shipped published-run sets, byte for byte."""
+    import hashlib
+
+    def digest(p) -> str:
+        return hashlib.sha256(Path(p).read_bytes()).hexdigest()
+
+    mine = digest(path)
+    return any(digest(p) == mine for p in PUBLISHED_RUNS_DIR.glob("runs_*.csv"))

@@ -228,7 +228,7 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
     if errata is True:
         errata = errata_path_for(path) or False
     table = load_errata(errata) if errata else {}
-    from echo_tune.calibrate.fit_runs import is_published
+    from echo_tune.validate.datasets import is_published
 
     models: dict = {}  # one model file read once, not once per row
     grandfathered = is_published(path)
