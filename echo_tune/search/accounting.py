@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
+from operator import itemgetter
 from dataclasses import dataclass, field
 
 from optuna.trial import FrozenTrial, TrialState
 
 from echo_tune.search.claim import WORKER_ATTR, claim, worker_alive
 from echo_tune.search.labels import full_label
-from echo_tune.search.layouts import config_key
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 NAMED = 8
@@ -47,9 +47,41 @@ def trial_config(trial: FrozenTrial, space=None) -> dict | None:
     return None
 
 
+_ORDER: dict[int, tuple] = {}
+_NAMES: list[tuple] = []
+
+
+def layout_key(config: dict) -> tuple:
+    """A layout's identity, as ``layouts.config_key`` but ~4x cheaper (a config holds ~75 settings, and a study
+    tens of thousands of trials): the settings' values in name order, the names' order sorted once per number
+    of settings (a config with as many settings that holds every one of those names has the same names). Compare
+    it only with other ``layout_key``s."""
+    order = _ORDER.get(len(config))
+    if order is not None:
+        try:
+            return order[0], order[1](config)
+        except KeyError:
+            pass
+    ordered = tuple(sorted(config))
+    if ordered not in _NAMES:
+        _NAMES.append(ordered)
+    getter = itemgetter(*ordered) if len(ordered) > 1 else (lambda c: tuple(c[n] for n in ordered))
+    order = _ORDER[len(config)] = (_NAMES.index(ordered), getter)
+    return order[0], order[1](config)
+
+
+def key_config(key: tuple) -> dict:
+    """The settings of a ``layout_key``."""
+    return dict(zip(_NAMES[key[0]], key[1]))
+
+
+def candidate_key(candidate) -> tuple:
+    return layout_key(candidate.config)
+
+
 def trial_key(trial: FrozenTrial, space=None) -> tuple | None:
     config = trial_config(trial, space)
-    return None if config is None else config_key(config)
+    return None if config is None else layout_key(config)
 
 
 @dataclass
@@ -61,7 +93,10 @@ class Accounting:
     duplicates: dict[tuple, int] = field(default_factory=dict)
     """Layout key -> how many finished trials hold it (only those held more than once)."""
     missing: list[tuple] = field(default_factory=list)
-    """Valid layouts no finished trial holds (only when the valid layouts were given)."""
+    """Valid layouts no finished trial holds and no live worker is simulating (only when the valid layouts were
+    given)."""
+    in_flight: int = 0
+    """Valid layouts not finished yet that a live worker is simulating now (another process on the study)."""
     configs: dict[tuple, dict] = field(default_factory=dict)
 
     @property
@@ -70,7 +105,7 @@ class Accounting:
         return sum(n - 1 for n in self.duplicates.values())
 
     def label(self, key: tuple) -> str:
-        return full_label(self.configs.get(key, dict(key)))
+        return full_label(self.configs.get(key) or key_config(key))
 
     def labels(self, keys) -> str:
         keys = list(keys)
@@ -83,8 +118,12 @@ def account(trials: list[FrozenTrial], valid=None, space=None) -> Accounting:
     valid layouts none holds."""
     counts: Counter = Counter()
     out = Accounting()
-    unnamed = 0
+    unnamed = rejected = 0
+    running = set()
     for t in trials:
+        if t.state == TrialState.RUNNING and valid is not None and t.params and \
+                worker_alive(t.user_attrs.get(WORKER_ATTR)):
+            running.add(trial_key(t, space))
         if t.state not in FINISHED:
             continue
         out.finished += 1
@@ -93,16 +132,21 @@ def account(trials: list[FrozenTrial], valid=None, space=None) -> Accounting:
             unnamed += 1  # stored by a version that kept no config: counted, not compared
             continue
         counts[key] += 1
+        rejected += "rejected_rule" in t.user_attrs
     out.distinct = len(counts) + unnamed
     out.duplicates = {k: n for k, n in counts.items() if n > 1}
-    if valid is not None:
+    # as many layouts as the space holds and none rejected: each is one of the space's (enumerated, or proposed
+    # by a sampler that proposes valid layouts only), so none is missing; the pass below costs ~4 us a layout
+    if valid is not None and not unnamed and (len(counts) != len(valid) or rejected or running):
         for c in valid:
-            key = c.key
-            if key not in counts:
+            key = candidate_key(c)
+            if key in running:
+                out.in_flight += 1
+            elif key not in counts:
                 out.missing.append(key)
                 out.configs[key] = c.config
     for key in out.duplicates:
-        out.configs.setdefault(key, dict(key))
+        out.configs.setdefault(key, key_config(key))
     return out
 
 
@@ -118,6 +162,13 @@ def missing_note(acc: Accounting) -> str | None:
         return None
     return (f"{len(acc.missing)} valid layout(s) were never simulated: {acc.labels(acc.missing)}; run the search "
             f"again with --resume to simulate them")
+
+
+def in_flight_note(acc: Accounting) -> str | None:
+    if not acc.in_flight:
+        return None
+    return (f"{acc.in_flight} layout(s) of the space are still being simulated by another live worker of this "
+            f"study; run the search again with --resume once it ends to gather them")
 
 
 UNSTAMPED_GRACE_S = 60.0

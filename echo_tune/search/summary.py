@@ -10,7 +10,7 @@ import time
 
 from optuna.trial import TrialState
 
-from echo_tune.search.accounting import account, duplicate_note, missing_note
+from echo_tune.search.accounting import account, duplicate_note, in_flight_note, missing_note
 from echo_tune.search.dominance import DOMINATED_BY_MEMORY
 from echo_tune.search.objective import OBJECTIVE_KEYS
 from echo_tune.search.outputs import start_outputs, write_outputs
@@ -35,7 +35,7 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
         from echo_tune.search.layouts import check_space
 
         acc = account(trials, check_space(space)[0], space)
-    notes = notes + [n for n in (duplicate_note(acc), missing_note(acc)) if n]
+    notes = notes + [n for n in (duplicate_note(acc), missing_note(acc), in_flight_note(acc)) if n]
     interrupted = interrupted or bool(acc.missing)
     feasible = feasible_records(trials)
     png = start_outputs(space, out_dir, feasible, pool) if write_files else None

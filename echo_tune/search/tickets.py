@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 import optuna
 from optuna.trial import TrialState
 
-from echo_tune.search.accounting import trial_key
+from echo_tune.search.accounting import candidate_key, trial_key
 from echo_tune.search.claim import claim, same_host, worker_alive, worker_id
 from echo_tune.search.dominance import ordered_groups
 from echo_tune.search.exhaustive import cut, run_exhaustive, structure_key
@@ -137,7 +137,7 @@ def _settle(study, store, tickets, valid: list[Candidate], todo: list[Candidate]
             return "wait"
         have = stored_keys(study)
         index = {c.key: i for i, c in enumerate(valid)}
-        missing = [c for c in todo if c.key not in have]
+        missing = [c for c in todo if candidate_key(c) not in have]
         if not missing:
             return "done"
         ordered = sorted(missing, key=structure_key)

@@ -61,3 +61,30 @@ def test_claim_on_another_host_is_taken_over_only_when_its_heartbeat_stops(monke
         ":", 1)[0] + ":999999999", tickets.HEARTBEAT_ATTR: 0}))
     assert not watch.stale(SimpleNamespace(_trial_id=9, user_attrs={tickets.CLAIMANT_ATTR: tickets.worker_id(),
                                                                      tickets.HEARTBEAT_ATTR: 0}))
+
+
+def test_summary_counts_each_layout_once_and_names_the_missing(small_space, small_exhaustive, tmp_path):
+    """A study holding one layout twice and missing two: the coverage counts distinct layouts, notes name both,
+    and a run that should have covered the space is reported as not finished (exit 130, --resume)."""
+    import time
+
+    import optuna
+
+    from echo_tune.search import check_space
+    from echo_tune.search.storage import open_storage
+    from echo_tune.search.summary import summarize
+
+    store = open_storage(Path(small_exhaustive.results_dir), small_exhaustive.storage)
+    trials = optuna.load_study(study_name=small_exhaustive.study_name, storage=store.storage).get_trials()
+    broken = optuna.create_study(study_name="broken", storage=optuna.storages.InMemoryStorage())
+    kept = trials[2:] + [trials[5]]
+    broken.add_trials(kept)
+    valid, _ = check_space(small_space)
+    result = summarize(small_space, broken, sampler="exhaustive", name="broken", out_dir=tmp_path, where="memory",
+                       started=time.monotonic(), space_size=len(valid), notes=[], done_before=0, interrupted=False,
+                       write_files=False, valid=valid, expect_all=True)
+    assert result.n_trials == len(valid) - 1 and result.n_duplicates == 1
+    assert result.coverage == (len(valid) - 2) / len(valid)
+    assert len(result.missing) == 2 and result.interrupted
+    assert any("stored more than once" in n for n in result.notes)
+    assert any("2 valid layout(s) were never simulated" in n and "--resume" in n for n in result.notes)
