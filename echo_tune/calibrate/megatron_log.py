@@ -231,7 +231,9 @@ def read_logs(paths: list[str | Path], cluster: str, notes: list[str] | None = N
                 continue
             seen[run.digest] = f"{path} line {run.line}"
             row = row_of(run, cluster, len(runs))
-            case = case_from_row(row, Path("."), {})  # no errata: the dump states every setting
+            # no errata, and no refusal of omitted architecture columns: the dump states every setting (a column
+            # left out of the row is at Megatron's default because the dump printed that default)
+            case = case_from_row(row, Path("."), {}, grandfathered=True)
             if case.error:  # the user gave this log to be fitted: say why it cannot be, never skip it quietly
                 raise _error(Path(path), run.line, f"the run whose argument dump starts here cannot be simulated: "
                                                    f"{case.error}")
