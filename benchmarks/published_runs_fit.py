@@ -141,7 +141,11 @@ def main(argv=None) -> int:
                *[f"- {g}: {p.label}; params {', '.join(f'{k}={v:.4g}' for k, v in p.fitted['params'].items())}; "
                  f"MAPE in-sample {p.fitted['errors']['in_sample_mape_pct']:.1f}%, leave-one-out "
                  f"{p.fitted['errors']['loo_mape_pct']:.1f}%, leave-one-source-out "
-                 f"{p.fitted['errors']['loso_mape_pct']:.1f}%" for g, p in profiles.items()]]
+                 f"{p.fitted['errors']['loso_mape_pct']:.1f}%" for g, p in profiles.items()],
+               *[f"- {g}: its rows come from one source ({', '.join(sorted(by_source))}): with it held out nothing is "
+                 f"left to fit, so its leave-one-source-out errors are the datasheet preset's"
+                 for g, p in profiles.items()
+                 if len(by_source := p.fitted['errors'].get('loso_by_source_mape_pct') or {}) == 1]]
     text = ("# Profiles fitted on the published runs\n\nMade by `python benchmarks/published_runs_fit.py"
             + (f" --params {args.params}" if args.params != "clock,host" else "") + "` (each profile's header "
             "holds its own `echo-tune calibrate fit` command). Error = predicted / measured - 1.\n\n"
