@@ -99,7 +99,9 @@ def legend(rows: list[dict]) -> str:
     """The line under a planner / ranker table saying what the band, days and cost columns hold."""
     goodputs = sorted({r["goodput"] for r in rows if r.get("goodput") is not None})
     goodput = "/".join(f"{g:.2f}" for g in goodputs) or f"{GOODPUT_DEFAULT:.2f}"
-    return ("error band: how much longer (+) or shorter (-) the validated runs of the prediction's family took than "
-            "predicted, median (lowest..highest, n runs); days, GPU-hours and cost: the predicted training time x that "
-            f"median / goodput {goodput} (share of wall time spent training; Llama 3 405B: >90%), in brackets the "
-            "band's range applied; free HBM: HBM less the peak (\"spare\" in notes: under HBM less the headroom)")
+    return ("error band: the prediction error of the validated runs of the prediction's family, out of sample "
+            "(predicted - measured, in % of measured: negative = predicted too fast), median (5th..95th percentile, n "
+            "runs; 'unvalidated': fewer than 3 runs, the band of all runs); days, GPU-hours and cost: the predicted "
+            f"training time corrected by that median / goodput {goodput} (share of wall time spent training; Llama 3 "
+            "405B: >90%), in brackets the band applied; free HBM: HBM less the peak (\"spare\" in notes: under HBM "
+            "less the headroom)")
