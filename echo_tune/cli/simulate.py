@@ -82,14 +82,17 @@ def run(args: argparse.Namespace) -> int:
     if band["match"] == "none":
         notes.append(band["note"])
         band = None
-    elif report.fits_memory:  # the family's median and range applied to the step (no step for a layout that does not fit)
+    elif report.fits_memory or just_over_risk(report):  # the band applied to the step (none where it cannot run)
         lo, hi = band["measured_over_predicted"]
         band["step_time_s"] = report.step_time_s * band["median_measured_over_predicted"]
         band["step_time_s_band"] = [report.step_time_s * lo, report.step_time_s * hi]
     if args.json:
         data = report.to_dict()
         data["notes"] = header[1:] + list(report.notes) + notes
-        if not report.fits_memory:  # a layout that cannot run has no throughput
+        risk = just_over_risk(report)
+        if risk is not None:  # over by less than the memory model's error: it may run (plan/safety.py)
+            data.update(memory_verdict=risk)
+        elif not report.fits_memory:  # a layout that cannot run has no throughput
             data.update(tokens_per_s=None, model_tflops_per_gpu=None, mfu=None, search_hint=SEARCH_HINT)
         if band is not None:
             data["error_band"] = band
@@ -105,6 +108,15 @@ def run(args: argparse.Namespace) -> int:
                                  f"{'' if band['match'] == 'exact' else ' (' + band['note'] + ')'}{step}[/dim]",
                                  highlight=False)
     return 0
+
+
+def just_over_risk(report: "StepReport") -> str | None:
+    """The "at risk" verdict of a layout predicted over its memory limit by less than the memory model's measured
+    over-prediction (plan/safety.py ``over_limit_risk``): it may still run, so its throughput is shown."""
+    from echo_tune.plan.safety import over_limit_risk
+
+    worst = report.worst_stage
+    return over_limit_risk(worst.worst_rank_bytes, worst.reserve_bytes, report.memory_capacity_bytes)
 
 
 def print_report(report: "StepReport", notes: list[str], console: Console | None = None) -> None:
@@ -123,7 +135,8 @@ def print_report(report: "StepReport", notes: list[str], console: Console | None
         table.add_row(name, human_time(seconds), f"{100 * seconds / report.step_time_s:.1f}%")
     table.add_row("[bold]step time[/bold]", f"[bold]{human_time(report.step_time_s)}[/bold]", "100%")
     console.print(table)
-    if report.fits_memory:
+    risk = just_over_risk(report)
+    if report.fits_memory or risk:
         console.print(f"throughput {report.tokens_per_s:,.0f} tokens/s, {report.model_tflops_per_gpu:.1f} model "
                       f"TFLOP/s per GPU, MFU {100 * report.mfu:.1f}%"
                       f"{' of the BF16 peak' if report.config.get('fp8_format') else ''}  "
@@ -148,9 +161,9 @@ def print_report(report: "StepReport", notes: list[str], console: Console | None
                     *((human_bytes(m.worst_rank_bytes),) if spread else ()))
     console.print(mem)
     band = report.memory_band()
-    style = {"fits": "green", "at risk": "bold yellow"}.get(band.band, "bold red")
-    console.print(f"[{style}]{band.text}[/{style}]", soft_wrap=True)
-    if not report.fits_memory:
+    style = {"fits": "green", "at risk": "bold yellow"}.get("at risk" if risk else band.band, "bold red")
+    console.print(f"[{style}]{risk or band.text}[/{style}]", soft_wrap=True)
+    if not report.fits_memory and not risk:
         console.print(f"[{style}]{SEARCH_HINT}[/{style}]", soft_wrap=True)
     console.print(f"[dim]profile: {report.profile}[/dim]")
     for note in [*report.notes, *notes]:
