@@ -86,6 +86,11 @@ class Layout:
                     if getattr(x, what))
 
 
+MAX_TOKENS_PER_STEP = 2**30
+"""A global batch above this many tokens is a unit slip (a batch given in tokens): 64x Llama 3 405B's 16M-token
+batch (arXiv 2407.21783, section 3.4.1), the largest published."""
+
+
 def _group_placements(parallel: ParallelConfig, cluster: ClusterSpec, dp: int) -> dict[str, GroupPlacement]:
     """Placement by NVLink domain: on a GB200 NVL72 rack 72 GPUs (18 trays) talk over NVLink, so a
     "node" here is the NVLink domain (``ClusterSpec.nvlink_domain_gpus``), not the compute tray."""
@@ -193,6 +198,13 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                 f"fused attention; its unfused one and Megatron's local one refuse context parallelism), but got "
                 f"(context_parallel_size={cp}, attention_backend={_backend_name(model)}); set --attention-backend "
                 f"flash (or auto / fused), or --context-parallel-size 1")
+    tokens = parallel.global_batch_size * model.seq_length
+    require(tokens <= MAX_TOKENS_PER_STEP,
+            f"`global_batch_size * seq_length <= {MAX_TOKENS_PER_STEP:,}` tokens per step must hold (64x the largest "
+            f"published pre-training batch, Llama 3's 16M tokens), but got (global_batch_size="
+            f"{parallel.global_batch_size:,}, seq_length={model.seq_length:,}): --global-batch-size counts sequences, "
+            f"not tokens; a batch of {parallel.global_batch_size:,} tokens is "
+            f"{max(1, parallel.global_batch_size // model.seq_length):,} sequences")
     per_step = parallel.micro_batch_size * dp
     require(parallel.global_batch_size % per_step == 0,
             f"`global_batch_size % (micro_batch_size * data_parallel_size) == 0` must hold, but got "

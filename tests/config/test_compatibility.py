@@ -185,3 +185,14 @@ def test_context_parallelism_needs_a_flash_style_attention_backend():
                                               r"--attention-backend flash"):
             layout(model=model, context_parallel_size=2, tensor_model_parallel_size=8, num_gpus=1024)
     assert layout(model=LLAMA, context_parallel_size=2, tensor_model_parallel_size=8, num_gpus=1024)
+
+
+def test_a_global_batch_in_tokens_is_refused_with_its_size_in_sequences():
+    import echo_tune as et
+    from echo_tune.config.compatibility import MAX_TOKENS_PER_STEP, check_compatible
+
+    model = et.load_model("llama3-8b")  # 8,192-token sequences
+    with pytest.raises(ConfigError, match=r"counts sequences, not tokens; a batch of 4,194,304 tokens is 512 sequences"):
+        check_compatible(model, et.load_cluster("h100-sxm"), 8, et.ParallelConfig(global_batch_size=4_194_304))
+    assert 16 * 2**20 * 64 == MAX_TOKENS_PER_STEP  # Llama 3's 16M-token batch, x64
+    check_compatible(model, et.load_cluster("h100-sxm"), 8, et.ParallelConfig(global_batch_size=2048))
