@@ -54,6 +54,8 @@ class _Watch:
 
     def __init__(self) -> None:
         self._seen: dict[int, tuple[object, float]] = {}
+        self.enqueued_missing: set = set()
+        """Layouts this worker found missing and enqueued: found missing again, they are left to the summary."""
 
     def stale(self, ticket) -> bool:
         claimant = ticket.user_attrs.get(CLAIMANT_ATTR)
@@ -138,8 +140,9 @@ def _settle(study, store, tickets, valid: list[Candidate], todo: list[Candidate]
         have = stored_keys(study)
         index = {c.key: i for i, c in enumerate(valid)}
         missing = [c for c in todo if candidate_key(c) not in have]
-        if not missing:
-            return "done"
+        if not missing or {candidate_key(c) for c in missing} <= watch.enqueued_missing:
+            return "done"  # (the second case: simulated and still not stored; the summary names them)
+        watch.enqueued_missing |= {candidate_key(c) for c in missing}
         ordered = sorted(missing, key=structure_key)
         for part in cut(ordered_groups(ordered), ticket_size(len(ordered))):
             _enqueue(tickets, [index[c.key] for c in part], -1)

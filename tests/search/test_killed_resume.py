@@ -94,21 +94,41 @@ def _simulating(db: Path, n_params: int) -> bool:
     return done >= 3 and row is not None
 
 
-def test_sigkilled_two_process_tpe_resumes_every_layout_once(tmp_path):
-    """Finding 1: SIGKILL a --n-jobs 2 TPE search on SQLite while a trial is being simulated, then --resume.
-    Before, the killed trial's layout counted as seen: it was never simulated, and once every other layout was
-    done the sampler repeated layouts (coverage 1.0 with layouts missing and others stored twice)."""
+class _JournalWatch:
+    def __init__(self, path: Path):
+        self.path, self.storage = path, None
+
+    def __call__(self, n_params: int) -> bool:
+        if not self.path.exists():
+            return False
+        if self.storage is None:
+            self.storage = open_storage(self.path.parent, str(self.path)).storage
+        try:
+            study = optuna.load_study(study_name="killed-tpe", storage=self.storage)
+        except KeyError:
+            return False
+        trials = study.get_trials(deepcopy=False)
+        return sum(t.state == TrialState.COMPLETE for t in trials) >= 3 and any(
+            t.state == TrialState.RUNNING and len(t.params) >= n_params for t in trials)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_sigkilled_two_process_tpe_resumes_every_layout_once(kind, tmp_path):
+    """Finding 1: SIGKILL a --n-jobs 2 TPE search on SQLite (and a journal) while a trial is being simulated, then
+    --resume. Before, the killed trial's layout counted as seen: it was never simulated, and once every other
+    layout was done the sampler repeated layouts (coverage 1.0 with layouts missing and others stored twice)."""
     space = space_file(tmp_path, "killed-tpe")
     n_valid = len(check_space(load_space(space))[0])
     n_params = len(search_distributions(load_space(space)))
     db = tmp_path / "study.db"
-    url = f"sqlite:///{db}"
+    url = f"sqlite:///{db}" if kind == "sqlite" else str(tmp_path / "study.log")
+    simulating = (lambda n: _simulating(db, n)) if kind == "sqlite" else _JournalWatch(tmp_path / "study.log")
     args = ["--sampler", "tpe", "--n-trials", str(n_valid), "--n-jobs", "2", "--storage", url,
             "--results-dir", str(tmp_path / "r"), "--json"]
     proc = search(space, *args)
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None and not _simulating(db, n_params):
+        while time.monotonic() < deadline and proc.poll() is None and not simulating(n_params):
             time.sleep(0.005)
         assert proc.poll() is None, "the search ended before a trial could be caught running"
         os.kill(proc.pid, signal.SIGKILL)
@@ -116,9 +136,12 @@ def test_sigkilled_two_process_tpe_resumes_every_layout_once(tmp_path):
     finally:
         proc.kill()
     time.sleep(1.0)  # its worker notices the parent is gone (die_with_parent polls every 0.5 s)
+    if kind == "journal":
+        url = open_storage(tmp_path, url).storage
     study = optuna.load_study(study_name="killed-tpe", storage=url)
     assert study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), "nothing was left running"
     resumed = search(space, *args, "--resume")
+    url = url if kind == "sqlite" else open_storage(tmp_path, str(tmp_path / "study.log")).storage
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err[-2000:]
     summary = json.loads(out)
