@@ -37,7 +37,8 @@ def check_rerun(study, opts, name: str, where: str) -> None:
                    if done.get(k) != getattr(opts, k)]
         why = f"a search with other options finished it ({', '.join(differs)})"
     else:
-        why = "its search did not finish (interrupted, or stopped by --timeout)"
+        why = ("no search is recorded as having finished it (interrupted, stopped by --timeout, or run by an older "
+               "echo-tune)")
     raise ConfigError(f"study {name!r} already exists in {where} and {why}; pass --resume to continue it with "
                       f"these options, --overwrite to start it over, or --study-name to start another")
 

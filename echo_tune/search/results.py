@@ -167,8 +167,8 @@ class SearchResult:
 
     @property
     def coverage(self) -> float:
-        """Share of the space's valid layouts covered: simulated, or dominated by one simulated (finished trials
-        / valid layouts)."""
+        """Share of the space's valid layouts covered: simulated, or dominated by one simulated (distinct layouts
+        of the finished trials / valid layouts: a layout stored twice counts once, ``accounting.py``)."""
         covered = self.n_trials if self.n_distinct is None else self.n_distinct
         return min(1.0, covered / self.space_size) if self.space_size else 0.0
 

@@ -7,6 +7,13 @@ Samplers come from the registry in ``sampler.py`` (wrapped to propose valid layo
 ``run_search(space, SearchOptions(...))`` runs (or continues) one Optuna study whose objective is the
 simulator and writes the output files. ``--n-trials`` is the study's total: a resumed study runs only
 the trials still missing. With ``n_jobs == 1`` a fixed seed gives the same study every time.
+
+Every layout is stored once (issue 41): the exhaustive and ``auto`` searches off a database hold the study's run
+lease (``run_lease.py``: a second run waits, then continues with what is left); on a database the exhaustive
+workers claim tickets whose dead claimants' claims are re-issued (``tickets.py``); a sampling run fails a killed
+run's RUNNING trials and asks their layouts again (``accounting.py``, ``sampling_run.py``); the summary counts
+distinct layouts and names duplicates and missing ones. The same search run again without ``--resume`` shows
+its result again when it finished (``rerun.py``, issue 40).
 """
 
 from __future__ import annotations
