@@ -215,3 +215,19 @@ def test_killed_postgres_worker_claim_is_reissued(postgres_url, tmp_path):
     assert summary["coverage"] == 1.0 and summary["missing"] == [] and summary["n_duplicates"] == 0
     left = optuna.load_study(study_name=name + CLAIMS_SUFFIX, storage=postgres_url).get_trials(deepcopy=False)
     assert {t.state for t in left} <= {TrialState.COMPLETE, TrialState.FAIL}  # the dead claim: FAIL, re-issued
+    from echo_tune.search.tickets import REISSUED_ATTR
+
+    failed = [t.number for t in left if t.state == TrialState.FAIL]
+    assert failed and sorted(t.user_attrs.get(REISSUED_ATTR) for t in left if t.user_attrs.get(REISSUED_ATTR) is not None
+                             and t.user_attrs[REISSUED_ATTR] >= 0) == sorted(failed)
+    # the same trials as one process storing every layout (a re-issued batch is simulated whole, so a layout's
+    # recompute variants are judged against it as in one run, and only what was missing is stored)
+    from echo_tune.search import SearchOptions, run_search
+
+    run_search(load_space(space), SearchOptions(sampler="exhaustive", results_dir=tmp_path / "alone"))
+    alone = open_storage(tmp_path / "alone" / name, None).storage
+
+    def outcome(storage) -> dict:
+        trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        return {trial_key(t): (t.state, t.user_attrs.get("dominated_by"), t.values) for t in trials}
+    assert outcome(postgres_url) == outcome(alone)
