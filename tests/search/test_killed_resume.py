@@ -177,13 +177,15 @@ TINY = SPACE.replace("tensor_model_parallel_size: [2, 4]", "tensor_model_paralle
     "use_distributed_optimizer: true", "use_distributed_optimizer: auto")
 
 
-def test_killed_postgres_worker_claim_is_reissued(postgres_url, tmp_path):
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+def test_killed_database_worker_claim_is_reissued(kind, tmp_path, request):
     """Finding 3: a PostgreSQL worker SIGKILLed mid-batch left its claimed ticket RUNNING; the gathering run
     never simulated those layouts and exited 0 (coverage 0.996, no note). Now the claim names its worker, and
     the gathering run re-issues a dead worker's claim and simulates it: every layout once, exit 0."""
     from echo_tune.search.shared import CLAIMS_SUFFIX
 
-    name = "killed-pg"
+    postgres_url = request.getfixturevalue("postgres_url") if kind == "postgresql" else f"sqlite:///{tmp_path}/s.db"
+    name = f"killed-{kind}"
     space = space_file(tmp_path, name, TINY)
     args = ["--sampler", "exhaustive", "--resume", "--storage", postgres_url, "--json"]
     worker = search(space, *args, "--results-dir", str(tmp_path / "w"))
