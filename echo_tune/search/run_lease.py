@@ -96,8 +96,9 @@ def _file_lease(path: str, name: str, where: str, wait_s: float | None) -> Itera
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
                 break
             except OSError as exc:
-                if exc.errno not in (errno.EACCES, errno.EAGAIN):
-                    raise
+                if exc.errno not in (errno.EACCES, errno.EAGAIN):  # a file system without record locks (ENOLCK)
+                    yield False  # runs as before the lease existed
+                    return
             wait()
         try:
             yield said[0]
