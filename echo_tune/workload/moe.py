@@ -34,7 +34,7 @@ from torch.autograd import Function
 from echo_tune.workload.activations import activation
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import active_hook, in_subregion, record_collective
-from echo_tune.workload.moe_router import route
+from echo_tune.workload.moe_router import SideGradient, route
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
@@ -166,23 +166,12 @@ def _router(tokens, params, shard):
     return probs.to(shard.dtype), indices
 
 
-class _WeightByProbs(Function):
-    """The routing-probability weighting inside a fused weighted activation (Megatron-LM d98e8a64ddf3
-    core/fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction.forward``: ``save_for_backward(input,
-    weights)``, one kernel forward and one backward that also yields the probabilities' gradient): the
-    activation's input is saved by the activation already, so only the probabilities [rows, 1] are kept,
-    and the product runs inside the activation's own kernels (no kernel here: a view forward; backward
-    the gradient passes through and the probabilities' [rows, 1] gradient is a negligible fill)."""
-
-    @staticmethod
-    def forward(ctx, act, probs):
-        ctx.save_for_backward(probs)
-        return act.view_as(act)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (probs,) = ctx.saved_tensors
-        return grad, torch.zeros_like(probs)
+# The routing-probability weighting inside a fused weighted activation (Megatron-LM d98e8a64ddf3
+# core/fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction.forward``: ``save_for_backward(input, weights)``, one
+# kernel forward and one backward that also yields the probabilities' gradient): the activation's input is saved by
+# the activation already, so only the probabilities [rows, 1] are kept, and the product runs inside the activation's
+# own kernels (moe_router.SideGradient with fill 0: a view forward; backward the gradient passes through and the
+# probabilities' [rows, 1] gradient is a negligible fill).
 
 
 def _weighted_act(hidden, shard, probs):
@@ -190,7 +179,7 @@ def _weighted_act(hidden, shard, probs):
     if probs is None:
         return act
     if shard.model.swiglu and shard.model.bias_swiglu_fusion:
-        return _WeightByProbs.apply(act, probs)
+        return SideGradient.apply(act, probs, 0.0)
     return act * probs  # experts.py bias_act_func, unfused: ``intermediate_parallel * permuted_probs``
 
 

@@ -23,18 +23,25 @@ import torch
 from torch.autograd import Function
 
 
-class _AttachLoss(Function):
-    """``MoEAuxLossAutoScaler``: returns ``x``; backward also sends a gradient into ``loss``."""
+class SideGradient(Function):
+    """Returns ``x`` (a view: no kernel); backward passes ``x``'s gradient through and gives ``side`` a gradient
+    filled with ``fill`` (one fill kernel). ``fill`` 1: ``MoEAuxLossAutoScaler`` attaching a loss to a tensor (the
+    loss's backward runs into the router); 0: a tensor whose use sits inside another op's kernels (moe.py)."""
 
     @staticmethod
-    def forward(ctx, x, loss):
-        ctx.save_for_backward(loss)
+    def forward(ctx, x, side, fill):
+        ctx.save_for_backward(side)
+        ctx.fill = fill
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        (loss,) = ctx.saved_tensors
-        return grad, torch.ones_like(loss)
+        (side,) = ctx.saved_tensors
+        return grad, torch.full_like(side, ctx.fill), None
+
+
+def _attach_loss(x: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    return SideGradient.apply(x, loss, 1.0)
 
 
 def _scores(logits: torch.Tensor, function: str) -> torch.Tensor:
@@ -61,7 +68,7 @@ def route(logits: torch.Tensor, model, expert_bias: torch.Tensor | None = None) 
     k, function = model.moe_router_topk, model.moe_router_score_function
     if model.moe_z_loss_coeff is not None:
         z = torch.logsumexp(logits, dim=-1)
-        logits = _AttachLoss.apply(logits, (z * z).mean())
+        logits = _attach_loss(logits, (z * z).mean())
     scores = _scores(logits, function)
     ranked = scores + expert_bias if expert_bias is not None else scores
     if model.moe_router_num_groups and model.moe_router_group_topk:
@@ -77,7 +84,7 @@ def route(logits: torch.Tensor, model, expert_bias: torch.Tensor | None = None) 
         aux_scores = _scores(logits, function)
         aux_map = torch.zeros_like(aux_scores).scatter(1, torch.topk(aux_scores, k, dim=-1)[1], 1.0)
         loss = (aux_map.sum(dim=0) * aux_scores.sum(dim=0)).sum()
-        probs = _AttachLoss.apply(probs, loss)
+        probs = _attach_loss(probs, loss)
     if expert_bias is not None:
         with torch.no_grad():
             torch.zeros_like(scores).scatter(1, indices, 1.0).sum(dim=0)  # tokens per expert for the bias update
