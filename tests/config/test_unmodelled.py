@@ -174,3 +174,12 @@ def test_grouped_query_attention_over_a_model_whose_groups_equal_its_heads_is_on
     assert mha.num_query_groups == mha.num_attention_heads
     model, _, _, _ = parse_megatron_line("--group-query-attention", base=mha)
     assert model["num_query_groups"] == 1
+
+
+def test_flag_classes_the_audit_corrected():
+    """--record-memory-history shapes the step (host time on every allocation); manual GC and emptying the cache
+    stay harmless, each with its own reason (issue 39 item 7)."""
+    with pytest.raises(UnmodelledError, match="a Python stack trace kept for every allocation"):
+        parse_megatron_line("--record-memory-history")
+    _, _, _, ignored = parse_megatron_line("--manual-gc --manual-gc-interval 100 --empty-unused-memory-level 2")
+    assert ignored == ["--manual-gc", "--manual-gc-interval", "--empty-unused-memory-level"]
