@@ -27,6 +27,19 @@ def check_fsdp(parallel: ParallelConfig) -> ParallelConfig:
     require(not parallel.fsdp_double_buffer or parallel.use_megatron_fsdp,
             "`fsdp_double_buffer` needs use_megatron_fsdp, but got (fsdp_double_buffer=True, "
             "use_megatron_fsdp=False); add --use-megatron-fsdp or drop --fsdp-double-buffer")
+    if parallel.use_torch_fsdp2:  # training/arguments.py validate_args
+        problems = [rule for rule, ok in (
+            ("no pipeline parallelism", parallel.pipeline_model_parallel_size == 1),
+            ("no expert parallelism", parallel.expert_model_parallel_size == 1),
+            ("not with MCore's distributed optimizer", not parallel.use_distributed_optimizer),
+            ("no gradient accumulation fusion (--no-gradient-accumulation-fusion)", not parallel.gradient_accumulation_fusion),
+            ("not with Megatron-FSDP", not parallel.use_megatron_fsdp),
+            ("bf16, not fp16", parallel.precision != "fp16")) if not ok]
+        require(not problems, f"--use-torch-fsdp2 needs {'; '.join(problems)} (Megatron-LM validate_args), but the "
+                              f"layout has them otherwise; change those settings or drop --use-torch-fsdp2")
+        # simulated as Megatron-FSDP's ZeRO-3 over DP x CP: per-layer all-gathers before forward and backward,
+        # per-layer reduce-scatters of the gradients, sharded optimizer states (its own bf16 buffers)
+        parallel = parallel.replace(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
     size = parallel.suggested_communication_unit_size
     require(size is None or parallel.use_megatron_fsdp,
             f"`suggested_communication_unit_size` is a Megatron-FSDP setting, but got (suggested_communication_unit_size="

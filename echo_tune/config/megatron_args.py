@@ -177,6 +177,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "use_tp_pp_dp_mapping": ("--use-tp-pp-dp-mapping", "flag"),
     # Megatron-FSDP (sim/fsdp.py)
     "use_megatron_fsdp": ("--use-megatron-fsdp", "flag"),
+    "use_torch_fsdp2": ("--use-torch-fsdp2", "flag"),
     "data_parallel_sharding_strategy": ("--data-parallel-sharding-strategy", "str"),
     "outer_dp_sharding_strategy": ("--outer-dp-sharding-strategy", "str"),
     "megatron_fsdp_main_params_dtype": ("--megatron-fsdp-main-params-dtype", "str"),

@@ -270,6 +270,11 @@ class ParallelConfig(OptimizerFields):
     """``--use-megatron-fsdp``: Megatron-FSDP shards parameters, gradients and optimizer states over DP x CP as
     ``data_parallel_sharding_strategy`` says (v1 turns on the distributed optimizer, arguments.py)."""
 
+    use_torch_fsdp2: bool = False
+    """``--use-torch-fsdp2``: PyTorch's FSDP2 ``fully_shard`` on every transformer layer and the root over DP x CP
+    (core/distributed/torch_fully_sharded_data_parallel.py, resharded after forward): the per-layer all-gathers and
+    reduce-scatters of Megatron-FSDP's optim_grads_params, as which it is simulated (config/fsdp_rules.py)."""
+
     data_parallel_sharding_strategy: str = "optim_grads_params"
     """``--data-parallel-sharding-strategy``: no_shard | optim | optim_grads | optim_grads_params (ZeRO-0..3)."""
 

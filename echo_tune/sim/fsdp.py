@@ -209,7 +209,9 @@ def fsdp_notes(parallel: ParallelConfig, layout: Layout, memory) -> tuple[str, .
     shard, outer = shard_groups(layout, parallel)
     hsdp = f" (HSDP: {outer.size} replicas, outer {parallel.outer_dp_sharding_strategy})" if outer else ""
     buffers = max(m.fsdp_buffer_bytes for m in memory)
-    notes = (f"Megatron-FSDP {parallel.data_parallel_sharding_strategy} over DP x CP = {shard.size}{hsdp}: exposed "
+    which = ("Torch-FSDP2 (simulated as Megatron-FSDP's per-layer ZeRO-3)" if parallel.use_torch_fsdp2
+             else "Megatron-FSDP")
+    notes = (f"{which} {parallel.data_parallel_sharding_strategy} over DP x CP = {shard.size}{hsdp}: exposed "
              f"all-gathers / reduce-scatters in dp_comm; unsharded layer buffers {buffers / 2**30:.2f} GiB per GPU "
              f"(in the memory total)",)
     size = parallel.suggested_communication_unit_size or PIPELINE_UNIT_FLOOR
