@@ -20,6 +20,7 @@ from echo_tune.search import results as res
 from echo_tune.search.claim import (WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_alive,
                                     worker_id)
 from echo_tune.search.layouts import RejectedLayout, baselines, check_space, config_key
+from echo_tune.search.liveness import Reaper, heartbeat
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
                                        constraints, flat_attrs, told_values)
 from echo_tune.search.params import full_params, suggest_layout
@@ -139,12 +140,22 @@ def _sampling_loop(space, study, store, evaluator, target: int, deadline: float 
     # finished trials plus those running in live workers (a killed run's leftovers do not count)
     def admit() -> bool:
         return started_count(study, res.FINISHED) < target
-    while (deadline is None or time.monotonic() < deadline) and not stop_requested():
-        record = run_one_trial(space, study, store, evaluator, admit)
-        if record is STOP:
-            return
-        if progress is not None:
-            progress(record)
+    reaper = Reaper()
+    with heartbeat(study, store):  # other hosts' workers see this one alive (liveness.py)
+        while (deadline is None or time.monotonic() < deadline) and not stop_requested():
+            record = run_one_trial(space, study, store, evaluator, admit)
+            if record is STOP:  # the target counts other workers' trials in flight: wait for them to end
+                if reaper.reap(study, store):  # or take a gone worker's over
+                    continue
+                if not any(t.user_attrs.get(WORKER_ATTR) for t in reaper.others_running(study)):
+                    return
+                time.sleep(IN_FLIGHT_POLL_S)
+                continue
+            if progress is not None:
+                progress(record)
+
+
+IN_FLIGHT_POLL_S = 0.05
 
 
 def _one_torch_thread(threads: int | None = 1) -> int | None:

@@ -88,3 +88,57 @@ def test_summary_counts_each_layout_once_and_names_the_missing(small_space, smal
     assert len(result.missing) == 2 and result.interrupted
     assert any("stored more than once" in n for n in result.notes)
     assert any("2 valid layout(s) were never simulated" in n and "--resume" in n for n in result.notes)
+
+
+def test_trial_of_a_silent_worker_on_another_host_is_taken_over(monkeypatch, tmp_path):
+    """A sampling worker on another host killed mid-trial left it RUNNING, assumed alive forever: its layout was
+    never simulated. Now a run waits for other workers' trials in flight and fails those whose worker's
+    heartbeat stops (``liveness.py``), then asks their layouts again: every layout once, nothing left RUNNING."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from echo_tune.search import SearchOptions, check_space, load_space, run_search
+    from echo_tune.search import liveness
+    from echo_tune.search.accounting import account
+    from echo_tune.search.claim import WORKER_ATTR
+    from echo_tune.search.params import full_params, search_distributions
+    from echo_tune.search.storage import open_storage
+
+    space_file = tmp_path / "micro.yaml"
+    space_file.write_text((Path(__file__).parent / "test_killed_resume.py").read_text().split('SPACE = """\\\n')[1]
+                          .split('"""')[0].format(name="remote"))
+    space = load_space(space_file)
+    valid, _ = check_space(space)
+    opts = dict(sampler="random", seed=0, results_dir=tmp_path, study_name="remote", write_files=False)
+    run_search(space, SearchOptions(n_trials=10, **opts))
+    storage = open_storage(tmp_path / "remote", None).storage
+    study = optuna.load_study(study_name="remote", storage=storage)
+    done = {tuple(sorted(t.params.items())) for t in study.get_trials()}
+    unseen = next(c for c in valid if tuple(sorted(full_params(space, c).items())) not in done)
+    study.enqueue_trial(full_params(space, unseen))
+    trial = study.ask(search_distributions(space))  # a worker on another host took it, then died
+    trial.set_user_attr(WORKER_ATTR, "another-host:4242")
+    monkeypatch.setattr(liveness, "LEASE_S", 0.5)
+    result = run_search(space, SearchOptions(n_trials=len(valid), resume=True, **opts))
+    study = optuna.load_study(study_name="remote", storage=storage)
+    assert not study.get_trials(states=(TrialState.RUNNING,))
+    acc = account(study.get_trials(), valid, space)
+    assert acc.distinct == len(valid) and not acc.duplicates and not acc.missing
+    assert result.coverage == 1.0 and not result.interrupted
+    assert [t.state for t in study.get_trials() if t.user_attrs.get(WORKER_ATTR) == "another-host:4242"] == \
+        [TrialState.FAIL]
+
+
+def test_remote_worker_with_a_moving_heartbeat_is_waited_for(monkeypatch):
+    from echo_tune.search import liveness
+
+    clock = [0.0]
+    monkeypatch.setattr(liveness.time, "monotonic", lambda: clock[0])
+    reaper = liveness.Reaper()
+    key = liveness.HEARTBEAT_PREFIX + "far:1"
+    for beat in range(5):  # it beats every 50 s: never 60 s silent
+        assert not reaper._gone("far:1", {key: beat})
+        clock[0] += 50
+    assert not reaper._gone("far:1", {key: 4})
+    clock[0] += 61
+    assert reaper._gone("far:1", {key: 4})
