@@ -65,8 +65,10 @@ LIMITS: dict[str, Limit] = {
     "stage": Limit(low=0, high=2**14, integer=True, reason="a pipeline stage index (< num_layers)"),
     "ranks_per_node": Limit(low=1, high=4096, integer=True, reason="GPUs of one node (72 in an NVL72 rack)"),
     "nproc_per_node": Limit(low=1, high=4096, integer=True, reason="GPUs of one node (72 in an NVL72 rack)"),
-    "measured_step_time_s": Limit(low=0, high=86400.0, low_open=True,
-                                  reason="one training step; a day per step is a typo"),
+    "measured_step_time_s": Limit(low=1e-3, high=86400.0,
+                                  reason="one training step: a millisecond is below any kernel launch sequence of a "
+                                         "real step (a value in hours or days, or a unit slip), a day per step is a "
+                                         "typo"),
     # Megatron-LM model and layout sizes: far above any published model (the largest dense
     # models have ~200 layers, hidden 2**15, sequences of 2**20 tokens, vocabularies of 2**18)
     "num_layers": Limit(low=1, high=2**14, integer=True, reason="100x the deepest published model"),

@@ -146,6 +146,9 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
     deadline = None if opts.timeout is None else started + opts.timeout
+    if opts.study_name is not None and not opts.study_name.strip():  # an empty name was replaced silently
+        raise ConfigError(f"`--study-name` must name the study, but got ({opts.study_name!r}); give a name or leave "
+                          f"--study-name out (the space's name)")
     name = opts.study_name or space.name
     if not name or name in (".", "..") or "/" in name or "\\" in name:
         raise ConfigError(f"the study name must be a plain folder name, but got ({name!r}); use --study-name")

@@ -232,4 +232,11 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
 
     models: dict = {}  # one model file read once, not once per row
     grandfathered = is_published(path)
+    seen: dict[str, int] = {}
+    for number, row in enumerate(rows, start=2):  # the header is line 1
+        name = (row.get("name") or "").strip()
+        if name in seen:
+            raise ConfigError(f"runs file {str(path)!r}: run names must be unique (each is one measured run), but "
+                              f"{name!r} is on lines {seen[name]} and {number}; rename one or drop the copy")
+        seen[name] = number
     return [case_from_row(row, path.parent, table, models=models, grandfathered=grandfathered) for row in rows]
