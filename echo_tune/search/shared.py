@@ -14,8 +14,8 @@ a study ``NAME:batches`` of *tickets*, one per batch of layouts (indices into th
 * A worker stops when no ticket is waiting (or at ``--timeout``, after its current batch; the
   remaining tickets wait for the next worker).
 
-A worker killed mid-batch leaves its ticket RUNNING and its layouts missing; the summary of the next run
-counts them (recovering them is the hardening issue's).
+A worker killed mid-batch leaves its ticket RUNNING: search/tickets.py (which runs the shared exhaustive search
+now, with this module's tickets) re-issues it once its worker is gone or silent.
 """
 
 from __future__ import annotations
