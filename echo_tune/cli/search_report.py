@@ -96,6 +96,9 @@ def print_result(space, result: SearchResult, *, top: int = 10, console: Console
               f"{result.n_trials} of the {result.space_size} valid layouts in the space "
               f"{'covered' if result.n_dominated else 'simulated'} ({100 * result.coverage:.1f}%); "
               f"{result.wall_time_s:.1f} s"))
+    short = [n for n in result.notes if n.startswith("short search:")]  # said before the recommendation
+    for note in short:
+        line(Text(f"note: {note}", style=style("bold yellow")))
     if result.best is not None:
         best = result.best
         fp8 = " of the BF16 peak, FP8 GEMMs" if best["config"].get("fp8_format") else ""
@@ -106,4 +109,5 @@ def print_result(space, result: SearchResult, *, top: int = 10, console: Console
         line(Text("no feasible layout: every simulated layout exceeds GPU memory", style=style("bold red")))
     line(Text(f"results in {result.results_dir}/ (study storage: {result.storage})", style=style("dim")))
     for note in result.notes:
-        line(Text(f"note: {note}", style=style("dim")))
+        if note not in short:
+            line(Text(f"note: {note}", style=style("dim")))

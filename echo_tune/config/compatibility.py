@@ -86,8 +86,8 @@ class Layout:
                     if getattr(x, what))
 
 
-MAX_TOKENS_PER_STEP = 2**30
-"""A global batch above this many tokens is a unit slip (a batch given in tokens): 64x Llama 3 405B's 16M-token
+MAX_TOKENS_PER_STEP = 2**31
+"""A global batch above this many tokens is a unit slip (a batch given in tokens): 128x Llama 3 405B's 16M-token
 batch (arXiv 2407.21783, section 3.4.1), the largest published."""
 
 
@@ -200,7 +200,7 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                 f"flash (or auto / fused), or --context-parallel-size 1")
     tokens = parallel.global_batch_size * model.seq_length
     require(tokens <= MAX_TOKENS_PER_STEP,
-            f"`global_batch_size * seq_length <= {MAX_TOKENS_PER_STEP:,}` tokens per step must hold (64x the largest "
+            f"`global_batch_size * seq_length <= {MAX_TOKENS_PER_STEP:,}` tokens per step must hold (128x the largest "
             f"published pre-training batch, Llama 3's 16M tokens), but got (global_batch_size="
             f"{parallel.global_batch_size:,}, seq_length={model.seq_length:,}): --global-batch-size counts sequences, "
             f"not tokens; a batch of {parallel.global_batch_size:,} tokens is "

@@ -47,6 +47,7 @@ from echo_tune.search.rerun import check_rerun, mark_completed, rerun_note
 from echo_tune.search import sliced
 from echo_tune.search.space import SearchSpace, space_profile
 from echo_tune.search.summary import summarize
+from echo_tune.search.structure_coverage import short_search_note
 from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
 from echo_tune.search.storage_checks import storage_error
 from echo_tune.search.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
@@ -254,6 +255,9 @@ def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts,
         notes = space_notes + notes
     else:
         space_size = len(valid)
+    if opts.sampler not in ("auto", "exhaustive") and valid:
+        short = short_search_note(space, study.get_trials(deepcopy=False), valid)
+        notes = ([short] if short else []) + notes
     # exhaustive: the pool's idle worker draws the plot (it loaded matplotlib as the run ended)
     pool = worker_pool(opts.n_jobs) if (opts.sampler == "exhaustive" and opts.n_jobs > 1 and not interrupted
                                          and not shares_work(opts.storage)) else None

@@ -194,5 +194,7 @@ def test_a_global_batch_in_tokens_is_refused_with_its_size_in_sequences():
     model = et.load_model("llama3-8b")  # 8,192-token sequences
     with pytest.raises(ConfigError, match=r"counts sequences, not tokens; a batch of 4,194,304 tokens is 512 sequences"):
         check_compatible(model, et.load_cluster("h100-sxm"), 8, et.ParallelConfig(global_batch_size=4_194_304))
-    assert 16 * 2**20 * 64 == MAX_TOKENS_PER_STEP  # Llama 3's 16M-token batch, x64
+    with pytest.raises(ConfigError, match=r"a batch of 1,048,576 tokens is 128 sequences"):  # 8.6G tokens per step
+        check_compatible(model, et.load_cluster("h100-sxm"), 8, et.ParallelConfig(global_batch_size=2**20))
+    assert 16 * 2**20 * 128 == MAX_TOKENS_PER_STEP  # Llama 3's 16M-token batch, x128
     check_compatible(model, et.load_cluster("h100-sxm"), 8, et.ParallelConfig(global_batch_size=2048))

@@ -44,12 +44,12 @@ def test_huge_global_batch_costs_what_a_small_one_costs(layout):
         return lambda: simulate(MODEL, CLUSTER, 8, ParallelConfig(global_batch_size=gbs, **layout))
     run(64)()  # warm the caches of both
     small_s, small_peak = _peak_bytes(run(64))
-    huge_s, huge_peak = _peak_bytes(run(2**30))
+    huge_s, huge_peak = _peak_bytes(run(2**20))  # 2**31 tokens per step, the most a step may hold
     assert huge_peak < 4 * small_peak + (8 << 20), (small_peak, huge_peak)
     assert huge_s < 20 * small_s + 1.0, (small_s, huge_s)
-    report = simulate(MODEL, CLUSTER, 8, ParallelConfig(global_batch_size=2**30, **layout))
+    report = simulate(MODEL, CLUSTER, 8, ParallelConfig(global_batch_size=2**20, **layout))
     small = simulate(MODEL, CLUSTER, 8, ParallelConfig(global_batch_size=64, **layout))
-    assert report.step_time_s > 1e6 * small.step_time_s  # 2**24 times the batch: ~2**24 times the time
+    assert report.step_time_s > 1e4 * small.step_time_s  # 2**14 times the batch: ~2**14 times the time
 
 
 def test_timeline_of_too_many_micro_batches_is_refused():
