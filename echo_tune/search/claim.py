@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 WORKER_ATTR = "worker"
+HEARTBEAT_S = 5.0
+"""How often a live worker's heartbeat counter is raised (liveness.py, tickets.py)."""
 _HOST = socket.gethostname()
 
 
@@ -157,3 +159,31 @@ def die_with_parent(parent: int | None = None, poll_s: float = 0.5, signals: str
                 os._exit(1)
             time.sleep(poll_s)
     threading.Thread(target=watch, name="echo-tune-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def beating(write, *, at_once: bool = False) -> Iterator[None]:
+    """Call ``write(n)`` with a rising counter every ``HEARTBEAT_S`` on a daemon thread while the block runs (the
+    first at once with ``at_once``); a write that raises ends the beat (the storage is gone, or the beat's subject
+    was taken over), the search's own writes saying what happened."""
+    done = threading.Event()
+
+    def beat() -> None:
+        n = 0 if at_once else 1
+        if not at_once and done.wait(HEARTBEAT_S):
+            return
+        while True:
+            try:
+                write(n)
+            except Exception:  # noqa: BLE001 - see the docstring
+                return
+            n += 1
+            if done.wait(HEARTBEAT_S):
+                return
+    thread = threading.Thread(target=beat, name="echo-tune-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=HEARTBEAT_S)

@@ -13,16 +13,14 @@ trials in flight before it ends, so a resumed study is not left with a dead work
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 
 from optuna.trial import TrialState
 
-from echo_tune.search.claim import WORKER_ATTR, claim, same_host, worker_alive, worker_id
+from echo_tune.search.claim import WORKER_ATTR, beating, claim, same_host, worker_alive, worker_id
 
 HEARTBEAT_PREFIX = "echo-tune-heartbeat:"
-HEARTBEAT_S = 5.0
 LEASE_S = 60.0
 
 
@@ -42,31 +40,15 @@ def _own_storage(store):
 @contextlib.contextmanager
 def heartbeat(study, store) -> Iterator[None]:
     """Raise this worker's counter in ``study`` every ``HEARTBEAT_S`` while the block runs (a thread)."""
-    done = threading.Event()
     key = HEARTBEAT_PREFIX + worker_id()
-
-    def beat() -> None:
-        n = 0
-        try:
-            storage = _own_storage(store)
-            study_id = storage.get_study_id_from_name(study.study_name)
-        except Exception:  # noqa: BLE001 - the storage is gone: the search's own writes say so
-            return
-        while True:
-            try:
-                storage.set_study_system_attr(study_id, key, n)
-            except Exception:  # noqa: BLE001 - the storage is gone or full: the trials' own writes say so
-                return
-            n += 1
-            if done.wait(HEARTBEAT_S):
-                return
-    thread = threading.Thread(target=beat, name="echo-tune-heartbeat", daemon=True)
-    thread.start()
     try:
+        storage = _own_storage(store)
+        study_id = storage.get_study_id_from_name(study.study_name)
+    except Exception:  # noqa: BLE001 - the storage is gone: the search's own writes say so
         yield
-    finally:
-        done.set()
-        thread.join(timeout=HEARTBEAT_S)
+        return
+    with beating(lambda n: storage.set_study_system_attr(study_id, key, n), at_once=True):
+        yield
 
 
 class Reaper:

@@ -6,7 +6,7 @@ worker killed mid-batch left its ticket RUNNING forever and its layouts missing;
 coverage 0.996 and exited 0. Now:
 
 * a claim carries its claimant (``host:pid``) and a heartbeat: a counter its worker raises every
-  ``HEARTBEAT_S`` seconds while it simulates the batch;
+  ``claim.HEARTBEAT_S`` seconds while it simulates the batch;
 * a worker with no ticket left to claim does not stop while another's claim is open: a claim whose claimant
   is gone (on this host: its process no longer exists; on another: its heartbeat has not moved for
   ``LEASE_S`` seconds, timed here, so the hosts' clocks need not agree) is re-issued, i.e. told FAIL and
@@ -24,16 +24,14 @@ every layout of the study is stored exactly once, and the gathering run ends wit
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import optuna
 from optuna.trial import TrialState
 
 from echo_tune.search.accounting import candidate_key, trial_key
-from echo_tune.search.claim import claim, same_host, worker_alive, worker_id
+from echo_tune.search.claim import beating, claim, same_host, worker_alive, worker_id
 from echo_tune.search.dominance import ordered_groups
 from echo_tune.search.exhaustive import cut, run_exhaustive, structure_key
 from echo_tune.search.layouts import Candidate
@@ -43,7 +41,6 @@ CLAIMANT_ATTR = "claimant"
 HEARTBEAT_ATTR = "heartbeat"
 REISSUED_ATTR = "reissued"
 """On a replacement ticket: the number of the ticket it replaces (or -1: layouts found missing)."""
-HEARTBEAT_S = 5.0
 LEASE_S = 60.0
 """A claim on another host whose heartbeat has not moved this long (timed here) is taken for dead."""
 POLL_S = 0.5
@@ -83,26 +80,10 @@ def _claim(storage, study_id: int):
     return None
 
 
-@contextlib.contextmanager
-def _heartbeat(storage, trial_id: int) -> Iterator[None]:
-    """Raise the ticket's heartbeat every ``HEARTBEAT_S`` while the block runs (a thread of this process)."""
-    done = threading.Event()
-
-    def beat() -> None:
-        n = 0
-        while not done.wait(HEARTBEAT_S):
-            n += 1
-            try:
-                storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, n)
-            except Exception:  # noqa: BLE001 - re-issued meanwhile (taken for dead), or the database is gone
-                return
-    thread = threading.Thread(target=beat, name="echo-tune-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(timeout=HEARTBEAT_S)
+def _heartbeat(storage, trial_id: int):
+    """Raise the ticket's heartbeat every ``HEARTBEAT_S`` while the block runs (a thread of this process; a ticket
+    re-issued meanwhile, taken for dead, ends it)."""
+    return beating(lambda n: storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, n))
 
 
 def stored_keys(study) -> set:
