@@ -21,17 +21,14 @@ now, with this module's tickets) re-issues it once its worker is gone or silent.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import optuna
 from optuna.exceptions import DuplicatedStudyError
-from optuna.trial import TrialState
 
 from echo_tune.errors import ConfigError
 from echo_tune.search.dominance import ordered_groups
-from echo_tune.search.exhaustive import cut, run_exhaustive, structure_key
+from echo_tune.search.exhaustive import cut, structure_key
 from echo_tune.search.layouts import Candidate
-from echo_tune.search.space import SearchSpace
 
 CLAIMS_SUFFIX = ":batches"
 READY_ATTR = "tickets"
@@ -68,32 +65,3 @@ def _open_tickets(storage, name: str, valid: list[Candidate], todo: list[Candida
         tickets.enqueue_trial({}, user_attrs={"layouts": [index[c.key] for c in part]})
     tickets.set_user_attr(READY_ATTR, len(parts))
     return tickets
-
-
-def _claim(storage, study_id: int):
-    """A waiting ticket, now RUNNING and ours; None when none is left."""
-    for ticket in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.WAITING,)):
-        try:
-            if storage.set_trial_state_values(ticket._trial_id, state=TrialState.RUNNING):
-                return ticket
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another worker claimed and finished it meanwhile
-    return None
-
-
-def run_shared_exhaustive(space: SearchSpace, study, store, valid: list[Candidate], todo: list[Candidate], *,
-                          n_jobs: int = 1, profile=None, deadline: float | None = None,
-                          on_trials: Callable[[int, dict | None], None] | None = None) -> int:
-    """Claim batches of layouts until none is left; returns how many trials this worker stored."""
-    storage = store.storage
-    tickets = _open_tickets(storage, study.study_name + CLAIMS_SUFFIX, valid, todo)
-    study_id = tickets._study_id
-    stored = 0
-    while deadline is None or time.monotonic() < deadline:
-        ticket = _claim(storage, study_id)
-        if ticket is None:
-            break
-        batch = [valid[i] for i in ticket.user_attrs["layouts"]]
-        stored += run_exhaustive(space, study, store, batch, n_jobs=n_jobs, profile=profile, on_trials=on_trials)
-        storage.set_trial_state_values(ticket._trial_id, state=TrialState.COMPLETE, values=[0.0])
-    return stored
