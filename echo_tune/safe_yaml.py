@@ -42,16 +42,30 @@ def check_size(text: str, what: str) -> None:
                           f"for an input file (10x the largest file echo-tune ships); give a smaller file")
 
 
+def _depth_error(what: str) -> ConfigError:
+    return ConfigError(f"{what} nests deeper than {MAX_DEPTH} levels; `depth <= {MAX_DEPTH}` must hold "
+                       f"(echo-tune files nest 4 levels at most); flatten the file")
+
+
 def _check_events(text: str, what: str) -> None:
-    """Depth and expanded node count from the event stream (aliases count the nodes they stand for)."""
+    """Depth and expanded node count from the event stream (aliases count the nodes they stand for). libyaml
+    (PyYAML >= 6.0.4's C parser) may stop a deep file itself while scanning ahead: the same rule, said the same way."""
+    try:
+        _walk_events(text, what)
+    except yaml.YAMLError as exc:
+        if "nesting depth" in str(exc):
+            raise _depth_error(what) from None
+        raise
+
+
+def _walk_events(text: str, what: str) -> None:
     stack: list[list] = []  # per open collection: [anchor, expanded node count]
     anchors: dict[str, int] = {}
     total = 0
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             if len(stack) >= MAX_DEPTH:
-                raise ConfigError(f"{what} nests deeper than {MAX_DEPTH} levels; `depth <= {MAX_DEPTH}` must hold "
-                                  f"(echo-tune files nest 4 levels at most); flatten the file")
+                raise _depth_error(what)
             stack.append([event.anchor, 1])
             continue
         if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
