@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
+from echo_tune.cost.flex_bandwidth import label as flex_bandwidth_label
 
 
 def chunk_first_layer(layout: Layout, stage: int, chunk: int) -> int:
@@ -66,8 +67,9 @@ def chunk_window_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int,
     return tuple(mix)
 
 
-def moe_notes(model: ModelSpec, layout: Layout) -> tuple[str, ...]:
-    """The MoE assumptions a report states (routing, dispatcher, expert groups)."""
+def moe_notes(model: ModelSpec, layout: Layout, gpu_name: str = "") -> tuple[str, ...]:
+    """The MoE assumptions a report states (routing, dispatcher and where its bandwidths come from for ``gpu_name``,
+    expert groups)."""
     if not model.is_moe:
         return ()
     groups = layout.groups
@@ -81,8 +83,8 @@ def moe_notes(model: ModelSpec, layout: Layout) -> tuple[str, ...]:
              f"expert data-parallel {groups['edp'].size}; dispatch/combine time is ep_comm"]
     kernel = model.moe_dispatcher_kernel
     if kernel in ("deepep", "hybridep"):
-        notes.append(f"flex dispatcher: {kernel} kernels at their README bandwidths with de-duplicated copies "
-                     f"(cost/moe_dispatch.py)")
+        notes.append(f"flex dispatcher: {kernel} kernels with de-duplicated copies (cost/moe_dispatch.py); "
+                     f"{flex_bandwidth_label(gpu_name)}")
     if model.moe_router_group_topk:
         notes.append(f"group-limited routing: a token's experts come from {model.moe_router_group_topk} of "
                      f"{model.moe_router_num_groups} groups")

@@ -210,7 +210,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
               "model_spec": dict(_model_spec(model))}
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision,
                                    fp8=parallel.quantized_recipe)
-    notes = moe_notes(model, layout) + layer_notes(model, parallel) + launch_notes(config) + \
+    notes = moe_notes(model, layout, cluster.gpu.name) + layer_notes(model, parallel) + launch_notes(config) + \
         userbuffer_notes(model, parallel) + mxfp8_notes(parallel.quantized_recipe)
     if (share or 0.0) < 0.5 and (clock := clock_note(cluster.gpu)):  # op times measured there hold their clock
         notes += (clock,)
