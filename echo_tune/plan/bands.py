@@ -33,14 +33,11 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from echo_tune.code_version import code_version  # what the table was computed by (plan.planner reads it here)
+from echo_tune.code_version import code_version
+from echo_tune.config.loading import preset_names  # what the table was computed by (plan.planner reads it here)
 from echo_tune.validate.held_out import out_of_sample_errors
 
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
-# GPU architecture of the GPU presets (NVIDIA datasheets): a family of the same architecture is nearer.
-ARCHITECTURES = {"a100-40gb": "ampere", "a100-80gb": "ampere", "h100-sxm": "hopper", "h800-sxm": "hopper",
-                 "h200-sxm": "hopper", "b200": "blackwell", "gb200": "blackwell",
-                 "gb300": "blackwell"}
 BANDS_FILE = "error_bands.json"  # left out of the sources digest (code_version.DIGEST_EXCLUDES)
 
 
@@ -183,8 +180,9 @@ def band_or_none(profile, cluster, moe: bool, fp8: bool | str, num_gpus: int) ->
     if not band_applies(profile, cluster):
         return no_band(f"no error band: profile {profile.name!r} is not the datasheet profile the bands were "
                        f"validated with; its own fit error applies")
-    if cluster.gpu.name not in ARCHITECTURES:
-        return no_band(f"no error band: {cluster.gpu.name!r} is not a GPU preset ({', '.join(sorted(ARCHITECTURES))}); "
+    gpus = preset_names("gpus")
+    if cluster.gpu.name not in gpus:
+        return no_band(f"no error band: {cluster.gpu.name!r} is not a GPU preset ({', '.join(gpus)}); "
                        f"no validated run speaks for it")
     return band_summary(band_for(cluster.gpu.name, moe, fp8, num_gpus))
 

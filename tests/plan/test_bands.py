@@ -141,11 +141,13 @@ def test_a_band_only_where_it_was_validated():
     assert band_or_none(default_profile(cpu), cpu, False, False, 1)["match"] == "none"
 
 
-def test_every_gpu_preset_has_an_architecture_and_racks_have_their_own_runs():
+def test_every_gpu_preset_gets_a_band_and_racks_have_their_own_runs():
     from echo_tune.config.loading import preset_names
-    from echo_tune.plan.bands import ARCHITECTURES
 
-    assert set(preset_names("gpus")) <= set(ARCHITECTURES)  # a new preset gets its architecture, or no band at all
+    clusters = [et.load_cluster(name) for name in preset_names("clusters")]
+    assert {c.gpu.name for c in clusters} == set(preset_names("gpus"))  # each GPU preset has a cluster preset
+    for c in clusters:  # a GPU preset is one the bands speak for: a band of its own, a nearer one, or all runs'
+        assert band_or_none(default_profile(c), c, False, False, 8)["match"] in ("exact", "nearest", "unvalidated")
     cluster = et.load_cluster("gb200-nvl72")
     band = band_or_none(default_profile(cluster), cluster, False, True, 64)
     assert band["match"] == "exact" and band["family"] == "gb200/dense/fp8/<=64"
