@@ -5,7 +5,7 @@ Another host's process cannot be seen from here, so each sampling worker raises 
 system attributes (``HEARTBEAT_PREFIX + host:pid``) every ``HEARTBEAT_S`` seconds while it runs
 (``heartbeat``). A worker of another host whose counter has not moved for ``LEASE_S`` seconds, timed here (the
 hosts' clocks need not agree), is gone: ``reap`` tells its RUNNING trials FAIL, so their layouts are asked
-again (``sampling_run._AccountedSampler``), as a killed local worker's are on resume
+again (``sampler.ValidLayoutSampler._update_seen``), as a killed local worker's are on resume
 (``accounting.fail_dead_running``). A sampling run that has reached its target waits for the other workers'
 trials in flight before it ends, so a resumed study is not left with a dead worker's trial RUNNING.
 """

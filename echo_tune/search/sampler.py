@@ -46,6 +46,7 @@ import optuna
 from optuna.samplers import BaseSampler
 from optuna.trial import TrialState
 
+from echo_tune.search.claim import WORKER_ATTR, worker_alive
 from echo_tune.search.layouts import Candidate, RejectedLayout, config_key
 from echo_tune.search.params import full_params, layout_of, search_distributions, snap_params
 from echo_tune.search.space import SearchSpace
@@ -60,6 +61,7 @@ class ValidLayoutSampler(BaseSampler):
         self.polish_from = polish_from
         self._valid_params = [full_params(space, c) for c in valid]
         self._valid_keys = [c.key for c in valid]
+        self._done: set[tuple] = set()  # layouts of finished trials (``_update_seen``)
         self._seen: set[tuple] = set()
         self._seen_numbers: set[int] = set()
         self._rng = random.Random(seed)
@@ -76,17 +78,33 @@ class ValidLayoutSampler(BaseSampler):
             return None
 
     def _update_seen(self, study) -> None:
+        """"Seen" layouts are those a finished trial holds or a live worker is running (as ``claim.started_count``
+        counts them). A failed trial's layout (Ctrl-C, or a killed run's trial failed on resume,
+        ``accounting.fail_dead_running``) and a dead worker's RUNNING trial are asked again; taken for seen, they
+        were never simulated, and once the rest was done the sampler fell back to repeats (issue 41)."""
+        running = set()
         for t in study.get_trials(deepcopy=False):
             if t.number in self._seen_numbers:
                 continue
+            if t.state == TrialState.FAIL:
+                self._seen_numbers.add(t.number)
+                continue
+            if not t.state.is_finished():
+                if t.state == TrialState.RUNNING and t.params and worker_alive(t.user_attrs.get(WORKER_ATTR)):
+                    key = self._layout_key(t.params)
+                    if key is not None:
+                        running.add(key)
+                continue
+            self._seen_numbers.add(t.number)
             if t.params:
-                self._seen_numbers.add(t.number)
                 key = self._layout_key(t.params)
-                if key is not None:
-                    self._seen.add(key)
             elif "dominated_by" in t.user_attrs:  # stored without params (search/dominance.py): its config
-                self._seen_numbers.add(t.number)
-                self._seen.add(config_key(t.user_attrs["config"]))
+                key = config_key(t.user_attrs["config"])
+            else:
+                key = None
+            if key is not None:
+                self._done.add(key)
+        self._seen = self._done | running
 
     def _unseen(self) -> list[dict]:
         fresh = [p for p, k in zip(self._valid_params, self._valid_keys) if k not in self._seen]

@@ -17,15 +17,14 @@ import optuna
 from optuna.trial import TrialState
 
 from echo_tune.search import results as res
-from echo_tune.search.claim import (WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_alive,
-                                    worker_id)
-from echo_tune.search.layouts import RejectedLayout, baselines, check_space, config_key
+from echo_tune.search.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id
+from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.liveness import Reaper, heartbeat
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
                                        constraints, flat_attrs, told_values)
 from echo_tune.search.params import full_params, suggest_layout
 from echo_tune.search.accounting import account, fail_dead_running
-from echo_tune.search.sampler import DEFAULT_N_TRIALS, ValidLayoutSampler, make_sampler
+from echo_tune.search.sampler import DEFAULT_N_TRIALS, make_sampler
 from echo_tune.search.space import SearchSpace
 from echo_tune.search.storage import StudyStorage, open_storage
 
@@ -40,46 +39,6 @@ def _tell_rejected(study, trial, exc: RejectedLayout) -> None:
         trial.set_constraint(key, value)
     study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_SYSTEM_ATTR, constraint_sequence(None))
     study.tell(trial, state=TrialState.PRUNED)
-
-
-class _AccountedSampler(ValidLayoutSampler):
-    """``ValidLayoutSampler`` whose "seen" layouts are those a finished trial holds or a live worker is running:
-    counted as ``started_count`` counts them. A failed trial's layout (Ctrl-C, or a killed run's trial failed on
-    resume, ``accounting.fail_dead_running``) and a dead worker's RUNNING trial are asked again; taken for seen,
-    they were never simulated, and once the rest was done the sampler fell back to repeats (issue 41)."""
-
-    def _update_seen(self, study) -> None:
-        done = self.__dict__.setdefault("_done_keys", set())
-        running = set()
-        for t in study.get_trials(deepcopy=False):
-            if t.number in self._seen_numbers:
-                continue
-            if t.state == TrialState.FAIL:
-                self._seen_numbers.add(t.number)
-                continue
-            if not t.state.is_finished():
-                if t.state == TrialState.RUNNING and t.params and worker_alive(t.user_attrs.get(WORKER_ATTR)):
-                    key = self._layout_key(t.params)
-                    if key is not None:
-                        running.add(key)
-                continue
-            self._seen_numbers.add(t.number)
-            if t.params:
-                key = self._layout_key(t.params)
-            elif "dominated_by" in t.user_attrs:  # stored without params (search/dominance.py): its config
-                key = config_key(t.user_attrs["config"])
-            else:
-                key = None
-            if key is not None:
-                done.add(key)
-        self._seen = done | running
-
-
-def accounted(sampler):
-    """``make_sampler``'s sampler with the accounting of ``_AccountedSampler`` (the others: as they are)."""
-    if type(sampler) is ValidLayoutSampler:
-        sampler.__class__ = _AccountedSampler
-    return sampler
 
 
 STOP = object()
@@ -177,7 +136,7 @@ def _worker(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path, s
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = open_storage(out_dir, opts.storage)
     valid, _ = check_space(space)
-    sampler = accounted(make_sampler(opts.sampler, space, valid, sampler_seed, opts.n_trials, opts.n_jobs))
+    sampler = make_sampler(opts.sampler, space, valid, sampler_seed, opts.n_trials, opts.n_jobs)
     study = optuna.load_study(study_name=name, storage=store.storage, sampler=sampler)
     deadline = None if seconds_left is None else time.monotonic() + seconds_left
     _sampling_loop(space, study, store, Evaluator(space, profile), target, deadline, None)

@@ -39,7 +39,7 @@ from echo_tune.search.trials_csv import TrialsCsv
 from echo_tune.search.layouts import check_space, config_key
 from echo_tune.search.resume import resume_notes, with_stored_best
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
-from echo_tune.search.sampling_run import accounted, run_sampling
+from echo_tune.search.sampling_run import run_sampling
 from echo_tune.search.shared import shares_work
 from echo_tune.search.tickets import run_shared_exhaustive
 from echo_tune.search.run_lease import LEASE_SUFFIX, run_lease
@@ -214,7 +214,7 @@ def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts,
     seed = None if opts.seed is None else opts.seed + n_before  # a resumed sampler must not replay its draws
     if valid is None and rerun:
         (valid, notes), shapes = check_space(space), None
-    sampler = accounted(make_sampler(opts.sampler, space, valid, seed, opts.n_trials, opts.n_jobs))
+    sampler = make_sampler(opts.sampler, space, valid, seed, opts.n_trials, opts.n_jobs)
     # created (with its content digest) or checked under the storage's lock: two different searches started
     # together on one name cannot both pass
     study, created = create_or_check(store, name, sampler, ["minimize"] * len(space.objectives), parts,
