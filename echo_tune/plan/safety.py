@@ -6,10 +6,10 @@
 - ``fit_hint``: for a candidate whose every layout overflows memory, the closest miss re-simulated with
   2x, 4x and 8x the GPUs (its pipeline or data-parallel size scaled; not searched), and the GPU presets whose
   memory would hold the closest miss as it is (the same layout needs the same bytes per GPU on any part).
-- ``over_limit_risk``: a layout predicted over its limit by less than the memory model's measured
-  over-prediction (``PEAK_OVER_PREDICTION``) may still fit: ``plan`` and ``rank`` show it "at risk" with its
-  throughput, time and cost instead of "does not fit" (``sim/memory_band.py`` keeps "does not fit"; this is the
-  planner's reading of it).
+- ``promote_over_limit_rows`` / ``just_over``: a layout predicted over its limit by less than the memory model's
+  measured over-prediction (``sim/memory_band.over_limit_risk``) may still fit: ``plan`` and ``rank`` show it "at
+  risk" with its throughput, time and cost instead of "does not fit" (the search's band keeps "does not fit";
+  this is the planner's reading of it).
 """
 
 from __future__ import annotations
@@ -19,21 +19,13 @@ import dataclasses
 from echo_tune.config.loading import load_gpu, preset_names
 from echo_tune.errors import ConfigError
 from echo_tune.search.labels import full_label
+from echo_tune.sim.memory_band import PEAK_OVER_PREDICTION, over_limit_risk
 
 GIB = 2**30
 NEAR_TIE_MIN_EXTRA_GIB = 4.0
 """'Much more memory free': at least this many GiB more than the winner leaves (about 5% of an 80 GB part,
 the size of one layer's activations of a 70B model at micro-batch 1)."""
 SCALE_FACTORS = (2, 4, 8)
-PEAK_OVER_PREDICTION = 0.019
-"""How far below its prediction a measured Megatron-LM peak can come: the 5th percentile of measured / predicted - 1
-of ``mem-max-allocated-bytes`` is -1.9%, over the 269 GPT / MoE functional-test runs on a recipe's GPU count
-(``benchmarks/functional_coverage.py`` at 39a40a3, the same runs as ``sim/memory_band.PEAK_UNDER_PREDICTION``'s
-90th percentile, +7.3%). The model predicts low far more often than high: only 9% of those runs peaked below
-their prediction, so the 10th percentile (+0.1%) leaves no margin; one in twenty came in 1.9% or more under it.
-A layout over its limit by less than this share of its allocator bytes is one a run can still fit."""
-
-
 def free_gib(record: dict) -> float:
     """GiB left under the limit (HBM less the required headroom) at the record's peak stage."""
     return (record["memory_capacity_bytes"] - record["peak_memory_bytes"]) / GIB
@@ -132,18 +124,6 @@ def fit_hint_text(hint: dict, cluster_gpu: str) -> str:
         options.append(f"this layout on {', '.join(few)}" + (" or larger" if len(hint["parts"]) > 3 else ""))
     return text + ("; fits: " + " or ".join(options) if options else
                    f"; no more GPUs (up to {SCALE_FACTORS[-1]}x) or larger part holds it")
-
-
-def over_limit_risk(peak_bytes: int, reserve_bytes: int, limit_bytes: int) -> str | None:
-    """The "at risk" verdict of a layout predicted over its limit by less than ``PEAK_OVER_PREDICTION`` of its
-    allocator bytes (``peak - reserve``); None when it fits as predicted or is further over."""
-    over = peak_bytes - limit_bytes
-    margin = PEAK_OVER_PREDICTION * max(0, peak_bytes - reserve_bytes)
-    if not 0 < over <= margin:
-        return None
-    return (f"at risk: peak {peak_bytes / GIB:.1f} GiB, {over / GIB:.2f} GiB over its {limit_bytes / GIB:.1f} GiB "
-            f"limit (HBM less the headroom); it fits only if the prediction is high, as one in twenty measured "
-            f"Megatron-LM peaks were by {100 * PEAK_OVER_PREDICTION:.1f}% ({margin / GIB:.1f} GiB) or more")
 
 
 def row_over_limit_risk(row: dict) -> str | None:

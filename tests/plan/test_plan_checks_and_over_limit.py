@@ -12,7 +12,7 @@ import yaml
 from echo_tune.cli.main import main
 from echo_tune.errors import ConfigError
 from echo_tune.plan.planner import PlanOptions, parse_candidate, parse_candidates, plan
-from echo_tune.plan.safety import PEAK_OVER_PREDICTION, over_limit_risk
+from echo_tune.sim.memory_band import PEAK_OVER_PREDICTION, over_limit_risk
 from echo_tune.search.results import entry
 
 DATA = Path(__file__).resolve().parents[1] / "data"
