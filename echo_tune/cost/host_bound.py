@@ -33,7 +33,7 @@ def queue_wait_s(kernels: list[tuple[float, float]], host_per_kernel_s: float) -
 
     ``kernels``: (number of kernels issued, their GPU time together) per op in issue order, an op's kernels
     taken as equally long (a grouped GEMM: one GEMM and its quantisations per expert); an op replayed from
-    a CUDA graph issues none (0, its time). The first kernel is issued at 0; closed form per op of n kernels
+    a CUDA graph issues none (0, its time), the first op of each graph one (the graph's launch). The first kernel is issued at 0; closed form per op of n kernels
     of g each, its first issued at s, the GPU free at f: the op ends at max(f + n g, s + n g, s + (n - 1) h + g).
     """
     if host_per_kernel_s <= 0.0:

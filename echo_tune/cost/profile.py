@@ -44,7 +44,10 @@ DATASHEET_FP8_GEMM_EFFICIENCY = 0.70
 DATASHEET_GEMM_HALF_SATURATION_DIM = 128.0
 # - Streaming kernels reach ~85% of HBM datasheet bandwidth (STREAM-like copy on A100/H100).
 DATASHEET_MEMORY_EFFICIENCY = 0.85
-# - CUDA kernel launch + tail cost ~4 us per kernel in an eager PyTorch step.
+# - Each kernel of an eager PyTorch step costs ~4 us of GPU time beyond its work (the gap behind the kernel before
+#   it, its ramp-up and the tail of its last wave); a GPU-timed 1-GPU copy of the A100 calibration set has a 4.4 us
+#   intercept (calibration/azure-ndv4-a100-40gb/profile.yaml). A CUDA graph shortens only the gap
+#   (cost/compute.py GRAPH_REPLAY_SAVING_S); the host's time to issue the kernel is cost/host_bound.py's.
 DATASHEET_KERNEL_LAUNCH_S = 4.0e-6
 # - Fused attention (Transformer Engine's cuDNN backend, what Megatron-Core runs by default) on H100 SXM5,
 #   head dim 128, sequence 2k/4k/8k: forward 617/609/600 TFLOP/s, backward 465/499/518 TFLOP/s (cuDNN bars

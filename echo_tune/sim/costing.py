@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.compute import is_measured, launch_overhead_s, op_time_s
+from echo_tune.cost.compute import graph_replay_saving_s, is_measured, op_time_s
 from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
@@ -104,15 +104,15 @@ def _overlapped(comm_s: float, hidden_by_s: float, profile: ClusterProfile, size
 
 def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = None, piece: str = "") -> PhaseCost:
     """Cost of a list of ops (optionally only those of one region) on one rank. ``piece``: the traced piece
-    the ops belong to, for what CUDA graphs capture of it (a captured op pays no launch overhead, each graph
-    replayed in the pass pays one; sim/cuda_graphs.py)."""
+    the ops belong to, for what CUDA graphs capture of it (a captured kernel runs closer behind the one before it,
+    and the host issues one launch per graph instead of one per kernel; sim/cuda_graphs.py)."""
     return _phase(ops, ctx, region, piece)[0]
 
 
 def host_kernels(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> int:
     """Kernels the host issues for ``ops`` as ``phase_cost`` counts them (a GEMM and, under FP8, its
-    quantisation kernels per local expert; one launch per collective; none for an op replayed from a CUDA
-    graph): what ``cost/host_bound.py`` times at the host's time per kernel."""
+    quantisation kernels per local expert; one launch per collective; one per CUDA graph replayed, none for
+    its kernels): what ``cost/host_bound.py`` times at the host's time per kernel."""
     return _phase(ops, ctx, None, piece)[1]
 
 
@@ -173,7 +173,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             serial = op.group in EXPERT_GROUPS or (op.group != "cp" and not ctx.tp_comm_overlap)
             issued.append((1, t if serial else 0.0))
             continue
-        launches, cast = 0.0, 0.0
+        cast = 0.0
         # TE's GroupedLinear: one GEMM (and, under FP8, one quantisation) per local expert (moe_grouped_gemm.py)
         # (the TE op fuser's grouped MLP: one kernel over the group, its tiles scheduled together: moe_grouped_gemm.py)
         per_expert = not (ctx.moe is not None and ctx.moe.grouped_single_kernel)
@@ -184,23 +184,20 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             cast, casts = group_cast(one, groups, ctx.fp8_recipe, ctx.profile, ctx.gpu)
             cast_s += cast
             kernels = groups + casts  # the GEMMs and their quantisation kernels
-            launches = kernels * ctx.profile.kernel_launch_overhead_s
         else:
             t = groups * op_time_s(one, ctx.profile, ctx.gpu, ctx.precision)
             kernels = groups
-            launches = groups * launch_overhead_s(one, ctx.profile)
         g = -1 if graphs is None else (graph_of(op, graphs) if graphs else None)
-        if g is not None:  # replayed inside a CUDA graph: no CPU launch
-            t -= launches
+        if g is not None:  # replayed from a CUDA graph: a shorter gap behind the kernel before, and the host
+            t -= kernels * graph_replay_saving_s(one, ctx.profile)  # issues one launch per graph (none per step's)
+            kernels = 0 if g in replayed or g == -1 else 1
             replayed.add(g)
-            kernels = 0
         issued.append((kernels, t + cast))
         times.append(t)
         sizes.append(0)
         compute_s += t
         if op.kind == "attention":
             attention_s += t
-    compute_s += len(replayed - {-1}) * ctx.profile.kernel_launch_overhead_s  # one launch per graph replayed
     exposed = extra = 0.0
     tp = ctx.groups["tp"].size
     sm_count = ctx.gpu.sm_count or DEFAULT_SM_COUNT

@@ -1,4 +1,5 @@
-"""CUDA graphs: captured kernels pay no launch overhead, the graphs' static buffers, Megatron's rules."""
+"""CUDA graphs: captured kernels run closer together and the host issues none of them, the graphs' static buffers,
+Megatron's rules."""
 
 import dataclasses
 
@@ -30,7 +31,9 @@ def _costs(parallel):
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 @pytest.mark.usefixtures("gpu_time_only")  # GPU time of a tiny model (tests/conftest.py)
-def test_captured_kernels_pay_no_launch_overhead(direction):
+def test_captured_kernels_save_the_gap_not_their_gpu_time(direction):
+    # A replayed kernel saves 0.4 us of its 4 us per-kernel GPU time (NVIDIA's CUDA Graphs blog: 3.8 -> 3.4 us per
+    # kernel): N captured kernels, N x 0.4 us, however many graphs hold them (a graph's launch is the host's).
     trace = trace_layer(TINY, tensor_model_parallel_size=1, context_parallel_size=1, sequence_parallel=False,
                         micro_batch_size=1, precision="bf16")
     ops = getattr(trace, direction)
@@ -38,19 +41,19 @@ def test_captured_kernels_pay_no_launch_overhead(direction):
     attn = [op for op in kernels if op.region in ATTN_REGIONS]
     assert len(kernels) > len(attn) > 1
     eager_ctx, profile = _costs(BASE)
-    launch = profile.kernel_launch_overhead_s
+    assert profile.kernel_launch_overhead_s == pytest.approx(4e-6)
     eager = phase_cost(ops, eager_ctx, piece="layer").compute_s
-    # whole layer in one graph: N kernels launched as 1 graph -> (N - 1) launches saved
+    # whole layer in one graph
     whole = phase_cost(ops, _costs(BASE.replace(cuda_graph_impl="local"))[0], piece="layer").compute_s
-    assert eager - whole == pytest.approx((len(kernels) - 1) * launch, rel=1e-9)
+    assert eager - whole == pytest.approx(len(kernels) * 0.4e-6, rel=1e-9)
     # only attention captured: its kernels as one graph
     attn_only = BASE.replace(cuda_graph_impl="transformer_engine", cuda_graph_modules=("attn",))
     partial = phase_cost(ops, _costs(attn_only)[0], piece="layer").compute_s
-    assert eager - partial == pytest.approx((len(attn) - 1) * launch, rel=1e-9)
+    assert eager - partial == pytest.approx(len(attn) * 0.4e-6, rel=1e-9)
     # full iteration: one graph for the whole step, no launch per pass; the output piece is captured too
     full = BASE.replace(cuda_graph_impl="full_iteration")
     assert eager - phase_cost(ops, _costs(full)[0], piece="layer").compute_s == \
-        pytest.approx(len(kernels) * launch, rel=1e-9)
+        pytest.approx(len(kernels) * 0.4e-6, rel=1e-9)
     # per-layer graphs leave the embedding and output pieces eager
     assert phase_cost(ops, _costs(BASE.replace(cuda_graph_impl="local"))[0], piece="output").compute_s == eager
 
