@@ -187,6 +187,7 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "nccl_ub": ("--use-nccl-ub", "flag"),
     "suggested_communication_unit_size": ("--suggested-communication-unit-size", "int"),
     "cpu_offloading_num_layers": ("--cpu-offloading-num-layers", "int"),
+    "test_mode": ("--test-mode", "flag"),
     "overlap_p2p_comm_warmup_flush": ("--overlap-p2p-communication-warmup-flush", "flag"),
     # the optimizer (config/optimizer_fields.py, sim/optimizer_muon.py)
     "optimizer": ("--optimizer", "str"),

@@ -265,6 +265,10 @@ class ParallelConfig(OptimizerFields):
     """``--cpu-offloading-num-layers``: the first N layers' activations are copied to host memory during the
     forward and back before their backward (Transformer Engine's offload context; sim/cpu_offload.py)."""
 
+    test_mode: bool = False
+    """``--test-mode``: Megatron's real-time consistency checks of the QK layernorms in every self-attention forward
+    (all-gathers over DP and TP, compared on the host; sim/realtime_tests.py)."""
+
     # Megatron-FSDP (sim/fsdp.py; Megatron-LM d98e8a64ddf3 training/arguments.py, core/distributed/fsdp/)
     use_megatron_fsdp: bool = False
     """``--use-megatron-fsdp``: Megatron-FSDP shards parameters, gradients and optimizer states over DP x CP as
