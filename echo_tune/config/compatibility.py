@@ -14,6 +14,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.local_spec import check_local_layout
 from echo_tune.config.model import FLASH_STYLE_BACKENDS, ModelSpec
+from echo_tune.config.cp_comm_rules import check_cp_comm, cp_groups
 from echo_tune.config.offload_rules import check_cpu_offload
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import check_schedule_features
@@ -292,7 +293,9 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     require(not parallel.grad_reduce_in_bf16 or parallel.precision == "bf16",
             f"`grad_reduce_in_bf16` needs bf16 training, but got (precision={parallel.precision!r})")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
-    groups = _group_placements(parallel, cluster, dp) | expert_groups(model, parallel, dp, cluster.nvlink_domain_gpus,
+    check_cp_comm(model, parallel)
+    groups = _group_placements(parallel, cluster, dp) | cp_groups(parallel, cluster.nvlink_domain_gpus, GroupPlacement) \
+        | expert_groups(model, parallel, dp, cluster.nvlink_domain_gpus,
                                                                       GroupPlacement)
     return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
                   virtual_pipeline_size=vpp, stage_chunk_layers=chunks, chunk_contents=contents, schedule=schedule,

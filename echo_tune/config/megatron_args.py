@@ -28,7 +28,9 @@ from echo_tune.errors import ConfigError, raise_problems
 # field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false),
 # "freq" (an integer or a list expression, --moe-layer-freq), "list" (nargs="+"), "words" (nargs="+" read
 # into one space-separated string: --moe-router-load-balancing-type), "window" (--window-size:
-# "left,right" as Megatron's tuple_type reads it, or one number for (left, 0); layer_fields.parse_window_size).
+# "left,right" as Megatron's tuple_type reads it, or one number for (left, 0); layer_fields.parse_window_size),
+# "ints" (nargs="+", type=int; a value holding spaces, as '2 2' from Megatron's functional-test YAML that its CI
+# writes unquoted into the shell line, splits into its numbers).
 MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers": ("--num-layers", "int"),
     "hidden_size": ("--hidden-size", "int"),
@@ -188,6 +190,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "suggested_communication_unit_size": ("--suggested-communication-unit-size", "int"),
     "cpu_offloading_num_layers": ("--cpu-offloading-num-layers", "int"),
     "test_mode": ("--test-mode", "flag"),
+    "cp_comm_type": ("--cp-comm-type", "words"),
+    "hierarchical_context_parallel_sizes": ("--hierarchical-context-parallel-sizes", "ints"),
     "overlap_p2p_comm_warmup_flush": ("--overlap-p2p-communication-warmup-flush", "flag"),
     # the optimizer (config/optimizer_fields.py, sim/optimizer_muon.py)
     "optimizer": ("--optimizer", "str"),
@@ -255,7 +259,7 @@ def _convert(flag: str, kind: str, raw: str):
 
 def _arities(by_flag: dict) -> dict[str, int | str]:
     """Values each flag echo-tune reads takes (launch_tokens.split_line); the others come from the catalog."""
-    kinds = {flag: 0 if kind in ("flag", "not_flag") else "+" if kind in ("list", "words") else 1
+    kinds = {flag: 0 if kind in ("flag", "not_flag") else "+" if kind in ("list", "words", "ints") else 1
              for flag, (_, kind, _) in by_flag.items()}
     kinds |= {flag: "+" if count < 0 else count for flag, count in LINE_FLAGS.items()}
     return kinds | {flag: 0 for flag in SPECIAL_FLAGS}
@@ -305,7 +309,9 @@ def parse_megatron_line(line: str, *, base=None, megatron_lm: bool = False) -> t
         field, kind, target = by_flag[flag]
         try:
             value = (kind == "flag" if kind in ("flag", "not_flag") else tuple(values) if kind == "list"
-                     else " ".join(values) if kind == "words" else _convert(flag, kind, values[0]))
+                     else " ".join(values) if kind == "words"
+                     else tuple(_convert(flag, "int", v) for raw in values for v in raw.split()) if kind == "ints"
+                     else _convert(flag, kind, values[0]))
         except ConfigError as exc:
             problems.append(exc)
             continue
@@ -338,7 +344,8 @@ def _defaults(*classes) -> dict:
 _MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields, RebuildFields) | {"mtp_num_layers": None} | {
     name: value for name, value in _defaults(ParallelConfig).items()
     if name in ("expert_model_parallel_size", "recompute_modules", "cuda_graph_impl", "cuda_graph_warmup_steps",
-                "num_distributed_optimizer_instances", "cpu_offloading_num_layers")}
+                "num_distributed_optimizer_instances", "cpu_offloading_num_layers", "cp_comm_type",
+                "hierarchical_context_parallel_sizes")}
 
 
 def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:
@@ -369,7 +376,7 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
                 continue
             if field in _MOE_MLA_DEFAULTS and value == _MOE_MLA_DEFAULTS[field]:
                 continue  # MoE / MLA / EP settings at Megatron's defaults (a dense model writes none)
-            if kind == "list":
+            if kind in ("list", "ints"):
                 out += [flag, *map(str, value)]
                 continue
             if kind == "window":

@@ -265,6 +265,14 @@ class ParallelConfig(OptimizerFields):
     """``--cpu-offloading-num-layers``: the first N layers' activations are copied to host memory during the
     forward and back before their backward (Transformer Engine's offload context; sim/cpu_offload.py)."""
 
+    cp_comm_type: str = "p2p"
+    """``--cp-comm-type``: how context parallelism communicates in attention: p2p (ring), all_gather, a2a (Ulysses) or
+    a2a+p2p (config/cp_comm_rules.py, workload/cp_attention.py); one value per layer, repeated, reads as one."""
+
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
+    """``--hierarchical-context-parallel-sizes``: the CP levels of a2a+p2p (all-to-all inside the first, ring over
+    the second)."""
+
     test_mode: bool = False
     """``--test-mode``: Megatron's real-time consistency checks of the QK layernorms in every self-attention forward
     (all-gathers over DP and TP, compared on the host; sim/realtime_tests.py)."""
@@ -356,6 +364,13 @@ class ParallelConfig(OptimizerFields):
         require(self.fp4_format is None or self.fp8_format is None,
                 f"--fp4-format and --fp8-format cannot be used simultaneously (Megatron-LM validate_args), but got "
                 f"(fp4_format={self.fp4_format!r}, fp8_format={self.fp8_format!r}); choose one")
+        if self.hierarchical_context_parallel_sizes is not None:
+            sizes = tuple(self.hierarchical_context_parallel_sizes)
+            for size in sizes:
+                require(isinstance(size, int) and not isinstance(size, bool) and size > 0,
+                        f"`hierarchical_context_parallel_sizes` must be positive integers, but got "
+                        f"(hierarchical_context_parallel_sizes={list(sizes)})")
+            object.__setattr__(self, "hierarchical_context_parallel_sizes", sizes)
         for name in ("cuda_graph_modules", "cuda_graph_scope"):
             value = getattr(self, name)
             if value is not None:

@@ -63,6 +63,14 @@ class PhaseCost:
 
 ZERO = PhaseCost()
 EXPERT_GROUPS = ("ep", "etp", "tpep")
+CP_RING_GROUPS = ("cp", "cp_p2p")
+
+
+def is_cp_ring(op: Op) -> bool:
+    """A K/V exchange of ring attention (p2p, or a2a+p2p's ring level), which runs beside the attention kernels;
+    the other CP collectives (all-gather / reduce-scatter of K/V, Ulysses all-to-alls) are on the critical path
+    (workload/cp_attention.py)."""
+    return op.group in CP_RING_GROUPS and op.collective == "send_recv"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,14 +171,14 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
                 t = collective_time_s(op.collective, size, ctx.groups[op.group], ctx.profile)
             times.append(t)
             sizes.append(size)
-            if op.group == "cp":
+            if is_cp_ring(op):
                 cp_comm_s += t
                 cp_size = max(cp_size, size)
             elif op.group in EXPERT_GROUPS:  # MoE dispatch / combine: on the critical path, not overlapped
                 ep_comm_s += t
             # one NCCL launch; the GPU busy for its time where it sits on the compute stream's path (EP, and TP
             # unless overlapped with a GEMM), none where it runs beside compute (CP ring, TP overlap)
-            serial = op.group in EXPERT_GROUPS or (op.group != "cp" and not ctx.tp_comm_overlap)
+            serial = op.group in EXPERT_GROUPS or (not is_cp_ring(op) and not ctx.tp_comm_overlap)
             issued.append((1, t if serial else 0.0))
             continue
         launches, cast = 0.0, 0.0
@@ -205,7 +213,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
     tp = ctx.groups["tp"].size
     sm_count = ctx.gpu.sm_count or DEFAULT_SM_COUNT
     for i, op in enumerate(ops):
-        if op.kind != "collective" or op.group == "cp" or op.group in EXPERT_GROUPS:
+        if op.kind != "collective" or is_cp_ring(op) or op.group in EXPERT_GROUPS:
             continue
         if i not in paired:
             exposed += times[i]

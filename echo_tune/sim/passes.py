@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout
+from echo_tune.config.cp_comm_rules import a2a_size, cp_comm_kind
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.moe_dispatch import MoEKernels
@@ -30,7 +31,14 @@ def _trace_kwargs(parallel: ParallelConfig, layout: Layout) -> dict:
                 context_parallel_size=parallel.context_parallel_size,
                 sequence_parallel=layout.sequence_parallel, micro_batch_size=parallel.micro_batch_size,
                 precision=parallel.precision, expert_model_parallel_size=parallel.expert_model_parallel_size,
-                expert_tensor_parallel_size=parallel.expert_tensor_size)
+                expert_tensor_parallel_size=parallel.expert_tensor_size, cp_comm=cp_comm(parallel))
+
+
+def cp_comm(parallel: ParallelConfig) -> tuple[str, int]:
+    """(CP communication type, all-to-all ranks) of the layers' attention (config/cp_comm_rules.py); p2p at CP 1."""
+    if parallel.context_parallel_size == 1:
+        return ("p2p", 1)
+    return (cp_comm_kind(parallel), a2a_size(parallel))
 
 
 def pieces_key(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> tuple:
@@ -64,16 +72,17 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
 
     kwargs = _trace_kwargs(parallel, layout)
     ep, etp = kwargs.pop("expert_model_parallel_size"), kwargs.pop("expert_tensor_parallel_size")
+    attention = {"cp_comm": kwargs.pop("cp_comm")}  # how the layers' attention talks across CP
     try:
-        pieces = {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
+        pieces = {"layer": trace_layer(model, **kwargs, **attention), "embedding": trace_embedding(model, **kwargs),
                   "output": trace_output(model, **kwargs)}
         if model.is_moe:
-            pieces["moe_layer"] = trace_moe_layer(model, **kwargs, expert_model_parallel_size=ep,
+            pieces["moe_layer"] = trace_moe_layer(model, **kwargs, **attention, expert_model_parallel_size=ep,
                                                   expert_tensor_parallel_size=etp)
         if model.windowed_attention:  # the layers with a sliding window (sim/layer_mix.py says which)
-            pieces["window_layer"] = trace_window_layer(model, **kwargs)
+            pieces["window_layer"] = trace_window_layer(model, **kwargs, **attention)
             if model.is_moe:
-                pieces["moe_window_layer"] = trace_window_layer(model, **kwargs, expert_model_parallel_size=ep,
+                pieces["moe_window_layer"] = trace_window_layer(model, **kwargs, **attention, expert_model_parallel_size=ep,
                                                                 expert_tensor_parallel_size=etp, moe=True)
     except RuntimeError as exc:  # torch: a tensor of more than 2**63 bytes (issue 10: never a traceback)
         if "overflow" not in str(exc):

@@ -121,7 +121,7 @@ def _assumed(row: dict, model_fields: dict, parallel_fields: dict) -> tuple[dict
             kept.append(token)
             if kinds.get(token) in ("int", "float", "str", "freq", "window") and i + 1 < len(tokens):
                 kept.append(tokens[i + 1])
-            elif kinds.get(token) in ("list", "words"):  # nargs="+": the values up to the next flag or "|"
+            elif kinds.get(token) in ("list", "words", "ints"):  # nargs="+": the values up to the next flag or "|"
                 kept += [t for t in _until_flag(tokens[i + 1:])]
     model_extra, parallel_extra, _, _ = parse_megatron_line(" ".join(kept)) if kept else ({}, {}, None, [])
     model_extra = {k: v for k, v in model_extra.items() if k not in model_fields}

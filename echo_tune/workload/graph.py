@@ -14,8 +14,9 @@ OP_KINDS = ("gemm", "attention", "memory", "collective")
 # all_reduce: the buffer; all_gather: the gathered output; reduce_scatter: the full input;
 # send_recv / broadcast: the message; all_to_all: the whole send buffer of one rank.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
-GROUPS = ("tp", "cp", "dp", "pp", "ep", "etp", "tpep")
-"""Process groups; ep / etp / tpep (the ETP x EP group) are the expert groups of ``config/expert_layout.py``."""
+GROUPS = ("tp", "cp", "dp", "pp", "ep", "etp", "tpep", "cp_a2a", "cp_p2p")
+"""Process groups; ep / etp / tpep (the ETP x EP group) are the expert groups of ``config/expert_layout.py``; cp_a2a
+and cp_p2p the two levels of a2a+p2p context parallelism (``config/cp_comm_rules.py``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

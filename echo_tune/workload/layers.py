@@ -49,6 +49,8 @@ class Shard:
     """Trace the MoE variant of the layer (its MLP is ``workload.moe``)."""
     window: bool = False
     """Trace the sliding-window variant of the layer's attention (``model.window_size``)."""
+    cp_comm: tuple[str, int] = ("p2p", 1)
+    """How attention talks across CP: (``--cp-comm-type``, all-to-all ranks); config/cp_comm_rules.py."""
 
     def __post_init__(self) -> None:
         m, tp, cp = self.model, self.tp, self.cp
@@ -62,12 +64,15 @@ class Shard:
             raise ConfigError(f"`seq_length % {chunks} == 0` must hold (context parallel x sequence-parallel "
                               f"chunks), but got (seq_length={m.seq_length}, tensor_model_parallel_size={tp}, "
                               f"context_parallel_size={cp}, sequence_parallel={self.sequence_parallel})")
-        if cp > 1 and (m.windowed_attention or m.softmax_type != "vanilla"):
-            # TE d0067d0 dot_product_attention/utils.py: with context parallelism (cp_comm_type p2p, Megatron's
-            # default) fused attention refuses a sliding window and attention sinks, flash attention sinks
+        kind = self.cp_comm[0]
+        if cp > 1 and ((m.windowed_attention or m.softmax_type != "vanilla") and kind != "a2a"):
+            # TE d0067d0 context_parallel.py attn_forward_func_with_cp: attention sinks run with a2a only, a sliding
+            # window with a2a or all_gather (echo-tune traces its window under a2a only; p2p is Megatron's default)
             raise ConfigError(f"`context_parallel_size == 1` must hold with a sliding window or attention sinks "
                               f"(window_size={m.window_size}, softmax_type={m.softmax_type!r}), but got "
-                              f"(context_parallel_size={cp}): TE's p2p context parallelism runs neither")
+                              f"(context_parallel_size={cp}, cp_comm_type={kind}): TE's context parallelism runs "
+                              f"sinks with a2a only, and echo-tune models a window under CP with a2a only; use "
+                              f"--cp-comm-type a2a")
         if self.precision not in DTYPES:
             raise ConfigError(f"precision must be one of {sorted(DTYPES)}, but got (precision={self.precision!r})")
 
@@ -219,7 +224,8 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     else:
         q, k, v, gate = in_region("qkv", _qkv, hidden, params, shard)
     context = in_region("core_attention", lambda: core_attention(
-        q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout,
+        q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, cp_comm=shard.cp_comm,
+        dropout_p=m.attention_dropout,
         window_left=m.window_left if shard.window else None,
         softmax=local_softmax(shard, params.get("softmax_offset", {}).get("offset")),
         te_layout=m.transformer_impl == "transformer_engine"))

@@ -276,41 +276,47 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
 
 @functools.lru_cache(maxsize=4096)
 def _cached(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str,
-            ep: int = 1, etp: int = 1) -> Trace:
+            ep: int = 1, etp: int = 1, cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
     return _trace_piece(piece, layers.Shard(model, tp, cp, sp, mbs, precision, ep, etp, piece.startswith("moe_"),
-                                            "window" in piece))
+                                            "window" in piece, cp_comm))
 
 
 def _trace(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str,
-           ep: int = 1, etp: int = 1) -> Trace:
+           ep: int = 1, etp: int = 1, cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
     if not piece.startswith("moe_"):
         ep = etp = 1
-    return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision, ep, etp)
+    if piece not in LAYER_PIECES or cp == 1:
+        cp_comm = ("p2p", 1)  # only the layers' attention talks across CP
+    return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision, ep, etp,
+                   tuple(cp_comm))
 
 
 def trace_moe_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
                     sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
-                    expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1) -> Trace:
+                    expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1,
+                    cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
     """One transformer layer whose MLP is the MoE block, one micro-batch on one rank (cached by shape)."""
     return _trace("moe_layer", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
-                  micro_batch_size, precision, expert_model_parallel_size, expert_tensor_parallel_size)
+                  micro_batch_size, precision, expert_model_parallel_size, expert_tensor_parallel_size, cp_comm)
 
 
 def trace_window_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
                        sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
                        expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1,
-                       moe: bool = False) -> Trace:
+                       moe: bool = False, cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
     """A layer with sliding-window attention (``model.window_size``), dense or MoE (cached by shape)."""
     return _trace("moe_window_layer" if moe else "window_layer", model, tensor_model_parallel_size,
                   context_parallel_size, sequence_parallel, micro_batch_size, precision,
-                  expert_model_parallel_size, expert_tensor_parallel_size)
+                  expert_model_parallel_size, expert_tensor_parallel_size, cp_comm)
 
 
 def trace_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
-                sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16") -> Trace:
-    """One transformer layer of one micro-batch on one rank (cached by shape)."""
+                sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
+                cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
+    """One transformer layer of one micro-batch on one rank (cached by shape). ``cp_comm``: (CP communication type,
+    all-to-all ranks), config/cp_comm_rules.py."""
     return _trace("layer", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
-                  micro_batch_size, precision)
+                  micro_batch_size, precision, cp_comm=cp_comm)
 
 
 def trace_embedding(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
