@@ -16,6 +16,7 @@ import shlex
 from echo_tune.config.flag_catalog import spelling
 from echo_tune.config.launch_tokens import split_line
 from echo_tune.config.layer_fields import LayerFields, parse_window_size
+from echo_tune.config.linear_attention_fields import LinearAttentionFields
 from echo_tune.config.moe_fields import MLAFields, MoEFields
 from echo_tune.config.optimizer_fields import OptimizerFields
 from echo_tune.config.parallel import ParallelConfig
@@ -91,6 +92,14 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "apply_query_key_layer_scaling": ("--apply-query-key-layer-scaling", "flag"),
     "attention_output_gate": ("--attention-output-gate", "flag"),
     "use_transformer_engine_op_fuser": ("--use-transformer-engine-op-fuser", "flag"),
+    # the gated delta net layers (config/linear_attention_fields.py, workload/gated_delta_net.py)
+    "experimental_attention_variant": ("--experimental-attention-variant", "str"),
+    "linear_attention_freq": ("--linear-attention-freq", "freq"),
+    "linear_conv_kernel_dim": ("--linear-conv-kernel-dim", "int"),
+    "linear_key_head_dim": ("--linear-key-head-dim", "int"),
+    "linear_value_head_dim": ("--linear-value-head-dim", "int"),
+    "linear_num_key_heads": ("--linear-num-key-heads", "int"),
+    "linear_num_value_heads": ("--linear-num-value-heads", "int"),
     # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/moe_overlap.py)
     "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
     "moe_enable_deepep": ("--moe-enable-deepep", "flag"),
@@ -341,7 +350,7 @@ def _defaults(*classes) -> dict:
     return {f.name: f.default for cls in classes for f in dataclasses.fields(cls)}
 
 
-_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields, RebuildFields) | {"mtp_num_layers": None} | {
+_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields, LinearAttentionFields, RebuildFields) | {"mtp_num_layers": None} | {
     name: value for name, value in _defaults(ParallelConfig).items()
     if name in ("expert_model_parallel_size", "recompute_modules", "cuda_graph_impl", "cuda_graph_warmup_steps",
                 "num_distributed_optimizer_instances", "cpu_offloading_num_layers", "cp_comm_type",

@@ -52,6 +52,7 @@ from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
 from echo_tune.sim.allocator_memory import loss_working_bytes, workspace_bytes
 from echo_tune.sim.cpu_offload import kept_fraction
+from echo_tune.sim.linear_layers import PIECES as LINEAR_PIECES, linear_activation_delta
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
 from echo_tune.sim.fsdp import fsdp_memory_bytes
 from echo_tune.sim.muon_shards import mtp_tensors, optimizer_bytes as muon_optimizer_bytes, stage_tensors
@@ -188,12 +189,13 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
 def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: dict[str, Trace],
                  params_on_rank: int, schedule: str, *, mix: tuple[tuple[int, int], ...] | None = None,
                  expert_params_on_rank: int = 0, model: ModelSpec | None = None,
-                 gpu: GPUSpec | None = None) -> StageMemory:
+                 gpu: GPUSpec | None = None, linear: tuple[tuple[int, int], ...] | None = None) -> StageMemory:
     """Peak memory of the last rank of ``stage`` (and ``dp_spread_bytes``, see StageMemory).
 
     MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
     experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
     ``model`` adds the loss's working set, ``model`` and ``gpu`` the GEMM workspaces (sim/allocator_memory.py).
+    ``linear[chunk]``: the (dense, MoE) layers of ``mix[chunk]`` that run the gated delta net (sim/linear_layers.py).
     """
     v = layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
@@ -204,7 +206,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
                                                      layout.sequence_parallel, recomputed)
                  * saved_bytes_less_per_element(parallel)
                  if parallel.quantized_recipe and layout.recompute_granularity != "full" and piece in pieces else 0.0
-                 for piece in ("layer", "moe_layer")}
+                 for piece in ("layer", "moe_layer", "linear_layer", "moe_linear_layer")}
     dense_layers = moe_layers = 0
     loss_chunk, loss_bytes = None, 0.0
     graph_bytes = []  # per chunk and micro-batch in flight: CUDA graphs' static buffers
@@ -220,6 +222,10 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         if moe:
             moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
             kept, extra = kept + moe_kept - moe * fp8_saved["moe_layer"], max(extra, moe_extra)
+        if linear and any(linear[chunk]):  # gated-delta-net layers keep other activations than self-attention
+            more, linear_extra = linear_activation_delta(pieces, layout, linear[chunk], layers, fp8_saved,
+                                                         layer_activation_bytes)
+            kept, extra = kept + more, max(extra, linear_extra)
         kept *= kept_fraction(layers, parallel.cpu_offloading_num_layers)  # offloaded to the host (sim/cpu_offload.py)
         contents = layout.chunk_contents[stage][chunk]
         if contents.embedding:
@@ -251,6 +257,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     linear_params = fp8_linear_param_count(pieces["layer"]) * dense_layers
     if moe_layers:
         linear_params += fp8_linear_param_count(pieces["moe_layer"]) * moe_layers
+    for (_, full, piece), count in zip(LINEAR_PIECES, map(sum, zip(*linear)) if linear else ()):
+        if count and piece in pieces:  # the gated delta net's in_proj / out_proj in place of QKV / projection
+            linear_params += count * (fp8_linear_param_count(pieces[piece]) - fp8_linear_param_count(pieces[full]))
     weights = w * params_on_rank + fp8_weight_bytes_per_param(parallel) * linear_params
     optimizer = o * (params_on_rank - expert_params_on_rank)
     if parallel.use_distributed_optimizer:  # sharded over DP x CP / N only (sim/dp_instances.py): N copies

@@ -82,17 +82,19 @@ def realtime_test_notes(model, parallel, layout: Layout, per_layer_s: float) -> 
 PARAM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
-def with_realtime_tests(passes, model, parallel, layout: Layout, profile: ClusterProfile):
+def with_realtime_tests(passes, model, parallel, layout: Layout, profile: ClusterProfile, linears=None):
     """``passes`` ([stage][chunk] (fwd, bwd, recompute)) with the checks of each chunk's self-attention layers added
-    to its forward (and to its recompute where full recompute runs the layer's forward again), as compute.
-    Returns (passes, per-layer time)."""
+    to its forward (and to its recompute where full recompute runs the layer's forward again), as compute; the
+    chunk's gated-delta-net layers (``linears[stage][chunk]``, sim/linear_layers.py) run none. Returns (passes,
+    per-layer time)."""
     if not runs_checks(model, parallel):
         return passes, 0.0
     per_layer = realtime_test_s(layout, profile, model.head_dim, PARAM_BYTES[parallel.precision])
     out = []
     for s, row in enumerate(passes):
         new = []
-        for (f, b, r), layers in zip(row, layout.stage_chunk_layers[s]):
+        for c, ((f, b, r), layers) in enumerate(zip(row, layout.stage_chunk_layers[s])):
+            layers -= sum(linears[s][c]) if linears else 0
             new.append((f + PhaseCost(compute_s=layers * per_layer), b,
                         r + PhaseCost(compute_s=recomputed_layers(layout, layers) * per_layer)))
         out.append(new)

@@ -36,6 +36,7 @@ from echo_tune.sim.grad_accumulation import chunk_accumulation_s
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
 from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes
+from echo_tune.sim.linear_layers import chunk_linear_mix, linear_notes, linear_param_delta
 from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.muon_shards import spread_notes
@@ -151,13 +152,14 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers,
                                                          amax_tensors_per_layer(pieces)))
     mix, windows = chunk_layer_mix(model, layout), chunk_window_mix(model, layout)
+    linears = chunk_linear_mix(model, layout)  # gated-delta-net layers (sim/linear_layers.py)
     paired = [paired_fraction(schedule, s, p, m, v) if parallel.overlap_moe_expert_parallel_comm else 0.0
               for s in range(p)]
-    passes = all_chunk_passes(layout, costs, mix, windows, bf16, amax, paired)
+    passes = all_chunk_passes(layout, costs, mix, windows, bf16, amax, paired, linears)
     if parallel.use_megatron_fsdp:  # per-unit all-gathers / reduce-scatters inside the passes
         passes = with_fsdp_comm(passes, layout, parallel, pieces, costs, mix, profile)
     if not parallel.gradient_accumulation_fusion:  # main_grad += grad, one kernel per weight and micro-batch
-        extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile)
+        extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile, linears)
         passes = [[(f, b + PhaseCost(compute_s=extra[s][c]), r) for c, (f, b, r) in enumerate(row)]
                   for s, row in enumerate(passes)]
     offload_bytes = offloaded_layer_bytes(pieces, mix) if parallel.cpu_offloading_num_layers else 0.0
@@ -166,7 +168,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                    for of, ob in [offload_costs(f, b, layers=layers, offloaded=parallel.cpu_offloading_num_layers,
                                                 layer_bytes=offload_bytes, gpu_name=cluster.gpu.name)]]
                   for s, row in enumerate(passes)]
-    passes, check_s = with_realtime_tests(passes, model, parallel, layout, profile)  # --test-mode's checks
+    passes, check_s = with_realtime_tests(passes, model, parallel, layout, profile, linears)  # --test-mode's checks
     defer = deferred_wgrad(pieces["output"], ctx, m, parallel.wgrad_deferral_limit) \
         if parallel.defer_embedding_wgrad_compute else None
     if defer is not None:
@@ -190,13 +192,13 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     buckets = [] if timeline else None
     muon = functools.partial(step_extra_s, model, parallel, layout, profile, cluster.gpu) if parallel.muon else None
     stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix,
-                                                              mtp_params, buckets, muon=muon)
+                                                              mtp_params, buckets, muon=muon, linears=linears)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time,
                        drains[crit])
 
-    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s],
+    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s], linear=linears[s],
                                 expert_params_on_rank=stage_experts[s], model=model, gpu=cluster.gpu)
                    for s in range(p))
     if defer is not None:
@@ -213,7 +215,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision,
                                    fp8=parallel.quantized_recipe)
     notes = moe_notes(model, layout, cluster.gpu.name) + layer_notes(model, parallel) + launch_notes(config) + \
-        userbuffer_notes(model, parallel) + mxfp8_notes(parallel.quantized_recipe)
+        userbuffer_notes(model, parallel) + mxfp8_notes(parallel.quantized_recipe) + \
+        linear_notes(model, parallel.deterministic_mode)
     if (share or 0.0) < 0.5 and (clock := clock_note(cluster.gpu)):  # op times measured there hold their clock
         notes += (clock,)
     if share is not None:
@@ -310,7 +313,8 @@ def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple
     return spans
 
 
-def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None, muon=None):
+def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None, muon=None,
+                 linears=None):
     """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
     backward, and when its step ends. ``mtp_params``: the extra parameters of one MTP layer.
     ``bucket_spans``: a list to receive, per stage, its DP buckets' (begin_s, end_s, params) for the trace
@@ -327,6 +331,8 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
     stage_params, stage_experts, tails, finals = [], [], [], []
     for s in range(p):
         chunk_params = [dense * layer_params + k * moe_params for dense, k in mix[s]]
+        if linears:  # gated-delta-net layers hold other parameters than self-attention (sim/linear_layers.py)
+            chunk_params = [n + linear_param_delta(pieces, la)[0] for n, la in zip(chunk_params, linears[s])]
         chunk_experts = [k * expert_params for _, k in mix[s]]
         for c, contents in enumerate(layout.chunk_contents[s]):
             chunk_params[c] += pieces["embedding"].param_count if contents.embedding else 0
