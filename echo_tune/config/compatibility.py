@@ -16,7 +16,7 @@ from echo_tune.config.local_spec import check_local_layout
 from echo_tune.config.model import FLASH_STYLE_BACKENDS, ModelSpec
 from echo_tune.config.cp_comm_rules import check_cp_comm, cp_groups
 from echo_tune.config.linear_attention_fields import check_linear_attention_layout
-from echo_tune.config.offload_rules import check_cpu_offload
+from echo_tune.config.offload_rules import check_cpu_offload, check_fine_grained_offload
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import check_schedule_features
 from echo_tune.config.pipeline_layout import ChunkContents
@@ -267,6 +267,7 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     check_local_layout(model, parallel, sequence_parallel)
     check_schedule_features(model, parallel, dp, vpp)
     check_cpu_offload(model, parallel)
+    check_fine_grained_offload(model, parallel)
     precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype,
                        parallel.main_grads_dtype) != ("fp32",) * 4
     require(not precision_aware or parallel.use_precision_aware_optimizer,

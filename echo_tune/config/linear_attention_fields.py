@@ -142,6 +142,7 @@ def check_linear_attention_layout(model, parallel) -> None:
         ("the Muon optimizer", parallel.muon),
         ("CUDA graphs", cuda_graph_setting(parallel)[0] != "none"),
         ("--cpu-offloading-num-layers", bool(parallel.cpu_offloading_num_layers)),
+        ("--fine-grained-activation-offloading", parallel.fine_grained_activation_offloading),
     ) if on]
     if unmodelled:
         raise UnmodelledError(f"the gated delta net (--experimental-attention-variant {model.experimental_attention_variant}) "

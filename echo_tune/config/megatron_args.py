@@ -199,6 +199,8 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "suggested_communication_unit_size": ("--suggested-communication-unit-size", "int"),
     "cpu_offloading_num_layers": ("--cpu-offloading-num-layers", "int"),
     "test_mode": ("--test-mode", "flag"),
+    "fine_grained_activation_offloading": ("--fine-grained-activation-offloading", "flag"),
+    "offload_modules": ("--offload-modules", "list"),
     "cp_comm_type": ("--cp-comm-type", "words"),
     "hierarchical_context_parallel_sizes": ("--hierarchical-context-parallel-sizes", "ints"),
     "overlap_p2p_comm_warmup_flush": ("--overlap-p2p-communication-warmup-flush", "flag"),

@@ -273,6 +273,13 @@ class ParallelConfig(OptimizerFields):
     """``--hierarchical-context-parallel-sizes``: the CP levels of a2a+p2p (all-to-all inside the first, ring over
     the second)."""
 
+    fine_grained_activation_offloading: bool = False
+    """``--fine-grained-activation-offloading``: what the ``offload_modules`` save for backward goes to host memory
+    during the forward and comes back before their backward (sim/activation_offload.py)."""
+
+    offload_modules: tuple[str, ...] | None = None
+    """``--offload-modules``: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act."""
+
     test_mode: bool = False
     """``--test-mode``: Megatron's real-time consistency checks of the QK layernorms in every self-attention forward
     (all-gathers over DP and TP, compared on the host; sim/realtime_tests.py)."""
@@ -371,7 +378,7 @@ class ParallelConfig(OptimizerFields):
                         f"`hierarchical_context_parallel_sizes` must be positive integers, but got "
                         f"(hierarchical_context_parallel_sizes={list(sizes)})")
             object.__setattr__(self, "hierarchical_context_parallel_sizes", sizes)
-        for name in ("cuda_graph_modules", "cuda_graph_scope"):
+        for name in ("cuda_graph_modules", "cuda_graph_scope", "offload_modules"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))

@@ -25,6 +25,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.sim.optime_coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.determinism import check_deterministic, ring_only_profile
+from echo_tune.sim.activation_offload import activation_offload_notes, with_activation_offload
 from echo_tune.sim.cpu_offload import offload_costs, offload_notes
 from echo_tune.sim.realtime_tests import realtime_test_notes, with_realtime_tests
 from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
@@ -168,6 +169,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                    for of, ob in [offload_costs(f, b, layers=layers, offloaded=parallel.cpu_offloading_num_layers,
                                                 layer_bytes=offload_bytes, gpu_name=cluster.gpu.name)]]
                   for s, row in enumerate(passes)]
+    passes = with_activation_offload(passes, pieces, model, parallel, layout, mix, cluster.gpu.name)
     passes, check_s = with_realtime_tests(passes, model, parallel, layout, profile, linears)  # --test-mode's checks
     defer = deferred_wgrad(pieces["output"], ctx, m, parallel.wgrad_deferral_limit) \
         if parallel.defer_embedding_wgrad_compute else None
@@ -226,6 +228,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     notes += graph_memory_notes(memory) + fsdp_notes(parallel, layout, memory) + spread_notes(memory)
     notes += offload_notes(parallel.cpu_offloading_num_layers, offload_bytes, cluster.gpu.name)
     notes += realtime_test_notes(model, parallel, layout, check_s)
+    notes += activation_offload_notes(pieces, model, parallel, layout, mix, cluster.gpu.name)
     notes += _imbalance_notes(fwd_s, bwd_s, m, crit, parts["pp_bubble"])
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "

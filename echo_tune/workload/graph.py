@@ -73,6 +73,8 @@ class Trace:
     """Bytes kept from forward to backward (saved-tensor hooks, parameters excluded)."""
     activation_bytes_by_region: dict[str, int] = field(default_factory=dict)
     """``activation_bytes`` split by the region whose op first saved each tensor (sums to the total)."""
+    activation_bytes_by_part: dict[str, int] = field(default_factory=dict)
+    """The same split by "region/subregion" where the region tags parts (the MoE block's), else by region."""
     region_internal_bytes: dict[str, int] = field(default_factory=dict)
     """Bytes created and saved only inside each region: what recomputing that region alone frees
     (selective recompute: ``region_internal_bytes["core_attention"]``, Korthikanti's 5as^2b/t). A

@@ -183,6 +183,14 @@ class SavedTensorMeter:
             totals[self.savers[key][0]] += nbytes
         return dict(totals)
 
+    def by_part(self) -> dict[str, int]:
+        """Like ``by_region``, charged to the first saver's "region/subregion" where the region tags parts."""
+        totals: dict[str, int] = defaultdict(int)
+        for key, nbytes in self.nbytes.items():
+            region, part = self.savers[key][0], self.part_savers[key][0]
+            totals[part or region] += nbytes
+        return dict(totals)
+
     def created_by_region(self) -> dict[str, int]:
         """By region, and by "region/subregion" for the tagged sub-regions (keys of both kinds)."""
         totals: dict[str, int] = defaultdict(int)
@@ -219,6 +227,7 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
         torch.autograd.backward(root, grad)
     return Trace(piece=piece, forward=tuple(recorder.ops["fwd"]), backward=tuple(recorder.ops["bwd"]),
                  activation_bytes=sum(meter.nbytes.values()), activation_bytes_by_region=meter.by_region(),
+                 activation_bytes_by_part=meter.by_part(),
                  region_internal_bytes=meter.internal_by_region(), region_created_bytes=meter.created_by_region(),
                  input_bytes=_nbytes(inputs[0]), output_bytes=_nbytes(output),
                  param_count=sum(t.numel() for t in layers.parameters(params)), tied_param_count=tied_param_count,
