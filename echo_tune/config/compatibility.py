@@ -15,6 +15,7 @@ from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.local_spec import check_local_layout
 from echo_tune.config.model import FLASH_STYLE_BACKENDS, ModelSpec
 from echo_tune.config.cp_comm_rules import check_cp_comm, cp_groups
+from echo_tune.config.ub_config import ub_config_problem
 from echo_tune.config.linear_attention_fields import check_linear_attention_layout
 from echo_tune.config.offload_rules import check_cpu_offload, check_fine_grained_offload
 from echo_tune.config.parallel import ParallelConfig
@@ -296,6 +297,7 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"`grad_reduce_in_bf16` needs bf16 training, but got (precision={parallel.precision!r})")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
     check_cp_comm(model, parallel)
+    ub_config_problem(parallel)
     check_linear_attention_layout(model, parallel)
     groups = _group_placements(parallel, cluster, dp) | cp_groups(parallel, cluster.nvlink_domain_gpus, GroupPlacement) \
         | expert_groups(model, parallel, dp, cluster.nvlink_domain_gpus,

@@ -244,6 +244,7 @@ LINE_FLAGS = {
     "--use-rotary-position-embeddings": 0,     # deprecated: sets position_embedding_type = rope (validate_args)
     "--step-batch-size-schedule": -1,   # the global batch steps up: its final size (config/batch_schedule.py)
     "--no-scatter-gather-tensors-in-pipeline": 0,  # Megatron 2021-2023: whole-tensor pipeline sends (the default)
+    "--tp-comm-overlap-cfg": 1,         # the userbuffer settings file, read into tp_comm_overlap_cfg (config/ub_config.py)
 }
 # Accepted spellings that older Megatron versions or users write for the same field.
 ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size",

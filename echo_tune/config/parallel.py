@@ -280,6 +280,10 @@ class ParallelConfig(OptimizerFields):
     offload_modules: tuple[str, ...] | None = None
     """``--offload-modules``: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act."""
 
+    tp_comm_overlap_cfg: tuple | None = None
+    """``--tp-comm-overlap-cfg FILE``: the file's userbuffer settings per TE GEMM, read when the launch line is
+    (config/ub_config.py ``read_ub_config``); None: TE's defaults."""
+
     test_mode: bool = False
     """``--test-mode``: Megatron's real-time consistency checks of the QK layernorms in every self-attention forward
     (all-gathers over DP and TP, compared on the host; sim/realtime_tests.py)."""

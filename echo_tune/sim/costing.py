@@ -23,7 +23,8 @@ from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
 from echo_tune.cost.host_bound import host_wait_s
 from echo_tune.cost.fp8 import TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast, is_fp8_gemm
-from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, async_cost, async_pairs, overlapped_cost, pair_methods, slowdown
+from echo_tune.config.ub_config import ub_settings
+from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, async_cost, async_pairs, overlapped_cost, pair_settings, slowdown
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.cuda_graphs import captured_graphs, graph_of
 from echo_tune.workload.graph import Op
@@ -95,6 +96,8 @@ class CostContext:
     """What CUDA graphs capture (``sim/cuda_graphs.py capture_spec``); "" = nothing."""
     moe_dispatch_syncs: bool = True
     """The MoE dispatcher waits on the token counts once per forward (all but drop-and-pad; cost/host_bound.py)."""
+    ub_config: tuple = ()
+    """``--tp-comm-overlap-cfg``'s entries (config/ub_config.py ``read_ub_config``); empty: TE's defaults."""
     host_bound: bool = True
     """Add the pass's wait on the host (cost/host_bound.py); False for the GPU-only parts of a pass the EP overlap
     pairs (sim/moe_overlap.py), whose whole passes carry the wait."""
@@ -158,7 +161,8 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
     # --tp-comm-overlap userbuffers take over the TE linears of a transformer layer (pair_methods)
     paired = {c: (g, "async") for c, g in async_pairs(ops) if _runs_async(ops[c], ctx)}
     if ctx.tp_comm_overlap:
-        paired.update({c: (g, method) for c, g, method in pair_methods(ops) if ops[c].region in TP_OVERLAP_REGIONS})
+        paired.update({c: (g, method) for c, g, method in pair_settings(ops, ub_settings(ctx.ub_config, ctx.groups["tp"].size) if ctx.ub_config else None)
+                       if ops[c].region in TP_OVERLAP_REGIONS})  # method: TE's default, or a --tp-comm-overlap-cfg entry
     for op in ops:
         if op.kind == "collective":
             if sync_at is None and ctx.moe_dispatch_syncs and op.phase == "fwd" and op.region == "moe" \
@@ -223,7 +227,10 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             e, x = async_cost(times[i], times[g], sizes[i], ctx.profile)
             issued[i] = (1, e)
         else:
-            e, x = overlapped_cost(method, times[i], times[g], ops[g], sizes[i], tp, ctx.profile, sm_count)
+            kw = {} if isinstance(method, str) else dict(num_sm=method.num_sm, num_splits=method.num_splits,
+                                                         set_sm_margin=method.set_sm_margin, aggregate=method.aggregate)
+            e, x = overlapped_cost(getattr(method, "method", method), times[i], times[g], ops[g], sizes[i], tp,
+                                   ctx.profile, sm_count, **kw)
         exposed += e
         extra += x
     if ctx.host_bound:  # the GPU idle, waiting on the host

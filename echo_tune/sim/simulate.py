@@ -109,7 +109,8 @@ def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfi
                        overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
                        delay_wgrad_compute=parallel.delay_wgrad_compute,
                        graph_capture=capture_spec(parallel),
-                       moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity)
+                       moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity,
+                       ub_config=parallel.tp_comm_overlap_cfg or ())
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
