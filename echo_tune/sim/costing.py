@@ -168,7 +168,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             if sync_at is None and ctx.moe_dispatch_syncs and op.phase == "fwd" and op.region == "moe" \
                     and op.subregion == "dispatch":  # token counts to the host before the EP collective
                 sync_at = len(issued)
-            size = fp8_collective_bytes(op, ctx.fp8_recipe) if fp8 else op.size_bytes
+            size = fp8_collective_bytes(op, ctx.fp8_recipe, ctx.precision) if fp8 else op.size_bytes
             if op.group == "ep" and op.collective == "all_to_all" and ctx.moe is not None and ctx.moe.flex:
                 t = ctx.moe.all_to_all_s(op, size, ctx.groups["ep"])
             else:
@@ -192,8 +192,8 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
         groups, one = (op.gemm_groups, per_expert_op(op)) \
             if is_grouped_expert_gemm(op) and per_expert and not is_measured(op, ctx.profile) else (1, op)
         if fp8 and is_fp8_gemm(op):
-            t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu, ctx.fp8_recipe)
-            cast, casts = group_cast(one, groups, ctx.fp8_recipe, ctx.profile, ctx.gpu)
+            t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu, ctx.fp8_recipe, ctx.precision)
+            cast, casts = group_cast(one, groups, ctx.fp8_recipe, ctx.profile, ctx.gpu, ctx.precision)
             cast_s += cast
             kernels = groups + casts  # the GEMMs and their quantisation kernels
             launches = kernels * ctx.profile.kernel_launch_overhead_s

@@ -49,7 +49,7 @@ from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
-from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
+from echo_tune.cost.fp8 import ACTIVATION_BYTES, fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
 from echo_tune.sim.allocator_memory import loss_working_bytes, workspace_bytes
 from echo_tune.sim.activation_offload import held_bytes, kept_less_bytes
 from echo_tune.sim.cpu_offload import kept_fraction
@@ -112,13 +112,25 @@ def fp8_weight_bytes_per_param(parallel: ParallelConfig) -> float:
         return 2 * (0.5 + 1.0 / 256)
     if not parallel.fp8:
         return 0.0
-    return 0.0 if parallel.fp8_param_gather else 2.0  # 1 + 1 FP8 copies replace 2 bf16, or add to them
+    if parallel.fp8_param_gather:  # 1 + 1 FP8 copies replace the weight (2 B bf16: no change; 4 B fp32: 2 B less)
+        return 2.0 - ACTIVATION_BYTES[parallel.precision]
+    return 2.0  # beside the weight
+
+
+def fp8_main_copy_bytes_per_param(parallel: ParallelConfig, shard: int) -> float:
+    """Bytes per linear-layer parameter of the fp32 main copy the distributed optimizer makes of an FP8 weight
+    (``--fp8-param-gather``) in fp32 training, where the other parameters are their own masters (Megatron-LM
+    d98e8a64ddf3 distrib_optimizer.py ``_build_model_and_main_param_groups``: FP8 and 16-bit model parameters get a
+    float32 main shard), sharded over ``shard`` ranks."""
+    return 4.0 / shard if parallel.fp8_param_gather and parallel.precision == "fp32" else 0.0
 
 
 def saved_bytes_less_per_element(parallel: ParallelConfig) -> float:
-    """What a linear's saved input weighs less per element than bf16: 1 B (an FP8 copy), 1.4375 B (NVFP4's
-    0.5 B with its scale per 16 elements)."""
-    return 2.0 - operand_bytes(parallel.quantized_recipe) if parallel.quantized_recipe else 0.0
+    """What a linear's saved input weighs less per element than in the training precision: 1 B from bf16 (an FP8
+    copy; 3 B from fp32), 1.4375 B (NVFP4's 0.5 B with its scale per 16 elements)."""
+    if not parallel.quantized_recipe:
+        return 0.0
+    return ACTIVATION_BYTES[parallel.precision] - operand_bytes(parallel.quantized_recipe)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,7 +279,8 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         if count and piece in pieces:  # the gated delta net's in_proj / out_proj in place of QKV / projection
             linear_params += count * (fp8_linear_param_count(pieces[piece]) - fp8_linear_param_count(pieces[full]))
     weights = w * params_on_rank + fp8_weight_bytes_per_param(parallel) * linear_params
-    optimizer = o * (params_on_rank - expert_params_on_rank)
+    optimizer = o * (params_on_rank - expert_params_on_rank) + linear_params * fp8_main_copy_bytes_per_param(
+        parallel, layout.data_parallel_size * parallel.context_parallel_size)
     if parallel.use_distributed_optimizer:  # sharded over DP x CP / N only (sim/dp_instances.py): N copies
         optimizer *= parallel.num_distributed_optimizer_instances
     if expert_params_on_rank:
@@ -282,7 +295,8 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     if parallel.use_megatron_fsdp:  # sharded as --data-parallel-sharding-strategy says (sim/fsdp_memory.py)
         weights, grads, optimizer, buffers = fsdp_memory_bytes(layout, parallel, pieces, stage, params_on_rank,
                                                                expert_params_on_rank)
-        weights += fp8_weight_bytes_per_param(parallel) * linear_params
+        # (with --fp8-param-gather its sharded weights are counted at the parameter dtype: not fewer bytes)
+        weights += (0.0 if parallel.fp8_param_gather else fp8_weight_bytes_per_param(parallel)) * linear_params
     spread = 0.0
     if model is not None and parallel.muon:  # whole tensors, one state less on its matrices (sim/muon_shards.py)
         chunk_mix = [mix[c] if mix else (n, 0) for c, n in enumerate(layout.stage_chunk_layers[stage])]
