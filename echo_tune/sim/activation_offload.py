@@ -17,21 +17,25 @@ A module whose region selective recompute replays saves only what its checkpoint
 what is offloaded then. Bytes per layer are what the traced regions save (tensors under 2^20 elements, the norms'
 statistics and the like, are counted too: a fraction of a percent of a region's bytes).
 
-Time, per micro-batch and layer (sim/cpu_offload.py ``offload_costs``, the part ``offload``): the copy out is exposed
-where longer than the layer's forward, the copy back where longer than its backward, over the GPU's host link
-(``cpu_offload.host_link_gbyte_s``: PCIe 5.0 x16, or NVLink-C2C on Grace). Memory: every layer's groups leave the GPU, and the stage holds two layers' groups
-beside its micro-batches' activations (``HELD_LAYERS``).
+Time and memory follow from the copies never being waited for in the forward (``_max_inflight_offloads`` None,
+Megatron's default: no main-stream join on the D2H events) and being needed back in the backward:
+
+- forward: no stall; each group's GPU memory is freed only when its copy to the host is done
+  (``record_stream`` on the D2H stream). A chunk's micro-batch frees what the host link
+  (``cpu_offload.host_link_gbyte_s``: PCIe 5.0 x16, or NVLink-C2C on Grace) copies during that chunk's forward,
+  min(offloaded bytes but the last layer's, whose copy starts as the forward ends; link x its forward time)
+  (``drained_bytes``; the copies also drain while other passes run, which is not counted: the bytes kept are an
+  upper bound where the link is the bottleneck); the rest stays with the micro-batch's activations;
+- the stage also keeps back one layer's groups for the whole step (``post_warmup_callback``: the last group of each
+  name, so that the first backward does not wait on a reload): ``kept_back_bytes``;
+- backward: each layer's groups are reloaded one layer ahead (``pre_reload_last_layer``, ``bulk_reload_group``); the
+  reload beyond the layer's backward is exposed (the part ``offload``; sim/cpu_offload.py ``offload_costs``).
 """
 
 from __future__ import annotations
 
 from echo_tune.sim.cpu_offload import host_link_gbyte_s, offload_costs
 
-HELD_LAYERS = 2
-"""Layers' offload groups a stage keeps on the GPU: the groups the manager keeps back for the whole step so that the
-first backward does not wait on a reload (``post_warmup_callback``: the last group of each name, one layer's), and one
-layer's in flight (forward: the groups of the layer just run, freed when their copy to the host ends beside the next
-layer; backward: the next layer's groups, reloaded ahead beside this one's backward, ``pre_reload_last_layer``)."""
 MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
 """The offload modules modelled (Megatron's fused_group_mlp and gdp_qkv are refused: config/offload_rules.py)."""
 
@@ -82,19 +86,30 @@ def chunk_offloaded_bytes(pieces, model, parallel, layout, dense: int, moe: int)
     return total, total / (dense + moe)
 
 
-def kept_less_bytes(pieces, model, parallel, layout, dense: int, moe: int) -> float:
-    """Activation bytes per micro-batch a chunk no longer keeps on the GPU: its layers' offload groups."""
-    return chunk_offloaded_bytes(pieces, model, parallel, layout, dense, moe)[0]
+def drained_bytes(pieces, model, parallel, layout, dense: int, moe: int, forward_s: float, gpu_name: str) -> float:
+    """Activation bytes per micro-batch a chunk no longer keeps on the GPU: its offload groups that the host link
+    copies during its forward (``forward_s``), but the last layer's, whose copy starts as the forward ends."""
+    total, per_layer = chunk_offloaded_bytes(pieces, model, parallel, layout, dense, moe)
+    return min(total - per_layer, host_link_gbyte_s(gpu_name) * 1e9 * forward_s)
 
 
-def held_bytes(pieces, model, parallel, layout, mix) -> float:
-    """``HELD_LAYERS`` layers' offload groups, held once per stage (kept back, and in flight)."""
-    return HELD_LAYERS * max((chunk_offloaded_bytes(pieces, model, parallel, layout, d, m)[1] for d, m in mix),
-                             default=0.0)
+def stage_drained_bytes(pieces, model, parallel, layout, mix, forward_s, gpu_name: str) -> list[float]:
+    """``drained_bytes`` of each chunk of a stage (``forward_s[chunk]``: its forward pass time)."""
+    if not parallel.fine_grained_activation_offloading:
+        return [0.0] * len(mix)
+    return [drained_bytes(pieces, model, parallel, layout, d, m, f, gpu_name) for (d, m), f in zip(mix, forward_s)]
+
+
+def kept_back_bytes(pieces, model, parallel, layout, mix) -> float:
+    """One layer's groups the stage keeps on the GPU for the whole step (the last group of each name)."""
+    if not parallel.fine_grained_activation_offloading:
+        return 0.0
+    return max((chunk_offloaded_bytes(pieces, model, parallel, layout, d, m)[1] for d, m in mix), default=0.0)
 
 
 def with_activation_offload(passes, pieces, model, parallel, layout, mix, gpu_name: str):
-    """``passes`` ([stage][chunk] (fwd, bwd, recompute)) with each chunk's exposed copies as ``offload_s``."""
+    """``passes`` ([stage][chunk] (fwd, bwd, recompute)) with each chunk's exposed reloads as ``offload_s`` (the
+    forward never waits on its copies out)."""
     if not parallel.fine_grained_activation_offloading:
         return passes
     out = []
@@ -103,9 +118,9 @@ def with_activation_offload(passes, pieces, model, parallel, layout, mix, gpu_na
         for c, (f, b, r) in enumerate(row):
             dense, moe = mix[s][c]
             _, per_layer = chunk_offloaded_bytes(pieces, model, parallel, layout, dense, moe)
-            of, ob = offload_costs(f, b, layers=dense + moe, offloaded=dense + moe, layer_bytes=per_layer,
-                                   gpu_name=gpu_name)
-            new.append((f + of, b + ob, r))
+            _, ob = offload_costs(f, b, layers=dense + moe, offloaded=dense + moe, layer_bytes=per_layer,
+                                  gpu_name=gpu_name)
+            new.append((f, b + ob, r))
         out.append(new)
     return out
 
@@ -117,5 +132,5 @@ def activation_offload_notes(pieces, model, parallel, layout, mix, gpu_name: str
     _, per_layer = chunk_offloaded_bytes(pieces, model, parallel, layout, dense, moe)
     return (f"--fine-grained-activation-offloading ({' '.join(parallel.offload_modules or ())}): "
             f"{per_layer / 2**20:.0f} MiB per layer and micro-batch copied to the host and back at "
-            f"{host_link_gbyte_s(gpu_name):.0f} GB/s (datasheet-derived); the part beyond each layer's compute is "
-            f"'offload'",)
+            f"{host_link_gbyte_s(gpu_name):.0f} GB/s (datasheet-derived): copies not drained by the end of a chunk's "
+            f"forward stay on the GPU; reloads beyond each layer's backward are 'offload'",)

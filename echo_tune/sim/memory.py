@@ -51,7 +51,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import ACTIVATION_BYTES, fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
 from echo_tune.sim.allocator_memory import loss_working_bytes, workspace_bytes
-from echo_tune.sim.activation_offload import held_bytes, kept_less_bytes
+from echo_tune.sim.activation_offload import kept_back_bytes
 from echo_tune.sim.cpu_offload import kept_fraction
 from echo_tune.sim.linear_layers import PIECES as LINEAR_PIECES, linear_activation_delta
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
@@ -202,13 +202,16 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
 def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: dict[str, Trace],
                  params_on_rank: int, schedule: str, *, mix: tuple[tuple[int, int], ...] | None = None,
                  expert_params_on_rank: int = 0, model: ModelSpec | None = None,
-                 gpu: GPUSpec | None = None, linear: tuple[tuple[int, int], ...] | None = None) -> StageMemory:
+                 gpu: GPUSpec | None = None, linear: tuple[tuple[int, int], ...] | None = None,
+                 offload_drained: list[float] | None = None) -> StageMemory:
     """Peak memory of the last rank of ``stage`` (and ``dp_spread_bytes``, see StageMemory).
 
     MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
     experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
     ``model`` adds the loss's working set, ``model`` and ``gpu`` the GEMM workspaces (sim/allocator_memory.py).
     ``linear[chunk]``: the (dense, MoE) layers of ``mix[chunk]`` that run the gated delta net (sim/linear_layers.py).
+    ``offload_drained[chunk]``: the activation bytes of a micro-batch fine-grained offloading moves to the host
+    (sim/activation_offload.py ``stage_drained_bytes``); one layer's groups stay besides (``kept_back_bytes``).
     """
     v = layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
@@ -240,8 +243,8 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
                                                          layer_activation_bytes)
             kept, extra = kept + more, max(extra, linear_extra)
         kept *= kept_fraction(layers, parallel.cpu_offloading_num_layers)  # offloaded to the host (sim/cpu_offload.py)
-        if parallel.fine_grained_activation_offloading and model is not None:  # sim/activation_offload.py
-            kept -= kept_less_bytes(pieces, model, parallel, layout, dense, moe)
+        if offload_drained:  # fine-grained offloading: copied to the host during the chunk's forward
+            kept -= offload_drained[chunk]
         contents = layout.chunk_contents[stage][chunk]
         if contents.embedding:
             kept += pieces["embedding"].activation_bytes
@@ -262,9 +265,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         # state as the peak without interleaving; with it, the other chunks may hold fewer micro-batches then)
         activations = max(activations, loss_bytes + after_forward_peak_bytes(
             schedule, stage, p, layout.num_micro_batches, v, loss_chunk, chunk_bytes, *grouping))
-    if parallel.fine_grained_activation_offloading and model is not None:  # offload groups kept on the GPU
-        activations += held_bytes(pieces, model, parallel, layout, [mix[c] if mix else (n, 0) for c, n in
-                                                                    enumerate(layout.stage_chunk_layers[stage])])
+    if offload_drained and model is not None:  # fine-grained offloading: one layer's groups kept back
+        activations += kept_back_bytes(pieces, model, parallel, layout, [mix[c] if mix else (n, 0) for c, n in
+                                                                         enumerate(layout.stage_chunk_layers[stage])])
     graphs = 0.0
     if any(graph_bytes):  # kept as long as the micro-batch's activations: the peak of the sum, less theirs
         graphs = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v,

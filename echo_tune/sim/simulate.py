@@ -25,7 +25,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.sim.optime_coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.determinism import check_deterministic, ring_only_profile
-from echo_tune.sim.activation_offload import activation_offload_notes, with_activation_offload
+from echo_tune.sim.activation_offload import activation_offload_notes, stage_drained_bytes, with_activation_offload
 from echo_tune.sim.cpu_offload import offload_costs, offload_notes
 from echo_tune.sim.realtime_tests import realtime_test_notes, with_realtime_tests
 from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
@@ -201,7 +201,10 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time,
                        drains[crit])
 
+    drained = [stage_drained_bytes(pieces, model, parallel, layout, mix[s], [f.total_s for f, _, _ in passes[s]],
+                                   cluster.gpu.name) for s in range(p)]  # fine-grained offloading (activation_offload.py)
     memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s], linear=linears[s],
+                                offload_drained=drained[s],
                                 expert_params_on_rank=stage_experts[s], model=model, gpu=cluster.gpu)
                    for s in range(p))
     if defer is not None:

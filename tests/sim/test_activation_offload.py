@@ -30,13 +30,27 @@ def test_core_attention_group_by_hand():
 def test_memory_and_copies():
     plain, off = et.simulate(LLAMA8, H100, 8, BASE), et.simulate(LLAMA8, H100, 8, OFF)
     per_layer = S * 80 * 128 * 2 + 32 * S * 4
-    # PP 1: one micro-batch in flight; 32 layers' groups leave, two layers' stay (kept back, in flight)
+    # PP 1: one micro-batch in flight; PCIe (63 GB/s) drains 31 layers' groups (5.2 GB) within the ~0.1 s forward,
+    # the last layer's copy starts as it ends, and one layer's groups are kept back for the whole step: 30 leave
     saved = plain.stage_memory[0].activations_bytes - off.stage_memory[0].activations_bytes
     assert saved == pytest.approx((32 - 2) * per_layer)
     # each layer's group goes out and back over PCIe 5.0 x16 (63 GB/s): 169 MB in 2.7 ms, under a layer's
     # forward (~4 ms of GEMMs and attention at 8k tokens) and backward: hidden
     assert per_layer / 63e9 == pytest.approx(2.68e-3, rel=0.01)
     assert off.breakdown_s["offload"] == plain.breakdown_s["offload"] == 0
+
+
+def test_the_link_limits_what_leaves_during_a_forward():
+    from echo_tune.sim.activation_offload import drained_bytes
+
+    layout = check_compatible(LLAMA8, H100, 8, OFF)
+    pieces = trace_pieces(LLAMA8, OFF, layout)
+    per_layer = S * 80 * 128 * 2 + 32 * S * 4
+    # 10 ms of forward over PCIe 5.0 x16: 630 MB copied, of 32 layers' 5.4 GB; 1 s: all but the last layer's
+    assert drained_bytes(pieces, LLAMA8, OFF, layout, 32, 0, 0.010, "h100-sxm") == pytest.approx(63e9 * 0.010)
+    assert drained_bytes(pieces, LLAMA8, OFF, layout, 32, 0, 1.0, "h100-sxm") == pytest.approx(31 * per_layer)
+    # NVLink-C2C on GB200: 225 GB/s per GPU and direction
+    assert drained_bytes(pieces, LLAMA8, OFF, layout, 32, 0, 0.010, "gb200") == pytest.approx(225e9 * 0.010)
 
 
 def test_copies_longer_than_the_layer_are_exposed():
