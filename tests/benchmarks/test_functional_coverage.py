@@ -83,9 +83,9 @@ def test_no_corpus_case_raises_a_traceback(whole_corpus):
     assert whole_corpus["errors"] == []
 
 
-def test_echo_tune_simulates_nine_in_ten_functional_training_cases(whole_corpus):
+def test_echo_tune_simulates_97_percent_of_the_functional_training_cases(whole_corpus):
     assert whole_corpus["cases_in_scope"] >= 200
-    assert whole_corpus["coverage"] >= 0.90
+    assert whole_corpus["coverage"] >= 0.97  # issue 39
     # each of the rest is refused by a named flag with its reason, none a traceback; rejected only where Megatron-LM
     # d98e8a64 itself asserts the rule: one FSDP2 case runs --fp16, which arguments.py refuses for --use-torch-fsdp2;
     # one sets --tp-comm-overlap beside --deterministic-mode, which training/determinism.py asserts off
