@@ -64,6 +64,12 @@ def _value(column: str, raw: str, annotation: str):
     text = raw.strip()
     if text == "":
         return None
+    if column == "tp_comm_overlap_cfg":  # the userbuffer settings file, read as the launch line reads it
+        from echo_tune.config.ub_config import read_ub_config
+
+        return None if text.lower() == "none" else read_ub_config(text)
+    if column == "cp_comm_type":  # nargs="+" read into words; Megatron's dump prints the list: "['p2p']"
+        return " ".join(t.strip("'\"") for t in re.split(r"[\s,;]+", text.strip("()[] ")) if t.strip("'\""))
     if annotation.startswith("tuple"):  # window_size, recompute_modules: "64,0", "(64, 0)", "core_attn mlp",
         # or as Megatron's argument dump prints a list: "['core_attn', 'mlp']"
         items = [t.strip("'\"") for t in re.split(r"[\s,;]+", text.strip("()[] ")) if t.strip("'\"")]
