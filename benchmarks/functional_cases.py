@@ -4,7 +4,9 @@ A case's MODEL_ARGS become the launch line Megatron's CI builds from them
 (tests/functional_tests/shell_test_utils/_run_training.sh, Megatron-LM d98e8a64ddf3: ``true`` -> the bare
 flag, an empty value -> left out, a value written ``"[a b]"`` -> its words, a list -> its values, other
 values one shell word); ``false`` is left out (a store_true flag off).
-``${VAR}`` paths stay as placeholders (they only name files). Each golden platform is matched to an
+``${VAR}`` paths stay as placeholders (they only name files); a path into Megatron-LM's tree that a flag reads
+(``--tp-comm-overlap-cfg``) points at its copy under ``files/``, as the CI runs from the repository root. Each
+golden platform is matched to an
 echo-tune cluster preset and to the GPU count of the recipe that runs the case there.
 """
 
@@ -18,6 +20,8 @@ from pathlib import Path
 import yaml
 
 DATA = Path(__file__).resolve().parent / "data" / "megatron_functional_tests"
+FILES = DATA / "files"
+"""Files of Megatron-LM's tree that case flags read, copied at the corpus commit (their paths kept)."""
 SETS = ("gpt", "moe")
 # golden platform -> echo-tune cluster preset (`echo-tune presets clusters`). dracooci / dgxc: the same
 # DGX A100 / H100 systems hosted in Oracle Cloud and DGX Cloud.
@@ -56,7 +60,8 @@ def launch_line(model_args: dict) -> str:
         elif isinstance(value, str) and re.fullmatch(r"\[[^]]+\]", value.strip()):
             tokens += [flag, *(shlex.quote(v) for v in value.strip()[1:-1].split())]
         else:
-            tokens += [flag, shlex.quote(str(value))]
+            copied = FILES / str(value)
+            tokens += [flag, shlex.quote(str(copied) if isinstance(value, str) and copied.is_file() else str(value))]
     return " ".join(tokens)
 
 

@@ -33,6 +33,8 @@ def _add_flag(parser: argparse.ArgumentParser, field: str, flag: str, kind: str,
         parser.add_argument(flag, dest=field, action="store_const", const=False, default=None, help=text)
     elif kind == "list":
         parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=field.upper(), help=text)
+    elif kind == "ints":  # nargs="+", type=int (--hierarchical-context-parallel-sizes)
+        parser.add_argument(flag, *extra, dest=field, nargs="+", type=int, default=None, metavar="N", help=text)
     elif kind == "words":  # nargs="+" read as one space-separated value (--moe-router-load-balancing-type)
         parser.add_argument(flag, *extra, dest=field, nargs="+", default=None, metavar=metavar, help=text,
                             action=_JoinedWords)

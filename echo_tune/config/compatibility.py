@@ -14,7 +14,10 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.expert_layout import expert_groups
 from echo_tune.config.local_spec import check_local_layout
 from echo_tune.config.model import FLASH_STYLE_BACKENDS, ModelSpec
-from echo_tune.config.offload_rules import check_cpu_offload
+from echo_tune.config.cp_comm_rules import check_cp_comm, cp_groups
+from echo_tune.config.ub_config import ub_config_problem
+from echo_tune.config.linear_attention_fields import check_linear_attention_layout
+from echo_tune.config.offload_rules import check_cpu_offload, check_fine_grained_offload
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import check_schedule_features
 from echo_tune.config.pipeline_layout import ChunkContents
@@ -119,10 +122,9 @@ def _check_fp8(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig)
     if not parallel.fp8:
         require(not fp8_only, f"{fp8_only} need `fp8_format`, but got (fp8_format=None); add --fp8-format hybrid")
         return
-    if parallel.precision != "bf16":  # Megatron allows it (fp32 or fp16 parameters, FP8 GEMMs): not modelled
-        raise UnmodelledError(f"`--fp8-format {parallel.fp8_format}` beside {parallel.precision} parameters is not "
-                              f"modelled (echo-tune models FP8 GEMMs beside --bf16 parameters only); add --bf16 to "
-                              f"simulate it that way")
+    # FP8 GEMMs beside fp32 or fp16 parameters (Megatron allows both): activations, quantisation reads, GEMM outputs
+    # and saved inputs in the training precision (cost/fp8.py ACTIVATION_BYTES); an FP8 weight's fp32 main copy in
+    # fp32 training (sim/memory.py fp8_main_copy_bytes_per_param)
     cluster.gpu.peak_tflops("fp8")  # refuses a GPU without FP8 tensor cores, by name
     require(parallel.fp8_recipe != "mxfp8" or cluster.gpu.peak_fp4_tflops is not None,
             f"`fp8_recipe == 'mxfp8'` needs Blackwell MX tensor cores, but got (gpu={cluster.gpu.name!r}); "
@@ -265,6 +267,7 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     check_local_layout(model, parallel, sequence_parallel)
     check_schedule_features(model, parallel, dp, vpp)
     check_cpu_offload(model, parallel)
+    check_fine_grained_offload(model, parallel)
     precision_aware = (parallel.main_params_dtype, parallel.exp_avg_dtype, parallel.exp_avg_sq_dtype,
                        parallel.main_grads_dtype) != ("fp32",) * 4
     require(not precision_aware or parallel.use_precision_aware_optimizer,
@@ -292,7 +295,11 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
     require(not parallel.grad_reduce_in_bf16 or parallel.precision == "bf16",
             f"`grad_reduce_in_bf16` needs bf16 training, but got (precision={parallel.precision!r})")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
-    groups = _group_placements(parallel, cluster, dp) | expert_groups(model, parallel, dp, cluster.nvlink_domain_gpus,
+    check_cp_comm(model, parallel)
+    ub_config_problem(parallel)
+    check_linear_attention_layout(model, parallel)
+    groups = _group_placements(parallel, cluster, dp) | cp_groups(parallel, cluster.nvlink_domain_gpus, GroupPlacement) \
+        | expert_groups(model, parallel, dp, cluster.nvlink_domain_gpus,
                                                                       GroupPlacement)
     return Layout(num_gpus=num_gpus, data_parallel_size=dp, num_micro_batches=num_micro_batches,
                   virtual_pipeline_size=vpp, stage_chunk_layers=chunks, chunk_contents=contents, schedule=schedule,

@@ -37,6 +37,10 @@ def apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, i
         parallel["global_batch_size"] = final_global_batch_size(schedule)
         ignored.append(f"--step-batch-size-schedule (simulated at its steady state, the final global batch size "
                        f"{parallel['global_batch_size']})")
+    if "--tp-comm-overlap-cfg" in flags:  # the file's contents, as training/initialize.py hands them to TE
+        from echo_tune.config.ub_config import read_ub_config
+
+        parallel["tp_comm_overlap_cfg"] = read_ub_config(flags["--tp-comm-overlap-cfg"][0])
     if "--recompute-activations" in flags:  # arguments.py validate_args sets selective, whatever else is given
         parallel["recompute_granularity"] = "selective"
     if "--activations-checkpoint-method" in flags:

@@ -16,6 +16,7 @@ import shlex
 from echo_tune.config.flag_catalog import spelling
 from echo_tune.config.launch_tokens import split_line
 from echo_tune.config.layer_fields import LayerFields, parse_window_size
+from echo_tune.config.linear_attention_fields import LinearAttentionFields
 from echo_tune.config.moe_fields import MLAFields, MoEFields
 from echo_tune.config.optimizer_fields import OptimizerFields
 from echo_tune.config.parallel import ParallelConfig
@@ -28,7 +29,9 @@ from echo_tune.errors import ConfigError, raise_problems
 # field -> (flag, kind). kind: "int", "float", "str", "flag" (store_true), "not_flag" (store_false),
 # "freq" (an integer or a list expression, --moe-layer-freq), "list" (nargs="+"), "words" (nargs="+" read
 # into one space-separated string: --moe-router-load-balancing-type), "window" (--window-size:
-# "left,right" as Megatron's tuple_type reads it, or one number for (left, 0); layer_fields.parse_window_size).
+# "left,right" as Megatron's tuple_type reads it, or one number for (left, 0); layer_fields.parse_window_size),
+# "ints" (nargs="+", type=int; a value holding spaces, as '2 2' from Megatron's functional-test YAML that its CI
+# writes unquoted into the shell line, splits into its numbers).
 MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "num_layers": ("--num-layers", "int"),
     "hidden_size": ("--hidden-size", "int"),
@@ -89,6 +92,14 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "apply_query_key_layer_scaling": ("--apply-query-key-layer-scaling", "flag"),
     "attention_output_gate": ("--attention-output-gate", "flag"),
     "use_transformer_engine_op_fuser": ("--use-transformer-engine-op-fuser", "flag"),
+    # the gated delta net layers (config/linear_attention_fields.py, workload/gated_delta_net.py)
+    "experimental_attention_variant": ("--experimental-attention-variant", "str"),
+    "linear_attention_freq": ("--linear-attention-freq", "freq"),
+    "linear_conv_kernel_dim": ("--linear-conv-kernel-dim", "int"),
+    "linear_key_head_dim": ("--linear-key-head-dim", "int"),
+    "linear_value_head_dim": ("--linear-value-head-dim", "int"),
+    "linear_num_key_heads": ("--linear-num-key-heads", "int"),
+    "linear_num_value_heads": ("--linear-num-value-heads", "int"),
     # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/moe_overlap.py)
     "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
     "moe_enable_deepep": ("--moe-enable-deepep", "flag"),
@@ -187,6 +198,11 @@ PARALLEL_FLAGS: dict[str, tuple[str, str]] = {
     "nccl_ub": ("--use-nccl-ub", "flag"),
     "suggested_communication_unit_size": ("--suggested-communication-unit-size", "int"),
     "cpu_offloading_num_layers": ("--cpu-offloading-num-layers", "int"),
+    "test_mode": ("--test-mode", "flag"),
+    "fine_grained_activation_offloading": ("--fine-grained-activation-offloading", "flag"),
+    "offload_modules": ("--offload-modules", "list"),
+    "cp_comm_type": ("--cp-comm-type", "words"),
+    "hierarchical_context_parallel_sizes": ("--hierarchical-context-parallel-sizes", "ints"),
     "overlap_p2p_comm_warmup_flush": ("--overlap-p2p-communication-warmup-flush", "flag"),
     # the optimizer (config/optimizer_fields.py, sim/optimizer_muon.py)
     "optimizer": ("--optimizer", "str"),
@@ -228,6 +244,7 @@ LINE_FLAGS = {
     "--use-rotary-position-embeddings": 0,     # deprecated: sets position_embedding_type = rope (validate_args)
     "--step-batch-size-schedule": -1,   # the global batch steps up: its final size (config/batch_schedule.py)
     "--no-scatter-gather-tensors-in-pipeline": 0,  # Megatron 2021-2023: whole-tensor pipeline sends (the default)
+    "--tp-comm-overlap-cfg": 1,         # the userbuffer settings file, read into tp_comm_overlap_cfg (config/ub_config.py)
 }
 # Accepted spellings that older Megatron versions or users write for the same field.
 ALIASES = {"--virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size",
@@ -254,7 +271,7 @@ def _convert(flag: str, kind: str, raw: str):
 
 def _arities(by_flag: dict) -> dict[str, int | str]:
     """Values each flag echo-tune reads takes (launch_tokens.split_line); the others come from the catalog."""
-    kinds = {flag: 0 if kind in ("flag", "not_flag") else "+" if kind in ("list", "words") else 1
+    kinds = {flag: 0 if kind in ("flag", "not_flag") else "+" if kind in ("list", "words", "ints") else 1
              for flag, (_, kind, _) in by_flag.items()}
     kinds |= {flag: "+" if count < 0 else count for flag, count in LINE_FLAGS.items()}
     return kinds | {flag: 0 for flag in SPECIAL_FLAGS}
@@ -304,7 +321,9 @@ def parse_megatron_line(line: str, *, base=None, megatron_lm: bool = False) -> t
         field, kind, target = by_flag[flag]
         try:
             value = (kind == "flag" if kind in ("flag", "not_flag") else tuple(values) if kind == "list"
-                     else " ".join(values) if kind == "words" else _convert(flag, kind, values[0]))
+                     else " ".join(values) if kind == "words"
+                     else tuple(_convert(flag, "int", v) for raw in values for v in raw.split()) if kind == "ints"
+                     else _convert(flag, kind, values[0]))
         except ConfigError as exc:
             problems.append(exc)
             continue
@@ -334,10 +353,11 @@ def _defaults(*classes) -> dict:
     return {f.name: f.default for cls in classes for f in dataclasses.fields(cls)}
 
 
-_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields, RebuildFields) | {"mtp_num_layers": None} | {
+_MOE_MLA_DEFAULTS = _defaults(MoEFields, MLAFields, LayerFields, LinearAttentionFields, RebuildFields) | {"mtp_num_layers": None} | {
     name: value for name, value in _defaults(ParallelConfig).items()
     if name in ("expert_model_parallel_size", "recompute_modules", "cuda_graph_impl", "cuda_graph_warmup_steps",
-                "num_distributed_optimizer_instances", "cpu_offloading_num_layers")}
+                "num_distributed_optimizer_instances", "cpu_offloading_num_layers", "cp_comm_type",
+                "hierarchical_context_parallel_sizes")}
 
 
 def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str) -> list[str]:
@@ -368,7 +388,7 @@ def to_megatron_flags(model_fields: dict, parallel_fields: dict, precision: str)
                 continue
             if field in _MOE_MLA_DEFAULTS and value == _MOE_MLA_DEFAULTS[field]:
                 continue  # MoE / MLA / EP settings at Megatron's defaults (a dense model writes none)
-            if kind == "list":
+            if kind in ("list", "ints"):
                 out += [flag, *map(str, value)]
                 continue
             if kind == "window":

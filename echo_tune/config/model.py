@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.config.layer_fields import LayerFields
+from echo_tune.config.linear_attention_fields import LinearAttentionFields
 from echo_tune.config.rebuild_fields import RebuildFields
 from echo_tune.config.moe_fields import MLAFields, MoEFields, mla_params, moe_layer_pattern, moe_params
 from echo_tune.limits import check_number
@@ -28,12 +29,13 @@ FLASH_STYLE_BACKENDS = ("auto", "flash", "fused")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec(MoEFields, MLAFields, LayerFields, RebuildFields):
+class ModelSpec(MoEFields, MLAFields, LayerFields, LinearAttentionFields, RebuildFields):
     """A decoder-only transformer, described with Megatron-LM's argument names.
 
     MoE and MLA fields (``num_experts``, ``moe_*``, ``multi_latent_attention``, ...) come from
     ``moe_fields.py``; attention variants and kernel fusions (``window_size``, ``softmax_type``, ...)
-    from ``layer_fields.py``; settings a launch line needs to rebuild the model (``rotary_base``, ...) from
+    from ``layer_fields.py``; the gated delta net's (``experimental_attention_variant``, ``linear_*``) from
+    ``linear_attention_fields.py``; settings a launch line needs to rebuild the model (``rotary_base``, ...) from
     ``rebuild_fields.py``.
 
     Optional fields left as ``None`` take Megatron's defaults (see the properties below).
@@ -127,6 +129,7 @@ class ModelSpec(MoEFields, MLAFields, LayerFields, RebuildFields):
         self._check_moe()
         self._check_mla()
         self._check_layer_variants()
+        self._check_linear_attention()
         self._check_rebuild()
         groups = self.query_groups
         require(self.num_attention_heads % groups == 0,
@@ -197,8 +200,9 @@ class ModelSpec(MoEFields, MLAFields, LayerFields, RebuildFields):
         multiple = self.make_vocab_size_divisible_by * tensor_model_parallel_size
         return -(-self.vocab_size // multiple) * multiple
 
-    def layer_params(self, moe: bool = False) -> int:
-        """Parameters of one transformer layer (unsharded); ``moe``: the layer whose MLP is the MoE block."""
+    def layer_params(self, moe: bool = False, linear: bool = False) -> int:
+        """Parameters of one transformer layer (unsharded); ``moe``: the layer whose MLP is the MoE block; ``linear``:
+        a gated delta net in place of self-attention (linear_attention_fields.py)."""
         h, d, a, g, f = self.hidden_size, self.head_dim, self.num_attention_heads, self.query_groups, self.ffn_size
         bias = self.add_bias_linear
         qkv_bias = (bias or self.add_qkv_bias) and (a + 2 * g) * d
@@ -206,12 +210,14 @@ class ModelSpec(MoEFields, MLAFields, LayerFields, RebuildFields):
         proj = a * d * h + (bias and h)
         if self.multi_latent_attention:
             qkv, proj = mla_params(self), a * self.v_head_dim * h + (bias and h)
+        if linear:
+            qkv, proj = self.gdn_params(), 0
         fc1_out = 2 * f if self.swiglu else f
         mlp = h * fc1_out + (bias and fc1_out) + f * h + (bias and h)
         if moe:
             mlp = moe_params(self)
         norms = 2 * h * (2 if self.normalization == "LayerNorm" else 1)
-        return qkv + proj + mlp + norms + self.softmax_offset_params()
+        return qkv + proj + mlp + norms + (0 if linear else self.softmax_offset_params())
 
     def embedding_params(self, tensor_model_parallel_size: int = 1) -> int:
         v = self.padded_vocab_size(tensor_model_parallel_size) * self.hidden_size
@@ -223,7 +229,8 @@ class ModelSpec(MoEFields, MLAFields, LayerFields, RebuildFields):
         h = self.hidden_size
         final_norm = h * (2 if self.normalization == "LayerNorm" else 1)
         out = self.padded_vocab_size(tensor_model_parallel_size) * h if self.untie_embeddings_and_output_weights else 0
-        layers = sum(self.layer_params(moe=bool(k)) for k in self.moe_pattern)
+        layers = sum(self.layer_params(moe=bool(k), linear=bool(la))
+                     for k, la in zip(self.moe_pattern, self.linear_attention_pattern))
         mtp = (self.mtp_num_layers or 0) * (self.layer_params(moe=bool(self.moe_pattern[-1])) + 2 * h * h + 2 * h)
         return layers + mtp + self.embedding_params(tensor_model_parallel_size) + final_norm + out
 

@@ -265,6 +265,29 @@ class ParallelConfig(OptimizerFields):
     """``--cpu-offloading-num-layers``: the first N layers' activations are copied to host memory during the
     forward and back before their backward (Transformer Engine's offload context; sim/cpu_offload.py)."""
 
+    cp_comm_type: str = "p2p"
+    """``--cp-comm-type``: how context parallelism communicates in attention: p2p (ring), all_gather, a2a (Ulysses) or
+    a2a+p2p (config/cp_comm_rules.py, workload/cp_attention.py); one value per layer, repeated, reads as one."""
+
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
+    """``--hierarchical-context-parallel-sizes``: the CP levels of a2a+p2p (all-to-all inside the first, ring over
+    the second)."""
+
+    fine_grained_activation_offloading: bool = False
+    """``--fine-grained-activation-offloading``: what the ``offload_modules`` save for backward goes to host memory
+    during the forward and comes back before their backward (sim/activation_offload.py)."""
+
+    offload_modules: tuple[str, ...] | None = None
+    """``--offload-modules``: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act."""
+
+    tp_comm_overlap_cfg: tuple | None = None
+    """``--tp-comm-overlap-cfg FILE``: the file's userbuffer settings per TE GEMM, read when the launch line is
+    (config/ub_config.py ``read_ub_config``); None: TE's defaults."""
+
+    test_mode: bool = False
+    """``--test-mode``: Megatron's real-time consistency checks of the QK layernorms in every self-attention forward
+    (all-gathers over DP and TP, compared on the host; sim/realtime_tests.py)."""
+
     # Megatron-FSDP (sim/fsdp.py; Megatron-LM d98e8a64ddf3 training/arguments.py, core/distributed/fsdp/)
     use_megatron_fsdp: bool = False
     """``--use-megatron-fsdp``: Megatron-FSDP shards parameters, gradients and optimizer states over DP x CP as
@@ -352,7 +375,14 @@ class ParallelConfig(OptimizerFields):
         require(self.fp4_format is None or self.fp8_format is None,
                 f"--fp4-format and --fp8-format cannot be used simultaneously (Megatron-LM validate_args), but got "
                 f"(fp4_format={self.fp4_format!r}, fp8_format={self.fp8_format!r}); choose one")
-        for name in ("cuda_graph_modules", "cuda_graph_scope"):
+        if self.hierarchical_context_parallel_sizes is not None:
+            sizes = tuple(self.hierarchical_context_parallel_sizes)
+            for size in sizes:
+                require(isinstance(size, int) and not isinstance(size, bool) and size > 0,
+                        f"`hierarchical_context_parallel_sizes` must be positive integers, but got "
+                        f"(hierarchical_context_parallel_sizes={list(sizes)})")
+            object.__setattr__(self, "hierarchical_context_parallel_sizes", sizes)
+        for name in ("cuda_graph_modules", "cuda_graph_scope", "offload_modules"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))

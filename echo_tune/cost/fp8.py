@@ -103,6 +103,12 @@ CAST_BYTES_PER_ELEMENT = {
 are TN-only (``cast_bytes_per_element`` for a given GPU)."""
 
 
+CAST_READS = {"delayed": 1, "tensorwise": 2, "blockwise": 1, "mxfp8": 1, "nvfp4": 2}
+"""Reads of the high-precision tensor per quantisation in ``CAST_BYTES_PER_ELEMENT`` (current scaling and NVFP4 read
+it once for the amax, once to cast): with fp32 activations (no --bf16: FP8 GEMMs beside fp32 parameters, which
+Megatron-LM allows) each read moves 4 bytes, not 2 (``cast_bytes_per_element``)."""
+ACTIVATION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
+"""Bytes of an activation element by training precision: what a TE linear reads, writes and, unquantised, saves."""
 CAST_KERNELS = {"delayed": 1, "tensorwise": 3, "blockwise": 1, "mxfp8": 1, "nvfp4": 2}
 """Kernels one quantisation launches: current scaling takes its amax, then the scale, then casts; NVFP4 its
 (RHT) amaxes, then the fused cast."""
@@ -131,25 +137,28 @@ def is_fp8_gemm(op: Op) -> bool:
     return op.kind == "gemm" and where(op) in FP8_REGIONS
 
 
-def fp8_gemm_time_s(op: Op, profile: ClusterProfile, gpu: GPUSpec, recipe: str | None = None) -> float:
+def fp8_gemm_time_s(op: Op, profile: ClusterProfile, gpu: GPUSpec, recipe: str | None = None,
+                    precision: str = "bf16") -> float:
     """Time of one FP8 GEMM: FP8 peak x FP8 efficiency x size saturation; 1-byte operands (NVFP4: the FP4 peak,
-    half-byte operands with their scales)."""
+    half-byte operands with their scales), the output in the training precision."""
     m, n, k = op.gemm_mnk or (4096, 4096, 4096)
     efficiency = gemm_efficiency(m, n, k, profile) * profile.fp8_gemm_max_efficiency / profile.gemm_max_efficiency
     peak = gpu.peak_tflops("fp4" if recipe in FP4_RECIPES else "fp8")
     compute_s = op.flops / (peak * 1e12 * gpu.clock_factor * efficiency)
-    memory_s = ((m * k + k * n) * operand_bytes(recipe) + 2 * m * n) / (profile.memory_bandwidth_gbyte_s * 1e9)
+    out = ACTIVATION_BYTES[precision] * m * n
+    memory_s = ((m * k + k * n) * operand_bytes(recipe) + out) / (profile.memory_bandwidth_gbyte_s * 1e9)
     return max(compute_s, memory_s) + profile.kernel_launch_overhead_s
 
 
-def cast_bytes_per_element(recipe: str, gpu: GPUSpec | None = None) -> float:
-    """HBM bytes one quantisation moves per bf16 element on ``gpu``: no transposed copy of a per-tensor-scaled
-    tensor where FP8 GEMMs take any layout (compute capability 10.x)."""
+def cast_bytes_per_element(recipe: str, gpu: GPUSpec | None = None, precision: str = "bf16") -> float:
+    """HBM bytes one quantisation moves per element of ``precision`` on ``gpu``: no transposed copy of a
+    per-tensor-scaled tensor where FP8 GEMMs take any layout (compute capability 10.x)."""
     transposed_copy = recipe in ("delayed", "tensorwise") and gpu is not None and gpu.fp8_any_layout
-    return CAST_BYTES_PER_ELEMENT[recipe] - (1.0 if transposed_copy else 0.0)
+    wider = CAST_READS[recipe] * (ACTIVATION_BYTES[precision] - 2.0)
+    return CAST_BYTES_PER_ELEMENT[recipe] + wider - (1.0 if transposed_copy else 0.0)
 
 
-def _cast_bytes_s(op: Op, recipe: str, profile: ClusterProfile, gpu: GPUSpec | None) -> float:
+def _cast_bytes_s(op: Op, recipe: str, profile: ClusterProfile, gpu: GPUSpec | None, precision: str = "bf16") -> float:
     """HBM time of the quantisation charged to one FP8 GEMM.
 
     Forward GEMMs have mnk = (tokens, out, in): X is m x k. Both backward GEMMs of a linear layer have
@@ -157,15 +166,17 @@ def _cast_bytes_s(op: Op, recipe: str, profile: ClusterProfile, gpu: GPUSpec | N
     """
     m, _, k = op.gemm_mnk or (4096, 4096, 4096)
     elements = m * k if op.phase == "fwd" else m * k / 2
-    return elements * cast_bytes_per_element(recipe, gpu) / (profile.memory_bandwidth_gbyte_s * 1e9)
+    return elements * cast_bytes_per_element(recipe, gpu, precision) / (profile.memory_bandwidth_gbyte_s * 1e9)
 
 
-def group_cast(one: Op, groups: int, recipe: str, profile: ClusterProfile, gpu: GPUSpec | None) -> tuple[float, int]:
+def group_cast(one: Op, groups: int, recipe: str, profile: ClusterProfile, gpu: GPUSpec | None,
+               precision: str = "bf16") -> tuple[float, int]:
     """Time and kernels of the quantisations charged to a GEMM run once per local expert (``one``: one expert's
     share; ``groups`` 1: a plain linear layer; ``gpu`` None: TN-only, as Hopper; module docstring): every expert's
     bytes, one quantisation per expert unless TE fuses the group (``fused_group_cast``)."""
     kernels = CAST_KERNELS[recipe] * (1 if fused_group_cast(recipe, gpu) else groups)
-    return groups * _cast_bytes_s(one, recipe, profile, gpu) + kernels * profile.kernel_launch_overhead_s, kernels
+    return groups * _cast_bytes_s(one, recipe, profile, gpu, precision) + kernels * profile.kernel_launch_overhead_s, \
+        kernels
 
 
 MXFP8_MEASURED_OVER_CS = {"Llama3 8B, 8 B200": 30624 / 29521, "Llama3.1 405B, 128 B200": 661 / 624}
@@ -190,11 +201,11 @@ def mxfp8_notes(fp8_recipe: str | None) -> tuple[str, ...]:
             f"optimistic by about that difference",)
 
 
-def fp8_collective_bytes(op: Op, recipe: str | None = None) -> float:
-    """Message size of a TP collective under FP8: all-gathers of an FP8 linear layer move 1-byte data (NVFP4:
-    bf16, module docstring)."""
+def fp8_collective_bytes(op: Op, recipe: str | None = None, precision: str = "bf16") -> float:
+    """Message size of a TP collective under FP8: all-gathers of an FP8 linear layer move 1-byte data instead of the
+    traced training-precision elements (NVFP4: unquantised, module docstring)."""
     if op.collective == "all_gather" and where(op) in FP8_REGIONS and recipe not in FP4_RECIPES:
-        return op.size_bytes / 2
+        return op.size_bytes / ACTIVATION_BYTES[precision]
     return op.size_bytes
 
 

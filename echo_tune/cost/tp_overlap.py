@@ -20,7 +20,10 @@ So overlap is partial, and the GEMMs beside it lose the SMs given to communicati
 share, a kernel beside a collective also competes for HBM and L2 (Echo, arXiv 2412.12487): the
 profile's fitted slowdown curve (by message size; by kernel kind where the profile has one) or its
 scalar ``compute_slowdown``, applied per overlapped op. NeMo's tuned per-model configs change
-``num_sm`` (2-24) and ``num_splits``; echo-tune uses TE's defaults.
+``num_sm`` (2-24) and ``num_splits``; echo-tune uses TE's defaults unless ``--tp-comm-overlap-cfg`` gives others
+(config/ub_config.py, ``pair_settings``): the SMs and splits, ``set_sm_margin`` off (the pipelined GEMM keeps all its
+SMs, slowed only while a chunk's reduce-scatter runs beside it), ``aggregate`` (ring exchange: GEMM chunks of two
+received blocks), and a reduce-scatter GEMM by ring exchange instead of the pipeline.
 """
 
 from __future__ import annotations
@@ -78,23 +81,50 @@ def pair_methods(ops: tuple[Op, ...]) -> list[tuple[int, int, str]]:
     return pairs
 
 
+def pair_settings(ops: tuple[Op, ...], settings: dict | None) -> list[tuple[int, int, object]]:
+    """``pair_methods`` with each pair's TE userbuffer name and setting (config/ub_config.py ``ub_settings``), or
+    its method alone (TE's defaults) when ``settings`` is None. The name: the region's GEMM (qkv, proj, fc1 for the
+    MLP's gather, fc2 for its reduce-scatter / its dY gather) and the pass (fprop; dgrad for a backward gather,
+    wgrad for a backward reduce-scatter)."""
+    pairs = pair_methods(ops)
+    if settings is None:
+        return pairs
+    out = []
+    for c, g, method in pairs:
+        op = ops[c]
+        gather = op.collective == "all_gather"
+        gemm = {"qkv": "qkv", "attention_proj": "proj"}.get(op.region)
+        if gemm is None:  # the dense MLP: fc1 gathers its input, fc2 reduce-scatters forward and gathers dY back
+            gemm = "fc1" if (gather and op.phase == "fwd") or method == "bulk" else "fc2"
+        step = "fprop" if op.phase == "fwd" else ("dgrad" if gather else "wgrad")
+        out.append((c, g, settings[f"{gemm}_{step}"]))
+    return out
+
+
 def overlapped_cost(method: str, comm_s: float, gemm_s: float, gemm_op: Op, size_bytes: float, tp: int,
-                    profile: ClusterProfile, sm_count: int) -> tuple[float, float]:
-    """(exposed communication, extra GEMM time) of one collective overlapped with one GEMM."""
+                    profile: ClusterProfile, sm_count: int, *, num_sm: int = UB_NUM_SM,
+                    num_splits: int = UB_NUM_SPLITS, set_sm_margin: bool = True,
+                    aggregate: bool = False) -> tuple[float, float]:
+    """(exposed communication, extra GEMM time) of one collective overlapped with one GEMM (TE's defaults unless
+    the keywords, a ``--tp-comm-overlap-cfg`` entry, say otherwise)."""
     comm_s *= slowdown(profile, "comm", size_bytes)
     contention = slowdown(profile, "compute", size_bytes) - 1.0
     m = (gemm_op.gemm_mnk or (4096, 0, 0))[0]
     if method == "ring_exchange":
-        chunked = gemm_s * (_saturation(m, profile) / _saturation(max(m / tp, 1.0), profile) - 1.0)
+        chunk = min(m, (2 if aggregate else 1) * m / tp)  # aggregate: two received blocks per GEMM chunk
+        chunked = gemm_s * (_saturation(m, profile) / _saturation(max(chunk, 1.0), profile) - 1.0)
         hiding_s = (gemm_s + chunked) * (tp - 1) / tp
         exposed = max(0.0, comm_s - hiding_s)
         return exposed, chunked + min(comm_s, hiding_s) * contention
-    share = UB_NUM_SM / sm_count
+    share = num_sm / sm_count
     if method == "pipeline":
-        chunked = gemm_s * (_saturation(m, profile) / _saturation(max(m / UB_NUM_SPLITS, 1.0), profile) - 1.0)
-        slow_gemm = (gemm_s + chunked) / (1.0 - share)
-        tail = comm_s / UB_NUM_SPLITS
-        exposed = tail + max(0.0, comm_s - tail - slow_gemm * (UB_NUM_SPLITS - 1) / UB_NUM_SPLITS)
+        chunked = gemm_s * (_saturation(m, profile) / _saturation(max(m / num_splits, 1.0), profile) - 1.0)
+        tail = comm_s / num_splits
+        if set_sm_margin:  # the GEMM chunks leave the communication's SMs free throughout
+            slow_gemm = (gemm_s + chunked) / (1.0 - share)
+        else:  # all SMs, shared only while a chunk's reduce-scatter runs beside it
+            slow_gemm = gemm_s + chunked + min(comm_s - tail, gemm_s + chunked) * share / (1.0 - share)
+        exposed = tail + max(0.0, comm_s - tail - slow_gemm * (num_splits - 1) / num_splits)
         return exposed, slow_gemm - gemm_s + min(comm_s - tail, slow_gemm) * contention
     # bulk: the comm kernel holds its SMs while it runs beside the GEMM (no SM margin set)
     overlap = min(comm_s, gemm_s)

@@ -139,6 +139,8 @@ def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
                                    ("--no-async-tensor-model-parallel-allreduce",
                                     not parallel.async_tensor_model_parallel_allreduce),
                                    ("--use-megatron-fsdp", parallel.use_megatron_fsdp),
+                                   (f"--cp-comm-type {parallel.cp_comm_type}", parallel.cp_comm_type != "p2p"),
+                                   ("--test-mode", parallel.test_mode),
                                    ("CUDA graphs (--cuda-graph-impl / --enable-cuda-graph)",
                                     cuda_graph_setting(parallel)[0] != "none"))
              if on]

@@ -11,7 +11,7 @@ from echo_tune.sim.passes import PassCosts
 def chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
                   mix: tuple[int, int] | None = None, bf16: tuple[PassCosts, int, int] | None = None,
                   per_pass: PhaseCost = ZERO, window: tuple[int, int] | None = None,
-                  paired: float = 0.0) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
+                  paired: float = 0.0, linear: tuple[int, int] | None = None) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
     """(forward, backward without recompute, recompute) of one micro-batch of one chunk.
 
     ``mix`` = (dense layers, MoE layers) of the chunk, MTP layers included (all dense when None). The
@@ -21,7 +21,8 @@ def chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
     wherever the split puts them (taken as dense layers). ``window``: (dense, MoE) layers of the chunk with
     sliding-window attention (``layer_mix.chunk_window_mix``). ``paired``: the share of the stage's passes that
     the EP overlap pairs (``moe_overlap.paired_fraction``), each MoE layer of them changed by
-    ``costs.moe_ep_overlap_*``."""
+    ``costs.moe_ep_overlap_*``. ``linear``: (dense, MoE) layers of the chunk with the gated delta net in place of
+    self-attention (sim/linear_layers.py), each changed by ``costs.linear``."""
     contents = layout.chunk_contents[stage][chunk]
     dense, moe = mix or (contents.layers + contents.mtp_layers, 0)
     layers = dense + moe
@@ -47,6 +48,8 @@ def chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
         rec = costs.layer_forward.scaled(recomputed - moe_share) + costs.moe_layer_forward.scaled(moe_share)
     if window is not None and costs.window:  # sliding-window layers: their attention's cost difference
         fwd, bwd, rec = window_passes(layout, costs.window, (dense, moe), window, (fwd, bwd, rec))
+    if linear is not None and costs.linear:  # gated-delta-net layers: their cost difference from self-attention
+        fwd, bwd, rec = window_passes(layout, costs.linear, (dense, moe), linear, (fwd, bwd, rec))
     fwd, bwd = fwd + per_pass, bwd + per_pass  # FP8 delayed scaling: the amax all-reduce of each pass
     if contents.embedding:
         fwd, bwd = fwd + costs.embedding_forward, bwd + costs.embedding_backward
@@ -57,7 +60,8 @@ def chunk_passes(layout: Layout, costs: PassCosts, stage: int, chunk: int,
 
 
 def all_chunk_passes(layout: Layout, costs: PassCosts, mix, windows, bf16=None, per_pass: PhaseCost = ZERO,
-                     paired: list[float] | None = None) -> list[list[tuple[PhaseCost, PhaseCost, PhaseCost]]]:
+                     paired: list[float] | None = None,
+                     linears=None) -> list[list[tuple[PhaseCost, PhaseCost, PhaseCost]]]:
     """``chunk_passes`` of every (stage, chunk): ``[stage][chunk]``. Chunks that hold the same work (most of
     them: the same layer counts, no embedding or loss) are costed once."""
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
@@ -70,10 +74,11 @@ def all_chunk_passes(layout: Layout, costs: PassCosts, mix, windows, bf16=None, 
             contents = layout.chunk_contents[s][c]
             # everything chunk_passes reads of the chunk (where it starts matters only to the bf16 layers)
             key = (contents.layers, contents.mtp_layers, contents.embedding, contents.loss,
-                   contents.first_layer if bf16 is not None else 0, mix[s][c], windows[s][c], paired[s])
+                   contents.first_layer if bf16 is not None else 0, mix[s][c], windows[s][c], paired[s],
+                   linears[s][c] if linears else None)
             if key not in done:
                 done[key] = chunk_passes(layout, costs, s, c, mix[s][c], bf16, per_pass, window=windows[s][c],
-                                         paired=paired[s])
+                                         paired=paired[s], linear=linears[s][c] if linears else None)
             row.append(done[key])
         out.append(row)
     return out
@@ -81,7 +86,8 @@ def all_chunk_passes(layout: Layout, costs: PassCosts, mix, windows, bf16=None, 
 
 def window_passes(layout: Layout, delta: dict[str, PhaseCost], mix: tuple[int, int], window: tuple[int, int],
                    passes: tuple[PhaseCost, PhaseCost, PhaseCost]) -> tuple[PhaseCost, PhaseCost, PhaseCost]:
-    """Add the (window - full attention) cost of the chunk's window layers to its (fwd, bwd, recompute)."""
+    """Add the (variant - full attention) cost of the chunk's variant layers (a sliding window, or the gated delta
+    net) to its (fwd, bwd, recompute)."""
     fwd, bwd, rec = passes
     layers = sum(mix)
     for prefix, count in zip(("", "moe_"), window):

@@ -23,7 +23,8 @@ from echo_tune.cost.moe_dispatch import MoEKernels
 from echo_tune.cost.moe_fusion import fuse_memory_runs
 from echo_tune.cost.host_bound import host_wait_s
 from echo_tune.cost.fp8 import TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast, is_fp8_gemm
-from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, async_cost, async_pairs, overlapped_cost, pair_methods, slowdown
+from echo_tune.config.ub_config import ub_settings
+from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, async_cost, async_pairs, overlapped_cost, pair_settings, slowdown
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.cuda_graphs import captured_graphs, graph_of
 from echo_tune.workload.graph import Op
@@ -63,6 +64,14 @@ class PhaseCost:
 
 ZERO = PhaseCost()
 EXPERT_GROUPS = ("ep", "etp", "tpep")
+CP_RING_GROUPS = ("cp", "cp_p2p")
+
+
+def is_cp_ring(op: Op) -> bool:
+    """A K/V exchange of ring attention (p2p, or a2a+p2p's ring level), which runs beside the attention kernels;
+    the other CP collectives (all-gather / reduce-scatter of K/V, Ulysses all-to-alls) are on the critical path
+    (workload/cp_attention.py)."""
+    return op.group in CP_RING_GROUPS and op.collective == "send_recv"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +96,8 @@ class CostContext:
     """What CUDA graphs capture (``sim/cuda_graphs.py capture_spec``); "" = nothing."""
     moe_dispatch_syncs: bool = True
     """The MoE dispatcher waits on the token counts once per forward (all but drop-and-pad; cost/host_bound.py)."""
+    ub_config: tuple = ()
+    """``--tp-comm-overlap-cfg``'s entries (config/ub_config.py ``read_ub_config``); empty: TE's defaults."""
     host_bound: bool = True
     """Add the pass's wait on the host (cost/host_bound.py); False for the GPU-only parts of a pass the EP overlap
     pairs (sim/moe_overlap.py), whose whole passes carry the wait."""
@@ -150,27 +161,28 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
     # --tp-comm-overlap userbuffers take over the TE linears of a transformer layer (pair_methods)
     paired = {c: (g, "async") for c, g in async_pairs(ops) if _runs_async(ops[c], ctx)}
     if ctx.tp_comm_overlap:
-        paired.update({c: (g, method) for c, g, method in pair_methods(ops) if ops[c].region in TP_OVERLAP_REGIONS})
+        paired.update({c: (g, method) for c, g, method in pair_settings(ops, ub_settings(ctx.ub_config, ctx.groups["tp"].size) if ctx.ub_config else None)
+                       if ops[c].region in TP_OVERLAP_REGIONS})  # method: TE's default, or a --tp-comm-overlap-cfg entry
     for op in ops:
         if op.kind == "collective":
             if sync_at is None and ctx.moe_dispatch_syncs and op.phase == "fwd" and op.region == "moe" \
                     and op.subregion == "dispatch":  # token counts to the host before the EP collective
                 sync_at = len(issued)
-            size = fp8_collective_bytes(op, ctx.fp8_recipe) if fp8 else op.size_bytes
+            size = fp8_collective_bytes(op, ctx.fp8_recipe, ctx.precision) if fp8 else op.size_bytes
             if op.group == "ep" and op.collective == "all_to_all" and ctx.moe is not None and ctx.moe.flex:
                 t = ctx.moe.all_to_all_s(op, size, ctx.groups["ep"])
             else:
                 t = collective_time_s(op.collective, size, ctx.groups[op.group], ctx.profile)
             times.append(t)
             sizes.append(size)
-            if op.group == "cp":
+            if is_cp_ring(op):
                 cp_comm_s += t
                 cp_size = max(cp_size, size)
             elif op.group in EXPERT_GROUPS:  # MoE dispatch / combine: on the critical path, not overlapped
                 ep_comm_s += t
             # one NCCL launch; the GPU busy for its time where it sits on the compute stream's path (EP, and TP
             # unless overlapped with a GEMM), none where it runs beside compute (CP ring, TP overlap)
-            serial = op.group in EXPERT_GROUPS or (op.group != "cp" and not ctx.tp_comm_overlap)
+            serial = op.group in EXPERT_GROUPS or (not is_cp_ring(op) and not ctx.tp_comm_overlap)
             issued.append((1, t if serial else 0.0))
             continue
         cast = 0.0
@@ -180,8 +192,8 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
         groups, one = (op.gemm_groups, per_expert_op(op)) \
             if is_grouped_expert_gemm(op) and per_expert and not is_measured(op, ctx.profile) else (1, op)
         if fp8 and is_fp8_gemm(op):
-            t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu, ctx.fp8_recipe)
-            cast, casts = group_cast(one, groups, ctx.fp8_recipe, ctx.profile, ctx.gpu)
+            t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu, ctx.fp8_recipe, ctx.precision)
+            cast, casts = group_cast(one, groups, ctx.fp8_recipe, ctx.profile, ctx.gpu, ctx.precision)
             cast_s += cast
             kernels = groups + casts  # the GEMMs and their quantisation kernels
         else:
@@ -202,7 +214,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
     tp = ctx.groups["tp"].size
     sm_count = ctx.gpu.sm_count or DEFAULT_SM_COUNT
     for i, op in enumerate(ops):
-        if op.kind != "collective" or op.group == "cp" or op.group in EXPERT_GROUPS:
+        if op.kind != "collective" or is_cp_ring(op) or op.group in EXPERT_GROUPS:
             continue
         if i not in paired:
             exposed += times[i]
@@ -212,7 +224,10 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             e, x = async_cost(times[i], times[g], sizes[i], ctx.profile)
             issued[i] = (1, e)
         else:
-            e, x = overlapped_cost(method, times[i], times[g], ops[g], sizes[i], tp, ctx.profile, sm_count)
+            kw = {} if isinstance(method, str) else dict(num_sm=method.num_sm, num_splits=method.num_splits,
+                                                         set_sm_margin=method.set_sm_margin, aggregate=method.aggregate)
+            e, x = overlapped_cost(getattr(method, "method", method), times[i], times[g], ops[g], sizes[i], tp,
+                                   ctx.profile, sm_count, **kw)
         exposed += e
         extra += x
     if ctx.host_bound:  # the GPU idle, waiting on the host

@@ -12,6 +12,9 @@ d98e8a64ddf3), standard-transformer branch with the BSHD defaults (every sample 
 - core attention: 3 x 2 x batch x s^2 x (query projection size) / 2 (causal mask) x 2 (QK^T and PV); for
   MLA, heads x ((qk_head_dim + qk_pos_emb_head_dim) + v_head_dim) / 2.
 Megatron's formula has no router term (the [h, E] router GEMM is not counted), nor norms or softmax.
+With the gated delta net (``--experimental-attention-variant gdn``) its layers count, in place of self-attention's
+projections and core term, h x in_proj + conv kernel x (2 qk + v) + 4 value heads x d_v^2 (KK^T, VK^T,
+S(a(I - bKK^T)), SQ) + h x v per token (training.py ``linear_self_attn_term``).
 """
 
 from __future__ import annotations
@@ -48,11 +51,25 @@ def model_flops_per_step(model: ModelSpec, global_batch_size: int, tensor_model_
     routed = model.moe_ffn_size * model.moe_router_topk * ffn_factor if model.is_moe else 0
     shared = (model.moe_shared_expert_intermediate_size or 0) * ffn_factor
     linear, core = _attention_terms(model)
+    num_gdn = sum(model.linear_attention_pattern)
+    num_attention = num_layers - num_gdn
     vocab = model.padded_vocab_size(tensor_model_parallel_size)
     per_token = 6 * (h * (model.ffn_size * ffn_factor * num_dense + (routed + shared) * num_moe)
-                     + linear * num_layers + mtp * (3 * h + 2 * h * h) + h * vocab * (mtp + 1))
+                     + linear * num_attention + _gdn_term(model) * num_gdn + mtp * (3 * h + 2 * h * h)
+                     + h * vocab * (mtp + 1))
     tokens = global_batch_size * s
-    return float(tokens * per_token + global_batch_size * s * s * 6 * core * num_layers)
+    return float(tokens * per_token + global_batch_size * s * s * 6 * core * num_attention)
+
+
+def _gdn_term(model: ModelSpec) -> float:
+    """Per-token weights of one gated-delta-net layer before the 3 x 2 (training.py ``linear_self_attn_term``)."""
+    if not model.linear_attention:
+        return 0.0
+    qk = model.linear_key_head_dim * model.linear_num_key_heads
+    v = model.linear_value_head_dim * model.linear_num_value_heads
+    in_proj = 2 * qk + 2 * v + 2 * model.linear_num_value_heads
+    return (model.hidden_size * in_proj + model.linear_conv_kernel_dim * (2 * qk + v)
+            + model.linear_num_value_heads * model.linear_value_head_dim ** 2 * 4 + model.hidden_size * v)
 
 
 def hardware_flops_per_step(model: ModelSpec, global_batch_size: int, recompute: str | None,

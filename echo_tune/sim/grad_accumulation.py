@@ -41,11 +41,14 @@ def accumulation_time_s(params: int, parallel, profile, tensors: int = 0) -> flo
     return params * per_param / (profile.memory_bandwidth_gbyte_s * 1e9) + tensors * profile.kernel_launch_overhead_s
 
 
-def chunk_accumulation_s(pieces: dict, mix, layout, parallel, profile) -> list[list[float]]:
+def chunk_accumulation_s(pieces: dict, mix, layout, parallel, profile, linears=None) -> list[list[float]]:
     """Per stage and chunk: the unfused accumulation time of one micro-batch's backward (0 when fused).
 
     ``mix[stage][chunk]`` = (dense, MoE) layers; the embedding and output weights count on the first
-    and last chunk; one kernel per linear weight group of each layer (``Trace.linear_param_counts``)."""
+    and last chunk; one kernel per linear weight group of each layer (``Trace.linear_param_counts``).
+    ``linears[stage][chunk]``: the (dense, MoE) layers among them that run the gated delta net (sim/linear_layers.py)."""
+    from echo_tune.sim.linear_layers import linear_param_delta
+
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     layer, moe = pieces["layer"], pieces.get("moe_layer")
     out = []
@@ -55,6 +58,9 @@ def chunk_accumulation_s(pieces: dict, mix, layout, parallel, profile) -> list[l
             dense, k = mix[s][c]
             params = dense * layer.param_count + (k * moe.param_count if moe else 0)
             tensors = dense * len(layer.linear_param_counts) + (k * len(moe.linear_param_counts) if moe else 0)
+            if linears:
+                more_params, more_tensors = linear_param_delta(pieces, linears[s][c])
+                params, tensors = params + more_params, tensors + more_tensors
             if s == 0 and c == 0:
                 params, tensors = params + pieces["embedding"].param_count, tensors + 1
             if s == p - 1 and c == v - 1:

@@ -49,9 +49,11 @@ from echo_tune.config.cluster import GPUSpec
 from echo_tune.config.compatibility import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
-from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
+from echo_tune.cost.fp8 import ACTIVATION_BYTES, fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
 from echo_tune.sim.allocator_memory import loss_working_bytes, workspace_bytes
+from echo_tune.sim.activation_offload import kept_back_bytes
 from echo_tune.sim.cpu_offload import kept_fraction
+from echo_tune.sim.linear_layers import PIECES as LINEAR_PIECES, linear_activation_delta
 from echo_tune.sim.cuda_graphs import full_iteration_batch_bytes, graph_static_bytes_per_layer
 from echo_tune.sim.fsdp import fsdp_memory_bytes
 from echo_tune.sim.muon_shards import mtp_tensors, optimizer_bytes as muon_optimizer_bytes, stage_tensors
@@ -110,13 +112,25 @@ def fp8_weight_bytes_per_param(parallel: ParallelConfig) -> float:
         return 2 * (0.5 + 1.0 / 256)
     if not parallel.fp8:
         return 0.0
-    return 0.0 if parallel.fp8_param_gather else 2.0  # 1 + 1 FP8 copies replace 2 bf16, or add to them
+    if parallel.fp8_param_gather:  # 1 + 1 FP8 copies replace the weight (2 B bf16: no change; 4 B fp32: 2 B less)
+        return 2.0 - ACTIVATION_BYTES[parallel.precision]
+    return 2.0  # beside the weight
+
+
+def fp8_main_copy_bytes_per_param(parallel: ParallelConfig, shard: int) -> float:
+    """Bytes per linear-layer parameter of the fp32 main copy the distributed optimizer makes of an FP8 weight
+    (``--fp8-param-gather``) in fp32 training, where the other parameters are their own masters (Megatron-LM
+    d98e8a64ddf3 distrib_optimizer.py ``_build_model_and_main_param_groups``: FP8 and 16-bit model parameters get a
+    float32 main shard), sharded over ``shard`` ranks."""
+    return 4.0 / shard if parallel.fp8_param_gather and parallel.precision == "fp32" else 0.0
 
 
 def saved_bytes_less_per_element(parallel: ParallelConfig) -> float:
-    """What a linear's saved input weighs less per element than bf16: 1 B (an FP8 copy), 1.4375 B (NVFP4's
-    0.5 B with its scale per 16 elements)."""
-    return 2.0 - operand_bytes(parallel.quantized_recipe) if parallel.quantized_recipe else 0.0
+    """What a linear's saved input weighs less per element than in the training precision: 1 B from bf16 (an FP8
+    copy; 3 B from fp32), 1.4375 B (NVFP4's 0.5 B with its scale per 16 elements)."""
+    if not parallel.quantized_recipe:
+        return 0.0
+    return ACTIVATION_BYTES[parallel.precision] - operand_bytes(parallel.quantized_recipe)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,12 +202,16 @@ def layer_activation_bytes(layer: Trace, layout: Layout, layers: int) -> tuple[f
 def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: dict[str, Trace],
                  params_on_rank: int, schedule: str, *, mix: tuple[tuple[int, int], ...] | None = None,
                  expert_params_on_rank: int = 0, model: ModelSpec | None = None,
-                 gpu: GPUSpec | None = None) -> StageMemory:
+                 gpu: GPUSpec | None = None, linear: tuple[tuple[int, int], ...] | None = None,
+                 offload_drained: list[float] | None = None) -> StageMemory:
     """Peak memory of the last rank of ``stage`` (and ``dp_spread_bytes``, see StageMemory).
 
     MoE: ``mix[chunk]`` = (dense, MoE) layers; of ``params_on_rank``, ``expert_params_on_rank`` are routed
     experts, whose optimizer states the distributed optimizer shards over the expert-data-parallel group.
     ``model`` adds the loss's working set, ``model`` and ``gpu`` the GEMM workspaces (sim/allocator_memory.py).
+    ``linear[chunk]``: the (dense, MoE) layers of ``mix[chunk]`` that run the gated delta net (sim/linear_layers.py).
+    ``offload_drained[chunk]``: the activation bytes of a micro-batch fine-grained offloading moves to the host
+    (sim/activation_offload.py ``stage_drained_bytes``); one layer's groups stay besides (``kept_back_bytes``).
     """
     v = layout.virtual_pipeline_size
     chunk_bytes, transient = [], 0.0
@@ -204,7 +222,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
                                                      layout.sequence_parallel, recomputed)
                  * saved_bytes_less_per_element(parallel)
                  if parallel.quantized_recipe and layout.recompute_granularity != "full" and piece in pieces else 0.0
-                 for piece in ("layer", "moe_layer")}
+                 for piece in ("layer", "moe_layer", "linear_layer", "moe_linear_layer")}
     dense_layers = moe_layers = 0
     loss_chunk, loss_bytes = None, 0.0
     graph_bytes = []  # per chunk and micro-batch in flight: CUDA graphs' static buffers
@@ -220,7 +238,13 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         if moe:
             moe_kept, moe_extra = layer_activation_bytes(pieces["moe_layer"], layout, moe)
             kept, extra = kept + moe_kept - moe * fp8_saved["moe_layer"], max(extra, moe_extra)
+        if linear and any(linear[chunk]):  # gated-delta-net layers keep other activations than self-attention
+            more, linear_extra = linear_activation_delta(pieces, layout, linear[chunk], layers, fp8_saved,
+                                                         layer_activation_bytes)
+            kept, extra = kept + more, max(extra, linear_extra)
         kept *= kept_fraction(layers, parallel.cpu_offloading_num_layers)  # offloaded to the host (sim/cpu_offload.py)
+        if offload_drained:  # fine-grained offloading: copied to the host during the chunk's forward
+            kept -= offload_drained[chunk]
         contents = layout.chunk_contents[stage][chunk]
         if contents.embedding:
             kept += pieces["embedding"].activation_bytes
@@ -241,6 +265,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         # state as the peak without interleaving; with it, the other chunks may hold fewer micro-batches then)
         activations = max(activations, loss_bytes + after_forward_peak_bytes(
             schedule, stage, p, layout.num_micro_batches, v, loss_chunk, chunk_bytes, *grouping))
+    if offload_drained and model is not None:  # fine-grained offloading: one layer's groups kept back
+        activations += kept_back_bytes(pieces, model, parallel, layout, [mix[c] if mix else (n, 0) for c, n in
+                                                                         enumerate(layout.stage_chunk_layers[stage])])
     graphs = 0.0
     if any(graph_bytes):  # kept as long as the micro-batch's activations: the peak of the sum, less theirs
         graphs = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v,
@@ -251,8 +278,12 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     linear_params = fp8_linear_param_count(pieces["layer"]) * dense_layers
     if moe_layers:
         linear_params += fp8_linear_param_count(pieces["moe_layer"]) * moe_layers
+    for (_, full, piece), count in zip(LINEAR_PIECES, map(sum, zip(*linear)) if linear else ()):
+        if count and piece in pieces:  # the gated delta net's in_proj / out_proj in place of QKV / projection
+            linear_params += count * (fp8_linear_param_count(pieces[piece]) - fp8_linear_param_count(pieces[full]))
     weights = w * params_on_rank + fp8_weight_bytes_per_param(parallel) * linear_params
-    optimizer = o * (params_on_rank - expert_params_on_rank)
+    optimizer = o * (params_on_rank - expert_params_on_rank) + linear_params * fp8_main_copy_bytes_per_param(
+        parallel, layout.data_parallel_size * parallel.context_parallel_size)
     if parallel.use_distributed_optimizer:  # sharded over DP x CP / N only (sim/dp_instances.py): N copies
         optimizer *= parallel.num_distributed_optimizer_instances
     if expert_params_on_rank:
@@ -267,7 +298,8 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     if parallel.use_megatron_fsdp:  # sharded as --data-parallel-sharding-strategy says (sim/fsdp_memory.py)
         weights, grads, optimizer, buffers = fsdp_memory_bytes(layout, parallel, pieces, stage, params_on_rank,
                                                                expert_params_on_rank)
-        weights += fp8_weight_bytes_per_param(parallel) * linear_params
+        # (with --fp8-param-gather its sharded weights are counted at the parameter dtype: not fewer bytes)
+        weights += (0.0 if parallel.fp8_param_gather else fp8_weight_bytes_per_param(parallel)) * linear_params
     spread = 0.0
     if model is not None and parallel.muon:  # whole tensors, one state less on its matrices (sim/muon_shards.py)
         chunk_mix = [mix[c] if mix else (n, 0) for c, n in enumerate(layout.stage_chunk_layers[stage])]

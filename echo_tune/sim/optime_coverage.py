@@ -52,7 +52,8 @@ def measured_compute_share(pieces: dict[str, Trace], layout: Layout, stage: int,
     for op, n in _stage_ops(pieces, layout, stage):
         if fp8 and is_fp8_gemm(op):
             groups, one = (op.gemm_groups, per_expert_op(op)) if is_grouped_expert_gemm(op) else (1, op)
-            total += n * groups * fp8_gemm_time_s(one, profile, cluster.gpu, fp8 if isinstance(fp8, str) else None)
+            total += n * groups * fp8_gemm_time_s(one, profile, cluster.gpu, fp8 if isinstance(fp8, str) else None,
+                                                     precision)
             continue
         t = n * op_time_s(op, profile, cluster.gpu, precision)
         total += t

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout
+from echo_tune.config.cp_comm_rules import a2a_size, cp_comm_kind
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.moe_dispatch import MoEKernels
@@ -14,6 +15,7 @@ from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.sim.determinism import deterministic_attention_model
 from echo_tune.sim import trace_cache
 from echo_tune.identity_cache import IdentityCache
+from echo_tune.sim.linear_layers import linear_deltas
 from echo_tune.sim.moe_overlap import ep_overlap_deltas, shared_overlap_costs
 from echo_tune.sim.moe_overlap_host import with_pair_host_floor
 from echo_tune.workload.graph import Trace
@@ -30,7 +32,15 @@ def _trace_kwargs(parallel: ParallelConfig, layout: Layout) -> dict:
                 context_parallel_size=parallel.context_parallel_size,
                 sequence_parallel=layout.sequence_parallel, micro_batch_size=parallel.micro_batch_size,
                 precision=parallel.precision, expert_model_parallel_size=parallel.expert_model_parallel_size,
-                expert_tensor_parallel_size=parallel.expert_tensor_size)
+                expert_tensor_parallel_size=parallel.expert_tensor_size, cp_comm=cp_comm(parallel),
+                deterministic=parallel.deterministic_mode)
+
+
+def cp_comm(parallel: ParallelConfig) -> tuple[str, int]:
+    """(CP communication type, all-to-all ranks) of the layers' attention (config/cp_comm_rules.py); p2p at CP 1."""
+    if parallel.context_parallel_size == 1:
+        return ("p2p", 1)
+    return (cp_comm_kind(parallel), a2a_size(parallel))
 
 
 def pieces_key(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> tuple:
@@ -59,22 +69,31 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
     if stored is not None:
         _PIECES[key] = stored
         return stored
-    from echo_tune.workload.tracer import (trace_embedding, trace_layer, trace_moe_layer, trace_output,
-                                           trace_window_layer)
+    from echo_tune.workload.tracer import (trace_embedding, trace_layer, trace_linear_layer, trace_moe_layer,
+                                           trace_output, trace_window_layer)
 
     kwargs = _trace_kwargs(parallel, layout)
     ep, etp = kwargs.pop("expert_model_parallel_size"), kwargs.pop("expert_tensor_parallel_size")
+    attention = {"cp_comm": kwargs.pop("cp_comm")}  # how the layers' attention talks across CP
+    kwargs.pop("deterministic")  # the gated delta net's path only (below)
     try:
-        pieces = {"layer": trace_layer(model, **kwargs), "embedding": trace_embedding(model, **kwargs),
+        pieces = {"layer": trace_layer(model, **kwargs, **attention), "embedding": trace_embedding(model, **kwargs),
                   "output": trace_output(model, **kwargs)}
         if model.is_moe:
-            pieces["moe_layer"] = trace_moe_layer(model, **kwargs, expert_model_parallel_size=ep,
+            pieces["moe_layer"] = trace_moe_layer(model, **kwargs, **attention, expert_model_parallel_size=ep,
                                                   expert_tensor_parallel_size=etp)
         if model.windowed_attention:  # the layers with a sliding window (sim/layer_mix.py says which)
-            pieces["window_layer"] = trace_window_layer(model, **kwargs)
+            pieces["window_layer"] = trace_window_layer(model, **kwargs, **attention)
             if model.is_moe:
-                pieces["moe_window_layer"] = trace_window_layer(model, **kwargs, expert_model_parallel_size=ep,
+                pieces["moe_window_layer"] = trace_window_layer(model, **kwargs, **attention, expert_model_parallel_size=ep,
                                                                 expert_tensor_parallel_size=etp, moe=True)
+        if model.linear_attention:  # the gated delta net layers (sim/linear_layers.py says which)
+            linear = dict(deterministic=parallel.deterministic_mode)
+            pieces["linear_layer"] = trace_linear_layer(model, **kwargs, **linear)
+            if model.is_moe:
+                pieces["moe_linear_layer"] = trace_linear_layer(model, **kwargs, **linear, moe=True,
+                                                                expert_model_parallel_size=ep,
+                                                                expert_tensor_parallel_size=etp)
     except RuntimeError as exc:  # torch: a tensor of more than 2**63 bytes (issue 10: never a traceback)
         if "overflow" not in str(exc):
             raise
@@ -101,6 +120,8 @@ class PassCosts:
     window: dict[str, PhaseCost] | None = None
     """Sliding-window layers: (window piece - full piece) cost of "forward", "backward" and
     "selective_recompute", dense and ("moe_" prefixed) MoE; None without a window."""
+    linear: dict[str, PhaseCost] | None = None
+    """Gated-delta-net layers: (linear piece - full piece) costs as ``window`` (sim/linear_layers.py)."""
     moe_ep_overlap_forward: PhaseCost = ZERO
     """Change to one MoE layer's forward when it runs paired under the EP overlap (sim/moe_overlap.py)."""
     moe_ep_overlap_backward: PhaseCost = ZERO
@@ -116,7 +137,7 @@ def pass_costs(pieces: dict[str, Trace], ctx: CostContext,
     """Costs of the pieces' passes (cached: layouts differing only in PP, DP or schedule share them).
     ``regions``: the traced regions selective recompute replays."""
     traces = tuple(pieces[name] for name in ("layer", "embedding", "output", "moe_layer", "window_layer",
-                                             "moe_window_layer") if name in pieces)
+                                             "moe_window_layer", "linear_layer", "moe_linear_layer") if name in pieces)
     groups = _COSTS.get(traces, ("groups",), lambda: sorted({op.group for t in traces for op in t.forward + t.backward
                                                               if op.kind == "collective"}))
     objects, extra = list(traces), []
@@ -156,7 +177,7 @@ def _pass_costs(pieces: dict[str, Trace], ctx: CostContext, regions: tuple[str, 
             window[f"{prefix}forward"] = phase_cost(w.forward, ctx) + phase_cost(f.forward, ctx).scaled(-1)
             window[f"{prefix}backward"] = phase_cost(w.backward, ctx) + phase_cost(f.backward, ctx).scaled(-1)
             window[f"{prefix}selective_recompute"] = _replayed(w, ctx, regions) + _replayed(f, ctx, regions).scaled(-1)
-    return PassCosts(**moe, window=window,
+    return PassCosts(**moe, window=window, linear=linear_deltas(pieces, ctx, regions, _replayed),
         layer_forward=phase_cost(layer.forward, ctx, piece="layer"),
         layer_backward=phase_cost(layer.backward, ctx, piece="layer"),
         selective_recompute=_replayed(layer, ctx, regions),

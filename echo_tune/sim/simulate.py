@@ -25,7 +25,9 @@ from echo_tune.errors import ConfigError
 from echo_tune.sim.optime_coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
 from echo_tune.sim.determinism import check_deterministic, ring_only_profile
+from echo_tune.sim.activation_offload import activation_offload_notes, stage_drained_bytes, with_activation_offload
 from echo_tune.sim.cpu_offload import offload_costs, offload_notes
+from echo_tune.sim.realtime_tests import realtime_test_notes, with_realtime_tests
 from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
 from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
@@ -35,6 +37,7 @@ from echo_tune.sim.grad_accumulation import chunk_accumulation_s
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
 from echo_tune.sim.flops import model_flops_per_step
 from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes
+from echo_tune.sim.linear_layers import chunk_linear_mix, linear_notes, linear_param_delta
 from echo_tune.sim.memo import profile_for_cluster
 from echo_tune.sim.memory import stage_memory
 from echo_tune.sim.muon_shards import spread_notes
@@ -106,7 +109,8 @@ def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfi
                        overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
                        delay_wgrad_compute=parallel.delay_wgrad_compute,
                        graph_capture=capture_spec(parallel),
-                       moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity)
+                       moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity,
+                       ub_config=parallel.tp_comm_overlap_cfg or ())
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
@@ -150,13 +154,14 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers,
                                                          amax_tensors_per_layer(pieces)))
     mix, windows = chunk_layer_mix(model, layout), chunk_window_mix(model, layout)
+    linears = chunk_linear_mix(model, layout)  # gated-delta-net layers (sim/linear_layers.py)
     paired = [paired_fraction(schedule, s, p, m, v) if parallel.overlap_moe_expert_parallel_comm else 0.0
               for s in range(p)]
-    passes = all_chunk_passes(layout, costs, mix, windows, bf16, amax, paired)
+    passes = all_chunk_passes(layout, costs, mix, windows, bf16, amax, paired, linears)
     if parallel.use_megatron_fsdp:  # per-unit all-gathers / reduce-scatters inside the passes
         passes = with_fsdp_comm(passes, layout, parallel, pieces, costs, mix, profile)
     if not parallel.gradient_accumulation_fusion:  # main_grad += grad, one kernel per weight and micro-batch
-        extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile)
+        extra = chunk_accumulation_s(pieces, mix, layout, parallel, profile, linears)
         passes = [[(f, b + PhaseCost(compute_s=extra[s][c]), r) for c, (f, b, r) in enumerate(row)]
                   for s, row in enumerate(passes)]
     offload_bytes = offloaded_layer_bytes(pieces, mix) if parallel.cpu_offloading_num_layers else 0.0
@@ -165,6 +170,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                    for of, ob in [offload_costs(f, b, layers=layers, offloaded=parallel.cpu_offloading_num_layers,
                                                 layer_bytes=offload_bytes, gpu_name=cluster.gpu.name)]]
                   for s, row in enumerate(passes)]
+    passes = with_activation_offload(passes, pieces, model, parallel, layout, mix, cluster.gpu.name)
+    passes, check_s = with_realtime_tests(passes, model, parallel, layout, profile, linears)  # --test-mode's checks
     defer = deferred_wgrad(pieces["output"], ctx, m, parallel.wgrad_deferral_limit) \
         if parallel.defer_embedding_wgrad_compute else None
     if defer is not None:
@@ -188,13 +195,16 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     buckets = [] if timeline else None
     muon = functools.partial(step_extra_s, model, parallel, layout, profile, cluster.gpu) if parallel.muon else None
     stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix,
-                                                              mtp_params, buckets, muon=muon)
+                                                              mtp_params, buckets, muon=muon, linears=linears)
     crit = max(range(p), key=lambda s: finals[s])
     step_time = finals[crit]
     parts = _breakdown(passes[crit], m, run.end_s[crit], run.critical_p2p_s[crit], tails[crit], step_time,
                        drains[crit])
 
-    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s],
+    drained = [stage_drained_bytes(pieces, model, parallel, layout, mix[s], [f.total_s for f, _, _ in passes[s]],
+                                   cluster.gpu.name) for s in range(p)]  # fine-grained offloading (activation_offload.py)
+    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s], linear=linears[s],
+                                offload_drained=drained[s],
                                 expert_params_on_rank=stage_experts[s], model=model, gpu=cluster.gpu)
                    for s in range(p))
     if defer is not None:
@@ -211,7 +221,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision,
                                    fp8=parallel.quantized_recipe)
     notes = moe_notes(model, layout, cluster.gpu.name) + layer_notes(model, parallel) + launch_notes(config) + \
-        userbuffer_notes(model, parallel) + mxfp8_notes(parallel.quantized_recipe)
+        userbuffer_notes(model, parallel) + mxfp8_notes(parallel.quantized_recipe) + \
+        linear_notes(model, parallel.deterministic_mode)
     if (share or 0.0) < 0.5 and (clock := clock_note(cluster.gpu)):  # op times measured there hold their clock
         notes += (clock,)
     if share is not None:
@@ -220,6 +231,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
                   f"efficiency surface",)
     notes += graph_memory_notes(memory) + fsdp_notes(parallel, layout, memory) + spread_notes(memory)
     notes += offload_notes(parallel.cpu_offloading_num_layers, offload_bytes, cluster.gpu.name)
+    notes += realtime_test_notes(model, parallel, layout, check_s)
+    notes += activation_offload_notes(pieces, model, parallel, layout, mix, cluster.gpu.name)
     notes += _imbalance_notes(fwd_s, bwd_s, m, crit, parts["pp_bubble"])
     if memory_headroom_bytes:
         notes += (f"memory limit: {cluster.gpu.memory_bytes / 2**30:.1f} GiB of HBM less a "
@@ -307,7 +320,8 @@ def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple
     return spans
 
 
-def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None, muon=None):
+def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None, muon=None,
+                 linears=None):
     """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
     backward, and when its step ends. ``mtp_params``: the extra parameters of one MTP layer.
     ``bucket_spans``: a list to receive, per stage, its DP buckets' (begin_s, end_s, params) for the trace
@@ -324,6 +338,8 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
     stage_params, stage_experts, tails, finals = [], [], [], []
     for s in range(p):
         chunk_params = [dense * layer_params + k * moe_params for dense, k in mix[s]]
+        if linears:  # gated-delta-net layers hold other parameters than self-attention (sim/linear_layers.py)
+            chunk_params = [n + linear_param_delta(pieces, la)[0] for n, la in zip(chunk_params, linears[s])]
         chunk_experts = [k * expert_params for _, k in mix[s]]
         for c, contents in enumerate(layout.chunk_contents[s]):
             chunk_params[c] += pieces["embedding"].param_count if contents.embedding else 0

@@ -64,6 +64,12 @@ def _value(column: str, raw: str, annotation: str):
     text = raw.strip()
     if text == "":
         return None
+    if column == "tp_comm_overlap_cfg":  # the userbuffer settings file, read as the launch line reads it
+        from echo_tune.config.ub_config import read_ub_config
+
+        return None if text.lower() == "none" else read_ub_config(text)
+    if column == "cp_comm_type":  # nargs="+" read into words; Megatron's dump prints the list: "['p2p']"
+        return " ".join(t.strip("'\"") for t in re.split(r"[\s,;]+", text.strip("()[] ")) if t.strip("'\""))
     if annotation.startswith("tuple"):  # window_size, recompute_modules: "64,0", "(64, 0)", "core_attn mlp",
         # or as Megatron's argument dump prints a list: "['core_attn', 'mlp']"
         items = [t.strip("'\"") for t in re.split(r"[\s,;]+", text.strip("()[] ")) if t.strip("'\"")]
@@ -121,7 +127,7 @@ def _assumed(row: dict, model_fields: dict, parallel_fields: dict) -> tuple[dict
             kept.append(token)
             if kinds.get(token) in ("int", "float", "str", "freq", "window") and i + 1 < len(tokens):
                 kept.append(tokens[i + 1])
-            elif kinds.get(token) in ("list", "words"):  # nargs="+": the values up to the next flag or "|"
+            elif kinds.get(token) in ("list", "words", "ints"):  # nargs="+": the values up to the next flag or "|"
                 kept += [t for t in _until_flag(tokens[i + 1:])]
     model_extra, parallel_extra, _, _ = parse_megatron_line(" ".join(kept)) if kept else ({}, {}, None, [])
     model_extra = {k: v for k, v in model_extra.items() if k not in model_fields}

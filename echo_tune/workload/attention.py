@@ -71,20 +71,20 @@ class _RingAttention(Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, cp):
+    def forward(ctx, q, k, v, cp, group="cp"):
         scale = 1.0 / math.sqrt(q.shape[-1])
         half = k.shape[0] // 2
         out = lse = None
         for step in range(cp):
             if step < cp - 1:
-                record_collective("send_recv", "cp", _kv_bytes(k, v), cp)
+                record_collective("send_recv", group, _kv_bytes(k, v), cp)
             if step == 0:
                 out, lse = _ops.flash_attn(q, k, v, True, scale)
             else:
                 step_out, step_lse = _ops.flash_attn(q, k[:half], v[:half], False, scale)
                 out, lse = _merge(out, lse, step_out, step_lse)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.cp, ctx.scale = cp, scale
+        ctx.cp, ctx.scale, ctx.group = cp, scale, group
         return out
 
     @staticmethod
@@ -94,7 +94,7 @@ class _RingAttention(Function):
         dq = dk = dv = None
         for step in range(ctx.cp):
             if step < ctx.cp - 1:
-                record_collective("send_recv", "cp", _kv_bytes(k, v), ctx.cp)
+                record_collective("send_recv", ctx.group, _kv_bytes(k, v), ctx.cp)
             if step == 0:
                 dq, dk, dv = _ops.flash_attn_backward(dout, q, k, v, out, lse, True, ctx.scale)
                 continue
@@ -102,14 +102,14 @@ class _RingAttention(Function):
             dq.add_(dq_i)
             dk[:half].add_(dk_i)
             dv[:half].add_(dv_i)
-            record_collective("send_recv", "cp", _kv_bytes(k, v), ctx.cp)  # pass dK/dV on
-        return dq, dk, dv, None
+            record_collective("send_recv", ctx.group, _kv_bytes(k, v), ctx.cp)  # pass dK/dV on
+        return dq, dk, dv, None, None
 
 
-def ring_attention(q, k, v, cp: int) -> torch.Tensor:
-    """Context-parallel attention over ``cp`` ranks (always the fused kernel, as Megatron requires)."""
+def ring_attention(q, k, v, cp: int, group: str = "cp") -> torch.Tensor:
+    """Context-parallel attention over ``cp`` ranks of ``group`` (always the fused kernel, as Megatron requires)."""
     s, b, heads, d = q.shape
-    return _RingAttention.apply(q, k, v, cp).reshape(s, b, -1)
+    return _RingAttention.apply(q, k, v, cp, group).reshape(s, b, -1)
 
 
 def te_qkv_layout(q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -132,9 +132,11 @@ def te_qkv_layout(q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_p: float,
-                   window_left: int | None = None, softmax=None, te_layout: bool = False) -> torch.Tensor:
+                   window_left: int | None = None, softmax=None, te_layout: bool = False,
+                   cp_comm: tuple[str, int] = ("p2p", 1)) -> torch.Tensor:
     """Pick the core-attention implementation Megatron would run for these settings.
 
+    ``cp_comm``: (``--cp-comm-type``, all-to-all ranks) with CP: the ring here, the others workload/cp_attention.py.
     ``window_left``: a sliding window of that many keys before each query (workload/window_attention.py);
     the unfused path masks the full s x s scores, so it costs the same with or without it.
     ``softmax``: the local spec's softmax (workload/scale_mask_softmax.py ``local_softmax``).
@@ -142,9 +144,28 @@ def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_
     if te_layout and (flash or context_parallel_size > 1):
         q, k, v = te_qkv_layout(q, k, v)
     if context_parallel_size > 1:
-        return ring_attention(q, k, v, context_parallel_size)
+        return _cp_attention(q, k, v, context_parallel_size, cp_comm, dropout_p, window_left, softmax)
     if flash and window_left is not None and window_left + 1 < q.shape[0]:
         return window_flash_attention(q, k, v, window_left)
     if flash:
         return flash_attention(q, k, v)
     return unfused_attention(q, k, v, dropout_p, softmax)
+
+
+def _cp_attention(q, k, v, cp: int, cp_comm: tuple[str, int], dropout_p: float, window_left, softmax):
+    """Context parallelism by ``cp_comm`` (config/cp_comm_rules.py): p2p ring, all_gather, a2a, a2a+p2p."""
+    from echo_tune.workload import cp_attention
+
+    kind, a2a = cp_comm
+    if kind == "all_gather":
+        return cp_attention.kv_all_gather_attention(q, k, v, cp)
+    if kind == "a2a":  # TE's fused attention over the whole sequence, heads / CP (a window or sinks as without CP)
+        return cp_attention.ulysses(q, k, v, "cp", cp, lambda q, k, v: core_attention(
+            q, k, v, flash=True, context_parallel_size=1, dropout_p=dropout_p, window_left=window_left,
+            softmax=softmax))
+    if kind == "a2a+p2p" and a2a == 1:  # TE: a one-rank all-to-all level runs as p2p over the other
+        return ring_attention(q, k, v, cp, "cp_p2p")
+    if kind == "a2a+p2p":  # (a one-rank ring level runs as a2a: the ring below has one step and no exchange)
+        return cp_attention.ulysses(q, k, v, "cp_a2a", a2a, lambda q, k, v: ring_attention(q, k, v, cp // a2a,
+                                                                                          "cp_p2p"))
+    return ring_attention(q, k, v, cp)

@@ -14,8 +14,9 @@ OP_KINDS = ("gemm", "attention", "memory", "collective")
 # all_reduce: the buffer; all_gather: the gathered output; reduce_scatter: the full input;
 # send_recv / broadcast: the message; all_to_all: the whole send buffer of one rank.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
-GROUPS = ("tp", "cp", "dp", "pp", "ep", "etp", "tpep")
-"""Process groups; ep / etp / tpep (the ETP x EP group) are the expert groups of ``config/expert_layout.py``."""
+GROUPS = ("tp", "cp", "dp", "pp", "ep", "etp", "tpep", "cp_a2a", "cp_p2p")
+"""Process groups; ep / etp / tpep (the ETP x EP group) are the expert groups of ``config/expert_layout.py``; cp_a2a
+and cp_p2p the two levels of a2a+p2p context parallelism (``config/cp_comm_rules.py``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +73,8 @@ class Trace:
     """Bytes kept from forward to backward (saved-tensor hooks, parameters excluded)."""
     activation_bytes_by_region: dict[str, int] = field(default_factory=dict)
     """``activation_bytes`` split by the region whose op first saved each tensor (sums to the total)."""
+    activation_bytes_by_part: dict[str, int] = field(default_factory=dict)
+    """The same split by "region/subregion" where the region tags parts (the MoE block's), else by region."""
     region_internal_bytes: dict[str, int] = field(default_factory=dict)
     """Bytes created and saved only inside each region: what recomputing that region alone frees
     (selective recompute: ``region_internal_bytes["core_attention"]``, Korthikanti's 5as^2b/t). A

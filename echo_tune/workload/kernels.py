@@ -63,13 +63,24 @@ def _flash_backward(ctx, dout, _dlse):
 flash_attn.register_autograd(_flash_backward, setup_context=_flash_setup)
 
 
+def score_pairs(s_q: int, s_kv: int, causal: bool) -> float:
+    """(query, key) pairs one head attends: s_q * s_kv, halved when causal; with more keys than queries the causal
+    mask is bottom-right aligned (the queries are the last s_q of the keys' sequence: cuDNN's and flash-attention's
+    ``causal_bottom_right``, as TE's all-gather context parallelism runs it), s_q * s_kv - s_q^2 / 2."""
+    if not causal:
+        return float(s_q * s_kv)
+    if s_kv > s_q:
+        return s_q * s_kv - s_q * s_q / 2.0
+    return s_q * s_kv * 0.5
+
+
 def flash_forward_flops(q_shape, k_shape, causal: bool, v_shape=None) -> float:
-    """2 * b * heads * s_q * s_kv * (d_qk + d_v) (QK^T and PV), halved when causal (masked blocks are
-    skipped); d_v = d_qk unless the value head differs (MLA)."""
+    """2 * b * heads * pairs * (d_qk + d_v) (QK^T and PV) over the attended (query, key) pairs (``score_pairs``:
+    masked blocks are skipped); d_v = d_qk unless the value head differs (MLA)."""
     s_q, b, heads, d = q_shape
     s_kv = k_shape[0]
     d_v = v_shape[-1] if v_shape is not None else d
-    return 2.0 * b * heads * s_q * s_kv * (d + d_v) * (0.5 if causal else 1.0)
+    return 2.0 * b * heads * score_pairs(s_q, s_kv, causal) * (d + d_v)
 
 
 # --- fused causal softmax ---
@@ -173,9 +184,9 @@ def _flash_bwd_flops(args) -> float:
 
 
 def flash_scores(q_shape, k_shape, causal: bool) -> float:
-    """b * heads * s_q * s_kv attention scores, halved when causal: one exponential each per pass."""
+    """b * heads * (attended pairs, ``score_pairs``) attention scores: one exponential each per pass."""
     s_q, b, heads, _ = q_shape
-    return float(b * heads * s_q * k_shape[0]) * (0.5 if causal else 1.0)
+    return float(b * heads) * score_pairs(s_q, k_shape[0], causal)
 
 
 ATTENTION_EXPS = {

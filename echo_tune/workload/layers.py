@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
 from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
-from echo_tune.workload import mla, moe
+from echo_tune.workload import gated_delta_net, mla, moe
 from echo_tune.workload.attention import core_attention
 from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.context import in_region
@@ -49,6 +49,12 @@ class Shard:
     """Trace the MoE variant of the layer (its MLP is ``workload.moe``)."""
     window: bool = False
     """Trace the sliding-window variant of the layer's attention (``model.window_size``)."""
+    cp_comm: tuple[str, int] = ("p2p", 1)
+    """How attention talks across CP: (``--cp-comm-type``, all-to-all ranks); config/cp_comm_rules.py."""
+    linear: bool = False
+    """Trace the gated delta net in place of self-attention (workload/gated_delta_net.py)."""
+    deterministic: bool = False
+    """``--deterministic-mode``: the gated delta net's torch-native path (linear layers only)."""
 
     def __post_init__(self) -> None:
         m, tp, cp = self.model, self.tp, self.cp
@@ -62,12 +68,15 @@ class Shard:
             raise ConfigError(f"`seq_length % {chunks} == 0` must hold (context parallel x sequence-parallel "
                               f"chunks), but got (seq_length={m.seq_length}, tensor_model_parallel_size={tp}, "
                               f"context_parallel_size={cp}, sequence_parallel={self.sequence_parallel})")
-        if cp > 1 and (m.windowed_attention or m.softmax_type != "vanilla"):
-            # TE d0067d0 dot_product_attention/utils.py: with context parallelism (cp_comm_type p2p, Megatron's
-            # default) fused attention refuses a sliding window and attention sinks, flash attention sinks
+        kind = self.cp_comm[0]
+        if cp > 1 and ((m.windowed_attention or m.softmax_type != "vanilla") and kind != "a2a"):
+            # TE d0067d0 context_parallel.py attn_forward_func_with_cp: attention sinks run with a2a only, a sliding
+            # window with a2a or all_gather (echo-tune traces its window under a2a only; p2p is Megatron's default)
             raise ConfigError(f"`context_parallel_size == 1` must hold with a sliding window or attention sinks "
                               f"(window_size={m.window_size}, softmax_type={m.softmax_type!r}), but got "
-                              f"(context_parallel_size={cp}): TE's p2p context parallelism runs neither")
+                              f"(context_parallel_size={cp}, cp_comm_type={kind}): TE's context parallelism runs "
+                              f"sinks with a2a only, and echo-tune models a window under CP with a2a only; use "
+                              f"--cp-comm-type a2a")
         if self.precision not in DTYPES:
             raise ConfigError(f"precision must be one of {sorted(DTYPES)}, but got (precision={self.precision!r})")
 
@@ -137,7 +146,9 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     m, d = shard.model, shard.model.head_dim
     fc1_out = 2 * shard.ffn if m.swiglu else shard.ffn
     params = {"input_norm": norm_params(shard)}
-    if m.multi_latent_attention:
+    if shard.linear:  # the gated delta net's parameters in place of the attention's
+        params.update(gated_delta_net.gdn_params(shard))
+    elif m.multi_latent_attention:
         params["mla"] = mla.mla_params(shard)
         params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * m.v_head_dim, bias=True)
         d = m.qk_pos_emb_head_dim  # RoPE applies to the decoupled rope part only
@@ -147,7 +158,7 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
         params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * d, bias=True)
         if m.qk_layernorm:  # one RMSNorm weight over the head dimension for queries, one for keys
             params["qk_norm"] = {"q": shard.tensor(d, grad=True), "k": shard.tensor(d, grad=True)}
-    if m.softmax_type == "learnable":  # one sink logit per local head (dot_product_attention.py softmax_offset)
+    if m.softmax_type == "learnable" and not shard.linear:  # one sink logit per local head (dot_product_attention.py softmax_offset)
         params["softmax_offset"] = {"offset": shard.tensor(shard.heads, grad=True)}
     params["mlp_norm"] = norm_params(shard)
     if shard.moe:
@@ -155,7 +166,7 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     else:
         params["fc1"] = _linear_params(shard, fc1_out, m.hidden_size, bias=True)
         params["fc2"] = _linear_params(shard, m.hidden_size, shard.ffn, bias=True)
-    if m.rotary:  # rope or yarn (config/model.py POSITION_EMBEDDING_TYPES); a constant buffer, not a parameter (no gradient)
+    if m.rotary and not shard.linear:  # rope or yarn (config/model.py POSITION_EMBEDDING_TYPES); a constant buffer, not a parameter (no gradient)
         rot = d if m.multi_latent_attention else rotary_dim(d, m.rotary_percent)
         params["buffers"] = {"rope_freqs": shard.tensor(shard.seq, 1, 1, rot, dtype=torch.float32)}
     return params
@@ -214,12 +225,17 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     """One transformer layer on this rank; ``x`` is [seq_in, b, h]."""
     m = shard.model
     hidden = in_region("input_norm", norm, x, params["input_norm"], shard)
+    if shard.linear:  # the gated delta net in place of self-attention (its in_proj fuses the input norm)
+        attn = gated_delta_net.gdn_forward(hidden, params, shard, shard.deterministic)
+        return _mlp_block(in_region("attention_residual", bias_dropout_add, attn, None, x, m.hidden_dropout,
+                                    m.bias_dropout_fusion), params, shard)
     if m.multi_latent_attention:
         (q, k, v), gate = mla.mla_qkv(hidden, params, shard), None
     else:
         q, k, v, gate = in_region("qkv", _qkv, hidden, params, shard)
     context = in_region("core_attention", lambda: core_attention(
-        q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, dropout_p=m.attention_dropout,
+        q, k, v, flash=m.flash_attention, context_parallel_size=shard.cp, cp_comm=shard.cp_comm,
+        dropout_p=m.attention_dropout,
         window_left=m.window_left if shard.window else None,
         softmax=local_softmax(shard, params.get("softmax_offset", {}).get("offset")),
         te_layout=m.transformer_impl == "transformer_engine"))
@@ -228,6 +244,12 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
     attn = in_region("attention_proj", _attention_proj, context, params, shard)
     x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout,
                   m.bias_dropout_fusion)
+    return _mlp_block(x, params, shard)
+
+
+def _mlp_block(x, params, shard: Shard):
+    """Post-attention norm, the MLP (or MoE block) and its residual."""
+    m = shard.model
     hidden = in_region("mlp_norm", norm, x, params["mlp_norm"], shard)
     if shard.moe:
         mlp = in_region("moe", moe.moe_forward, hidden, params["moe"], shard)
@@ -272,7 +294,8 @@ def expert_parameters(params: dict) -> list[torch.Tensor]:
 
 def linear_param_counts(params: dict) -> dict[str, int]:
     """Weights of the layer's linear layers keyed by where their GEMMs are traced (``Trace.linear_param_counts``)."""
-    where = {"qkv": "qkv", "proj": "attention_proj", "fc1": "mlp", "fc2": "mlp"}
+    where = {"qkv": "qkv", "proj": "attention_proj", "fc1": "mlp", "fc2": "mlp", "gdn_in": "qkv",
+             "gdn_out": "attention_proj"}
     counts: dict[str, int] = {}
     for group, region in where.items():
         if group in params:

@@ -25,6 +25,8 @@ plus tp / cp / sp / micro-batch / precision), so a search traces each distinct s
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 from collections import defaultdict
 from typing import Any
@@ -39,6 +41,7 @@ from echo_tune.workload import context, heads, layers
 from echo_tune.workload.graph import Op, Trace
 from echo_tune.workload.kernels import ATTENTION_CAUSAL_ARG, ATTENTION_EXPS, ATTENTION_FLOPS
 from echo_tune.workload.opkey import op_key
+from echo_tune.config.linear_attention_fields import LinearAttentionFields
 
 aten = torch.ops.aten
 GEMMS = (aten.mm, aten.addmm, aten.bmm, aten.baddbmm)
@@ -180,6 +183,14 @@ class SavedTensorMeter:
             totals[self.savers[key][0]] += nbytes
         return dict(totals)
 
+    def by_part(self) -> dict[str, int]:
+        """Like ``by_region``, charged to the first saver's "region/subregion" where the region tags parts."""
+        totals: dict[str, int] = defaultdict(int)
+        for key, nbytes in self.nbytes.items():
+            region, part = self.savers[key][0], self.part_savers[key][0]
+            totals[part or region] += nbytes
+        return dict(totals)
+
     def created_by_region(self) -> dict[str, int]:
         """By region, and by "region/subregion" for the tagged sub-regions (keys of both kinds)."""
         totals: dict[str, int] = defaultdict(int)
@@ -216,6 +227,7 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
         torch.autograd.backward(root, grad)
     return Trace(piece=piece, forward=tuple(recorder.ops["fwd"]), backward=tuple(recorder.ops["bwd"]),
                  activation_bytes=sum(meter.nbytes.values()), activation_bytes_by_region=meter.by_region(),
+                 activation_bytes_by_part=meter.by_part(),
                  region_internal_bytes=meter.internal_by_region(), region_created_bytes=meter.created_by_region(),
                  input_bytes=_nbytes(inputs[0]), output_bytes=_nbytes(output),
                  param_count=sum(t.numel() for t in layers.parameters(params)), tied_param_count=tied_param_count,
@@ -223,8 +235,8 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
                  expert_param_count=expert_param_count, linear_param_counts=linear_param_counts or {})
 
 
-LAYER_PIECES = ("layer", "moe_layer", "window_layer", "moe_window_layer")
-"""Transformer-layer pieces: dense or MoE MLP, full or sliding-window attention."""
+LAYER_PIECES = ("layer", "moe_layer", "window_layer", "moe_window_layer", "linear_layer", "moe_linear_layer")
+"""Transformer-layer pieces: dense or MoE MLP; full or sliding-window attention, or the gated delta net."""
 
 
 def _trace_piece(piece: str, shard: layers.Shard) -> Trace:
@@ -259,6 +271,11 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
         fixed.update(num_experts=None, moe_ffn_hidden_size=None, moe_shared_expert_intermediate_size=None)
     # the window shapes only the window pieces (which layers have it: layer_mix), the loss only the output
     fixed.update(window_attn_skip_freq=None)
+    # the gated delta net's settings shape only its pieces (which layers: sim/linear_layers.py); one layer of it there
+    if "linear" in piece:
+        fixed.update(linear_attention_freq=2)
+    else:
+        fixed.update({f.name: f.default for f in dataclasses.fields(LinearAttentionFields)})
     if "window" not in piece:
         fixed.update(window_size=None)
     if piece != "output":
@@ -276,41 +293,60 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
 
 @functools.lru_cache(maxsize=4096)
 def _cached(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str,
-            ep: int = 1, etp: int = 1) -> Trace:
+            ep: int = 1, etp: int = 1, cp_comm: tuple[str, int] = ("p2p", 1), deterministic: bool = False) -> Trace:
     return _trace_piece(piece, layers.Shard(model, tp, cp, sp, mbs, precision, ep, etp, piece.startswith("moe_"),
-                                            "window" in piece))
+                                            "window" in piece, cp_comm, "linear" in piece, deterministic))
 
 
 def _trace(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, precision: str,
-           ep: int = 1, etp: int = 1) -> Trace:
+           ep: int = 1, etp: int = 1, cp_comm: tuple[str, int] = ("p2p", 1), deterministic: bool = False) -> Trace:
     if not piece.startswith("moe_"):
         ep = etp = 1
-    return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision, ep, etp)
+    if piece not in LAYER_PIECES or cp == 1 or "linear" in piece:
+        cp_comm = ("p2p", 1)  # only the layers' self-attention talks across CP
+    if "linear" not in piece:
+        deterministic = False  # deterministic mode picks the gated delta net's path only (sim/determinism.py: the rest)
+    return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision, ep, etp,
+                   tuple(cp_comm), deterministic)
 
 
 def trace_moe_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
                     sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
-                    expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1) -> Trace:
+                    expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1,
+                    cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
     """One transformer layer whose MLP is the MoE block, one micro-batch on one rank (cached by shape)."""
     return _trace("moe_layer", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
-                  micro_batch_size, precision, expert_model_parallel_size, expert_tensor_parallel_size)
+                  micro_batch_size, precision, expert_model_parallel_size, expert_tensor_parallel_size, cp_comm)
 
 
 def trace_window_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
                        sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
                        expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1,
-                       moe: bool = False) -> Trace:
+                       moe: bool = False, cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
     """A layer with sliding-window attention (``model.window_size``), dense or MoE (cached by shape)."""
     return _trace("moe_window_layer" if moe else "window_layer", model, tensor_model_parallel_size,
                   context_parallel_size, sequence_parallel, micro_batch_size, precision,
-                  expert_model_parallel_size, expert_tensor_parallel_size)
+                  expert_model_parallel_size, expert_tensor_parallel_size, cp_comm)
+
+
+def trace_linear_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
+                       sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
+                       expert_model_parallel_size: int = 1, expert_tensor_parallel_size: int = 1,
+                       moe: bool = False, deterministic: bool = False) -> Trace:
+    """A layer with the gated delta net in place of self-attention, dense or MoE (cached by shape);
+    ``deterministic``: ``--deterministic-mode`` (the torch-native delta rule)."""
+    return _trace("moe_linear_layer" if moe else "linear_layer", model, tensor_model_parallel_size,
+                  context_parallel_size, sequence_parallel, micro_batch_size, precision,
+                  expert_model_parallel_size, expert_tensor_parallel_size, deterministic=deterministic)
 
 
 def trace_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,
-                sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16") -> Trace:
-    """One transformer layer of one micro-batch on one rank (cached by shape)."""
+                sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
+                cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
+    """One transformer layer of one micro-batch on one rank (cached by shape). ``cp_comm``: (CP communication type,
+    all-to-all ranks), config/cp_comm_rules.py."""
     return _trace("layer", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
-                  micro_batch_size, precision)
+                  micro_batch_size, precision, cp_comm=cp_comm)
 
 
 def trace_embedding(model: ModelSpec, *, tensor_model_parallel_size: int, context_parallel_size: int = 1,

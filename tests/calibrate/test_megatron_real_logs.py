@@ -147,9 +147,14 @@ def test_fp4_run_is_read_as_nvfp4_not_fitted_as_bf16(tmp_path):
     with pytest.raises(ConfigError, match="no fp4 tensor cores"):
         simulate(hopper.model, hopper.cluster, hopper.num_gpus, hopper.parallel)
     # a step-shaping argument away from Megatron's default is refused too; at its default it is not
+    history = _edit(tmp_path, CP2, "history.log", (_arg("record_memory_history", "False"),
+                                                   _arg("record_memory_history", "True")))
+    with pytest.raises(ConfigError, match=r"`record_memory_history True` \(--record-memory-history\)"):
+        read_logs([history], "h100-sxm")
+    # a modelled list argument is read as Megatron prints it (issue 39: --cp-comm-type)
     a2a = _edit(tmp_path, CP2, "a2a.log", (_arg("cp_comm_type", "['p2p']"), _arg("cp_comm_type", "['a2a']")))
-    with pytest.raises(ConfigError, match=r"`cp_comm_type \['a2a'\]` \(--cp-comm-type\)"):
-        read_logs([a2a], "h100-sxm")
+    (case,) = read_logs([a2a], "h100-sxm")
+    assert case.error is None and case.parallel.cp_comm_type == "a2a"
 
 
 def test_the_same_log_given_twice_counts_once(tmp_path, capsys):

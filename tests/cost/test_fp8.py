@@ -54,7 +54,6 @@ def test_fp8_memory_weight_copies_and_fp8_saved_inputs():
     ("h100-sxm", {"first_last_layers_bf16": True}, "not supported with `fp8_recipe == 'delayed'`"),
     ("h100-sxm", {"fp8_recipe": "tensorwise", "first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 40},
      "num_layers_at_start_in_bf16 <= num_layers / pipeline_model_parallel_size"),
-    ("h100-sxm", {"precision": "fp16"}, "beside fp16 parameters is not modelled"),
 ])
 def test_fp8_rules(cluster, changes, fragment):
     with pytest.raises(ConfigError, match=None) as err:
