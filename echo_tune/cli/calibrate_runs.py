@@ -6,6 +6,7 @@ import argparse
 import shlex
 import statistics
 
+from echo_tune.console import make_console
 from echo_tune.errors import ConfigError
 
 HEADER = ("# Fitted by echo-tune calibrate fit on measured training runs (echo_tune/calibrate/fit_runs.py).\n"
@@ -154,7 +155,6 @@ def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> No
                     "warnings": [*notes, *result.warnings],
                     "skipped": [{"name": n, "error": e} for n, e in skipped]})
         return
-    from echo_tune.cli.calibrate import _console
     from rich.table import Table
 
     table = Table(title=f"fit on {len(result.rows)} runs ({result.profile.gpu})")
@@ -166,7 +166,7 @@ def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> No
         loso = () if hide else (f"{r['loso_error_pct']:+.1f}%" + ("*" if r["source_key"] in plain else ""),)
         table.add_row(r["name"], r["source_key"], f"{r['measured_step_time_s']:.3f}", f"{r['predicted_step_time_s']:.3f}",
                       f"{r['error_pct']:+.1f}%", f"{r['loo_error_pct']:+.1f}%", *loso)
-    console = _console()
+    console = make_console()
     console.print(table)
     console.print("fitted: " + ", ".join(f"{k}={v:.4g}" for k, v in result.params.items()), highlight=False)
     loso = "" if hide else f", leave-one-source-out {errors['loso_mape_pct']:.1f}%" + ("*" if plain else "")
@@ -179,7 +179,7 @@ def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> No
                           highlight=False)
     if note:
         console.print(note, highlight=False, soft_wrap=True)
-    err = _console(stderr=True)
+    err = make_console(stderr=True)
     for name, error in skipped:
         err.print(f"[dim]skipped {name}: {error}[/dim]", highlight=False, soft_wrap=True)
     for warning in [*notes, *result.warnings, *_defaults_warnings(result.rows, defaults or {})]:

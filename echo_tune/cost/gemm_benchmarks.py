@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from echo_tune.config.cluster import GPUSpec
-from echo_tune.cost.compute import size_saturation
+from echo_tune.cost.gemm_saturation import size_saturation
 from echo_tune.errors import ConfigError
 
 PRECISIONS = {"bf16": "gemm_max_efficiency", "fp8": "fp8_gemm_max_efficiency"}

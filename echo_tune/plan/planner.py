@@ -31,7 +31,8 @@ from echo_tune.cost.profile import profile_for
 from echo_tune.plan.bands import band_or_none
 from echo_tune.plan.candidates import (PRECISION_WORDS, PlanCandidate, bad_row, parse_candidate,  # noqa: F401
                                        parse_candidates)  # re-exported
-from echo_tune.plan.projection import GOODPUT_DEFAULT, budget_status, check_goodput, project
+from echo_tune.plan.projection import (SORT_KEYS, GOODPUT_DEFAULT, budget_status, check_goodput,  # noqa: F401
+                                      project, sort_rows)
 from echo_tune.search.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, just_over, near_tie
@@ -39,7 +40,6 @@ from echo_tune.search.dominance import closest_misses
 from echo_tune.search.results import megatron_flags, trial_record
 from echo_tune.search.space import SearchSpace, space_from_dict, space_profile
 
-SORT_KEYS = ("time", "cost")
 GIB = 2**30
 
 
@@ -200,16 +200,6 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
     if row["near_tie"] is not None:
         row["near_tie"]["megatron_args"] = " ".join(megatron_flags(space, {"config": row["near_tie"]["config"]}))
     return row
-
-
-def sort_rows(rows: list[dict], by: str) -> list[dict]:
-    if by not in SORT_KEYS:
-        raise ConfigError(f"`--sort` must be one of {list(SORT_KEYS)}, but got ({by!r})")
-    inf = float("inf")
-    key = (lambda r: (r["days"], r["cost"] if r["cost"] is not None else inf)) if by == "time" else \
-        (lambda r: (r["cost"] if r["cost"] is not None else inf, r["days"]))
-    feasible = sorted((r for r in rows if r["feasible"]), key=key)
-    return feasible + [r for r in rows if not r["feasible"]]
 
 
 def _reasons(rows: list[dict]) -> str:

@@ -215,7 +215,7 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
     GPU-hours and cost carry the band's median and range and the goodput (plan/projection.py), while
     ``time_to_train_s`` is the simulator's own tokens / throughput."""
     from echo_tune.plan.bands import band_or_none, precision_of
-    from echo_tune.plan.planner import sort_rows
+    from echo_tune.plan.projection import sort_rows
     from echo_tune.plan.projection import check_goodput, project
 
     from echo_tune.cost.profile import load_profile, profile_for

@@ -139,7 +139,7 @@ def promote_over_limit_rows(rows: list[dict], tokens: float, *, sort: str = "tim
     """``rank``'s rows with the ones over their limit by less than the model's over-prediction made "at risk":
     time, GPU-hours and cost as a fitting row's (plan/projection.py), ``feasible`` True, sorted and ranked again
     (``fits_memory`` stays the simulator's False)."""
-    from echo_tune.plan.planner import sort_rows
+    from echo_tune.plan.projection import sort_rows
     from echo_tune.plan.projection import project
 
     ranked = [r for r in rows if not r.get("refused")]

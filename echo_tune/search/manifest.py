@@ -15,11 +15,13 @@ import stat
 from pathlib import Path
 
 MANIFEST_NAME = ".echo-tune-files.json"
+OUTPUT_NAMES = ("trials.csv", "best.json", "megatron_args.txt", "best_trace.json", "pareto.csv", "pareto.svg",
+                "pareto.png", "breakdowns.png")
+"""The files search/outputs.py writes in a study's folder."""
 
 
 def own_names() -> tuple[str, ...]:
     """Every name a study of this version may write in its folder."""
-    from echo_tune.search.outputs import OUTPUT_NAMES
     from echo_tune.search.storage import JOURNAL_NAME
 
     return (JOURNAL_NAME, JOURNAL_NAME + ".flock") + OUTPUT_NAMES

@@ -18,9 +18,11 @@ import json
 from concurrent.futures import Future
 from pathlib import Path
 
-from echo_tune.config.launch_rules import launch_notes
+from echo_tune.config.launch_notes import launch_notes
 from echo_tune.io import atomic_path, write_text
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
+# The names a study writes live in search/manifest.py, which --overwrite reads; re-exported here.
+from echo_tune.search.manifest import MANIFEST_NAME, OUTPUT_NAMES, record  # noqa: F401
 from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_label
 from echo_tune.search.plot import pareto_svg
 from echo_tune.search.results import candidate_of, megatron_flags
@@ -29,15 +31,10 @@ from echo_tune.search.trials_csv import TrialsCsv
 
 
 
-OUTPUT_NAMES = ("trials.csv", "best.json", "megatron_args.txt", "best_trace.json", "pareto.csv", "pareto.svg",
-                "pareto.png", "breakdowns.png")
-
-
 def check_outputs(out_dir: Path) -> None:
     """Refuse (one line) a study folder that is a symbolic link, or holds one where an output goes, before any
     work."""
     from echo_tune.io import check_not_symlink
-    from echo_tune.search.manifest import MANIFEST_NAME
     from echo_tune.search.storage_checks import link_refusal
 
     if Path(out_dir).is_symlink():
@@ -156,7 +153,6 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
         png = png.result()
     if png is not None:
         files.append(png)
-    from echo_tune.search.manifest import record
 
     record(out_dir, files)  # what --overwrite may remove, and nothing else (manifest.py)
     return [str(f) for f in files]

@@ -13,7 +13,7 @@ from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.config.cluster import ClusterSpec, clock_note
 from echo_tune.config._checks import require_choice
 from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
-from echo_tune.config.launch_rules import launch_notes
+from echo_tune.config.launch_notes import launch_notes
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import userbuffer_notes, userbuffer_overlap
