@@ -168,3 +168,21 @@ def test_file_cycle_finder_sees_imports_inside_functions_and_type_checking():
     assert _file_cycles(edges) == [["echo_tune.a", "echo_tune.b", "echo_tune.c"],
                                    ["echo_tune.pkg", "echo_tune.pkg.mod"]]
     assert _file_cycles({"echo_tune.a": {"echo_tune.b"}, "echo_tune.b": set()}) == []
+
+
+RULE_CHECKS = ("echo_tune.config.compatibility", "echo_tune.config._checks")
+"""Besides config/*_rules.py: the modules that check specs. The simulator reads their result, the checked
+``Layout`` (config/layout.py, built by config/checked.py), and calls none of them."""
+
+
+def _is_rule_check(module: str) -> bool:
+    return module in RULE_CHECKS or (module.startswith("echo_tune.config.") and module.endswith("_rules"))
+
+
+def test_sim_imports_no_rule_check_module():
+    edges = _file_imports(_package_modules())
+    assert "echo_tune.config.layout" in edges["echo_tune.sim.simulate"]  # the walk sees sim's imports of config
+    calls_back = sorted((m, t) for m, targets in edges.items() if m.startswith("echo_tune.sim.")
+                        for t in targets if _is_rule_check(t))
+    assert calls_back == []
+    assert _is_rule_check("echo_tune.config.schedule_rules") and not _is_rule_check("echo_tune.config.layout")

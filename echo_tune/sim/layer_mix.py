@@ -9,7 +9,7 @@ holds each chunk's first layer.
 
 from __future__ import annotations
 
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.cost.flex_bandwidth import label as flex_bandwidth_label
 
