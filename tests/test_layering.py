@@ -176,7 +176,8 @@ RULE_CHECKS = ("echo_tune.config.compatibility", "echo_tune.config._checks")
 
 
 def _is_rule_check(module: str) -> bool:
-    return module in RULE_CHECKS or (module.startswith("echo_tune.config.") and module.endswith("_rules"))
+    return module in RULE_CHECKS or module.startswith("echo_tune.config.rules.") or \
+        (module.startswith("echo_tune.config.") and module.endswith("_rules"))
 
 
 def test_sim_imports_no_rule_check_module():
