@@ -53,6 +53,7 @@ from echo_tune.search.storage_checks import storage_error
 from echo_tune.search.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
 from echo_tune.search.outputs import check_outputs
 from echo_tune.search.manifest import kept_note, record, remove_written
+from echo_tune.sim.simulate import clock_note_for
 
 __all__ = ["DEFAULT_N_TRIALS", "SearchOptions", "SearchResult", "clock_notes", "run_search"]
 
@@ -146,8 +147,6 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
 def clock_notes(space: SearchSpace, profile=None) -> list[str]:
     """The space's GPU at the clock its peak is specified at for want of a sustained one, or at a derived one
     (``clock_note``): the search's notes say so once (``profile``: the space's own, ``space_profile``)."""
-    from echo_tune.sim.simulate import clock_note_for
-
     if profile is not None and profile.op_times is not None:  # measured op times hold the clock they ran at
         return []
     note = clock_note_for(space.cluster, profile)

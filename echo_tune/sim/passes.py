@@ -59,6 +59,7 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
     if stored is not None:
         _PIECES[key] = stored
         return stored
+    # lazy: loads torch (~1.5 s to import), which importing sim.passes does not
     from echo_tune.workload.tracer import (trace_embedding, trace_layer, trace_moe_layer, trace_output,
                                            trace_window_layer)
 

@@ -43,6 +43,7 @@ from echo_tune.sim.passes import pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
 from echo_tune.sim.schedules import SCHEDULES
 from echo_tune.sim.trace_args import chunk_work, p2p_message_bytes, span_args
+from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK, bucket_spans, p2p_spans, pass_part_spans
 
 
 def _stage_pair(layout: Layout) -> GroupPlacement:
@@ -269,8 +270,6 @@ def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple
     """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail; and on each
     stage's communication tracks the exposed parts of each pass, its DP buckets and its p2p transfers (see
     trace_tracks.py), so that the blocks of the critical stage add up to its breakdown."""
-    from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK, bucket_spans, p2p_spans, pass_part_spans
-
     events, compute_end_s = run.events, run.end_s
     busy_s = [0.0] * len(compute_end_s)
     for stage, _, _, _, start, end in events:

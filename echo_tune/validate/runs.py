@@ -32,6 +32,7 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, UnmodelledError, harmless_reason, refusal, \
     refuse_if_unmodelled
 from echo_tune.errors import ConfigError, EchoTuneError
+from echo_tune.validate.datasets import is_published
 from echo_tune.validate.errata import Erratum, errata_path_for, errata_settings, load_errata
 from echo_tune.validate.run_models import ARCHITECTURE_COLUMNS, model_defaults, row_model, unstated_defaults
 
@@ -228,7 +229,6 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
     if errata is True:
         errata = errata_path_for(path) or False
     table = load_errata(errata) if errata else {}
-    from echo_tune.validate.datasets import is_published
 
     models: dict = {}  # one model file read once, not once per row
     grandfathered = is_published(path)
