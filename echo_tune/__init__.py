@@ -11,6 +11,8 @@ The public API, for notebooks and scripts::
     report.step_time_s, report.breakdown_s
 """
 
+import importlib
+
 from echo_tune.config import (ClusterSpec, GPUSpec, Layout, ModelSpec, ParallelConfig, check_compatible,
                               load_cluster, load_gpu, load_model, preset_names)
 from echo_tune.cost.profile import ClusterProfile, default_profile, load_profile, profile_for, save_profile
@@ -23,8 +25,6 @@ _LAZY = {"simulate": "echo_tune.sim.simulate", "StepReport": "echo_tune.sim.repo
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'echo_tune' has no attribute {name!r}")
 

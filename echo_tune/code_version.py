@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
+import echo_tune
 
 DIGEST_EXCLUDES = ("error_bands.json",)
 """Files left out of the digest: the error-band table stores the digest itself (``plan/bands.py``)."""
@@ -18,16 +19,12 @@ DIGEST_EXCLUDES = ("error_bands.json",)
 def code_version() -> dict:
     """echo-tune's version and a SHA-256 over its package sources and data (Python, YAML, JSON; the error-band
     table excepted), in path order."""
-    import echo_tune
-
     return {"version": getattr(echo_tune, "__version__", "unknown"), "sources_sha256": sources_sha256()}
 
 
 @functools.lru_cache(maxsize=1)
 def sources_sha256() -> str:
     """Read once per process (a plan asks once per candidate; ~0.03 s)."""
-    import echo_tune
-
     root = Path(echo_tune.__file__).resolve().parent
     h = hashlib.sha256()
     for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".yml", ".json")

@@ -24,6 +24,7 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+import errno
 
 from echo_tune.errors import ConfigError
 
@@ -70,8 +71,6 @@ def stream_target(path: str | Path) -> Stream | None:
 def write_error(exc: OSError, what: str, target: str) -> ConfigError:
     """One line for a write to ``target`` that failed, naming it, the OS's reason and the way out (``what``
     empty: ``target`` is a description, as "standard output", not a path)."""
-    import errno
-
     reason = exc.strerror or str(exc) or type(exc).__name__
     name = f"{what} {target!r}" if what else target
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+import textwrap
+from echo_tune.io import atomic_path
 
 
 def available() -> bool:
@@ -33,9 +35,11 @@ def _format(path: str | Path) -> str:
 
 def load_pyplot():
     """matplotlib's pyplot on the file-only Agg backend (imported on first use: it takes about a second)."""
+    # lazy: loads matplotlib (~0.6 s), which importing plots does not
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
+    # lazy: loads matplotlib (~0.6 s), which importing plots does not
     import matplotlib.pyplot as plt
 
     return plt
@@ -47,7 +51,6 @@ def plot_pareto(points: list[tuple[float, float]], front: list[tuple[float, floa
     front point, in the order of ``front``) each front point gets a ray to a text box naming its layout."""
     if not available():
         return None
-    import textwrap
 
     plt = load_pyplot()
     fig, ax = plt.subplots(figsize=(9, 5.6))
@@ -69,7 +72,6 @@ def plot_pareto(points: list[tuple[float, float]], front: list[tuple[float, floa
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    from echo_tune.io import atomic_path
 
     with atomic_path(path, "plot") as tmp:  # atomically, never through a symlink; a device or stream in place
         fig.savefig(tmp, dpi=120, format=_format(path))
@@ -97,7 +99,6 @@ def plot_breakdowns(layouts: list[dict], path: str | Path, *, title: str = "") -
     ax.set_title(title)
     ax.legend(ncol=min(5, len(parts)), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.1 / len(layouts)))
     fig.tight_layout()
-    from echo_tune.io import atomic_path
 
     with atomic_path(path, "plot") as tmp:  # atomically, never through a symlink; a device or stream in place
         fig.savefig(tmp, dpi=120, bbox_inches="tight", format=_format(path))

@@ -22,18 +22,23 @@ Rows are sorted feasible first, fastest first, so ``df.iloc[0]`` is the best lay
 from __future__ import annotations
 
 from pathlib import Path
+from echo_tune.errors import ConfigError
 
 GIB = 2**30
 
 
 def load_results(path: str | Path, study_name: str | None = None):
     """The trials of the study in ``path`` as a DataFrame (see the module docstring)."""
+    # lazy: loads optuna (~0.3 s), which importing results_api does not
     import optuna
+    # lazy: loads pandas (~0.5 s), which importing results_api does not
     import pandas as pd
 
-    from echo_tune.errors import ConfigError
+    # lazy: loads optuna (~0.3 s), which importing results_api does not
     from echo_tune.search.trials_csv import spell_none
+    # lazy: loads optuna (~0.3 s), which importing results_api does not
     from echo_tune.search.results import trial_record
+    # lazy: loads optuna (~0.3 s), which importing results_api does not
     from echo_tune.search.storage import JOURNAL_NAME, open_storage
 
     path = Path(path)

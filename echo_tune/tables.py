@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from echo_tune.console import escape_controls, make_console
+from echo_tune.errors import ConfigError
 
 FORMATS = ("table", "csv", "markdown", "json")
 
@@ -58,8 +60,6 @@ class TextTable:
 
 def plain(cell: str) -> str:
     """The cell's text without markup, control characters escaped as printed (so widths are the printed ones)."""
-    from echo_tune.console import escape_controls
-
     return Text.from_markup(escape_controls(cell)).plain  # before rich, which drops a carriage return
 
 
@@ -102,8 +102,6 @@ def _widths(table: TextTable, shown: list[int], width: int) -> list[int]:
 
 
 def _rich_table(table: TextTable, shown: list[int], width: int) -> Table:
-    from echo_tune.console import escape_controls
-
     out = Table(title=table.title, caption=table.caption)
     for i, w in zip(shown, _widths(table, shown, width)):
         col = table.columns[i]
@@ -120,8 +118,6 @@ def _name(table: TextTable, k: int) -> str:
 
 def print_table(table: TextTable, fmt: str = "table", console: Console | None = None) -> None:
     """Print ``table`` as ``fmt`` (table, csv or markdown) on ``console`` (default: ``make_console()``)."""
-    from echo_tune.console import escape_controls, make_console
-
     console = console or make_console()
     if fmt in ("csv", "markdown"):  # written past rich: control characters escaped here (console.py)
         console.file.write(escape_controls(to_csv(table) if fmt == "csv" else to_markdown(table) + "\n"))  # Markdown: a blank
@@ -203,8 +199,6 @@ def add_format_arguments(parser, csv_note: str) -> None:
 
 def output_format(args) -> str:
     """``--format``, with ``--json`` as its older spelling."""
-    from echo_tune.errors import ConfigError
-
     if args.json and args.format not in (None, "json"):
         raise ConfigError(f"give --json or --format, not both, but got (--json, --format {args.format})")
     return "json" if args.json else (args.format or "table")

@@ -12,6 +12,7 @@ import datetime
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+import csv
 
 from echo_tune.calibrate import fit_comm, fit_compute, raw
 from echo_tune.calibrate.check import on_fabric
@@ -23,6 +24,7 @@ from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.profile import ClusterProfile, LinkCoefficients, default_profile
 from echo_tune.errors import CalibrationError
+from echo_tune.io import atomic_path
 
 
 @dataclass(kw_only=True)
@@ -238,10 +240,6 @@ def fit_profile(cluster: ClusterSpec, *, nccl_logs: list[str | Path] = (), bench
 
 def write_residuals(results: list[FitResult], path: str | Path) -> Path:
     """Every point's measured and predicted value, one CSV row each."""
-    import csv
-
-    from echo_tune.io import atomic_path  # atomically, never through a symlink
-
     path = Path(path)
     with atomic_path(path, "residuals file") as tmp, tmp.open("w", newline="") as handle:
         writer = csv.writer(handle)

@@ -41,6 +41,7 @@ import numpy as np
 from echo_tune.calibrate.results import POOR_FIT_MAX, POOR_FIT_RMS
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
+from echo_tune.sim.simulate import simulate
 
 PARAMETERS = {"clock": "sustained_clock_mhz", "comm": "comm_time_factor", "launch": "kernel_launch_overhead_s",
               "host": "host_time_per_kernel_s"}
@@ -116,8 +117,6 @@ class _Problem:
         return out
 
     def predict(self, x, rows=None) -> np.ndarray:
-        from echo_tune.sim.simulate import simulate
-
         profile = with_params(self.base, self.values(x))
         rows = range(len(self.cases)) if rows is None else rows
         return np.array([simulate(self.cases[i].model, self.cases[i].cluster, self.cases[i].num_gpus,

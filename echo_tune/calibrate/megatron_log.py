@@ -28,6 +28,7 @@ from pathlib import Path
 from echo_tune.calibrate import megatron_dump
 from echo_tune.errors import ConfigError
 from echo_tune.io import os_error_message
+from echo_tune.validate.runs import MODEL_FIELDS, PARALLEL_FIELDS, case_from_row
 
 ARGS_BEGIN = re.compile(r"^-+ arguments -+\s*$")
 ARGS_END = re.compile(r"^-+ end of arguments -+\s*$")
@@ -173,8 +174,6 @@ def row_of(run: LoggedRun, cluster: str, runs_in_file: int = 1, *, skip_first: i
     """One runs-CSV row (validate's format) from a logged run: the dump's arguments as Megatron resolves them
     (megatron_dump.py), ``num_gpus`` (world_size) and ``measured_step_time_s``. An argument that sets a
     step-shaping setting echo-tune does not model refuses the run."""
-    from echo_tune.validate.runs import MODEL_FIELDS, PARALLEL_FIELDS
-
     path, args = run.path, run.args
     if refused := megatron_dump.unmodelled(args):
         name, flag, why = refused[0]
@@ -211,8 +210,6 @@ def run_row(path: str | Path, cluster: str, *, skip_first: int = 1) -> dict[str,
 def read_logs(paths: list[str | Path], cluster: str, notes: list[str] | None = None):
     """RunCases (validate/runs.py) of every run of the Megatron-LM logs, all on ``cluster``. The same run given
     twice (the same file twice, or the same lines in two files) is read once, with a note in ``notes``."""
-    from echo_tune.validate.runs import case_from_row
-
     notes = [] if notes is None else notes
     cases, seen = [], {}
     for path in paths:

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from echo_tune.calibrate.log_checks import check_rank_numbers, check_rows_match_collective, check_single_run
 from echo_tune.calibrate.nccl_tests_log import NcclTestsLog, NcclTestsRow, RankInfo
 from echo_tune.cost.comm import bus_factor
 from echo_tune.errors import CalibrationError
@@ -237,7 +238,6 @@ def parse_nccl_tests(path: str | Path, collective: str | None = None) -> NcclTes
         raise CalibrationError(f"{path}: no usable result rows under the column header "
                                f"({len(state.refused)} refused for #wrong != 0)")
     ranks = _unique_ranks(state.ranks, str(path))
-    from echo_tune.calibrate.log_checks import check_rank_numbers, check_rows_match_collective, check_single_run
 
     check_rank_numbers(ranks, str(path))
     _check_hosts(ranks, str(path))

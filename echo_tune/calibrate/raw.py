@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from echo_tune.errors import CalibrationError
-from echo_tune.io import read_csv_rows, read_text
+from echo_tune.io import atomic_path, read_csv_rows, read_text, write_text
 
 RAW_FORMAT_VERSION = 1
 COLUMNS = {
@@ -32,8 +32,6 @@ _TEXT_COLUMNS = {"device", "dtype", "phase", "collective", "scope", "comm_scope"
 def check_bench_name(name: str) -> str:
     """``--name`` is one folder under ``--output-root``: no path separators, no ``..``, not absolute."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        from echo_tune.errors import CalibrationError
-
         raise CalibrationError(f"`--name` must be a plain folder name (results go to <output-root>/<name>/raw/), "
                                f"but got ({name!r}); give a name without '/', '\\' or '..'")
     return name
@@ -45,8 +43,6 @@ def raw_dir(output_root: str | Path, name: str) -> Path:
 
 def write_csv(directory: Path, kind: str, rows: list[dict]) -> Path:
     """Write one raw table; the columns are COLUMNS[kind], in that order."""
-    from echo_tune.io import atomic_path  # atomically, never through a symlink
-
     path = directory / f"{kind}.csv"
     with atomic_path(path, "raw benchmark table") as tmp, tmp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS[kind], extrasaction="raise")
@@ -57,8 +53,6 @@ def write_csv(directory: Path, kind: str, rows: list[dict]) -> Path:
 
 
 def write_env(directory: Path, env: dict) -> Path:
-    from echo_tune.io import write_text
-
     return write_text(directory / "env.json", json.dumps({"raw_format_version": RAW_FORMAT_VERSION, **env}, indent=2,
                                                          sort_keys=True) + "\n", "benchmark environment file")
 

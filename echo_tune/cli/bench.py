@@ -11,8 +11,11 @@ import argparse
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from echo_tune.calibrate.bench_args import add_bench_arguments
+from echo_tune.calibrate.raw import check_bench_name
+from echo_tune.cli.common import print_json
 from echo_tune.errors import CalibrationError
 
 
@@ -32,10 +35,6 @@ def add_parser(subparsers) -> None:
 
 
 def _report(args: argparse.Namespace, out) -> None:
-    from pathlib import Path
-
-    from echo_tune.cli.common import print_json
-
     out = Path(out)
     if args.json:
         files = sorted(str(p) for p in out.rglob("*") if p.is_file()) if out.is_dir() else []
@@ -64,8 +63,6 @@ def _forwarded_argv(args: argparse.Namespace) -> list[str]:
 
 def _check_args(args: argparse.Namespace) -> None:
     """What torchrun's children would fail on, refused here in one line (issue 20) before anything starts."""
-    from echo_tune.calibrate.raw import check_bench_name
-
     check_bench_name(args.name)
     if args.nproc_per_node is not None and "RANK" not in os.environ:
         if args.nproc_per_node < 1:
@@ -86,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
         code = subprocess.call(_torchrun_command(args, _forwarded_argv(args)),
                                stdout=subprocess.DEVNULL if args.json else None)
         if code == 0 and args.json:
-            from pathlib import Path
-
             _report(args, Path(args.output_root) / args.name)
         return code
     from echo_tune.calibrate.microbench import run_bench  # imports torch

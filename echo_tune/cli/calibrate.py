@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from echo_tune.cli.common import print_json
 from echo_tune.console import make_console
 from rich.table import Table
 
@@ -16,9 +17,10 @@ from echo_tune.calibrate.check import check_log, extrapolation_warnings, placeme
 from echo_tune.calibrate.results import FitResult
 from echo_tune.cli.calibrate_runs import add_run_arguments, run_fit_runs, wants_runs
 from echo_tune.config.loading import load_cluster
-from echo_tune.cost.comm import COLLECTIVES
+from echo_tune.cost.comm import COLLECTIVES, bus_factor
 from echo_tune.cost.profile import load_profile, profile_for, profile_warnings, save_profile
 from echo_tune.errors import ConfigError
+from echo_tune.io_targets import stream_target
 
 
 def add_parser(subparsers) -> None:
@@ -118,14 +120,11 @@ def run_fit(args: argparse.Namespace) -> int:
                           max_tiers=args.max_tiers, allow_gpu_mismatch=args.allow_gpu_mismatch,
                           allow_cpu_bench=args.allow_cpu_bench)
     save_profile(outcome.profile, args.out)
-    from echo_tune.io_targets import stream_target
 
     # beside a file the profile is written to; a stream or device (-, /dev/stdout, a FIFO) has no "beside"
     residuals = None if stream_target(args.out) is not None else \
         write_residuals(outcome.results, Path(args.out).with_suffix(".residuals.csv"))
     if getattr(args, "json", False):
-        from echo_tune.cli.common import print_json
-
         print_json({"profile": str(args.out), "residuals": str(residuals) if residuals else None, "warnings": list(outcome.warnings),
                     "fits": [{"quantity": r.quantity, "method": r.method, "points": len(r.points),
                               "rms_relative_error": r.rms_relative_error, "max_relative_error": r.max_relative_error,
@@ -222,7 +221,6 @@ def run_predict(args: argparse.Namespace) -> int:
     table.add_column("size (B)", justify="right")
     for n, (place, _, _) in rows.items():
         table.add_column(f"{n} GPUs / {place.num_nodes} node(s)", justify="right")
-    from echo_tune.cost.comm import bus_factor
 
     for i, size in enumerate(sizes):
         table.add_row(str(size), *[f"{t[i]:.1f} ({bus_factor(args.collective, n) * size / t[i] / 1e3:.3g} GB/s)"

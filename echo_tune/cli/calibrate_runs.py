@@ -5,8 +5,18 @@ from __future__ import annotations
 import argparse
 import shlex
 import statistics
+from pathlib import Path
+import dataclasses
 
+from rich.table import Table
+
+from echo_tune.calibrate.megatron_log import read_logs
+from echo_tune.cli.common import print_json
+from echo_tune.console import make_console
+from echo_tune.cost.profile import load_cluster_profile, save_profile
 from echo_tune.errors import ConfigError
+from echo_tune.validate.runs import read_runs
+from echo_tune.validate.datasets import is_published
 
 HEADER = ("# Fitted by echo-tune calibrate fit on measured training runs (echo_tune/calibrate/fit_runs.py).\n"
           "# Rerun with:\n#   {command}\n# {label}\n")
@@ -37,9 +47,6 @@ def wants_runs(args: argparse.Namespace) -> bool:
 
 
 def _cases(args: argparse.Namespace):
-    from echo_tune.calibrate.megatron_log import read_logs
-    from echo_tune.validate.runs import read_runs
-
     if args.nccl_tests or args.bench:
         raise ConfigError("give either training runs (--runs / --megatron-log) or microbenchmarks (--bench / "
                           "--nccl-tests) to `calibrate fit`, not both")
@@ -82,11 +89,8 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run_fit_runs(args: argparse.Namespace) -> int:
+    # lazy: loads numpy (~0.2 s), which importing cli.calibrate_runs does not
     from echo_tune.calibrate.fit_runs import fit_runs, sha256
-    from echo_tune.validate.datasets import is_published
-    from echo_tune.cost.profile import load_cluster_profile, save_profile
-
-    from pathlib import Path
 
     if Path(args.out).is_symlink():  # never write through a link into another file (issue 20)
         raise ConfigError(f"--out {args.out!r} is a symbolic link; give a plain file path (the profile is not "
@@ -104,7 +108,6 @@ def run_fit_runs(args: argparse.Namespace) -> int:
                       command=command, published=published)
     profile = result.profile
     if args.name:
-        import dataclasses
         profile = dataclasses.replace(profile, name=args.name)
     save_profile(profile, args.out, header=HEADER.format(command=command, label=profile.fitted["label"]))
     _report(args, result, skipped, notes, {c.name: c.defaults for c in cases if getattr(c, "defaults", ())})
@@ -139,8 +142,6 @@ def loso_note(rows: list[dict], n_params: int, unfitted_mape_pct: float) -> str 
 
 
 def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> None:
-    from echo_tune.cli.common import print_json
-
     errors = result.profile.fitted["errors"]
     n_params = len(result.params)
     plain = unfitted_sources(result.rows, n_params)
@@ -154,8 +155,6 @@ def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> No
                     "warnings": [*notes, *result.warnings],
                     "skipped": [{"name": n, "error": e} for n, e in skipped]})
         return
-    from echo_tune.cli.calibrate import _console
-    from rich.table import Table
 
     table = Table(title=f"fit on {len(result.rows)} runs ({result.profile.gpu})")
     columns = ("run", "source", "measured s", "predicted s", "error", "leave-one-out") + (() if hide else
@@ -166,7 +165,7 @@ def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> No
         loso = () if hide else (f"{r['loso_error_pct']:+.1f}%" + ("*" if r["source_key"] in plain else ""),)
         table.add_row(r["name"], r["source_key"], f"{r['measured_step_time_s']:.3f}", f"{r['predicted_step_time_s']:.3f}",
                       f"{r['error_pct']:+.1f}%", f"{r['loo_error_pct']:+.1f}%", *loso)
-    console = _console()
+    console = make_console()
     console.print(table)
     console.print("fitted: " + ", ".join(f"{k}={v:.4g}" for k, v in result.params.items()), highlight=False)
     loso = "" if hide else f", leave-one-source-out {errors['loso_mape_pct']:.1f}%" + ("*" if plain else "")
@@ -179,7 +178,7 @@ def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> No
                           highlight=False)
     if note:
         console.print(note, highlight=False, soft_wrap=True)
-    err = _console(stderr=True)
+    err = make_console(stderr=True)
     for name, error in skipped:
         err.print(f"[dim]skipped {name}: {error}[/dim]", highlight=False, soft_wrap=True)
     for warning in [*notes, *result.warnings, *_defaults_warnings(result.rows, defaults or {})]:

@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+from echo_tune.cli.field_help import choices_of, help_for
+from echo_tune.config._checks import require
+from echo_tune.config.hf_config import hf_notes, load_hf_config
 from echo_tune.config.loading import build, load_model
 from echo_tune.config.line_flags import drop_unused_recompute
 from echo_tune.config.megatron_args import ALIASES, MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
@@ -22,8 +25,6 @@ def _freq(raw: str) -> int | str:
 
 
 def _add_flag(parser: argparse.ArgumentParser, field: str, flag: str, kind: str, extra: tuple[str, ...] = ()) -> None:
-    from echo_tune.cli.field_help import choices_of, help_for
-
     text = help_for(field, flag)
     choices = choices_of(field)
     metavar = "{" + ",".join(choices) + "}" if choices else field.upper()
@@ -82,8 +83,6 @@ def with_clock(cluster, args: argparse.Namespace):
 
 
 def build_cluster_clock(cluster, clock: float):
-    from echo_tune.config._checks import require
-
     require(clock == clock and 0 < clock < 10_000, f"`0 < --gpu-clock-mhz < 10000` must hold, but got ({clock})")
     return cluster.replace(sustained_clock_mhz=float(clock))
 
@@ -138,8 +137,6 @@ def _base_model(model_ref, seq_length: int | None) -> ModelSpec:
     """The model --model names; a config.json is read with the length trained, so its sliding-window check
     sees it."""
     if str(model_ref).endswith(".json") and seq_length is not None:
-        from echo_tune.config.hf_config import load_hf_config
-
         return load_hf_config(model_ref, seq_length=seq_length)
     return load_model(model_ref)
 
@@ -149,8 +146,6 @@ def model_header(model: ModelSpec, model_ref=None, seq_length: int | None = None
     config.json the assumptions made reading it (config/hf_config.py notes)."""
     lines = [f"model {model.name}: seq_length {model.seq_length:,} tokens per sequence"]
     if model_ref is not None and str(model_ref).endswith(".json"):
-        from echo_tune.config.hf_config import hf_notes
-
         lines += [f"{model_ref}: {n}" for n in hf_notes(model_ref, seq_length=seq_length)]
     return lines
 
@@ -161,6 +156,7 @@ def set_torch_threads(threads: int | None) -> None:
         return
     if threads < 1:
         raise ConfigError(f"`threads >= 1` must hold, but got (threads={threads})")
+    # lazy: loads torch (~1.5 s to import), which importing cli.common does not
     import torch
 
     torch.set_num_threads(threads)

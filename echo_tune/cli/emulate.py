@@ -10,6 +10,7 @@ from rich.table import Table
 from echo_tune.console import make_console
 from echo_tune.cli.common import add_layout_arguments, human_time, print_json, set_torch_threads, specs_from_args
 from echo_tune.config.loading import load_cluster
+from echo_tune.cost.profile import load_profile
 from echo_tune.errors import ConfigError
 
 PART_NAMES = {"compute": "compute (kernels + host)", "experts": "  of it: routed experts (GEMMs + activation)",
@@ -43,11 +44,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_tune.cost.profile import load_profile
+    # lazy: loads torch (~1.5 s to import), which importing cli.emulate does not
     from echo_tune.emulate.run import emulate
 
     set_torch_threads(args.threads)
     if args.device == "cuda":
+        # lazy: loads torch (~1.5 s to import), which importing cli.emulate does not
         import torch
 
         if not torch.cuda.is_available():  # else torch's AssertionError "Torch not compiled with CUDA enabled"

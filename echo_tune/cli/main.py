@@ -14,7 +14,9 @@ import signal
 import sys
 import threading
 
+from echo_tune import __version__
 from echo_tune.cli.checked_args import guard_numeric_flags
+from echo_tune.cli.progress import STOP
 from echo_tune.errors import EchoTuneError
 from echo_tune.io import os_error_message
 
@@ -33,7 +35,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="echo-tune", description="Find the fastest Megatron-LM layout before booking GPUs.")
-    from echo_tune import __version__
 
     parser.add_argument("--version", action="version", version=f"echo-tune {__version__}",
                         help="print the version and exit")
@@ -47,8 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _terminate(signum, frame) -> None:
     """SIGTERM (a job scheduler's time limit) is handled like Ctrl-C: finished work is kept, outputs written.
     During a search it waits for the trial in hand to be stored (see cli/progress.py ``STOP``)."""
-    from echo_tune.cli.progress import STOP
-
     if STOP.deferred:
         STOP.requested = True
         return
@@ -94,7 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
-            from echo_tune.cli.progress import STOP
 
             STOP.deferred = STOP.requested = False
 

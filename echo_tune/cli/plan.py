@@ -10,8 +10,11 @@ from echo_tune.cli.checked_args import currency
 from echo_tune.cli.common import add_clock_argument, print_json
 from echo_tune.cli.progress import STOP
 from echo_tune.errors import ConfigError
+from echo_tune.plan.explain import explain
 from echo_tune.plan.projection import GOODPUT_DEFAULT
 from echo_tune.plan.planner import SORT_KEYS, PlanOptions, parse_candidates, plan
+from echo_tune.plan.report import print_plan
+from echo_tune.plots import available, plot_breakdowns
 from echo_tune.search.auto_space import CAPS_HELP, FP8_CHOICES, layout_overrides
 from echo_tune.tables import add_format_arguments, output_format
 
@@ -102,12 +105,8 @@ def run(args: argparse.Namespace) -> int:
     explanation = None
     winner = result.winner
     if args.explain and winner is not None:
-        from echo_tune.plan.explain import explain
-
         explanation = explain(result.spaces[winner["candidate"]], result.records[winner["candidate"]])
     if args.plot:
-        from echo_tune.plots import available, plot_breakdowns
-
         if not available():
             raise ConfigError("--plot needs matplotlib; install it with pip install -e '.[plot]' or drop --plot")
         if explanation is not None:
@@ -121,7 +120,5 @@ def run(args: argparse.Namespace) -> int:
                     "winner": winner["candidate"] if winner else None, "explanation": explanation,
                     "seq_length": result.seq_length, "notes": result.notes})
     else:
-        from echo_tune.plan.report import print_plan
-
         print_plan(result, explanation, sort=args.sort, fmt=fmt)
     return 0 if winner is not None else 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rich.table import Table
+
 from echo_tune.cli.common import print_json
 from echo_tune.console import make_console
 from echo_tune.config.loading import PRESET_ALIASES, load_cluster, load_gpu, load_model, preset_names
@@ -62,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
         return 0
-    from rich.table import Table
 
     console = make_console()
     for kind, rows in data.items():

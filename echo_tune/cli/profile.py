@@ -6,10 +6,16 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+import os
 
 from echo_tune.cli.common import add_layout_arguments, human_time, print_json, set_torch_threads, specs_from_args
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.loading import load_cluster, read_yaml
+from echo_tune.cost.optime_db import OpTimeDB
+from echo_tune.cost.optime_device import local_device, mismatch
+from echo_tune.cost.profile import profile_for, save_profile
 from echo_tune.errors import ConfigError
+from echo_tune.optime.collect import distinct_ops, space_layouts
+from echo_tune.io import check_not_symlink
 
 
 def add_parser(subparsers) -> None:
@@ -54,9 +60,8 @@ def _targets(args) -> list[tuple]:
 
 
 def _file_targets(path: Path) -> list[tuple]:
-    from echo_tune.config.loading import read_yaml
-
     if "candidates" in read_yaml(path, "search-space or rank"):
+        # lazy: loads optuna (~0.3 s), which importing cli.profile does not
         from echo_tune.plan.rank import load_rank_file
 
         groups: dict[tuple, tuple] = {}
@@ -68,20 +73,18 @@ def _file_targets(path: Path) -> list[tuple]:
             raise ConfigError(f"one device measures for one GPU type, but rank file {str(path)!r} names {gpus}; "
                               f"profile the candidates of each GPU type from their own file")
         return list(groups.values())
-    from echo_tune.optime.collect import space_layouts
 
     model, cluster, by_gpus = space_layouts(path)
     return [(model, cluster, n, layouts) for n, layouts in sorted(by_gpus.items())]
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: loads torch (~1.5 s to import), which importing cli.profile does not
     import torch
 
-    from echo_tune.cost.profile import profile_for, save_profile
-    from echo_tune.cost.optime_db import OpTimeDB
-    from echo_tune.cost.optime_device import local_device, mismatch
-    from echo_tune.optime.collect import distinct_ops
+    # lazy: loads torch (~1.5 s to import), which importing cli.profile does not
     from echo_tune.optime.measure import check_fits
+    # lazy: loads torch (~1.5 s to import), which importing cli.profile does not
     from echo_tune.optime.profiler import profile_layouts
 
     set_torch_threads(args.threads)
@@ -92,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
     device, info = local_device(args.device)
     folder = Path("calibration") / cluster.name
     db_path = Path(args.db) if args.db else folder / "optime.sqlite"
-    from echo_tune.io import check_not_symlink  # before measuring: outputs never go through a link (issue 20)
 
     check_not_symlink(db_path, "--db file")
     check_not_symlink(args.write_profile or folder / "profile-optime.yaml", "--write-profile file")
@@ -173,6 +175,4 @@ def _unrun_notes(targets: list[tuple]) -> list[str]:
 
 
 def _relative(target: Path, start: Path) -> Path:
-    import os
-
     return Path(os.path.relpath(target.resolve(), start.resolve()))

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from echo_tune.cli.checked_args import currency
 from echo_tune.cli.common import add_clock_argument, human_time, print_json, with_clock
+from echo_tune.console import make_console
 from echo_tune.errors import ConfigError
 from echo_tune.plan.bands import band_note
 from echo_tune.plan.projection import GOODPUT_DEFAULT, deadline_note, legend
@@ -134,8 +135,6 @@ def ranking_table(rows: list[dict], tokens: float, *, currency: str = "USD", sor
 
 def print_ranking(rows: list[dict], tokens: float, console: Console | None = None, *, currency: str = "USD",
                   sort: str = "time", fmt: str = "table") -> None:
-    from echo_tune.console import make_console
-
     console = console or make_console()
     print_table(ranking_table(rows, tokens, currency=currency, sort=sort), fmt, console)
     if fmt == "csv":

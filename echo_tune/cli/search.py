@@ -8,18 +8,30 @@ from pathlib import Path
 
 from rich.console import Console
 
+from echo_tune.cli.main import exits_after_command
 from echo_tune.console import make_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+import optuna
 
 from echo_tune.cli.common import add_clock_argument, human_bytes, human_time, model_header, print_json
 from echo_tune.cli.progress import STOP, PlainProgress
+from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
+from echo_tune.plan.bands import band_or_none
+from echo_tune.plan.explain import explain
+from echo_tune.plan.planner import study_records
+from echo_tune.plan.report import explanation_tables
+from echo_tune.plan.safety import fit_hint, fit_hint_text, near_tie, near_tie_text
 from echo_tune.search.auto_space import CAPS_HELP, FP8_CHOICES, auto_space_dict, layout_overrides, write_space
+from echo_tune.search.dominance import closest_misses
+from echo_tune.search.labels import full_label
+from echo_tune.search.results import trial_record
 from echo_tune.search.space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
 from echo_tune.search.sampler import SAMPLERS
 from echo_tune.search.auto import AUTO_BUDGET
 from echo_tune.search.sampler import DEFAULT_SAMPLER
 from echo_tune.search.gc_pause import gc_paused
+from echo_tune.search.storage import open_storage
 from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, run_search
 from echo_tune.cli.search_report import layout_label, print_result, result_tables  # noqa: F401 (imported from here)
 from echo_tune.tables import add_format_arguments, output_format, print_table
@@ -95,13 +107,6 @@ def add_parser(subparsers) -> None:
 def closest_miss(space, result) -> dict | None:
     """The layout that overflows memory the least, when none fits: a simulated trial, or a recompute variant the
     memory rule did not simulate (``dominance.closest_misses``, simulated now: ``trial`` None)."""
-    import optuna
-
-    from echo_tune.search.dominance import closest_misses
-    from echo_tune.search.labels import full_label
-    from echo_tune.search.results import trial_record
-    from echo_tune.search.storage import open_storage
-
     store = open_storage(Path(result.results_dir), result.storage)
     study = optuna.load_study(study_name=result.study_name, storage=store.storage)
     over = [(t.number, r) for t in study.get_trials(deepcopy=False) if (r := trial_record(t)) is not None
@@ -118,8 +123,6 @@ def search_records(space, result) -> list[dict]:
     """Every simulated record of a finished search's study (as the search left it, else read back)."""
     if result.records is not None:
         return result.records
-    from echo_tune.plan.planner import study_records
-    from echo_tune.search.storage import open_storage
 
     store = open_storage(Path(result.results_dir), result.storage)
     return study_records(space, store.storage, result.study_name)
@@ -129,7 +132,6 @@ def explain_search(space, result, records: list[dict] | None = None) -> dict | N
     """The planner's explanation for a finished single-objective search (its stored trials)."""
     if len(space.objectives) > 1:
         return None
-    from echo_tune.plan.explain import explain
 
     return explain(space, records if records is not None else search_records(space, result))
 
@@ -171,8 +173,6 @@ def result_total(total: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_tune.cli.main import exits_after_command
-
     # the search's objects live to the end: the checks after it need no collection over them, and a process
     # that exits next need not scan them at all
     with gc_paused(freeze_after=exits_after_command()):
@@ -219,24 +219,16 @@ def _run(args: argparse.Namespace) -> int:
             STOP.deferred = False
     explanation, miss, tie = None, None, None
     if result.best is not None and not result.interrupted and len(space.objectives) == 1:
-        from echo_tune.plan.safety import near_tie
-
         records = search_records(space, result)
         tie = near_tie(records, args.near_tie_pct, space)
         explanation = explain_search(space, result, records) if args.explain else None
     if result.best is None and result.n_trials:
         miss = closest_miss(space, result)
         if miss is not None:
-            from echo_tune.plan.safety import fit_hint
-
             miss["fit_hint"] = fit_hint(space, miss.pop("record"))
     band = None
     if result.best is not None:
-        from echo_tune.cost.profile import profile_for
-        from echo_tune.plan.bands import band_or_none
-
         cfg = result.best["config"]
-        from echo_tune.cost.profile import load_profile
 
         used = load_profile(space.profile_path) if space.profile_path else profile_for(space.cluster)
         band = band_or_none(used, space.cluster, space.model.is_moe,
@@ -257,19 +249,13 @@ def _run(args: argparse.Namespace) -> int:
                 console.print(f"error band (prediction error, predicted - measured, out of sample): {band['text']} "
                               f"({band['note']})", highlight=False, markup=False)
             if tie is not None:
-                from echo_tune.plan.safety import near_tie_text
-
                 console.print(near_tie_text(tie, args.near_tie_pct), highlight=False, markup=False)
             if miss is not None:
-                from echo_tune.plan.safety import fit_hint_text
-
                 which = f"trial {miss['trial']}" if miss["trial"] is not None else "simulated after the search"
                 console.print(f"closest miss ({which}): {miss['layout']}; "
                               f"{fit_hint_text(miss['fit_hint'], space.cluster.gpu.name)}",
                               highlight=False, markup=False)
             if explanation is not None:
-                from echo_tune.plan.report import explanation_tables
-
                 breakdown, sens = explanation_tables(explanation)
                 print_table(breakdown, fmt, console)
                 console.print(explanation["why"], highlight=False, markup=False)

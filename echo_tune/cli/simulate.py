@@ -13,7 +13,12 @@ from rich.table import Table
 from echo_tune.cli.common import (add_clock_argument, add_layout_arguments, human_bytes, human_time, model_header,
                                   print_json, specs_from_args, with_clock)
 from echo_tune.config.loading import load_cluster
-from echo_tune.cost.profile import load_profile
+from echo_tune.cost.profile import load_profile, profile_for
+from echo_tune.sim.simulate import simulate
+from echo_tune.sim.trace_export import write_chrome_trace
+from echo_tune.errors import ConfigError
+from echo_tune.sim.memory import DEFAULT_MEMORY_HEADROOM_GIB
+from echo_tune.plan.bands import band_or_none, precision_of
 
 if TYPE_CHECKING:
     from echo_tune.sim.report import StepReport
@@ -53,17 +58,12 @@ def _defaults(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_tune.sim.simulate import simulate  # imports torch: only when a simulation runs
-    from echo_tune.sim.trace_export import write_chrome_trace
-
     _defaults(args)
     model, parallel, notes = specs_from_args(args, default_model=DEFAULT_MODEL)
     header = model_header(model, args.model, args.seq_length)
     cluster = with_clock(load_cluster(args.cluster), args)
     profile = load_profile(args.profile) if args.profile else None
     num_gpus = args.num_gpus if args.num_gpus is not None else DEFAULT_NUM_GPUS
-    from echo_tune.errors import ConfigError
-    from echo_tune.sim.memory import DEFAULT_MEMORY_HEADROOM_GIB
 
     headroom = DEFAULT_MEMORY_HEADROOM_GIB if args.memory_headroom_gib is None else args.memory_headroom_gib
     if headroom < 0:
@@ -75,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
         write_chrome_trace(report, args.trace)
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
     # the bands come from validating the datasheet profiles; a measured or fitted profile has its own error
-    from echo_tune.cost.profile import profile_for
-    from echo_tune.plan.bands import band_or_none, precision_of
 
     band = band_or_none(profile or profile_for(cluster), cluster, model.is_moe, precision_of(parallel), num_gpus)
     if band["match"] == "none":
@@ -113,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 def just_over_risk(report: "StepReport") -> str | None:
     """The "at risk" verdict of a layout predicted over its memory limit by less than the memory model's measured
     over-prediction (plan/safety.py ``over_limit_risk``): it may still run, so its throughput is shown."""
+    # lazy: loads optuna (~0.3 s), which importing cli.simulate does not
     from echo_tune.plan.safety import over_limit_risk
 
     worst = report.worst_stage

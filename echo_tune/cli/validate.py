@@ -9,7 +9,10 @@ from rich.table import Table
 
 from echo_tune.console import make_console
 from echo_tune.cli.common import add_clock_argument, print_json
+from echo_tune.cost.profile import load_profile
+from echo_tune.errors import ConfigError
 from echo_tune.validate import validate
+from echo_tune.validate.compare import summarize
 
 
 def add_parser(subparsers) -> None:
@@ -34,9 +37,6 @@ def _fmt(value, spec: str) -> str:
 
 
 def _profiles(paths: list[str]) -> dict:
-    from echo_tune.cost.profile import load_profile
-    from echo_tune.errors import ConfigError
-
     profiles = {}
     for path in paths:
         profile = load_profile(path)
@@ -47,11 +47,8 @@ def _profiles(paths: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_tune.validate.compare import summarize
-
     profiles = _profiles(args.profile)
     if args.gpu_clock_mhz is not None and not 0 < args.gpu_clock_mhz < 10_000:
-        from echo_tune.errors import ConfigError
         raise ConfigError(f"`0 < --gpu-clock-mhz < 10000` must hold, but got ({args.gpu_clock_mhz})")
     rows, summary, sources = validate(args.runs, errata=args.errata, profiles=profiles,
                                       gpu_clock_mhz=args.gpu_clock_mhz)

@@ -1,7 +1,8 @@
 """Specs (model, GPU, cluster, parallel layout), presets and the cross-object rules."""
 
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
-from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
+from echo_tune.config.compatibility import check_compatible
+from echo_tune.config.layout import GroupPlacement, Layout
 from echo_tune.config.loading import load_cluster, load_gpu, load_model, preset_names
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig

@@ -6,21 +6,21 @@ chunk, which groups cross nodes) that the rest of echo-tune reads instead of rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from echo_tune.config._checks import require
 from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.expert_layout import expert_groups
+# The checked spec check_compatible returns lives in config/layout.py (the simulator reads it there).
+from echo_tune.config.layout import GroupPlacement, Layout
 from echo_tune.config.local_spec import check_local_layout
 from echo_tune.config.model import FLASH_STYLE_BACKENDS, ModelSpec
-from echo_tune.config.cp_comm_rules import check_cp_comm, cp_groups
+from echo_tune.config.cp_comm_rules import check_cp_comm, cp_groups, resolved_cp_comm
 from echo_tune.config.ub_config import ub_config_problem
-from echo_tune.config.linear_attention_fields import check_linear_attention_layout
+from echo_tune.config.linear_attention_rules import check_linear_attention_layout
 from echo_tune.config.offload_rules import check_cpu_offload, check_fine_grained_offload
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.config.schedule_rules import check_schedule_features
-from echo_tune.config.pipeline_layout import ChunkContents
+from echo_tune.config.schedule_rules import (check_schedule_features, cuda_graph_setting, userbuffer_notes,
+                                             userbuffer_overlap)
 from echo_tune.config.stage_split import check_group_size, split_stages
 
 # Megatron-LM's rank order, innermost first (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp").
@@ -28,65 +28,6 @@ RANK_ORDER = ("tp", "cp", "dp", "pp")
 # --use-tp-pp-dp-mapping: order "tp-cp-ep-pp-dp" (training/initialize.py): a pipeline's stages are neighbours
 # in rank order, the data-parallel replicas are strided by TP x CP x PP.
 TP_PP_DP_ORDER = ("tp", "cp", "pp", "dp")
-
-
-@dataclass(frozen=True, kw_only=True)
-class GroupPlacement:
-    """Where one process group's ranks sit: ``ranks_per_node`` members share a node, over ``num_nodes`` nodes."""
-
-    size: int
-    ranks_per_node: int
-    num_nodes: int
-    num_leaves: int = 1
-    """Leaf switches the group's nodes hang from (ClusterSpec ``nodes_per_leaf``); 1 = one leaf or a flat fabric."""
-    spine_oversubscription: float = 1.0
-    """Oversubscription of the spine level a group spanning several leaves crosses (ClusterSpec key)."""
-
-    @property
-    def crosses_nodes(self) -> bool:
-        return self.num_nodes > 1
-
-
-@dataclass(frozen=True, kw_only=True)
-class Layout:
-    """Derived values of a valid (model, cluster, num_gpus, parallel) combination."""
-
-    num_gpus: int
-    data_parallel_size: int
-    num_micro_batches: int
-    virtual_pipeline_size: int
-    stage_chunk_layers: tuple[tuple[int, ...], ...]
-    """Layers of each model chunk on each pipeline stage: ``stage_chunk_layers[stage][chunk]``."""
-    chunk_contents: tuple[tuple[ChunkContents, ...], ...]
-    """What each chunk holds (decoder layers, embedding, loss, MTP): ``chunk_contents[stage][chunk]``."""
-    schedule: str
-    """"none" (no pipelining), "1f1b" or "interleaved"."""
-    sequence_parallel: bool
-    recompute_granularity: str | None
-    recompute_method: str | None
-    recompute_num_layers: int | None
-    recompute_regions: tuple[str, ...] = ("core_attention",)
-    """Traced regions that selective recompute replays (``--recompute-modules``)."""
-    recompute_discarding_regions: tuple[str, ...] = ()
-    """Of those, the ones whose outputs are discarded too (output-discarding checkpointing)."""
-    groups: dict[str, GroupPlacement]
-    """tp, cp, dp, pp and the expert groups ep, etp, tpep (ETP x EP) and edp (expert data parallel)."""
-    p2p_scatter_gather: bool = False
-    """A pipeline send carries 1/TP of the activation, all-gathered by the receiver
-    (``scatter_gather_tensors_in_pipeline`` without sequence parallelism at TP > 1)."""
-
-    @property
-    def expert_data_parallel_size(self) -> int:
-        return self.groups["edp"].size
-
-    @property
-    def stage_layers(self) -> tuple[int, ...]:
-        return tuple(sum(chunks) for chunks in self.stage_chunk_layers)
-
-    def holder(self, what: str) -> tuple[int, int]:
-        """(stage, chunk) holding the ``embedding`` or the ``loss`` (with the output layer)."""
-        return next((s, c) for s, row in enumerate(self.chunk_contents) for c, x in enumerate(row)
-                    if getattr(x, what))
 
 
 MAX_TOKENS_PER_STEP = 2**31
@@ -308,7 +249,9 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
                   recompute_regions=parallel.recompute_regions,
                   recompute_discarding_regions=parallel.recompute_discarding_regions,
                   groups=groups, p2p_scatter_gather=(parallel.scatter_gather_tensors_in_pipeline and pp > 1
-                                                     and tp > 1 and not sequence_parallel))
+                                                     and tp > 1 and not sequence_parallel),
+                  cuda_graphs=cuda_graph_setting(parallel), tp_comm_overlap=userbuffer_overlap(model, parallel),
+                  notes=userbuffer_notes(model, parallel), cp_comm=resolved_cp_comm(parallel))
 
 
 def _backend_name(model: ModelSpec) -> str:

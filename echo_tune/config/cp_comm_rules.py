@@ -25,6 +25,7 @@ from math import prod
 
 from echo_tune.config._checks import require
 from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.config.expert_layout import placements
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 """The values TE's ``attn_forward_func_with_cp`` runs (any other raises ``Unsupported communication type``)."""
@@ -47,6 +48,13 @@ def a2a_size(parallel) -> int:
     if kind == "a2a+p2p":
         return parallel.hierarchical_context_parallel_sizes[0]
     return 1
+
+
+def resolved_cp_comm(parallel) -> tuple[str, int]:
+    """(CP communication type, all-to-all ranks) of the layers' attention; p2p at CP 1 (what the Layout carries)."""
+    if parallel.context_parallel_size == 1:
+        return ("p2p", 1)
+    return (cp_comm_kind(parallel), a2a_size(parallel))
 
 
 def check_cp_comm(model, parallel) -> None:
@@ -79,8 +87,6 @@ def check_cp_comm(model, parallel) -> None:
 def cp_groups(parallel, domain_gpus: int, group_cls) -> dict:
     """Placements of the all-to-all ("cp_a2a") and ring ("cp_p2p") levels of a2a+p2p: CP ranks sit next to each other
     inside TP's stride (rank order tp-cp-...), the all-to-all level innermost."""
-    from echo_tune.config.expert_layout import placements
-
     if cp_comm_kind(parallel) != "a2a+p2p" or parallel.context_parallel_size == 1:
         return {}
     a2a, p2p = parallel.hierarchical_context_parallel_sizes

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from echo_tune.config.loading import build
+from echo_tune.config.spec_build import build
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.config.hf_rebuild import rebuild_fields

@@ -9,6 +9,7 @@ from __future__ import annotations
 from echo_tune.config.batch_schedule import final_global_batch_size
 from echo_tune.config.tokenizers import VOCAB_SIZE_TOKENIZERS, tokenizer_vocab_size
 from echo_tune.errors import ConfigError
+from echo_tune.config.ub_config import read_ub_config
 
 
 def _int(flag: str, raw: str) -> int:
@@ -38,7 +39,6 @@ def apply_line_flags(flags: dict[str, list[str]], model: dict, parallel: dict, i
         ignored.append(f"--step-batch-size-schedule (simulated at its steady state, the final global batch size "
                        f"{parallel['global_batch_size']})")
     if "--tp-comm-overlap-cfg" in flags:  # the file's contents, as training/initialize.py hands them to TE
-        from echo_tune.config.ub_config import read_ub_config
 
         parallel["tp_comm_overlap_cfg"] = read_ub_config(flags["--tp-comm-overlap-cfg"][0])
     if "--recompute-activations" in flags:  # arguments.py validate_args sets selective, whatever else is given

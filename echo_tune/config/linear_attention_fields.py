@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.errors import ConfigError
+from echo_tune.config.layer_pattern import moe_layer_pattern
 
 ATTENTION_VARIANT_ALIASES = {"gated_delta_net": "gdn"}
 """Deprecated spellings Megatron maps to their canonical name (experimental_attention_variant_module_specs.py)."""
@@ -25,31 +26,23 @@ NOT_MODELLED_VARIANTS = {
 @dataclass(frozen=True, kw_only=True)
 class LinearAttentionFields:
     """The gated delta net's settings (TransformerConfig defaults)."""
-
     experimental_attention_variant: str | None = None
     """``--experimental-attention-variant``: gdn (or its old spelling gated_delta_net): the layers
     ``linear_attention_freq`` selects run a gated delta net (Yang et al., arXiv 2412.06464) instead of self-attention.
     gdn2 and dsa are refused by name."""
-
     linear_attention_freq: int | str | None = None
     """``--linear-attention-freq``: N = every N-th layer (1-based) keeps self-attention, the others the gated delta
     net; or a 0/1 list expression of one entry per layer, 1 = gated delta net."""
-
     linear_conv_kernel_dim: int = 4
     """``--linear-conv-kernel-dim``: the causal depthwise convolution's width over q, k and v."""
-
     linear_key_head_dim: int = 128
     """``--linear-key-head-dim``: query and key head size."""
-
     linear_value_head_dim: int = 128
     """``--linear-value-head-dim``: value (and output gate) head size."""
-
     linear_num_key_heads: int = 16
     """``--linear-num-key-heads``: query and key heads."""
-
     linear_num_value_heads: int = 32
     """``--linear-num-value-heads``: value heads (a multiple of the key heads)."""
-
     def _check_linear_attention(self) -> None:
         variant = self.experimental_attention_variant
         if variant is None:
@@ -82,7 +75,6 @@ class LinearAttentionFields:
     @property
     def linear_attention_pattern(self) -> tuple[int, ...]:
         """Per layer (0-based): 1 for a gated delta net, 0 for self-attention (``get_linear_attention_pattern``)."""
-        from echo_tune.config.layer_pattern import moe_layer_pattern
 
         n = self.num_layers  # type: ignore[attr-defined]
         if self.linear_variant is None:
@@ -115,35 +107,3 @@ class LinearAttentionFields:
         conv = (2 * qk + v) * self.linear_conv_kernel_dim
         norm_weights = 1 if self.normalization == "RMSNorm" else 2  # type: ignore[attr-defined]
         return in_proj + conv + 2 * self.linear_num_value_heads + norm_weights * self.linear_value_head_dim + v * h
-
-
-def check_linear_attention_layout(model, parallel) -> None:
-    """Megatron's rules for the gated delta net under a layout, and what echo-tune does not model beside it."""
-    from echo_tune.config.schedule_rules import cuda_graph_setting
-
-    if not model.linear_attention:
-        return
-    tp, cp = parallel.tensor_model_parallel_size, parallel.context_parallel_size
-    for name in ("linear_num_key_heads", "linear_num_value_heads"):  # transformer_config.py __post_init__
-        heads = getattr(model, name)
-        require(heads % (tp * cp) == 0, f"`{name} % (tensor_model_parallel_size * context_parallel_size) == 0` must "
-                                        f"hold (Megatron-LM transformer_config.py), but got ({name}={heads}, "
-                                        f"tensor_model_parallel_size={tp}, context_parallel_size={cp})")
-    if parallel.fp8:  # common.py: the in_proj output width aligned for FP8 GEMMs (fp8_utils.get_fp8_align_size)
-        align = 32 if parallel.fp8_recipe == "mxfp8" else 16
-        width = (2 * model.linear_key_head_dim * model.linear_num_key_heads
-                 + 2 * model.linear_value_head_dim * model.linear_num_value_heads + 2 * model.linear_num_value_heads)
-        require(width % align == 0, f"`gated delta net in_proj width % {align} == 0` must hold under FP8 (Megatron-LM "
-                                    f"gated_delta_net/common.py), but got (in_proj width={width})")
-    unmodelled = [what for what, on in (
-        ("context parallelism (the gated delta net's own all-to-alls, common.py a2a_cp_to_hp)", cp > 1),
-        ("multi-token prediction layers", bool(model.mtp_num_layers)),
-        ("Megatron-FSDP / Torch-FSDP2", parallel.use_megatron_fsdp or parallel.use_torch_fsdp2),
-        ("the Muon optimizer", parallel.muon),
-        ("CUDA graphs", cuda_graph_setting(parallel)[0] != "none"),
-        ("--cpu-offloading-num-layers", bool(parallel.cpu_offloading_num_layers)),
-        ("--fine-grained-activation-offloading", parallel.fine_grained_activation_offloading),
-    ) if on]
-    if unmodelled:
-        raise UnmodelledError(f"the gated delta net (--experimental-attention-variant {model.experimental_attention_variant}) "
-                              f"is not modelled beside {', '.join(unmodelled)}; drop those settings to simulate it")

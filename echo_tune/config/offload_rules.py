@@ -7,6 +7,8 @@ by training/arguments.py for N > 0) and transformer_block.py (Transformer Engine
 from __future__ import annotations
 
 from echo_tune.config._checks import require
+from echo_tune.config.schedule_rules import cuda_graph_setting
+from echo_tune.config.unmodelled import UnmodelledError
 
 
 def check_cpu_offload(model, parallel) -> None:
@@ -38,9 +40,6 @@ OFFLOAD_MODULES = ("core_attn", "attn_proj", "expert_fc1", "fused_group_mlp", "m
 def check_fine_grained_offload(model, parallel) -> None:
     """Megatron's rules on ``--fine-grained-activation-offloading`` (transformer_config.py ``__post_init__``), and
     what echo-tune does not model beside it (sim/activation_offload.py)."""
-    from echo_tune.config.schedule_rules import cuda_graph_setting
-    from echo_tune.config.unmodelled import UnmodelledError
-
     if not parallel.fine_grained_activation_offloading:
         return
     modules = tuple(parallel.offload_modules or ())

@@ -19,19 +19,8 @@ DEPRECATED_MODULES = ("full", "full_iteration", "full_iteration_inference")
 
 
 def cuda_graph_setting(parallel: ParallelConfig) -> tuple[str, tuple[str, ...]]:
-    """(implementation, captured modules) as Megatron resolves them; () modules = the whole layer.
-
-    Resolved once per (frozen) ParallelConfig and kept on it: one simulated step asks tens of times.
-    """
-    setting = parallel.__dict__.get("_cuda_graph_setting")
-    if setting is None:
-        setting = _resolve_cuda_graphs(parallel)
-        object.__setattr__(parallel, "_cuda_graph_setting", setting)  # a cache, not a field: not in to_dict or ==
-    return setting
-
-
-def _resolve_cuda_graphs(parallel: ParallelConfig) -> tuple[str, tuple[str, ...]]:
-    """``cuda_graph_setting``, worked out:
+    """(implementation, captured modules) as Megatron resolves them; () modules = the whole layer. Resolved
+    once per step, into the checked ``Layout.cuda_graphs`` (config/compatibility.py), which the simulator reads:
 
     - ``--enable-cuda-graph`` / ``--external-cuda-graph`` become local / transformer_engine and refuse an
       explicit ``--cuda-graph-impl`` (arguments.py: "Do not use --enable-cuda-graph or --external-cuda-graph

@@ -19,6 +19,7 @@ from pathlib import Path
 from echo_tune.config._checks import require
 from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.errors import ConfigError
+from echo_tune.safe_yaml import load_yaml
 
 DEFAULT_METHODS = {"qkv_fprop": "ring_exchange", "fc1_fprop": "ring_exchange", "proj_dgrad": "ring_exchange",
                    "fc2_dgrad": "ring_exchange", "proj_fprop": "pipeline", "fc2_fprop": "pipeline",
@@ -34,7 +35,6 @@ KEYS = ("method", "num_sm", "num_splits", "set_sm_margin", "aggregate")
 @dataclass(frozen=True, kw_only=True)
 class UBSetting:
     """One GEMM's userbuffer overlap (TE ``get_default_config`` unless the file says otherwise)."""
-
     method: str
     num_sm: int
     num_splits: int
@@ -50,8 +50,6 @@ def te_default(name: str, tp: int) -> UBSetting:
 
 def read_ub_config(path: str) -> tuple[tuple[str, tuple[tuple[str, object], ...]], ...]:
     """The file's entries, checked, as a hashable tuple of (GEMM name, ((key, value), ...))."""
-    from echo_tune.safe_yaml import load_yaml
-
     file = Path(path)
     require(file.is_file(), f"--tp-comm-overlap-cfg {path}: no such file; give the path of the YAML file of "
                             f"userbuffer settings")

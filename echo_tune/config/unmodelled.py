@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from echo_tune.config.flag_catalog import megatron_flags, spelling, unknown_flag_message
+from echo_tune.config.megatron_flag_tables import ALIASES, LINE_FLAGS, MEGATRON_FLAGS, SPECIAL_FLAGS
 from echo_tune.errors import ConfigError
 
 CLASSES = Path(__file__).with_name("data") / "megatron_flag_classes.yaml"
@@ -55,9 +56,8 @@ STEP_SHAPING_FLAGS = frozenset(_STEP_SHAPING) | frozenset(_OUT_OF_SCOPE) | froze
 
 
 def modelled_flags() -> frozenset[str]:
-    """Flags config/megatron_args.py reads into a spec field (its tables and special cases)."""
-    from echo_tune.config.megatron_args import ALIASES, LINE_FLAGS, MEGATRON_FLAGS, SPECIAL_FLAGS
-
+    """Flags config/megatron_args.py reads into a spec field (config/megatron_flag_tables.py: the tables and
+    special cases)."""
     return MEGATRON_FLAGS | frozenset(LINE_FLAGS) | frozenset(ALIASES) | frozenset(SPECIAL_FLAGS)
 
 

@@ -17,18 +17,10 @@ plus the database's host time per op (non-zero for CPU devices only; ``optime/in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from echo_tune.config.cluster import GPUSpec
+from echo_tune.cost.gemm_saturation import size_saturation
+from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op
-
-if TYPE_CHECKING:  # cost/profile.py imports this module's size_saturation (cost/gemm_benchmarks.py)
-    from echo_tune.cost.profile import ClusterProfile
-
-
-def size_saturation(m: float, n: float, k: float, half: float) -> float:
-    """g(m) g(n) g(k), g(x) = x / (x + half): the share of a large GEMM's rate a GEMM of shape (m, n, k) keeps."""
-    return (m / (m + half)) * (n / (n + half)) * (k / (k + half))
 
 
 def gemm_efficiency(m: float, n: float, k: float, profile: ClusterProfile) -> float:

@@ -15,6 +15,7 @@ import bisect
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from echo_tune.config.loading import read_yaml
 
 DIRECTIONS = ("dispatch", "combine")
 FALLBACK_PLATFORM = "h800"
@@ -22,8 +23,6 @@ FALLBACK_PLATFORM = "h800"
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    from echo_tune.config.loading import read_yaml
-
     return read_yaml(Path(str(resources.files("echo_tune.cost").joinpath("data", "flex-dispatch-nvlink.yaml"))),
                      "flex dispatcher NVLink bandwidths")
 

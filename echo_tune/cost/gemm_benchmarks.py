@@ -15,7 +15,8 @@ from importlib import resources
 from pathlib import Path
 
 from echo_tune.config.cluster import GPUSpec
-from echo_tune.cost.compute import size_saturation
+from echo_tune.config.loading import load_gpu, read_yaml
+from echo_tune.cost.gemm_saturation import size_saturation
 from echo_tune.errors import ConfigError
 
 PRECISIONS = {"bf16": "gemm_max_efficiency", "fp8": "fp8_gemm_max_efficiency"}
@@ -23,8 +24,6 @@ PRECISIONS = {"bf16": "gemm_max_efficiency", "fp8": "fp8_gemm_max_efficiency"}
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    from echo_tune.config.loading import read_yaml
-
     return read_yaml(Path(str(resources.files("echo_tune.cost").joinpath("data", "gemm-benchmarks.yaml"))),
                      "GEMM benchmarks")
 
@@ -38,7 +37,6 @@ def benchmark_efficiencies(gpu: GPUSpec, half_saturation_dim: float) -> tuple[di
         return {}, ""
     via, measured_on = "", gpu
     if "same_as" in entry:  # the efficiencies (rate over that GPU's own peak) carry over, not the rates
-        from echo_tune.config.loading import load_gpu
 
         via = f" of {entry['same_as']}, applied to {gpu.name} ({entry.get('why', 'same die')})"
         measured_on, entry = load_gpu(entry["same_as"]), table[entry["same_as"]]

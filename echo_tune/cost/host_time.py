@@ -18,6 +18,8 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from echo_tune.config.loading import read_yaml
+from echo_tune.errors import ConfigError
 
 PARAM = "host_time_per_kernel_s"
 
@@ -29,15 +31,12 @@ def shipped_fit_path() -> Path:
 @lru_cache(maxsize=1)
 def shipped_fit() -> dict:
     """The ``fitted`` section of the shipped fit ({} when the file is absent, e.g. while it is regenerated)."""
-    from echo_tune.config.loading import read_yaml
-
     path = shipped_fit_path()
     if not path.is_file():
         return {}
     fitted = read_yaml(path, "shipped host-time fit").get("fitted") or {}
     value = (fitted.get("params") or {}).get(PARAM)
     if not isinstance(value, (int, float)) or not 0 <= value < 1e-3:
-        from echo_tune.errors import ConfigError
         raise ConfigError(f"{path}: `0 <= fitted.params.{PARAM} < 1e-3` must hold, but got ({PARAM}={value!r}); "
                           f"regenerate it with the command in its header")
     return fitted

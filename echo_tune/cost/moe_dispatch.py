@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from echo_tune.config.compatibility import GroupPlacement
 from echo_tune.cost.flex_bandwidth import nvlink_gbyte_s as measured_nvlink_gbyte_s
+from echo_tune.cost.moe_fusion import fused_subregions
 from echo_tune.errors import ConfigError
 
 # DeepEP README (deepseek-ai/DeepEP, docs/legacy.md at dd758caf, "Normal kernels with NVLink and RDMA
@@ -186,7 +187,6 @@ def moe_kernels(model, cluster) -> MoEKernels | None:
     """The MoE kernel settings of ``model`` on ``cluster`` (None for a dense model)."""
     if not model.is_moe:
         return None
-    from echo_tune.cost.moe_fusion import fused_subregions
 
     return MoEKernels(dispatcher=model.moe_dispatcher_kernel, num_experts=model.num_experts,
                       topk=model.moe_router_topk, num_groups=model.moe_router_num_groups,

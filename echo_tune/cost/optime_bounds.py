@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 
+from echo_tune.config.loading import load_gpu
 from echo_tune.errors import ConfigError
 from echo_tune.limits import MAX_CLOCK_OVER_PEAK
 
@@ -51,8 +52,6 @@ def gemm_flops(key: str) -> float | None:
 
 def fastest_tflops(gpu_name: str) -> tuple[float, str] | None:
     """(the GPU's fastest tensor-core TFLOP/s at its boost clock, its name); None when ``gpu_name`` is no preset."""
-    from echo_tune.config.loading import load_gpu
-
     try:
         gpu = load_gpu(gpu_name)
     except ConfigError:

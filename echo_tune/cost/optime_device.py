@@ -40,6 +40,7 @@ def _cpu_model() -> str:
 
 def local_device(kind: str | None = None):
     """(torch.device, DeviceInfo): where to measure (CUDA when present unless ``kind`` says otherwise)."""
+    # lazy: loads torch (~1.5 s to import), which importing cost.optime_device does not
     import torch
 
     kind = kind or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -17,11 +17,14 @@ import yaml
 
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.cluster import ClusterSpec, GPUSpec
+from echo_tune.config.loading import check_keys, read_yaml
 from echo_tune.cost.gemm_benchmarks import benchmark_efficiencies
 from echo_tune.cost.host_time import default_host_time_s, default_label
 from echo_tune.cost.link_coefficients import LinkCoefficients
+from echo_tune.cost.optime_db import load_op_times
 from echo_tune.cost.profile_bounds import check_clock_in_use, check_profile_numbers
 from echo_tune.errors import ConfigError
+from echo_tune.io import write_text
 from echo_tune.limits import PROFILE_LIMITS, check_number, first_non_finite
 
 if TYPE_CHECKING:
@@ -267,8 +270,6 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
 
     ``op_times`` is read relative to ``base_dir`` (the profile file's folder), else the working folder.
     """
-    from echo_tune.config.loading import check_keys
-
     check_keys(data, ("version", "name", "measured", "gpu", "measured_on", "provenance", "compute", "comm",
                       "interference", "op_times", "fitted"), where)
     version = data.get("version", PROFILE_VERSION)
@@ -278,8 +279,6 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
     check_profile_numbers(data, where)  # physical bounds, each named by its key in the file (issue 41)
     op_times = None
     if db is not None:
-        from echo_tune.cost.optime_db import load_op_times
-
         path = Path(db) if Path(db).is_absolute() or base_dir is None else base_dir / db
         op_times = load_op_times(path, str(data.get("gpu", "")))
     try:
@@ -296,15 +295,11 @@ def profile_from_dict(data: dict, *, where: str = "profile", base_dir: Path | No
 
 
 def load_profile(path: str | Path) -> ClusterProfile:
-    from echo_tune.config.loading import read_yaml
-
     path = Path(path)
     return profile_from_dict(read_yaml(path, "profile"), where=f"profile {str(path)!r}", base_dir=path.parent)
 
 
 def save_profile(profile: ClusterProfile, path: str | Path, header: str = "") -> None:
-    from echo_tune.io import write_text
-
     data = profile.to_dict()
     bad = first_non_finite(data)
     if bad:  # never write a profile of NaNs (a fit that diverged): issue 10

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from echo_tune.config.cluster import check_clock
+from echo_tune.config.loading import load_gpu, preset_names
 from echo_tune.errors import ConfigError
 from echo_tune.limits import PROFILE_LIMITS, check_number
 
@@ -71,8 +72,6 @@ def check_profile_numbers(data: dict, where: str) -> None:
 
 
 def _preset_gpu(name: object) -> GPUSpec | None:
-    from echo_tune.config.loading import load_gpu, preset_names
-
     return load_gpu(name) if isinstance(name, str) and name in preset_names("gpus") else None
 
 

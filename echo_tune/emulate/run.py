@@ -41,6 +41,7 @@ from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import cuda_graph_setting
 from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.optime_device import local_device, mismatch
 from echo_tune.cost.profile import ClusterProfile, profile_for
 from echo_tune.cost.tp_overlap import slowdown
 from echo_tune.emulate.clock import clock_for
@@ -152,8 +153,6 @@ def _refuse_unrun(model: ModelSpec, parallel: ParallelConfig) -> None:
 
 def _device_info(device: str, cluster: ClusterSpec, allow_other_device: bool):
     """(DeviceInfo, why it is not the cluster's GPU or None); a device that is not it is refused unless allowed."""
-    from echo_tune.cost.optime_device import local_device, mismatch
-
     info = local_device("cuda" if device.startswith("cuda") else "cpu")[1]
     why = mismatch(info.name, info.kind, cluster.gpu.name, cluster.gpu.memory_bytes)
     if why is not None and not allow_other_device:

@@ -49,7 +49,9 @@ def distinct_ops(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
 
 def space_layouts(path) -> tuple[ModelSpec, ClusterSpec, dict[int, list[ParallelConfig]]]:
     """Model, cluster and the valid layouts (by GPU count) of a search-space file."""
+    # lazy: loads optuna (~0.3 s), which importing optime.collect does not
     from echo_tune.search.layouts import enumerate_layouts
+    # lazy: loads optuna (~0.3 s), which importing optime.collect does not
     from echo_tune.search.space import load_space
 
     space = load_space(path)

@@ -35,6 +35,8 @@ from echo_tune.config.compatibility import check_compatible
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.optime_db import Measurement
+from echo_tune.emulate.build import RealShard, unit_norms
+from echo_tune.emulate.moe import RealMoE
 from echo_tune.sim.passes import trace_pieces
 from echo_tune.workload import context, heads, layers
 from echo_tune.workload.tracer import describe
@@ -86,9 +88,6 @@ class OpTimer(TorchDispatchMode):
 def _pieces_step(model: ModelSpec, parallel: ParallelConfig, sequence_parallel: bool, device: torch.device):
     """A function that runs one micro-batch of embedding, one layer (and one MoE layer) and the output layer,
     fwd + bwd."""
-    from echo_tune.emulate.build import RealShard, unit_norms
-    from echo_tune.emulate.moe import RealMoE
-
     shard = RealShard(model, parallel.tensor_model_parallel_size, parallel.context_parallel_size,
                       sequence_parallel, parallel.micro_batch_size, parallel.precision, device=str(device))
     layer, emb, out = layers.layer_params(shard), heads.embedding_params(shard), heads.output_params(shard)

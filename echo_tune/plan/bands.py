@@ -32,10 +32,15 @@ import json
 import sys
 from importlib import resources
 from pathlib import Path
+import hashlib
 
 from echo_tune.code_version import code_version
 from echo_tune.config.loading import preset_names  # what the table was computed by (plan.planner reads it here)
+from echo_tune.cost.profile import default_profile
+from echo_tune.validate.compare import simulate_case
+from echo_tune.validate.errata import errata_path_for
 from echo_tune.validate.held_out import out_of_sample_errors
+from echo_tune.validate.runs import read_runs
 
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
 BANDS_FILE = "error_bands.json"  # left out of the sources digest (code_version.DIGEST_EXCLUDES)
@@ -127,10 +132,6 @@ def band_text(band: dict) -> str:
 
 def inputs_sha256(paths: list[str]) -> dict[str, str]:
     """SHA-256 of each runs CSV and of its errata file (``validate/errata/<stem>.yaml``), by file name."""
-    import hashlib
-
-    from echo_tune.validate.errata import errata_path_for
-
     files = [Path(p) for p in paths] + [e for e in (errata_path_for(p) for p in paths) if e is not None]
     return {(f"errata/{f.name}" if f.suffix == ".yaml" else f.name): hashlib.sha256(f.read_bytes()).hexdigest()
             for f in files}
@@ -138,9 +139,6 @@ def inputs_sha256(paths: list[str]) -> dict[str, str]:
 
 def build_bands(paths: list[str]) -> dict:
     """Validate every row of the runs CSVs and summarise the out-of-sample errors by family."""
-    from echo_tune.validate.compare import simulate_case
-    from echo_tune.validate.runs import read_runs
-
     simulated = [(case, simulate_case(case)) for path in paths for case in read_runs(path)]
     simulated = [(c, r) for c, r in simulated if r.error_pct is not None and c.cluster is not None]
     errors = out_of_sample_errors(simulated)
@@ -161,8 +159,6 @@ def build_bands(paths: list[str]) -> dict:
 def band_applies(profile, cluster) -> bool:
     """The bands were measured with each cluster's datasheet profile (``cost/profile.py default_profile``): a
     measured, CPU-fitted or runs-fitted profile (or an op-time database) is not what they validated."""
-    from echo_tune.cost.profile import default_profile
-
     return profile is None or profile == default_profile(cluster)
 
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from echo_tune.cost.profile import profile_for
 from echo_tune.search.labels import full_label, short_labels
 from echo_tune.search.results import candidate_of
 from echo_tune.search.space import SearchSpace
+from echo_tune.sim.simulate import simulate
 
 GIB = 2**30
 
@@ -89,9 +91,6 @@ ASSUMPTIONS = ("as modelled", "tp_comm_overlap off", "DP overlap off", "interfer
 
 def sensitivity(space: SearchSpace, layouts: list[dict]) -> list[dict]:
     """Step time of each layout under each assumption, and which layout is fastest then."""
-    from echo_tune.cost.profile import profile_for
-    from echo_tune.sim.simulate import simulate
-
     base = profile_for(space.cluster)
     out = []
     for what in ASSUMPTIONS:

@@ -22,24 +22,30 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+import dataclasses
+import hashlib
+import json
 
 import optuna
 
+from echo_tune.config.hf_config import hf_notes
 from echo_tune.config.loading import load_cluster
 from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.cost.profile import profile_for
-from echo_tune.plan.bands import band_or_none
+from echo_tune.plan.bands import band_or_none, code_version
 from echo_tune.plan.candidates import (PRECISION_WORDS, PlanCandidate, bad_row, parse_candidate,  # noqa: F401
                                        parse_candidates)  # re-exported
-from echo_tune.plan.projection import GOODPUT_DEFAULT, budget_status, check_goodput, project
+from echo_tune.plan.projection import (SORT_KEYS, GOODPUT_DEFAULT, budget_status, check_goodput,  # noqa: F401
+                                      project, sort_rows)
 from echo_tune.search.labels import full_label
 from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, just_over, near_tie
 from echo_tune.search.dominance import closest_misses
 from echo_tune.search.results import megatron_flags, trial_record
-from echo_tune.search.space import SearchSpace, space_from_dict, space_profile
+from echo_tune.search.space import SearchSpace, space_from_dict, space_profile, with_overrides
+from echo_tune.search.storage import open_storage
+from echo_tune.search.study import SearchOptions, clock_notes, run_search
 
-SORT_KEYS = ("time", "cost")
 GIB = 2**30
 
 
@@ -109,12 +115,6 @@ def _fingerprint(spec, cluster: str, headroom_gib: float | None, layout: dict | 
     """8 hex digits of everything a reused study must share besides its name's parts: the model's fields, the
     cluster's, the memory headroom (an edited config.json or cluster file starts a new study) and echo-tune's
     own sources (a study simulated by another version is not mixed into this one's table)."""
-    import dataclasses
-    import hashlib
-    import json
-
-    from echo_tune.plan.bands import code_version
-
     cl = dataclasses.asdict(load_cluster(cluster))
     extra = [layout] if layout else []  # a study without --layout keeps its name
     text = json.dumps([dataclasses.asdict(spec), cl, headroom_gib, code_version()["sources_sha256"]] + extra,
@@ -135,9 +135,6 @@ def study_records(space: SearchSpace, storage, study_name: str) -> list[dict]:
 
 
 def _search(space: SearchSpace, opts: PlanOptions, progress) -> tuple[object, list[dict]]:
-    from echo_tune.search.storage import open_storage
-    from echo_tune.search.study import SearchOptions, run_search
-
     search_opts = SearchOptions(sampler=opts.sampler, n_trials=opts.n_trials, seed=opts.seed,
                                 results_dir=opts.results_dir, resume=True)
     result = run_search(space, search_opts, progress=progress)
@@ -202,16 +199,6 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
     return row
 
 
-def sort_rows(rows: list[dict], by: str) -> list[dict]:
-    if by not in SORT_KEYS:
-        raise ConfigError(f"`--sort` must be one of {list(SORT_KEYS)}, but got ({by!r})")
-    inf = float("inf")
-    key = (lambda r: (r["days"], r["cost"] if r["cost"] is not None else inf)) if by == "time" else \
-        (lambda r: (r["cost"] if r["cost"] is not None else inf, r["days"]))
-    feasible = sorted((r for r in rows if r["feasible"]), key=key)
-    return feasible + [r for r in rows if not r["feasible"]]
-
-
 def _reasons(rows: list[dict]) -> str:
     return "; ".join(f"{r['candidate']}: {r['error']}" for r in rows)
 
@@ -231,7 +218,6 @@ def _space(c: PlanCandidate, model: str, spec, gbs: int, opts: PlanOptions, clus
         data["memory_headroom_gib"] = opts.memory_headroom_gib
     space = space_from_dict(data, name=data["name"], source=data["name"])
     if opts.gpu_clock_mhz is not None:
-        from echo_tune.search.space import with_overrides
         space = with_overrides(space, gpu_clock_mhz=opts.gpu_clock_mhz)
     return space, fp8
 
@@ -266,7 +252,6 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
                               f"({key[0]}) with the same GPUs; keep one of them")
         seen[key] = c.name
     stem = spec.name.replace("/", "_")
-    from echo_tune.search.study import clock_notes
 
     # every candidate is checked (its space built) before any is searched: a bad one is a row with its reason
     checked, bad = [], [dict(r) for r in rejected]
@@ -296,8 +281,6 @@ def plan(model: str, candidates: list[PlanCandidate], opts: PlanOptions, *,
         raise ConfigError(f"no candidate can be planned: {_reasons(bad)}")
     notes = list(clocks)
     if str(model).endswith(".json"):
-        from echo_tune.config.hf_config import hf_notes
-
         notes = [f"{model}: {n}" for n in hf_notes(model, seq_length=opts.seq_length)]
     if bf16_only:
         notes.append(f"{', '.join(bf16_only)}: searched in BF16 only, though the GPU has FP8 tensor cores; add "

@@ -105,3 +105,17 @@ def legend(rows: list[dict]) -> str:
             f"training time corrected by that median / goodput {goodput} (share of wall time spent training; Llama 3 "
             "405B: >90%), in brackets the band applied; free HBM: HBM less the peak (\"spare\" in notes: under HBM "
             "less the headroom)")
+
+
+SORT_KEYS = ("time", "cost")
+
+
+def sort_rows(rows: list[dict], by: str) -> list[dict]:
+    """Feasible rows by days (then cost) or by cost (then days), the infeasible ones after them."""
+    if by not in SORT_KEYS:
+        raise ConfigError(f"`--sort` must be one of {list(SORT_KEYS)}, but got ({by!r})")
+    inf = float("inf")
+    key = (lambda r: (r["days"], r["cost"] if r["cost"] is not None else inf)) if by == "time" else \
+        (lambda r: (r["cost"] if r["cost"] is not None else inf, r["days"]))
+    feasible = sorted((r for r in rows if r["feasible"]), key=key)
+    return feasible + [r for r in rows if not r["feasible"]]

@@ -36,12 +36,15 @@ from echo_tune.config.megatron_args import parse_megatron_line
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.io import read_text
 from echo_tune.limits import check_number
-from echo_tune.plan.projection import GOODPUT_DEFAULT
+from echo_tune.plan.bands import band_or_none, precision_of
+from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project, sort_rows
 from echo_tune.safe_yaml import load_json
 from echo_tune.search.space import load_cluster_ref, load_model_ref, resolve_ref
+from echo_tune.sim.simulate import clock_note_for, simulate
 
 FILE_KEYS = ("tokens", "defaults", "candidates", "description")
 CANDIDATE_KEYS = ("name", "model", "cluster", "num_gpus", "layout", "megatron_args", "from_search", "gpu_hour_cost",
@@ -201,8 +204,6 @@ def load_rank_file(path: str | Path) -> tuple[list[RankCandidate], float | None]
 def _clock_note(c: RankCandidate, profile, report) -> str | None:
     """The candidate's clock note (its GPU at its peak's clock for want of a sustained one, or at a derived one),
     as its report says it (``clock_note``; None where a measured or given clock is in use)."""
-    from echo_tune.sim.simulate import clock_note_for
-
     note = clock_note_for(c.cluster, profile)
     return note if note in report.notes else None
 
@@ -214,13 +215,6 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
     ``search``). Each row carries the planner's columns: headroom, days, GPU-hours, cost, error band; days,
     GPU-hours and cost carry the band's median and range and the goodput (plan/projection.py), while
     ``time_to_train_s`` is the simulator's own tokens / throughput."""
-    from echo_tune.plan.bands import band_or_none, precision_of
-    from echo_tune.plan.planner import sort_rows
-    from echo_tune.plan.projection import check_goodput, project
-
-    from echo_tune.cost.profile import load_profile, profile_for
-    from echo_tune.sim.simulate import simulate
-
     check_goodput(goodput)
     rows, refused = [], []
     for c in candidates:

@@ -10,6 +10,7 @@ from echo_tune.console import make_console
 from echo_tune.plan.bands import band_note
 from echo_tune.plan.projection import budget_note, deadline_note, legend
 from echo_tune.plan.safety import fit_hint_text, near_tie_text
+from echo_tune.search.labels import short_labels
 from echo_tune.tables import Column, TextTable, print_table
 
 
@@ -51,8 +52,6 @@ def _row_notes(r: dict) -> list[str]:
 
 
 def plan_table(rows: list[dict], currency: str, title: str) -> TextTable:
-    from echo_tune.search.labels import short_labels
-
     shown = [r for r in rows if r["feasible"]]
     labels, common = short_labels([r["config"] for r in shown],
                                   [r["data_parallel_size"] for r in shown])

@@ -18,8 +18,13 @@ import dataclasses
 
 from echo_tune.config.loading import load_gpu, preset_names
 from echo_tune.errors import ConfigError
+from echo_tune.plan.projection import project, sort_rows
+from echo_tune.search.dominance import variants_near_best
 from echo_tune.search.labels import full_label
+from echo_tune.search.results import candidate_of, entry
+from echo_tune.search.space import space_profile
 from echo_tune.sim.memory_band import PEAK_OVER_PREDICTION, over_limit_risk
+from echo_tune.sim.simulate import simulate
 
 GIB = 2**30
 NEAR_TIE_MIN_EXTRA_GIB = 4.0
@@ -39,8 +44,6 @@ def near_tie(records: list[dict], pct: float, space=None) -> dict | None:
     if not pct >= 0:
         raise ConfigError(f"`--near-tie-pct >= 0` must hold, but got ({pct})")
     if space is not None:
-        from echo_tune.search.dominance import variants_near_best
-
         records = records + variants_near_best(space, records, pct)
     ok = [r for r in records if r["fits_memory"]]
     if not ok:
@@ -79,9 +82,6 @@ def _scaled(parallel, model, k: int):
 
 def fit_hint(space, miss_record: dict) -> dict:
     """What would hold the closest miss: more GPUs of this part (re-simulated) and other GPU presets."""
-    from echo_tune.search.results import candidate_of
-    from echo_tune.sim.simulate import simulate
-
     peak = miss_record["peak_memory_bytes"]
     headroom = int(space.memory_headroom_gib * GIB)
     parts = sorted((name for name in preset_names("gpus") if load_gpu(name).memory_bytes - headroom >= peak),
@@ -139,9 +139,6 @@ def promote_over_limit_rows(rows: list[dict], tokens: float, *, sort: str = "tim
     """``rank``'s rows with the ones over their limit by less than the model's over-prediction made "at risk":
     time, GPU-hours and cost as a fitting row's (plan/projection.py), ``feasible`` True, sorted and ranked again
     (``fits_memory`` stays the simulator's False)."""
-    from echo_tune.plan.planner import sort_rows
-    from echo_tune.plan.projection import project
-
     ranked = [r for r in rows if not r.get("refused")]
     for r in ranked:
         verdict = row_over_limit_risk(r)
@@ -166,9 +163,6 @@ def just_over(space, records: list[dict]) -> dict | None:
     fitting: search/objective.py ``safe_memory``), else one over its limit by less than the memory model's
     over-prediction (``over_limit_risk``, flagged ``over_limit_at_risk``); None when there is neither. Both are flagged
     ``fallback_at_risk``: the planner recommends one only where no candidate has a layout the search kept."""
-    from echo_tune.search.results import entry
-    from echo_tune.search.space import space_profile
-
     missed = [r for r in records if not r["fits_memory"]]
     within = [r for r in missed if r["peak_memory_bytes"] <= r["memory_capacity_bytes"]]
     over = [r for r in missed if 0 < r["peak_memory_bytes"] - r["memory_capacity_bytes"]

@@ -22,6 +22,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from echo_tune.search.claim import WORKER_ATTR, claim, worker_alive
 from echo_tune.search.labels import full_label
+from echo_tune.search.layouts import RejectedLayout
+from echo_tune.search.params import layout_of
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 NAMED = 8
@@ -37,9 +39,6 @@ def trial_config(trial: FrozenTrial, space=None) -> dict | None:
     if isinstance(config, dict):
         return config
     if trial.params and space is not None:
-        from echo_tune.search.layouts import RejectedLayout
-        from echo_tune.search.params import layout_of
-
         try:
             return layout_of(space, trial.params).config
         except (RejectedLayout, KeyError):

@@ -26,10 +26,13 @@ from pathlib import Path
 
 import yaml
 
+from echo_tune.config.hf_config import load_hf_config
 from echo_tune.config.loading import load_cluster, load_model
 from echo_tune.errors import ConfigError
+from echo_tune.io import write_text
 from echo_tune.search.auto_values import (MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH, MIN_TOKENS_PER_CP_RANK,
                                           context_parallel_values, micro_batch_values)
+from echo_tune.search.fields import LAYOUT_FIELDS
 from echo_tune.search.space import SearchSpace, space_from_dict
 
 CAPS_HELP = (f"the space searched: TP inside a node, PP (uneven first/last stages where it does not divide the "
@@ -65,8 +68,6 @@ def fp8_layout_value(fp8_format: str, cluster_spec, cluster: str):
 def layout_overrides(items: list[str] | None) -> dict:
     """``--layout FIELD=VALUES`` items as a space file's ``layout:`` entries: ``recompute_method=auto``,
     ``context_parallel_size=1,2``, ``tp_comm_overlap=true`` (each value read as YAML; several values listed)."""
-    from echo_tune.search.fields import LAYOUT_FIELDS
-
     out = {}
     for item in items or ():
         field_name, sep, text = str(item).partition("=")
@@ -90,8 +91,6 @@ def load_model_at(model: str, seq_length: int | None = None):
     if seq_length <= 0:
         raise ConfigError(f"`--seq-length > 0` must hold, but got ({seq_length})")
     if str(model).endswith(".json"):
-        from echo_tune.config.hf_config import load_hf_config
-
         return load_hf_config(model, seq_length=seq_length)
     return load_model(model).replace(seq_length=seq_length)
 
@@ -155,8 +154,6 @@ def auto_space(model: str, cluster: str, num_gpus: int, global_batch_size: int, 
 
 def write_space(data: dict, path: str | Path) -> Path:
     """Save a space mapping as a YAML file a user can edit and pass back to ``echo-tune search``."""
-    from echo_tune.io import write_text  # atomically, never through a symlink
-
     path = Path(path)
     head = (f"# {data['description']}\n# {CAPS_HELP}\n# Edit the values and run: echo-tune search {path.name}\n")
     return write_text(path, head + yaml.safe_dump(data, sort_keys=False), "--write-space file")

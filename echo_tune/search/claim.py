@@ -26,6 +26,8 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+import signal
+from optuna.trial import TrialState
 
 WORKER_ATTR = "worker"
 HEARTBEAT_S = 5.0
@@ -73,8 +75,6 @@ def same_host(worker: str | None) -> bool:
 
 def started_count(study, finished_states: tuple) -> int:
     """Trials finished, or running in a live worker: what counts toward the study's target."""
-    from optuna.trial import TrialState  # here, so pool workers importing die_with_parent skip optuna
-
     count = 0
     for t in study.get_trials(deepcopy=False, states=finished_states + (TrialState.RUNNING,)):
         if t.state != TrialState.RUNNING or _alive(t.user_attrs.get(WORKER_ATTR)):
@@ -109,6 +109,7 @@ def claim(store) -> Iterator[None]:
                 yield
             return
     if url.startswith("postgresql"):
+        # lazy: loads sqlalchemy (~0.4 s), which importing search.claim does not
         from sqlalchemy import text
 
         key = zlib.crc32(f"echo-tune:{url}".encode()) & 0x7FFFFFFF
@@ -143,8 +144,6 @@ def die_with_parent(parent: int | None = None, poll_s: float = 0.5, signals: str
     TerminatedWorkerError). So an exhaustive worker ``"ignore"``s them (the parent stops after the batch
     in hand, its workers' batches are short), and a sampling worker ``"stop"``s: ``stop_requested()``
     turns true and its loop returns after the trial in hand is stored (issue 20)."""
-    import signal
-
     if threading.current_thread() is threading.main_thread():
         handler = signal.SIG_IGN if signals == "ignore" else (lambda signum, frame: _STOP.set())
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -30,6 +30,7 @@ import json
 import optuna
 
 from echo_tune.code_version import sources_sha256
+from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.search.claim import claim
 
@@ -43,8 +44,6 @@ def _digest(obj) -> str:
 
 def content_parts(space, profile=None) -> dict[str, str]:
     """A digest per input of ``space`` (see the module docstring); ``profile``: the space's loaded profile."""
-    from echo_tune.cost.profile import profile_for
-
     cluster = dataclasses.asdict(space.cluster)
     cluster.pop("profile", None)
     effective = profile if profile is not None else profile_for(space.cluster)

@@ -49,8 +49,10 @@ import operator
 from collections.abc import Iterable, Iterator
 
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.search.layouts import Candidate, config_key
+from echo_tune.search.layouts import Candidate, RejectedLayout, config_key, draw
+from echo_tune.search.objective import evaluate
 from echo_tune.search.space import SearchSpace, space_profile
+from echo_tune.sim.memo import profile_for_cluster
 
 RECOMPUTE_FIELDS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
 MONOTONE_OBJECTIVES = ("step_time", "cost", "num_gpus")
@@ -67,7 +69,6 @@ def applies(space: SearchSpace, profile=None) -> bool:
     if not all(o in MONOTONE_OBJECTIVES for o in space.objectives):
         return False
     if profile is None:  # the cluster's own, as the simulator takes it (cached per cluster object)
-        from echo_tune.sim.memo import profile_for_cluster
 
         profile = profile_for_cluster(space.cluster)
     return profile.compute_slowdown - 1.0 < 1.0 / profile.comm_slowdown
@@ -158,9 +159,6 @@ def closest_misses(space: SearchSpace, records: list[dict]) -> list[dict]:
 def _unseen_variants(space: SearchSpace, record: dict, known: set[tuple], profile) -> Iterator[dict]:
     """The records of ``record``'s layout's recompute variants not in ``known`` (``config_key``s; each is added),
     simulated now; a variant a rule rejects is left out."""
-    from echo_tune.search.layouts import RejectedLayout, draw
-    from echo_tune.search.objective import evaluate
-
     for values in itertools.product(*(space.choices[f] for f in RECOMPUTE_FIELDS)):
         config = {**record["config"], **dict(zip(RECOMPUTE_FIELDS, values))}
         try:

@@ -11,7 +11,7 @@ as finished trials as they arrive, so an interrupted run keeps them and ``--resu
 layouts not stored yet. With ``n_jobs > 1`` the workers start while the layouts are enumerated
 (``workers.start_workers``) and take batches in order, this process takes the next one whenever the batch to
 store next is not done (feeding the workers between slices of it), and an idle worker draws the
-breakdown plot (docs/search.md, "Exhaustive with two processes"). A fresh study with several processes
+breakdown plot (docs/search.md, "Exhaustive with several processes"). A fresh study with several processes
 enumerates as it runs instead (``sliced.py``: a worker enumerates, and traces on a cache miss, the
 shapes it is handed), in the same order, through the same ``workers.dispatch``.
 """
@@ -34,6 +34,7 @@ from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTR
                                        evaluate, flat_attrs, told_values)
 from echo_tune.search.space import SearchSpace
 from echo_tune.search.workers import dispatch
+from echo_tune.sim.passes import on_disk, pieces_key, seed_pieces, trace_pieces
 
 MAX_BATCH = 128  # layouts per batch (a recompute group is not split): progress and interrupts see batches
 BATCHES_PER_WORKER = 20  # enough for the processes to even out batches of unequal cost
@@ -51,8 +52,6 @@ def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces:
 
 
 def _evaluate(space: SearchSpace, batch: list[Candidate], profile, pieces: dict, dominance: Dominance | None) -> list:
-    from echo_tune.sim.passes import seed_pieces
-
     space, profile = _interned(space), _interned(profile)
     seed_pieces({key: value for key, value in pieces.items() if value is not None})
     distributions = search_distributions(space)
@@ -148,8 +147,6 @@ def _pieces_for(space: SearchSpace, batch: list[Candidate], *, by_reference: boo
     """The traced pieces a batch needs, traced here (once per shape) if not yet known. ``by_reference``: None
     for pieces the trace cache on disk holds: a worker loads each from there once, where sending them with
     every batch pickled ~1 MB per batch (390 MB and ~9 s of this process's time over the Qwen3-30B-A3B space)."""
-    from echo_tune.sim.passes import on_disk, pieces_key, trace_pieces
-
     first: dict[tuple, Candidate] = {}  # the pieces are keyed on the shape's settings (sim/passes._trace_kwargs)
     for c in batch:
         first.setdefault(c.shape, c)

@@ -17,8 +17,10 @@ import time
 from collections.abc import Iterator
 
 from optuna.trial import TrialState
+from optuna.storages import JournalStorage
 
 from echo_tune.search.claim import WORKER_ATTR, beating, claim, same_host, worker_alive, worker_id
+from echo_tune.search.storage import DurableJournalFile
 
 HEARTBEAT_PREFIX = "echo-tune-heartbeat:"
 LEASE_S = 60.0
@@ -30,9 +32,6 @@ def _own_storage(store):
     then the file's while the search's thread, inside a batch, held the file's and wanted the storage's."""
     if store.journal is None:
         return store.storage
-    from optuna.storages import JournalStorage
-
-    from echo_tune.search.storage import DurableJournalFile
 
     return JournalStorage(DurableJournalFile(store.journal.path))
 

@@ -13,15 +13,17 @@ import json
 import os
 import stat
 from pathlib import Path
+from echo_tune.search.storage import JOURNAL_NAME
+from echo_tune.io import write_text
 
 MANIFEST_NAME = ".echo-tune-files.json"
+OUTPUT_NAMES = ("trials.csv", "best.json", "megatron_args.txt", "best_trace.json", "pareto.csv", "pareto.svg",
+                "pareto.png", "breakdowns.png")
+"""The files search/outputs.py writes in a study's folder."""
 
 
 def own_names() -> tuple[str, ...]:
     """Every name a study of this version may write in its folder."""
-    from echo_tune.search.outputs import OUTPUT_NAMES
-    from echo_tune.search.storage import JOURNAL_NAME
-
     return (JOURNAL_NAME, JOURNAL_NAME + ".flock") + OUTPUT_NAMES
 
 
@@ -44,8 +46,6 @@ def recorded(study_dir: Path) -> set[str] | None:
 
 def record(study_dir: Path, paths) -> None:
     """Add ``paths`` (files in ``study_dir``) to its manifest, written atomically and never through a link."""
-    from echo_tune.io import write_text
-
     study_dir = Path(study_dir)
     names = set(recorded(study_dir) or ())
     for p in paths:
@@ -62,7 +62,6 @@ def remove_written(study_dir: Path) -> tuple[list[str], list[str]]:
     study_dir = Path(study_dir)
     listed = recorded(study_dir)
     ours = (listed if listed is not None else set(own_names())) | {MANIFEST_NAME}
-    from echo_tune.search.storage import JOURNAL_NAME
 
     ours |= {JOURNAL_NAME, JOURNAL_NAME + ".flock"}  # the storage the study is started over in
     removed, kept = [], []

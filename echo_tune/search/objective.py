@@ -21,6 +21,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.search.layouts import Candidate, RejectedLayout
 from echo_tune.search.space import SearchSpace
 from echo_tune.sim.memory_band import PEAK_UNDER_PREDICTION
+from echo_tune.sim.simulate import simulate
 
 OBJECTIVE_KEYS = {"step_time": "step_time_s", "peak_memory": "peak_memory_gib", "num_gpus": "num_gpus",
                   "cost": "cost_per_step"}
@@ -79,8 +80,6 @@ def make_record(space: SearchSpace, candidate: Candidate, report) -> dict:
 
 def evaluate(space: SearchSpace, candidate: Candidate, *, profile=None, timeline: bool = False):
     """Simulate ``candidate``: ``(record, report)``. A rule the simulator adds raises RejectedLayout."""
-    from echo_tune.sim.simulate import simulate
-
     try:
         report = simulate(space.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
                           timeline=timeline, memory_headroom_bytes=int(space.memory_headroom_gib * GIB),

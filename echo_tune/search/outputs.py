@@ -18,28 +18,26 @@ import json
 from concurrent.futures import Future
 from pathlib import Path
 
-from echo_tune.config.launch_rules import launch_notes
-from echo_tune.io import atomic_path, write_text
+from echo_tune.config.launch_notes import launch_notes
+from echo_tune.io import atomic_path, check_not_symlink, write_text
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
+from echo_tune.plots import available, plot_breakdowns, plot_pareto
+from echo_tune.search.labels import short_labels
+# The names a study writes live in search/manifest.py, which --overwrite reads; re-exported here.
+from echo_tune.search.manifest import MANIFEST_NAME, OUTPUT_NAMES, record  # noqa: F401
 from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_label
 from echo_tune.search.plot import pareto_svg
 from echo_tune.search.results import candidate_of, megatron_flags
 from echo_tune.search.space import SearchSpace
+from echo_tune.search.storage_checks import link_refusal
 from echo_tune.search.trials_csv import TrialsCsv
+from echo_tune.sim.trace_export import write_chrome_trace
 
-
-
-OUTPUT_NAMES = ("trials.csv", "best.json", "megatron_args.txt", "best_trace.json", "pareto.csv", "pareto.svg",
-                "pareto.png", "breakdowns.png")
 
 
 def check_outputs(out_dir: Path) -> None:
     """Refuse (one line) a study folder that is a symbolic link, or holds one where an output goes, before any
     work."""
-    from echo_tune.io import check_not_symlink
-    from echo_tune.search.manifest import MANIFEST_NAME
-    from echo_tune.search.storage_checks import link_refusal
-
     if Path(out_dir).is_symlink():
         raise link_refusal(Path(out_dir), "study folder")
     for name in OUTPUT_NAMES + (MANIFEST_NAME,):
@@ -80,8 +78,6 @@ def write_megatron_args(space: SearchSpace, best: dict, path: Path, *, study_nam
 
 
 def write_trace(space: SearchSpace, best: dict, path: Path, *, profile=None) -> None:
-    from echo_tune.sim.trace_export import write_chrome_trace
-
     _, report = evaluate(space, candidate_of(space, {"config": best["config"]}), profile=profile, timeline=True)
     write_chrome_trace(report, path)
 
@@ -104,8 +100,6 @@ def write_pareto(space: SearchSpace, pareto: list[dict], all_points: list[tuple[
     labels = [objective_label(o, space.gpu_hour_cost, space.currency) for o in objs]
     write_text(svg_path, pareto_svg([p[:2] for p in all_points], front, labels,
                                    title=f"{space.name}: feasible layouts and Pareto front"), "Pareto plot")
-    from echo_tune.plots import plot_pareto  # matplotlib, when installed (the `plot` extra)
-    from echo_tune.search.labels import short_labels
 
     names, _ = short_labels([e["config"] for e in pareto], [e["derived"].get("data_parallel_size") for e in pareto])
     plot_pareto([p[:2] for p in all_points], front, labels, svg_path.with_suffix(".png"),
@@ -156,7 +150,6 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
         png = png.result()
     if png is not None:
         files.append(png)
-    from echo_tune.search.manifest import record
 
     record(out_dir, files)  # what --overwrite may remove, and nothing else (manifest.py)
     return [str(f) for f in files]
@@ -165,9 +158,6 @@ def write_outputs(space: SearchSpace, study, out_dir: Path, *, best: dict | None
 def _top_breakdowns(space: SearchSpace, feasible: list[dict], path: Path, top: int = 8, pool=None):
     """The best of the ``feasible`` records' breakdowns as stacked bars (matplotlib, when installed); drawn in
     ``pool`` (a Future of the path) when given."""
-    from echo_tune.search.labels import short_labels
-    from echo_tune.plots import available, plot_breakdowns
-
     if not available():
         return None
     records = sorted(feasible, key=lambda r: r["step_time_s"])[:top]

@@ -110,6 +110,7 @@ def _file_lease(path: str, name: str, where: str, wait_s: float | None) -> Itera
 
 @contextlib.contextmanager
 def _pg_lease(store, name: str, wait_s: float | None) -> Iterator[bool]:
+    # lazy: loads sqlalchemy (~0.4 s), which importing search.run_lease does not
     from sqlalchemy import text
 
     key = zlib.crc32(f"echo-tune-run:{store.where}:{name}".encode()) & 0x7FFFFFFF

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
@@ -22,14 +21,12 @@ from echo_tune.search.layouts import RejectedLayout, baselines, check_space
 from echo_tune.search.liveness import Reaper, heartbeat
 from echo_tune.search.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
                                        constraints, flat_attrs, told_values)
+from echo_tune.search.options import SearchOptions
 from echo_tune.search.params import full_params, suggest_layout
 from echo_tune.search.accounting import account, fail_dead_running
 from echo_tune.search.sampler import DEFAULT_N_TRIALS, make_sampler
 from echo_tune.search.space import SearchSpace
 from echo_tune.search.storage import StudyStorage, open_storage
-
-if TYPE_CHECKING:
-    from echo_tune.search.study import SearchOptions
 
 
 def _tell_rejected(study, trial, exc: RejectedLayout) -> None:

@@ -39,6 +39,7 @@ from echo_tune.config.loading import (build, check_keys, cluster_from_dict, load
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import refuse_unmodelled_keys
+from echo_tune.cost.profile import load_profile
 from echo_tune.errors import ConfigError
 from echo_tune.limits import LIMITS, check_number
 from echo_tune.search.auto_values import auto_values
@@ -321,6 +322,5 @@ def space_profile(space: SearchSpace):
     """The profile file the space names, loaded (None: the simulator takes the cluster's own)."""
     if space.profile_path is None:
         return None
-    from echo_tune.cost.profile import load_profile
 
     return load_profile(space.profile_path)

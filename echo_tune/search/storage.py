@@ -258,6 +258,7 @@ RDB_OPEN_ATTEMPTS = 8
 def _maybe_race(exc: Exception) -> bool:
     """An error another worker's concurrent table creation can cause (not a bad URL or a refused login)."""
     try:
+        # lazy: loads sqlalchemy (~0.4 s), which importing search.storage does not
         from sqlalchemy import exc as sa_exc
     except ImportError:
         return False

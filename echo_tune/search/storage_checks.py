@@ -8,6 +8,8 @@ import os
 import stat
 from pathlib import Path
 
+from optuna.storages.journal import JournalRedisBackend
+
 from echo_tune.errors import ConfigError
 
 
@@ -60,7 +62,6 @@ def check_url(url: str) -> None:
 def redis_backend(url: str):
     try:
         import redis  # noqa: F401 - Optuna's JournalRedisBackend needs it
-        from optuna.storages.journal import JournalRedisBackend
 
         backend = JournalRedisBackend(url)
         backend._redis.ping()

@@ -22,7 +22,6 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -38,7 +37,8 @@ from echo_tune.search.gc_pause import gc_paused
 from echo_tune.search.trials_csv import TrialsCsv
 from echo_tune.search.layouts import check_space, config_key
 from echo_tune.search.resume import resume_notes, with_stored_best
-from echo_tune.search.sampler import DEFAULT_N_TRIALS, SAMPLERS, make_sampler
+from echo_tune.search.options import SearchOptions, check_options
+from echo_tune.search.sampler import DEFAULT_N_TRIALS, make_sampler
 from echo_tune.search.sampling_run import run_sampling
 from echo_tune.search.shared import shares_work
 from echo_tune.search.tickets import run_shared_exhaustive
@@ -53,42 +53,10 @@ from echo_tune.search.storage_checks import storage_error
 from echo_tune.search.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
 from echo_tune.search.outputs import check_outputs
 from echo_tune.search.manifest import kept_note, record, remove_written
+from echo_tune.sim.simulate import clock_note_for
 
 __all__ = ["DEFAULT_N_TRIALS", "SearchOptions", "SearchResult", "clock_notes", "run_search"]
 
-
-
-@dataclass
-class SearchOptions:
-    sampler: str = "auto"
-    n_trials: int | None = None
-    """Total finished trials the study should hold (default: auto 3000 layouts at most, the Optuna samplers 200;
-    exhaustive: every valid layout)."""
-    timeout: float | None = None
-    """Stop starting trials after this many seconds (finished trials are kept)."""
-    seed: int | None = 0
-    n_jobs: int = 1
-    study_name: str | None = None
-    results_dir: str | Path = "results"
-    storage: str | None = None
-    """An Optuna storage URL or a journal file path; default ``results_dir/study_name/journal.log``."""
-    resume: bool = False
-    overwrite: bool = False
-    baselines: bool = True
-    write_files: bool = True
-
-
-def _check_options(opts: SearchOptions) -> None:
-    if opts.sampler not in SAMPLERS:
-        raise ConfigError(f"`--sampler` must be one of {sorted(SAMPLERS)}, but got ({opts.sampler!r})")
-    if opts.n_trials is not None and opts.n_trials < 1:
-        raise ConfigError(f"`--n-trials >= 1` must hold, but got (n_trials={opts.n_trials})")
-    if opts.timeout is not None and opts.timeout <= 0:
-        raise ConfigError(f"`--timeout > 0` must hold, but got (timeout={opts.timeout})")
-    if opts.n_jobs < 1:
-        raise ConfigError(f"`--n-jobs >= 1` must hold, but got (n_jobs={opts.n_jobs})")
-    if opts.resume and opts.overwrite:
-        raise ConfigError("--resume and --overwrite exclude each other; continue the study or start it over")
 
 
 def _open_study(space: SearchSpace, opts: SearchOptions, name: str, out_dir: Path) -> tuple[StudyStorage, bool]:
@@ -143,7 +111,7 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
                progress: Callable[[int, int | None, dict | None], None] | None = None) -> SearchResult:
     """Run or continue a study over ``space``; ``progress(done, total, record)`` after each trial."""
     opts = opts or SearchOptions()
-    _check_options(opts)
+    check_options(opts)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
     deadline = None if opts.timeout is None else started + opts.timeout
@@ -179,8 +147,6 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
 def clock_notes(space: SearchSpace, profile=None) -> list[str]:
     """The space's GPU at the clock its peak is specified at for want of a sustained one, or at a derived one
     (``clock_note``): the search's notes say so once (``profile``: the space's own, ``space_profile``)."""
-    from echo_tune.sim.simulate import clock_note_for
-
     if profile is not None and profile.op_times is not None:  # measured op times hold the clock they ran at
         return []
     note = clock_note_for(space.cluster, profile)

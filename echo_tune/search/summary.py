@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 
 from echo_tune.search.accounting import account, duplicate_note, in_flight_note, missing_note
 from echo_tune.search.dominance import DOMINATED_BY_MEMORY
+from echo_tune.search.layouts import check_space
 from echo_tune.search.objective import OBJECTIVE_KEYS
 from echo_tune.search.outputs import start_outputs, write_outputs
 from echo_tune.search.results import SearchResult, best_of, entry, feasible_records, pareto_of, trial_record
@@ -32,7 +33,6 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
     trials = study.get_trials(deepcopy=False)
     acc = account(trials, valid if expect_all else None, space)
     if expect_all and valid is None and acc.distinct < space_size:  # enumerated as it ran: name the missing
-        from echo_tune.search.layouts import check_space
 
         acc = account(trials, check_space(space)[0], space)
     notes = notes + [n for n in (duplicate_note(acc), missing_note(acc), in_flight_note(acc)) if n]

@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
+from echo_tune.plots import available, load_pyplot
 from echo_tune.search.claim import die_with_parent
 from echo_tune.search.gc_pause import mark_worker, run_ends, task_begins, task_ends
+import echo_tune.sim.simulate
 
 SWITCH_INTERVAL_S = 0.001  # Python's thread switch interval while workers run (``dispatch``)
 
@@ -23,6 +25,7 @@ _POOLS: list = []  # the pool worker_pool last returned (loky keeps one reusable
 
 def worker_pool(n_jobs: int):
     """The (reusable) pool of ``n_jobs - 1`` worker processes."""
+    # lazy: loads joblib (~0.3 s), which importing search.workers does not
     from joblib.externals.loky import get_reusable_executor
 
     pool = get_reusable_executor(max_workers=n_jobs - 1, timeout=60, initializer=_init_worker,
@@ -54,15 +57,11 @@ def _init_worker(parent: int) -> None:
 
 def _ready() -> None:
     """A worker's first task: load the simulator (what the first batch would, about a second)."""
-    import echo_tune.sim.simulate  # noqa: F401
-
 
 def _load_plotting() -> None:
     """A worker loads matplotlib (~1 s) while three quarters of the run's parts are handed out: it draws the
     search's plot (``summarize``) after the run. Loaded once the last part was handed out, it was the run's
     tail: this process waited ~1 s for the plot once trials.csv no longer took as long."""
-    from echo_tune.plots import load_pyplot, available
-
     if available():
         load_pyplot()
 

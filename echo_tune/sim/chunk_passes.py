@@ -3,7 +3,7 @@ pieces' costs and what the chunk holds (layers of each kind, embedding, loss, MT
 
 from __future__ import annotations
 
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.sim.costing import ZERO, PhaseCost
 from echo_tune.sim.passes import PassCosts
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.cluster import GPUSpec
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.layout import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import graph_replay_saving_s, is_measured, op_time_s
 from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import functools
 
+from echo_tune.config.layout import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.config.schedule_rules import cuda_graph_setting
 
 ATTN_REGIONS = ("input_norm", "qkv", "core_attention", "mla_up_proj", "output_gate", "attention_proj",
                 "attention_residual")
@@ -76,9 +76,10 @@ def _graphs(piece: str, modules: tuple[str, ...]) -> list[tuple[str, ...]]:
     return graphs
 
 
-def capture_spec(parallel: ParallelConfig) -> str:
-    """"" (nothing captured), ``ALL``, or per piece its graphs: "piece:r1,r2;r3|piece2:..."."""
-    impl, modules = cuda_graph_setting(parallel)
+def capture_spec(cuda_graphs: tuple[str, tuple[str, ...]]) -> str:
+    """"" (nothing captured), ``ALL``, or per piece its graphs: "piece:r1,r2;r3|piece2:...". ``cuda_graphs``:
+    (implementation, modules) as the rules resolved them (``Layout.cuda_graphs``)."""
+    impl, modules = cuda_graphs
     if impl == "none":
         return ""
     if impl == "full_iteration":
@@ -108,10 +109,11 @@ def graph_of(op, graphs: tuple[frozenset[str], ...]) -> int | None:
 
 
 def graph_static_bytes_per_layer(parallel: ParallelConfig, model: ModelSpec, piece: str, boundary_bytes: int,
-                                 layers_in_chunk: int) -> float:
+                                 layers_in_chunk: int, cuda_graphs: tuple[str, tuple[str, ...]]) -> float:
     """Static graph buffers of ``layers_in_chunk`` layers of one chunk for one micro-batch in flight (see the
-    module docstring); ``boundary_bytes``: a layer's input (= output) tensor."""
-    impl, modules = cuda_graph_setting(parallel)
+    module docstring); ``boundary_bytes``: a layer's input (= output) tensor; ``cuda_graphs``:
+    ``Layout.cuda_graphs``."""
+    impl, modules = cuda_graphs
     if impl in ("none", "full_iteration") or layers_in_chunk == 0:
         return 0.0
     graphs = _graphs(piece, modules)
@@ -123,9 +125,10 @@ def graph_static_bytes_per_layer(parallel: ParallelConfig, model: ModelSpec, pie
     return per_layer * layers_in_chunk
 
 
-def full_iteration_batch_bytes(parallel: ParallelConfig, model: ModelSpec, num_micro_batches: int) -> float:
+def full_iteration_batch_bytes(parallel: ParallelConfig, model: ModelSpec, layout: Layout) -> float:
     """The full-iteration graph's static data batches: all micro-batches of the step on this rank."""
-    if cuda_graph_setting(parallel)[0] != "full_iteration":
+    num_micro_batches = layout.num_micro_batches
+    if layout.cuda_graphs[0] != "full_iteration":
         return 0.0
     tokens = parallel.micro_batch_size * model.seq_length // parallel.context_parallel_size
     return float(num_micro_batches * tokens * FULL_ITERATION_BATCH_BYTES_PER_TOKEN)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.layout import GroupPlacement
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.layout import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
 

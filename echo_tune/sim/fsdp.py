@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from echo_tune.config.compatibility import GroupPlacement, Layout
+from echo_tune.config.layout import GroupPlacement, Layout
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile

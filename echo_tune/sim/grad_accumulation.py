@@ -19,6 +19,7 @@ either: the fused GEMM's read-modify-write of main_grad in its epilogue is not c
 from __future__ import annotations
 
 from echo_tune.sim.dp import grad_bytes_per_param
+from echo_tune.sim.linear_layers import linear_param_delta
 
 PARAM_GRAD_BYTES = 2.0
 """The temporary weight gradient's dtype: the parameters' (bf16 / fp16)."""
@@ -47,8 +48,6 @@ def chunk_accumulation_s(pieces: dict, mix, layout, parallel, profile, linears=N
     ``mix[stage][chunk]`` = (dense, MoE) layers; the embedding and output weights count on the first
     and last chunk; one kernel per linear weight group of each layer (``Trace.linear_param_counts``).
     ``linears[stage][chunk]``: the (dense, MoE) layers among them that run the gated delta net (sim/linear_layers.py)."""
-    from echo_tune.sim.linear_layers import linear_param_delta
-
     p, v = len(layout.stage_chunk_layers), layout.virtual_pipeline_size
     layer, moe = pieces["layer"], pieces.get("moe_layer")
     out = []

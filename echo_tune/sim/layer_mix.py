@@ -9,9 +9,10 @@ holds each chunk's first layer.
 
 from __future__ import annotations
 
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.cost.flex_bandwidth import label as flex_bandwidth_label
+from echo_tune.sim.determinism import NOTE
 
 
 def chunk_first_layer(layout: Layout, stage: int, chunk: int) -> int:
@@ -93,8 +94,6 @@ def moe_notes(model: ModelSpec, layout: Layout, gpu_name: str = "") -> tuple[str
 
 def layer_notes(model: ModelSpec, parallel) -> tuple[str, ...]:
     """The layer-variant assumptions a report states (sliding window, deterministic mode)."""
-    from echo_tune.sim.determinism import NOTE
-
     notes = []
     if model.windowed_attention:
         notes.append(f"sliding window {model.window_left} on {sum(model.window_pattern)} of {model.num_layers} "

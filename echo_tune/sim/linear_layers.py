@@ -11,7 +11,7 @@ states, pipeline memory) sees the layers as they are.
 
 from __future__ import annotations
 
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.sim.costing import PhaseCost, phase_cost
 from echo_tune.sim.layer_mix import chunk_first_layer

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+from echo_tune.cost.profile import profile_for
 from echo_tune.identity_cache import IdentityCache
 
 _PROFILES = IdentityCache(limit=64)
@@ -9,10 +12,6 @@ _PROFILES = IdentityCache(limit=64)
 
 def profile_for_cluster(cluster):
     """``profile_for(cluster)``, cached per cluster object (and per profile file version, if it names one)."""
-    import os
-
-    from echo_tune.cost.profile import profile_for
-
     stamp = ()
     if cluster.profile is not None:
         try:

@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.cluster import GPUSpec
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import STATE_DTYPE_BYTES, ParallelConfig
 from echo_tune.cost.fp8 import ACTIVATION_BYTES, fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
@@ -229,8 +229,9 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
     for chunk, layers in enumerate(layout.stage_chunk_layers[stage]):
         dense, moe = mix[chunk] if mix else (layers, 0)  # (MTP layers included in ``mix``)
         boundary = pieces["layer"].input_bytes
-        graph_bytes.append(graph_static_bytes_per_layer(parallel, model, "layer", boundary, dense)
-                           + graph_static_bytes_per_layer(parallel, model, "moe_layer", boundary, moe)
+        captured = layout.cuda_graphs
+        graph_bytes.append(graph_static_bytes_per_layer(parallel, model, "layer", boundary, dense, captured)
+                           + graph_static_bytes_per_layer(parallel, model, "moe_layer", boundary, moe, captured)
                            if model is not None else 0.0)
         dense_layers, moe_layers = dense_layers + dense, moe_layers + moe
         kept, extra = layer_activation_bytes(pieces["layer"], layout, dense) if dense else (0.0, 0.0)
@@ -273,7 +274,7 @@ def stage_memory(stage: int, layout: Layout, parallel: ParallelConfig, pieces: d
         graphs = peak_in_flight_bytes(schedule, stage, p, layout.num_micro_batches, v,
                                       [a + g for a, g in zip(chunk_bytes, graph_bytes)], *grouping) - in_flight
     if model is not None:
-        graphs += full_iteration_batch_bytes(parallel, model, layout.num_micro_batches)
+        graphs += full_iteration_batch_bytes(parallel, model, layout)
     w, g, o = bytes_per_param(parallel, layout.data_parallel_size, parallel.context_parallel_size)
     linear_params = fp8_linear_param_count(pieces["layer"]) * dense_layers
     if moe_layers:

@@ -27,7 +27,7 @@ tp-cp-ep-dp-pp). ``optimizer_bytes`` returns that rank's bytes and the most a ra
 
 from __future__ import annotations
 
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.workload.graph import Trace
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.cost.compute import is_measured, op_time_s
 from echo_tune.cost.fp8 import fp8_gemm_time_s, is_fp8_gemm
 from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.cluster import GPUSpec
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s

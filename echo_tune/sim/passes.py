@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from echo_tune.config.compatibility import Layout
-from echo_tune.config.cp_comm_rules import a2a_size, cp_comm_kind
+from echo_tune.config.layout import Layout
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.cost.moe_dispatch import MoEKernels
@@ -32,15 +31,8 @@ def _trace_kwargs(parallel: ParallelConfig, layout: Layout) -> dict:
                 context_parallel_size=parallel.context_parallel_size,
                 sequence_parallel=layout.sequence_parallel, micro_batch_size=parallel.micro_batch_size,
                 precision=parallel.precision, expert_model_parallel_size=parallel.expert_model_parallel_size,
-                expert_tensor_parallel_size=parallel.expert_tensor_size, cp_comm=cp_comm(parallel),
+                expert_tensor_parallel_size=parallel.expert_tensor_size, cp_comm=layout.cp_comm,
                 deterministic=parallel.deterministic_mode)
-
-
-def cp_comm(parallel: ParallelConfig) -> tuple[str, int]:
-    """(CP communication type, all-to-all ranks) of the layers' attention (config/cp_comm_rules.py); p2p at CP 1."""
-    if parallel.context_parallel_size == 1:
-        return ("p2p", 1)
-    return (cp_comm_kind(parallel), a2a_size(parallel))
 
 
 def pieces_key(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> tuple:
@@ -69,6 +61,7 @@ def trace_pieces(model: ModelSpec, parallel: ParallelConfig, layout: Layout) -> 
     if stored is not None:
         _PIECES[key] = stored
         return stored
+    # lazy: loads torch (~1.5 s to import), which importing sim.passes does not
     from echo_tune.workload.tracer import (trace_embedding, trace_layer, trace_linear_layer, trace_moe_layer,
                                            trace_output, trace_window_layer)
 

@@ -22,7 +22,7 @@ no change.
 
 from __future__ import annotations
 
-from echo_tune.config.compatibility import Layout
+from echo_tune.config.layout import Layout
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.costing import PhaseCost

@@ -1,6 +1,6 @@
 """``simulate``: one training step of a layout, from specs to a StepReport.
 
-specs -> check_compatible -> traced pieces (cached) -> costed passes -> pipeline simulation ->
+specs -> checked (config/checked.py) -> traced pieces (cached) -> costed passes -> pipeline simulation ->
 DP reduction and optimizer per stage -> the critical stage's step as a sum of named parts.
 """
 
@@ -11,12 +11,11 @@ import functools
 
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.config.cluster import ClusterSpec, clock_note
-from echo_tune.config._checks import require_choice
-from echo_tune.config.compatibility import GroupPlacement, Layout, check_compatible
-from echo_tune.config.launch_rules import launch_notes
+from echo_tune.config.checked import checked_step
+from echo_tune.config.layout import GroupPlacement, Layout
+from echo_tune.config.launch_notes import launch_notes
 from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
-from echo_tune.config.schedule_rules import userbuffer_notes, userbuffer_overlap
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer, mxfp8_notes
 from echo_tune.cost.moe_dispatch import moe_kernels
@@ -31,7 +30,6 @@ from echo_tune.sim.realtime_tests import realtime_test_notes, with_realtime_test
 from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
 from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
 from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
-from echo_tune.config.fsdp_rules import check_fsdp
 from echo_tune.sim.fsdp import dp_cp_group, fsdp_notes, fsdp_root_params, fsdp_stage_tail, with_fsdp_comm
 from echo_tune.sim.grad_accumulation import chunk_accumulation_s
 from echo_tune.sim.engine import run_pipeline, simulate_pipeline
@@ -48,6 +46,7 @@ from echo_tune.sim.passes import pass_costs, trace_pieces
 from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
 from echo_tune.sim.schedules import SCHEDULES
 from echo_tune.sim.trace_args import chunk_work, p2p_message_bytes, span_args
+from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK, bucket_spans, p2p_spans, pass_part_spans
 
 
 def _stage_pair(layout: Layout) -> GroupPlacement:
@@ -103,12 +102,12 @@ def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfi
     """What every pass of ``simulate`` is costed with (``emulate`` predicts with the same): ``cluster`` at its
     sustained clock (``with_sustained_clock``) and ``profile`` as ``simulate`` resolves it."""
     return CostContext(profile=profile, gpu=cluster.gpu, precision=parallel.precision, groups=layout.groups,
-                       tp_comm_overlap=userbuffer_overlap(model, parallel),
+                       tp_comm_overlap=layout.tp_comm_overlap,
                        async_tp_backward=parallel.async_tensor_model_parallel_allreduce,
                        fp8_recipe=parallel.quantized_recipe, moe=moe_kernels(model, cluster),
                        overlap_moe_expert_parallel_comm=parallel.overlap_moe_expert_parallel_comm,
                        delay_wgrad_compute=parallel.delay_wgrad_compute,
-                       graph_capture=capture_spec(parallel),
+                       graph_capture=capture_spec(layout.cuda_graphs),
                        moe_dispatch_syncs=not model.moe_pad_expert_input_to_capacity,
                        ub_config=parallel.tp_comm_overlap_cfg or ())
 
@@ -123,10 +122,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     ``layout``: what ``check_compatible(model, cluster, num_gpus, parallel)`` returned for these very objects
     (the search's candidates carry it), so the rules are not checked twice; used only where Megatron-FSDP
     does not change the settings (its settings in effect are checked again)."""
-    checked = check_fsdp(parallel)  # Megatron-FSDP's rules and the settings it implies (sim/fsdp.py)
-    if layout is None or checked is not parallel:
-        layout = check_compatible(model, cluster, num_gpus, checked)
-    parallel = checked
+    parallel, layout = checked_step(model, cluster, num_gpus, parallel, layout)  # the rules, once (config/)
     check_deterministic(model, parallel)
     check_muon(model, parallel)
     profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster
@@ -134,7 +130,9 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     check_op_times_device(profile, cluster)
     cluster = with_sustained_clock(cluster, profile)
     schedule = schedule or layout.schedule
-    require_choice("schedule", schedule, SCHEDULES)
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"`schedule` must be one of {', '.join(map(repr, SCHEDULES))}, but got "
+                          f"(schedule={schedule!r})")
     if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
         raise ConfigError("the gpipe schedule has no interleaving; drop virtual_pipeline_model_parallel_size")
     p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
@@ -221,8 +219,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision,
                                    fp8=parallel.quantized_recipe)
     notes = moe_notes(model, layout, cluster.gpu.name) + layer_notes(model, parallel) + launch_notes(config) + \
-        userbuffer_notes(model, parallel) + mxfp8_notes(parallel.quantized_recipe) + \
-        linear_notes(model, parallel.deterministic_mode)
+        layout.notes + mxfp8_notes(parallel.quantized_recipe) + linear_notes(model, parallel.deterministic_mode)
     if (share or 0.0) < 0.5 and (clock := clock_note(cluster.gpu)):  # op times measured there hold their clock
         notes += (clock,)
     if share is not None:
@@ -285,8 +282,6 @@ def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple
     """Spans (stage, name, category, start_s, end_s): every pass, then each stage's step tail; and on each
     stage's communication tracks the exposed parts of each pass, its DP buckets and its p2p transfers (see
     trace_tracks.py), so that the blocks of the critical stage add up to its breakdown."""
-    from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK, bucket_spans, p2p_spans, pass_part_spans
-
     events, compute_end_s = run.events, run.end_s
     busy_s = [0.0] * len(compute_end_s)
     for stage, _, _, _, start, end in events:

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
+import echo_tune.workload as workload
 
 
 _UNUSABLE: set[str] = set()
@@ -44,8 +45,6 @@ def _root() -> Path:
 @functools.lru_cache(maxsize=1)
 def _fingerprint() -> str:
     """Hash of the tracer's code, torch's version and Python's version."""
-    import echo_tune.workload as workload
-
     h = hashlib.sha256()
     for path in sorted(Path(workload.__file__).parent.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())

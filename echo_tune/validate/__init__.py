@@ -1,5 +1,7 @@
 """Validate the simulator against measured runs (``echo-tune validate``)."""
 
+import dataclasses
+
 from echo_tune.validate.compare import RowResult, by_source, simulate_case, spearman, summarize
 from echo_tune.validate.runs import REQUIRED_COLUMNS, RunCase, read_runs
 
@@ -11,7 +13,6 @@ def validate(path, errata=True, profiles=None, gpu_clock_mhz=None) -> tuple[list
     ``gpu_clock_mhz``: every row's cluster at this sustained clock (``--gpu-clock-mhz``)."""
     cases = read_runs(path, errata)
     if gpu_clock_mhz is not None:
-        import dataclasses
         cases = [dataclasses.replace(c, cluster=c.cluster.replace(sustained_clock_mhz=float(gpu_clock_mhz)))
                  if c.cluster is not None else c for c in cases]
     rows = [simulate_case(case, profiles) for case in cases]

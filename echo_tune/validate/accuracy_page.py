@@ -13,6 +13,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from echo_tune.validate.held_out import out_of_sample_errors
+from echo_tune.validate.compare import simulate_case
+from echo_tune.validate.datasets import DATASETS, published_runs
+from echo_tune.validate.runs import read_runs
 
 README_START, README_END = "<!-- accuracy-table:start -->", "<!-- accuracy-table:end -->"
 
@@ -38,11 +42,6 @@ def family_of(case) -> str:
 
 def collect_rows() -> tuple[list[Row], list[tuple[str, str, str]]]:
     """Every shipped row that simulates, and (dataset, name, reason) of those that do not."""
-    from echo_tune.validate.held_out import out_of_sample_errors
-    from echo_tune.validate.compare import simulate_case
-    from echo_tune.validate.datasets import DATASETS, published_runs
-    from echo_tune.validate.runs import read_runs
-
     rows, refused = [], []
     for dataset in DATASETS:
         for case in read_runs(published_runs(dataset)):

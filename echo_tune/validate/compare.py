@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from echo_tune.config.unmodelled import UnmodelledError
 from echo_tune.cost.host_time import shipped_fit
 from echo_tune.errors import EchoTuneError
+from echo_tune.sim.memo import profile_for_cluster
+from echo_tune.sim.simulate import simulate
 from echo_tune.validate.runs import RunCase
 
 
@@ -52,9 +54,6 @@ def is_fitted(profile) -> bool:
 
 def simulate_case(case: RunCase, profiles: dict | None = None) -> RowResult:
     """Simulate one row; ``profiles`` maps a GPU name to the profile its rows use (default: the cluster's)."""
-    from echo_tune.sim.memo import profile_for_cluster
-    from echo_tune.sim.simulate import simulate
-
     common = dict(name=case.name, source=case.source, measured_step_time_s=case.measured_step_time_s,
                   assumed_flags=case.assumed_flags, errata=case.errata)
     if case.error:

@@ -8,6 +8,7 @@ them from here, so they run in a fresh clone with nothing beside it.
 from __future__ import annotations
 
 from pathlib import Path
+import hashlib
 
 PUBLISHED_RUNS_DIR = Path(__file__).resolve().parents[2] / "calibration" / "published-runs"
 """Where the shipped CSVs live (a source checkout; ``echo-tune validate`` takes any path)."""
@@ -29,8 +30,6 @@ def published_runs(name: str) -> Path:
 
 def is_published(path: str | Path) -> bool:
     """Whether a runs CSV is one of the shipped published-run sets, byte for byte."""
-    import hashlib
-
     def digest(p) -> str:
         return hashlib.sha256(Path(p).read_bytes()).hexdigest()
 

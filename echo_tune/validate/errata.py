@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from echo_tune.config.loading import read_yaml
+from echo_tune.config.megatron_args import parse_megatron_line
 from echo_tune.errors import ConfigError
 
 ERRATA_DIR = Path(__file__).resolve().parent / "errata"
@@ -81,8 +82,6 @@ def _text_keys(table: dict, path: Path, what: str) -> None:
 
 def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
     """Row name -> its errata, read and checked (every flag must be one echo-tune reads)."""
-    from echo_tune.config.megatron_args import parse_megatron_line
-
     path = Path(path)
     data = read_yaml(path, "errata")  # bounded (size, depth, aliases) and one line on any fault of the file
     _require(isinstance(data, dict) and isinstance(data.get("sources"), dict) and isinstance(data.get("rows"), dict),
@@ -131,8 +130,6 @@ def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
 def errata_settings(errata: tuple[Erratum, ...], taken: set[str]) -> tuple[dict, dict, list[str]]:
     """(model fields, parallel fields, applied errata descriptions) of a row's errata, leaving out every
     field in ``taken`` (set by a CSV column or by the row's assumptions) except those a correction names."""
-    from echo_tune.config.megatron_args import parse_megatron_line
-
     model, parallel, applied = {}, {}, []
     for erratum in errata:
         m, p, _, _ = parse_megatron_line(erratum.flags)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from echo_tune.config.hf_config import load_hf_config
 from echo_tune.config.loading import load_model
 from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
@@ -62,8 +63,6 @@ def row_model(ref: str, base_dir: Path, seq_length: int | None, cache: dict) -> 
             raise ConfigError(f"column 'model': {ref!r} is not a file beside the CSV ({str(path)!r}); give a model "
                               f"preset (`echo-tune presets`), or a model YAML or config.json path relative to the CSV")
         if ref.endswith(".json"):
-            from echo_tune.config.hf_config import load_hf_config
-
             spec = load_hf_config(path, seq_length=seq_length)
         else:
             spec = load_model(path)

@@ -32,8 +32,10 @@ from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, UnmodelledError, harmless_reason, refusal, \
     refuse_if_unmodelled
 from echo_tune.errors import ConfigError, EchoTuneError
+from echo_tune.validate.datasets import is_published
 from echo_tune.validate.errata import Erratum, errata_path_for, errata_settings, load_errata
 from echo_tune.validate.run_models import ARCHITECTURE_COLUMNS, model_defaults, row_model, unstated_defaults
+from echo_tune.config.ub_config import read_ub_config
 
 REQUIRED_COLUMNS = ("name", "cluster", "num_gpus", "measured_step_time_s", *ARCHITECTURE_COLUMNS, "global_batch_size")
 MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
@@ -43,7 +45,6 @@ PARALLEL_FIELDS = {f.name: f for f in dataclasses.fields(ParallelConfig)}
 @dataclass(frozen=True, kw_only=True)
 class RunCase:
     """One measured run, ready to simulate, or the reason it cannot be."""
-
     name: str
     source: str
     measured_step_time_s: float
@@ -65,7 +66,6 @@ def _value(column: str, raw: str, annotation: str):
     if text == "":
         return None
     if column == "tp_comm_overlap_cfg":  # the userbuffer settings file, read as the launch line reads it
-        from echo_tune.config.ub_config import read_ub_config
 
         return None if text.lower() == "none" else read_ub_config(text)
     if column == "cp_comm_type":  # nargs="+" read into words; Megatron's dump prints the list: "['p2p']"
@@ -234,7 +234,6 @@ def read_runs(path: str | Path, errata: bool | str | Path = True) -> list[RunCas
     if errata is True:
         errata = errata_path_for(path) or False
     table = load_errata(errata) if errata else {}
-    from echo_tune.validate.datasets import is_published
 
     models: dict = {}  # one model file read once, not once per row
     grandfathered = is_published(path)

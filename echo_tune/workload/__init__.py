@@ -10,6 +10,7 @@ _TRACER = ("TraceRecorder", "trace_embedding", "trace_layer", "trace_moe_layer",
 
 def __getattr__(name: str):
     if name in _TRACER:
+        # lazy: loads torch (~1.5 s to import), which importing workload does not
         from echo_tune.workload import tracer
 
         return getattr(tracer, name)

@@ -14,6 +14,7 @@ from torch.autograd import Function
 import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
 from echo_tune.workload.context import record_collective
 from echo_tune.workload.window_attention import window_flash_attention
+from echo_tune.workload import cp_attention
 
 _ops = torch.ops.echo_tune
 
@@ -69,7 +70,6 @@ class _RingAttention(Function):
     step but the last prefetches the next K/V block with a send_recv over "cp"; backward also passes
     the partial dK/dV blocks around the ring.
     """
-
     @staticmethod
     def forward(ctx, q, k, v, cp, group="cp"):
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -154,8 +154,6 @@ def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_
 
 def _cp_attention(q, k, v, cp: int, cp_comm: tuple[str, int], dropout_p: float, window_left, softmax):
     """Context parallelism by ``cp_comm`` (config/cp_comm_rules.py): p2p ring, all_gather, a2a, a2a+p2p."""
-    from echo_tune.workload import cp_attention
-
     kind, a2a = cp_comm
     if kind == "all_gather":
         return cp_attention.kv_all_gather_attention(q, k, v, cp)

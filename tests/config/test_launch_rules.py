@@ -120,7 +120,7 @@ def test_launch_flags_leave_out_tp_comm_overlap_at_tp_1():
                                             "--no-async-tensor-model-parallel-allreduce")])
 def test_a_legacy_flag_in_the_launch_line_is_named_as_one(setting, flag):
     """megatron_args.txt and simulate's notes say which flags only older Megatron-LM code had."""
-    from echo_tune.config.launch_rules import launch_notes
+    from echo_tune.config.launch_notes import launch_notes
 
     notes = [n for n in launch_notes(setting) if n.startswith(flag)]
     assert len(notes) == 1 and "d98e8a64ddf3 does not accept it" in notes[0]

@@ -159,7 +159,7 @@ def test_one_cluster_by_two_names_is_one_candidate(tmp_path):
 def test_a_study_of_another_echo_tune_version_is_not_reused(tmp_path, clusters, monkeypatch):
     """A study simulated by other code would mix its step times into this version's table (seen: a breakdown of
     28.438 s beside a sensitivity row of 28.370 s): the sources' digest is part of the study's name."""
-    import echo_tune.plan.bands as bands
+    import echo_tune.plan.planner as planner_module
     from echo_tune.plan.planner import _fingerprint
 
     big, _ = clusters
@@ -167,7 +167,7 @@ def test_a_study_of_another_echo_tune_version_is_not_reused(tmp_path, clusters, 
 
     spec = load_model(MODEL)
     now = _fingerprint(spec, str(big), 0.0)
-    monkeypatch.setattr(bands, "code_version", lambda: {"version": "x", "sources_sha256": "0" * 64})
+    monkeypatch.setattr(planner_module, "code_version", lambda: {"version": "x", "sources_sha256": "0" * 64})
     assert _fingerprint(spec, str(big), 0.0) != now
 
 

@@ -25,7 +25,7 @@ def _costs(parallel):
     profile = profile_for(H100)
     layout = check_compatible(TINY, H100, 1, parallel)
     ctx = CostContext(profile=profile, gpu=H100.gpu, precision="bf16", groups=layout.groups,
-                      graph_capture=capture_spec(parallel))
+                      graph_capture=capture_spec(cuda_graph_setting(parallel)))
     return ctx, profile
 
 
