@@ -36,6 +36,7 @@ from collections.abc import Callable
 from optuna.trial import TrialState
 
 from echo_tune.search.exhaustive import run_exhaustive
+from echo_tune.search.feature_variants import feature_round, has_features, with_features
 from echo_tune.search.layouts import Candidate, config_key
 from echo_tune.search.space import SearchSpace
 
@@ -45,7 +46,13 @@ AUTO_BUDGET = 3000
 STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
                     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "fp8_format")
+                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "fp8_format",
+                    "pipeline_model_parallel_layout")
+
+FEATURE_TOP = 8
+"""Structures whose best layout gets every combination of the recipe features (feature_variants.py)."""
+FEATURE_SHARE = 4
+"""The feature level simulates at most budget / FEATURE_SHARE layouts beyond the budget of the first level."""
 
 REPRESENTATIVES = 4
 """Layouts simulated per structure in round 1."""
@@ -206,10 +213,35 @@ def run_auto(space: SearchSpace, study, store, valid: list[Candidate], budget: i
         count[0] += n
         if progress is not None:
             progress(count[0], total, best)
+    def simulate(todo: list[Candidate]) -> bool:
+        return bool(todo) and run_exhaustive(space, study, store, todo, n_jobs=n_jobs, profile=profile,
+                                             deadline=deadline, on_trials=on_trials)
     while deadline is None or time.monotonic() < deadline:
         todo = next_round(valid, stored_scores(study), budget)
         if not todo:
-            return
-        if not run_exhaustive(space, study, store, todo, n_jobs=n_jobs, profile=profile, deadline=deadline,
-                              on_trials=on_trials):
+            break
+        if not simulate(todo):
             return  # nothing stored (a deadline hit)
+    if has_features(space) and (deadline is None or time.monotonic() < deadline):
+        _feature_level(space, valid, study, budget // FEATURE_SHARE, simulate)
+
+
+def _feature_level(space: SearchSpace, valid: list[Candidate], study, cap: int, simulate) -> None:
+    """The second level of feature_variants.py: the best structures' layouts with every combination of the
+    recipe features, then the best one's structure whole with its features. Computed from the stored trials only,
+    so a resumed search takes the same layouts."""
+    todo = feature_round(space, valid, stored_scores(study), FEATURE_TOP, cap, structure)
+    simulate(todo)
+    scores = stored_scores(study)
+    fitting = [(s, k) for k, s in scores.items() if s is not None]
+    if not fitting:
+        return
+    best_key = min(fitting, key=lambda p: p[0])[1]
+    known = {c.key: c for c in valid}
+    known.update((c.key, c) for c in todo)
+    best = known.get(best_key)
+    if best is None:
+        return
+    members = groups(valid).get(structure(best), [])
+    rest = [c for c in with_features(space, members, best) if c.key not in scores]
+    simulate(rest[:max(0, cap - len(todo))])

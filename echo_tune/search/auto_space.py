@@ -30,6 +30,7 @@ from echo_tune.config.loading import load_cluster, load_model
 from echo_tune.errors import ConfigError
 from echo_tune.search.auto_values import (MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH, MIN_TOKENS_PER_CP_RANK,
                                           context_parallel_values, micro_batch_values)
+from echo_tune.search.recipe_defaults import recipe_features
 from echo_tune.search.space import SearchSpace, space_from_dict
 
 CAPS_HELP = (f"the space searched: TP inside a node, PP (uneven first/last stages where it does not divide the "
@@ -129,6 +130,7 @@ def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: 
         layout_values["expert_tensor_parallel_size"] = ["none", 1]
     if fp8_value is not None:
         layout_values["fp8_format"] = fp8_value
+    layout_values.update(recipe_features(spec, cluster_spec, fp8_value is not None))
     if layout:
         layout_values.update(layout)
         stem = f"{stem}-x{hashlib.sha256(repr(sorted(layout.items())).encode()).hexdigest()[:6]}"

@@ -155,9 +155,9 @@ def _pieces_for(space: SearchSpace, batch: list[Candidate], *, by_reference: boo
         first.setdefault(c.shape, c)
     out = {}
     for c in first.values():
-        pieces = trace_pieces(space.model, c.parallel, c.layout)
-        out[pieces_key(space.model, c.parallel, c.layout)] = \
-            None if by_reference and on_disk(space.model, c.parallel, c.layout) else pieces
+        pieces = trace_pieces(c.model, c.parallel, c.layout)
+        out[pieces_key(c.model, c.parallel, c.layout)] = \
+            None if by_reference and on_disk(c.model, c.parallel, c.layout) else pieces
     return out
 
 

@@ -82,7 +82,7 @@ def evaluate(space: SearchSpace, candidate: Candidate, *, profile=None, timeline
     from echo_tune.sim.simulate import simulate
 
     try:
-        report = simulate(space.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
+        report = simulate(candidate.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
                           timeline=timeline, memory_headroom_bytes=int(space.memory_headroom_gib * GIB),
                           layout=candidate.layout)
     except ConfigError as exc:

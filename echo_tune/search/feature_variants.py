@@ -1,0 +1,131 @@
+"""The default search's second level: the recipe features (search/features.py) of the best layouts' structures.
+
+A space with the recipe features is 10-100x larger than its structures and batch settings alone (Qwen3-30B-A3B /
+16 H100 with FP8: 24,120 layouts without them, 208,556 with them), too many to list before a search. So the default
+search (auto.py) runs in two levels:
+
+1. **lead features** - the space with every feature narrowed to its lead value (``LEAD``: what NVIDIA's recipes
+   run where it applies: the EP overlap, the flex dispatcher with DeepEP, per-tensor current-scaling FP8,
+   Megatron's default recomputed modules), searched structure first as before (``core_space``);
+2. **feature toggles** - every combination of the features' listed values for the best layouts of the best
+   structures (``variants``), each checked by Megatron's rules and simulated; then the whole structure of the best
+   layout again with its features (``with_features``), as the batch settings that suit one set of features can
+   differ from those of another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from echo_tune.search.features import FEATURE_FIELDS
+from echo_tune.search.fields import FIELD_ORDER, MODULE_SET_FIELDS, module_choice
+from echo_tune.search.layouts import CHECK_AFTER, Candidate, RejectedLayout, _candidate, _check, options
+from echo_tune.search.space import SearchSpace
+
+LEAD = {"moe_token_dispatcher_type": ("flex", "alltoall", "allgather"),
+        "moe_flex_dispatcher_backend": ("deepep", "hybridep"),
+        "overlap_moe_expert_parallel_comm": (True, False), "delay_wgrad_compute": (True, False),
+        "moe_shared_expert_overlap": (True, False), "overlap_param_gather_with_optimizer_step": (True, False),
+        "fp8_recipe": ("tensorwise", "delayed", "mxfp8", "blockwise"), "recompute_modules": (None,),
+        "cuda_graph_impl": ("none",), "moe_permute_fusion": (True, False), "moe_router_fusion": (True, False),
+        "cross_entropy_loss_fusion": (True, False)}
+"""Per feature, its values in order of preference for the first level (the first one listed in the space wins)."""
+
+
+def lead_value(field_name: str, values: tuple):
+    for v in LEAD.get(field_name, ()):
+        if v in values:
+            return v
+    return values[0]
+
+
+def has_features(space: SearchSpace) -> bool:
+    return any(len(space.choices[f]) > 1 for f in FEATURE_FIELDS)
+
+
+def core_space(space: SearchSpace) -> SearchSpace:
+    """The space with every recipe feature narrowed to its lead value (the space itself when none is searched)."""
+    if not has_features(space):
+        return space
+    choices = dict(space.choices)
+    for f in FEATURE_FIELDS:
+        if len(choices[f]) > 1:
+            choices[f] = (lead_value(f, choices[f]),)
+    return dataclasses.replace(space, choices=choices)
+
+
+def variants(space: SearchSpace, base: Candidate) -> list[Candidate]:
+    """Every valid layout of ``space`` that has ``base``'s settings but the recipe features (``base`` among them)."""
+    config = base._config
+    out: list[Candidate] = []
+
+    def walk(index: int, chosen: dict) -> None:
+        if index == len(FIELD_ORDER):
+            try:
+                out.append(_candidate(space, chosen))
+            except RejectedLayout:
+                pass
+            return
+        f = FIELD_ORDER[index]
+        values = options(space, f, chosen)
+        if f not in FEATURE_FIELDS:
+            mine = module_choice(config[f]) if f in MODULE_SET_FIELDS else config[f]
+            values = (mine,) if mine in values else values[:1]
+        for v in values:
+            nxt = {**chosen, f: v}
+            if f in CHECK_AFTER:
+                try:
+                    _check(space, nxt)
+                except RejectedLayout:
+                    continue
+            walk(index + 1, nxt)
+    walk(0, {})
+    return out
+
+
+def with_features(space: SearchSpace, members: list[Candidate], best: Candidate) -> list[Candidate]:
+    """``members`` (layouts of one structure, lead features) with ``best``'s recipe features where valid."""
+    feats = {f: best._config[f] for f in FEATURE_FIELDS}
+    out = []
+    for m in members:
+        config = {**m._config, **feats}
+        try:
+            out.append(_draw_config(space, config))
+        except RejectedLayout:
+            continue
+    return out
+
+
+def _draw_config(space: SearchSpace, config: dict) -> Candidate:
+    from echo_tune.search.layouts import draw
+
+    def choose(name, values):
+        v = module_choice(config[name]) if name in MODULE_SET_FIELDS else config[name]
+        return v if v in values else values[0]
+    return draw(space, choose)
+
+
+def feature_round(space: SearchSpace, core_valid: list[Candidate], scores: dict, top: int, cap: int,
+                  structure) -> list[Candidate]:
+    """Layouts for the second level: the feature variants of the best ``top`` layouts (one per structure, by the
+    stored ``scores``), then the best one's structure with its features; at most ``cap`` not yet simulated."""
+    by_key = {c.key: c for c in core_valid}
+    fitting = sorted(((s, k) for k, s in scores.items() if s is not None and k in by_key), key=lambda p: p[0])
+    picked, seen = [], set()
+    for _, k in fitting:
+        c = by_key[k]
+        s = structure(c)
+        if s not in seen:
+            seen.add(s)
+            picked.append(c)
+        if len(picked) >= top:
+            break
+    todo: list[Candidate] = []
+    keys = set(scores)
+    for c in picked:
+        for v in variants(space, c):
+            if v.key not in keys:
+                keys.add(v.key)
+                todo.append(v)
+    return list(itertools.islice(todo, cap))
