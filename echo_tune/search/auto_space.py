@@ -38,8 +38,11 @@ CAPS_HELP = (f"the space searched: TP inside a node, PP (uneven first/last stage
              f"(at least {MIN_TOKENS_PER_CP_RANK} tokens per CP rank), micro-batch 1-{MAX_MICRO_BATCH} dividing the "
              f"global batch, recompute none/selective/full, TP-comm overlap off/on, sequence parallel, distributed "
              f"optimizer and DP overlaps on; MoE: EP every divisor of the experts, ETP = TP or 1; FP8 by --fp8-format "
-             f"(auto: BF16 and FP8 hybrid where the GPU has FP8 tensor cores); any other setting a space file "
-             f"can search by --layout FIELD=VALUES")
+             f"(auto: BF16 and FP8 hybrid where the GPU has FP8 tensor cores, with the delayed and tensorwise "
+             f"recipes); recipe features: MoE dispatcher alltoall/flex (deepep, hybridep), EP overlap with or "
+             f"without delayed wgrad, recompute-module sets, the shared-expert and optimizer-step overlaps and MoE "
+             f"fusions on (search/recipe_defaults.py); any other setting a space file can search by --layout "
+             f"FIELD=VALUES (pipeline_model_parallel_layout=auto, cuda_graph_impl=none,transformer_engine, ...)")
 
 
 FP8_CHOICES = ("auto", "hybrid", "e4m3", "none")

@@ -15,12 +15,23 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+
+@lru_cache(maxsize=1)
+def _flex_gpus() -> frozenset:
+    """The GPUs cost/data/flex-dispatch-nvlink.yaml maps to a measured platform (``platform_of``)."""
+    from echo_tune.config.loading import read_yaml
+
+    path = Path(str(resources.files("echo_tune.cost").joinpath("data", "flex-dispatch-nvlink.yaml")))
+    return frozenset(read_yaml(path, "flex dispatcher NVLink bandwidths").get("platform_of") or {})
+
 
 def flex_runs_on(cluster) -> bool:
     """Whether the flex dispatcher's bandwidth is known for the cluster's GPU (its platform measured or mapped)."""
-    from echo_tune.cost.flex_bandwidth import _table
-
-    return cluster.gpu.name in (_table().get("platform_of") or {})
+    return cluster.gpu.name in _flex_gpus()
 
 
 def _blackwell(cluster) -> bool:
