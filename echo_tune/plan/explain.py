@@ -103,7 +103,8 @@ def sensitivity(space: SearchSpace, layouts: list[dict]) -> list[dict]:
             if what == "tp_comm_overlap off":
                 parallel = dataclasses.replace(parallel, tp_comm_overlap=False)
             elif what == "DP overlap off":
-                parallel = dataclasses.replace(parallel, overlap_grad_reduce=False, overlap_param_gather=False)
+                parallel = dataclasses.replace(parallel, overlap_grad_reduce=False, overlap_param_gather=False,
+                                               overlap_param_gather_with_optimizer_step=False)
             report = simulate(cand.model, space.cluster, cand.num_gpus, parallel, profile=profile,
                               memory_headroom_bytes=int(space.memory_headroom_gib * GIB))
             times.append(report.step_time_s if report.fits_memory else None)
