@@ -40,8 +40,9 @@ from echo_tune.search.feature_variants import feature_round, has_features, with_
 from echo_tune.search.layouts import Candidate, config_key
 from echo_tune.search.space import SearchSpace
 
-AUTO_BUDGET = 3000
-"""Layouts the default search simulates at most (about 2 ms each in the simulator)."""
+AUTO_BUDGET = 4000
+"""Layouts the default search simulates at most (about 2 ms each in the simulator): 3,000 for the structure-first
+level and, in a space with recipe features, 1,000 for their combinations (FEATURE_SHARE)."""
 
 STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
@@ -52,7 +53,8 @@ STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_pa
 FEATURE_TOP = 8
 """Structures whose best layout gets every combination of the recipe features (feature_variants.py)."""
 FEATURE_SHARE = 4
-"""The feature level simulates at most budget / FEATURE_SHARE layouts beyond the budget of the first level."""
+"""Of the budget, a space with recipe features keeps budget / FEATURE_SHARE for its feature level
+(feature_variants.py); the first level takes the rest."""
 
 REPRESENTATIVES = 4
 """Layouts simulated per structure in round 1."""
@@ -216,14 +218,22 @@ def run_auto(space: SearchSpace, study, store, valid: list[Candidate], budget: i
     def simulate(todo: list[Candidate]) -> bool:
         return bool(todo) and run_exhaustive(space, study, store, todo, n_jobs=n_jobs, profile=profile,
                                              deadline=deadline, on_trials=on_trials)
+    features = has_features(space)
+    first = budget - budget // FEATURE_SHARE if features else budget
     while deadline is None or time.monotonic() < deadline:
-        todo = next_round(valid, stored_scores(study), budget)
+        todo = next_round(valid, stored_scores(study), first)
         if not todo:
             break
         if not simulate(todo):
             return  # nothing stored (a deadline hit)
-    if has_features(space) and (deadline is None or time.monotonic() < deadline):
-        _feature_level(space, valid, study, budget // FEATURE_SHARE, simulate)
+    if not features:
+        return
+    if deadline is None or time.monotonic() < deadline:
+        _feature_level(space, valid, study, budget - len(stored_scores(study)), simulate)
+    while deadline is None or time.monotonic() < deadline:  # budget left: the first level goes on with it
+        todo = next_round(valid, stored_scores(study), budget)
+        if not todo or not simulate(todo):
+            return
 
 
 def _feature_level(space: SearchSpace, valid: list[Candidate], study, cap: int, simulate) -> None:
