@@ -35,14 +35,16 @@ from collections.abc import Callable
 
 from optuna.trial import TrialState
 
+from echo_tune.search.dominance import stored_fits
 from echo_tune.search.exhaustive import run_exhaustive
-from echo_tune.search.feature_variants import feature_round, has_features, with_features
+from echo_tune.search.feature_variants import feature_round, find, has_features, with_features
 from echo_tune.search.layouts import Candidate, config_key
 from echo_tune.search.space import SearchSpace
 
-AUTO_BUDGET = 4000
-"""Layouts the default search simulates at most (about 2 ms each in the simulator): 3,000 for the structure-first
-level and, in a space with recipe features, 1,000 for their combinations (FEATURE_SHARE)."""
+AUTO_BUDGET = 3000
+"""Layouts the default search simulates at most (about 2 ms each in the simulator): in a space with recipe features,
+2,250 for the structure-first level and 750 for their combinations (FEATURE_SHARE). 4,000 (3,000 + 1,000) made
+``plan`` of three candidates take 17.4 s instead of 9.2 s on the 2-core machine (docs/usage.md's command)."""
 
 STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
@@ -216,8 +218,11 @@ def run_auto(space: SearchSpace, study, store, valid: list[Candidate], budget: i
         if progress is not None:
             progress(count[0], total, best)
     def simulate(todo: list[Candidate]) -> bool:
+        # layouts of a structure a round before found fitting without recompute: their recompute variants dominated
+        records = [t.user_attrs["record"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                   if t.user_attrs.get("record")]
         return bool(todo) and run_exhaustive(space, study, store, todo, n_jobs=n_jobs, profile=profile,
-                                             deadline=deadline, on_trials=on_trials)
+                                             deadline=deadline, on_trials=on_trials, stored_fits=stored_fits(records))
     features = has_features(space)
     first = budget - budget // FEATURE_SHARE if features else budget
     while deadline is None or time.monotonic() < deadline:
@@ -247,10 +252,8 @@ def _feature_level(space: SearchSpace, valid: list[Candidate], study, cap: int, 
     if not fitting:
         return
     best_key = min(fitting, key=lambda p: p[0])[1]
-    known = {c.key: c for c in valid}
-    known.update((c.key, c) for c in todo)
-    best = known.get(best_key)
-    if best is None:
+    best = find(todo, [best_key]).get(best_key)
+    if best is None:  # a layout of the first level is best: its structure was searched with these features
         return
     members = groups(valid).get(structure(best), [])
     rest = [c for c in with_features(space, members, best) if c.key not in scores]

@@ -8,7 +8,8 @@
   and HybridEP run on); ``moe_flex_dispatcher_backend``: deepep and hybridep;
 - ``recompute_modules`` (with selective recompute): Megatron's default (core_attn), and the sets recipes use for
   the model's layers: mla_up_proj and mla_up_proj + mlp with multi-latent attention (DeepSeek-V3's recipe), mlp
-  where some layers are dense, moe_act and layernorm + moe_act for MoE (Megatron-Bridge's Qwen3 / GPT-OSS recipes);
+  where some layers are dense, moe_act and layernorm + moe_act for MoE (Megatron-Bridge's Qwen3 / GPT-OSS recipes),
+  and all of these together (the most memory selective recompute can save);
 - ``cuda_graph_impl``: none and transformer_engine; ``cuda_graph_modules``: the whole layer (dense) or attention,
   and for MoE attention with the router and the dispatch preprocessing (Megatron-Bridge's MoE recipes' scope).
 """
@@ -64,6 +65,9 @@ def _recompute_modules(model, cluster) -> tuple:
         sets.append("mlp")
     if model.is_moe:
         sets += ["moe_act", "layernorm moe_act"]
+    every = " ".join(dict.fromkeys(m for s in sets if s for m in s.split()))
+    if every and every not in sets:  # all of them: the most memory selective recompute saves
+        sets.append(every)
     return tuple(sets)
 
 

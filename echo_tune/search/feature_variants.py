@@ -5,8 +5,9 @@ A space with the recipe features is 10-100x larger than its structures and batch
 search (auto.py) runs in two levels:
 
 1. **lead features** - the space with every feature narrowed to its lead value (``LEAD``: what NVIDIA's recipes
-   run where it applies: the EP overlap, the flex dispatcher with DeepEP, per-tensor current-scaling FP8,
-   Megatron's default recomputed modules), searched structure first as before (``core_space``);
+   run where it applies: the EP overlap, the flex dispatcher with DeepEP, per-tensor current-scaling FP8; for
+   selective recompute the set of the most modules, lightest on memory), searched structure first as before
+   (``core_space``);
 2. **feature toggles** - every combination of the features' listed values for the best layouts of the best
    structures (``variants``), each checked by Megatron's rules and simulated; then the whole structure of the best
    layout again with its features (``with_features``), as the batch settings that suit one set of features can
@@ -27,13 +28,17 @@ LEAD = {"moe_token_dispatcher_type": ("flex", "alltoall", "allgather"),
         "moe_flex_dispatcher_backend": ("deepep", "hybridep"),
         "overlap_moe_expert_parallel_comm": (True, False), "delay_wgrad_compute": (True, False),
         "moe_shared_expert_overlap": (True, False), "overlap_param_gather_with_optimizer_step": (True, False),
-        "fp8_recipe": ("tensorwise", "delayed", "mxfp8", "blockwise"), "recompute_modules": (None,),
+        "fp8_recipe": ("tensorwise", "delayed", "mxfp8", "blockwise"),
         "cuda_graph_impl": ("none",), "moe_permute_fusion": (True, False), "moe_router_fusion": (True, False),
         "cross_entropy_loss_fusion": (True, False)}
 """Per feature, its values in order of preference for the first level (the first one listed in the space wins)."""
 
 
 def lead_value(field_name: str, values: tuple):
+    if field_name == "recompute_modules":  # the most modules: selective recompute at its lightest on memory, so a
+        # structure that fits only with it ranks by it (DeepSeek-V3's recipe structure peaked 73.5 GiB, at risk, with
+        # Megatron's default core_attn, and fits with mla_up_proj + mlp)
+        return max(values, key=lambda v: len(v.split()) if v else 0)
     for v in LEAD.get(field_name, ()):
         if v in values:
             return v
@@ -106,15 +111,37 @@ def _draw_config(space: SearchSpace, config: dict) -> Candidate:
     return draw(space, choose)
 
 
+_COARSE = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size", "micro_batch_size",
+           "virtual_pipeline_model_parallel_size")
+
+
+def find(candidates: list[Candidate], keys: list[tuple]) -> dict[tuple, Candidate]:
+    """The candidates whose ``key`` is among ``keys`` (a key built only for those that share a key's GPU count, TP,
+    PP, micro-batch and interleaving: every candidate's key cost 0.8 s of a 6,558-layout search)."""
+    wanted = set(keys)
+    coarse = {tuple(dict(k).get(f) for f in _COARSE) for k in wanted}
+    out = {}
+    for c in candidates:
+        p = c.parallel
+        if (c.num_gpus, p.tensor_model_parallel_size, p.pipeline_model_parallel_size, p.micro_batch_size,
+                p.virtual_pipeline_model_parallel_size) in coarse:
+            key = c.key
+            if key in wanted:
+                out[key] = c
+    return out
+
+
 def feature_round(space: SearchSpace, core_valid: list[Candidate], scores: dict, top: int, cap: int,
                   structure) -> list[Candidate]:
     """Layouts for the second level: the feature variants of the best ``top`` layouts (one per structure, by the
-    stored ``scores``), then the best one's structure with its features; at most ``cap`` not yet simulated."""
-    by_key = {c.key: c for c in core_valid}
-    fitting = sorted(((s, k) for k, s in scores.items() if s is not None and k in by_key), key=lambda p: p[0])
+    stored ``scores``), at most ``cap`` not yet simulated."""
+    fitting = sorted(((s, k) for k, s in scores.items() if s is not None), key=lambda p: p[0])
+    by_key = find(core_valid, [k for _, k in fitting[:max(top * 50, 200)]])
     picked, seen = [], set()
     for _, k in fitting:
-        c = by_key[k]
+        c = by_key.get(k)
+        if c is None:
+            continue
         s = structure(c)
         if s not in seen:
             seen.add(s)

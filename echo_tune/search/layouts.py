@@ -21,6 +21,7 @@ space. How the samplers avoid proposing invalid layouts in the first place is in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -71,10 +72,17 @@ class RejectedLayout(Exception):
         self.config = config
 
 
+TUPLE_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig) if "tuple" in str(f.type))
+"""ParallelConfig's settings that hold a tuple (a stored trial's JSON gives them back as lists)."""
+
+
 def config_key(config: dict) -> tuple:
     """A layout's identity from its settings by name (a candidate's ``config``, or one a trial stored: a module
     set comes back from JSON as a list)."""
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in config.items()))
+    lists = [f for f in TUPLE_FIELDS if type(config.get(f)) is list]  # per field, not per item: 50k keys a search
+    if lists:
+        config = {**config, **{f: tuple(config[f]) for f in lists}}
+    return tuple(sorted(config.items()))
 
 
 @dataclass(frozen=True)
