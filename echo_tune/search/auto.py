@@ -37,7 +37,8 @@ from optuna.trial import TrialState
 
 from echo_tune.search.dominance import stored_fits
 from echo_tune.search.exhaustive import run_exhaustive
-from echo_tune.search.feature_variants import feature_round, find, has_features, with_features
+from echo_tune.search.feature_variants import (SWEEP_FIELDS, SWEEP_SHARE, feature_round, find, has_features,
+                                               with_features)
 from echo_tune.search.layouts import Candidate, config_key
 from echo_tune.search.space import SearchSpace
 
@@ -245,8 +246,12 @@ def _feature_level(space: SearchSpace, valid: list[Candidate], study, cap: int, 
     """The second level of feature_variants.py: the best structures' layouts with every combination of the
     recipe features, then the best one's structure whole with its features. Computed from the stored trials only,
     so a resumed search takes the same layouts."""
-    todo = feature_round(space, valid, stored_scores(study), FEATURE_TOP, cap, structure)
-    simulate(todo)
+    sweep = feature_round(space, valid, stored_scores(study), SWEEP_SHARE * FEATURE_TOP, cap // 2, structure,
+                          fields=SWEEP_FIELDS)
+    simulate(sweep)
+    todo = sweep + feature_round(space, valid, stored_scores(study), FEATURE_TOP, cap - len(sweep), structure,
+                                 known=sweep)
+    simulate(todo[len(sweep):])
     scores = stored_scores(study)
     fitting = [(s, k) for k, s in scores.items() if s is not None]
     if not fitting:

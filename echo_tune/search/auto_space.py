@@ -136,6 +136,8 @@ def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: 
     layout_values.update(recipe_features(spec, cluster_spec, fp8_value is not None))
     if layout:
         layout_values.update(layout)
+        if "cuda_graph_impl" in layout and "cuda_graph_modules" not in layout:  # what to capture, searched too
+            layout_values["cuda_graph_modules"] = "auto"  # (MoE layers need modules: schedule_rules.py)
         stem = f"{stem}-x{hashlib.sha256(repr(sorted(layout.items())).encode()).hexdigest()[:6]}"
     cluster_stem = Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster
     if seq_length is not None:

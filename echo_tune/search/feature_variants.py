@@ -8,10 +8,11 @@ search (auto.py) runs in two levels:
    run where it applies: the EP overlap, the flex dispatcher with DeepEP, per-tensor current-scaling FP8; for
    selective recompute the set of the most modules, lightest on memory), searched structure first as before
    (``core_space``);
-2. **feature toggles** - every combination of the features' listed values for the best layouts of the best
-   structures (``variants``), each checked by Megatron's rules and simulated; then the whole structure of the best
-   layout again with its features (``with_features``), as the batch settings that suit one set of features can
-   differ from those of another.
+2. **feature toggles** - first the dispatcher's kernels and the FP8 recipe (``SWEEP_FIELDS``) for the best layout
+   of each of the best 32 structures, then every combination of the features' listed values for the best layout
+   of each of the best 8 structures, ranked again (``variants``), each checked by Megatron's rules and simulated;
+   then the whole structure of the best layout again with its features (``with_features``), as the batch
+   settings that suit one set of features can differ from those of another.
 """
 
 from __future__ import annotations
@@ -60,8 +61,16 @@ def core_space(space: SearchSpace) -> SearchSpace:
     return dataclasses.replace(space, choices=choices)
 
 
-def variants(space: SearchSpace, base: Candidate) -> list[Candidate]:
-    """Every valid layout of ``space`` that has ``base``'s settings but the recipe features (``base`` among them)."""
+SWEEP_FIELDS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "fp8_recipe")
+"""Features swept first over more structures (``SWEEP_SHARE`` x the top): the dispatcher's kernels change a step
+most (Qwen3-30B-A3B / 16 H100, FP8, TP1 EP16 mbs1: 16.0 s with DeepEP, 8.0 s with HybridEP across its two nodes),
+so a structure whose lead dispatcher is its worst one ranked 10th and missed the exhaustive optimum by 12%."""
+SWEEP_SHARE = 4
+
+
+def variants(space: SearchSpace, base: Candidate, fields: tuple = FEATURE_FIELDS) -> list[Candidate]:
+    """Every valid layout of ``space`` that has ``base``'s settings but ``fields`` (recipe features; ``base``
+    among them)."""
     config = base._config
     out: list[Candidate] = []
 
@@ -74,7 +83,7 @@ def variants(space: SearchSpace, base: Candidate) -> list[Candidate]:
             return
         f = FIELD_ORDER[index]
         values = options(space, f, chosen)
-        if f not in FEATURE_FIELDS:
+        if f not in fields:
             mine = module_choice(config[f]) if f in MODULE_SET_FIELDS else config[f]
             values = (mine,) if mine in values else values[:1]
         for v in values:
@@ -131,12 +140,10 @@ def find(candidates: list[Candidate], keys: list[tuple]) -> dict[tuple, Candidat
     return out
 
 
-def feature_round(space: SearchSpace, core_valid: list[Candidate], scores: dict, top: int, cap: int,
-                  structure) -> list[Candidate]:
-    """Layouts for the second level: the feature variants of the best ``top`` layouts (one per structure, by the
-    stored ``scores``), at most ``cap`` not yet simulated."""
+def _best_per_structure(candidates: list[Candidate], scores: dict, top: int, structure) -> list[Candidate]:
+    """The fastest fitting layout (by ``scores``) of each of the ``top`` best structures among ``candidates``."""
     fitting = sorted(((s, k) for k, s in scores.items() if s is not None), key=lambda p: p[0])
-    by_key = find(core_valid, [k for _, k in fitting[:max(top * 50, 200)]])
+    by_key = find(candidates, [k for _, k in fitting[:max(top * 50, 200)]])
     picked, seen = [], set()
     for _, k in fitting:
         c = by_key.get(k)
@@ -148,10 +155,19 @@ def feature_round(space: SearchSpace, core_valid: list[Candidate], scores: dict,
             picked.append(c)
         if len(picked) >= top:
             break
+    return picked
+
+
+def feature_round(space: SearchSpace, core_valid: list[Candidate], scores: dict, top: int, cap: int,
+                  structure, known: list[Candidate] = (), fields: tuple = FEATURE_FIELDS) -> list[Candidate]:
+    """Layouts for the second level: the ``fields`` variants of the best layout of each of the best ``top``
+    structures (by the stored ``scores``; layouts looked up in ``core_valid`` and ``known``), at most ``cap`` not
+    yet simulated."""
+    picked = _best_per_structure(list(core_valid) + list(known), scores, top, structure)
     todo: list[Candidate] = []
     keys = set(scores)
     for c in picked:
-        for v in variants(space, c):
+        for v in variants(space, c, fields):
             if v.key not in keys:
                 keys.add(v.key)
                 todo.append(v)

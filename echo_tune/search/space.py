@@ -164,6 +164,8 @@ def _normalize(field_name: str, value, where: str, gbs: int):
         return _positive_int(where, "num_gpus", value)
     if isinstance(value, str) and value.strip().lower() in NONE_WORDS:
         value = None
+    if field_name == "cuda_graph_impl" and value is None:  # "none" is the setting's own word for no graphs
+        value = "none"
     if field_name in BOOL_FIELDS:
         if not isinstance(value, bool):
             raise _err(where, f"`{field_name}` takes true or false, but got ({field_name}={value!r})")

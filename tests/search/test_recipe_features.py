@@ -129,3 +129,24 @@ def test_features_set_on_are_never_slower_and_never_heavier():
                 assert on_record["peak_memory_bytes"] <= off_record["peak_memory_bytes"], (feature, config)
                 checked += 1
     assert checked >= 12
+
+
+def test_cuda_graph_impl_none_is_its_own_word_and_layouts_are_listed_per_pipeline():
+    space = auto_space("qwen3-30b-a3b", "h100", 16, 512, seq_length=4096,
+                       layout=layout_overrides(["cuda_graph_impl=none,transformer_engine",
+                                                "pipeline_model_parallel_layout=auto"]))
+    assert space.choices["cuda_graph_impl"] == ("none", "transformer_engine")
+    assert space.choices["cuda_graph_modules"] == ("attn", "attn moe_router moe_preprocess")
+    assert space.generated_layouts and space.choices["pipeline_model_parallel_layout"][0] is None
+    graphed = draw(space, _chooser({"num_gpus": 16, "expert_model_parallel_size": 8,
+                                    "cuda_graph_impl": "transformer_engine",
+                                    "cuda_graph_modules": "attn moe_router moe_preprocess"}))
+    assert graphed.parallel.cuda_graph_impl == "transformer_engine"
+    assert graphed.parallel.cuda_graph_modules == ("attn", "moe_router", "moe_preprocess")
+    # 48 layers + embedding + loss = 50 slots: 10 chunks of 5 at PP 2 (VPP 5), set by the layout, no uneven split
+    assert "Et*4|(t*5|)*8t*4L" in space.choices["pipeline_model_parallel_layout"]
+    layout = "Et*4|(t*5|)*8t*4L"
+    c = draw(space, _chooser({"num_gpus": 16, "pipeline_model_parallel_size": 2,
+                              "pipeline_model_parallel_layout": layout}))
+    assert c.parallel.pipeline_model_parallel_layout == layout and c.parallel.virtual_pipeline_model_parallel_size is None
+    assert c.parallel.decoder_first_pipeline_num_layers is None and not c.parallel.account_for_embedding_in_pipeline_split
