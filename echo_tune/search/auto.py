@@ -37,8 +37,8 @@ from optuna.trial import TrialState
 
 from echo_tune.search.dominance import stored_fits
 from echo_tune.search.exhaustive import run_exhaustive
-from echo_tune.search.feature_variants import (SWEEP_FIELDS, SWEEP_SHARE, feature_round, find, has_features,
-                                               with_features)
+from echo_tune.search.feature_variants import (SWEEP_FIELDS, SWEEP_PER, SWEEP_SHARE, feature_round, find,
+                                               has_features, with_features)
 from echo_tune.search.layouts import Candidate, config_key
 from echo_tune.search.space import SearchSpace
 
@@ -169,10 +169,10 @@ def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget:
     fast = {s: reps[s][0] for s in by_structure}  # representatives() puts the fastest first
     typical = {s: min(m, key=_typical) for s, m in by_structure.items()}
     light = {s: min(m, key=_light) for s, m in by_structure.items()}
-    todo = [fast[s] for s in spread if fast[s].key not in scores]
+    todo = [typical[s] for s in spread if typical[s].key not in scores]
     if todo:
         return todo
-    tried = {s: [fast[s]] + ([typical[s]] if scores[fast[s].key] is None else []) for s in spread}
+    tried = {s: [typical[s]] + ([fast[s]] if scores[typical[s].key] is not None else []) for s in spread}
     todo = [c for s in spread for c in tried[s] if c.key not in scores]
     if todo:
         return todo
@@ -247,7 +247,7 @@ def _feature_level(space: SearchSpace, valid: list[Candidate], study, cap: int, 
     recipe features, then the best one's structure whole with its features. Computed from the stored trials only,
     so a resumed search takes the same layouts."""
     sweep = feature_round(space, valid, stored_scores(study), SWEEP_SHARE * FEATURE_TOP, cap // 2, structure,
-                          fields=SWEEP_FIELDS)
+                          fields=SWEEP_FIELDS, per=SWEEP_PER)
     simulate(sweep)
     todo = sweep + feature_round(space, valid, stored_scores(study), FEATURE_TOP, cap - len(sweep), structure,
                                  known=sweep)

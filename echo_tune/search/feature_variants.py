@@ -8,11 +8,12 @@ search (auto.py) runs in two levels:
    run where it applies: the EP overlap, the flex dispatcher with DeepEP, per-tensor current-scaling FP8; for
    selective recompute the set of the most modules, lightest on memory), searched structure first as before
    (``core_space``);
-2. **feature toggles** - first the dispatcher's kernels and the FP8 recipe (``SWEEP_FIELDS``) for the best layout
-   of each of the best 32 structures, then every combination of the features' listed values for the best layout
-   of each of the best 8 structures, ranked again (``variants``), each checked by Megatron's rules and simulated;
-   then the whole structure of the best layout again with its features (``with_features``), as the batch
-   settings that suit one set of features can differ from those of another.
+2. **feature toggles** - first the dispatcher's kernels and the FP8 recipe (``SWEEP_FIELDS``) for the best three
+   layouts (of different micro-batch or recompute) of each of the best 16 structures, then every combination of
+   the features' listed values for the best layout of each of the best 8 structures, ranked again (``variants``),
+   each checked by Megatron's rules and simulated; then the whole structure of the best layout again with its
+   features (``with_features``), as the batch settings that suit one set of features can differ from those of
+   another.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ SWEEP_FIELDS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "fp8
 """Features swept first over more structures (``SWEEP_SHARE`` x the top): the dispatcher's kernels change a step
 most (Qwen3-30B-A3B / 16 H100, FP8, TP1 EP16 mbs1: 16.0 s with DeepEP, 8.0 s with HybridEP across its two nodes),
 so a structure whose lead dispatcher is its worst one ranked 10th and missed the exhaustive optimum by 12%."""
-SWEEP_SHARE = 4
+SWEEP_SHARE = 2
+SWEEP_PER = 3
+"""The sweep takes the best SWEEP_SHARE x FEATURE_TOP structures, up to SWEEP_PER layouts of each."""
 
 
 def variants(space: SearchSpace, base: Candidate, fields: tuple = FEATURE_FIELDS) -> list[Candidate]:
@@ -140,30 +143,37 @@ def find(candidates: list[Candidate], keys: list[tuple]) -> dict[tuple, Candidat
     return out
 
 
-def _best_per_structure(candidates: list[Candidate], scores: dict, top: int, structure) -> list[Candidate]:
-    """The fastest fitting layout (by ``scores``) of each of the ``top`` best structures among ``candidates``."""
+def _best_per_structure(candidates: list[Candidate], scores: dict, top: int, structure,
+                        per: int = 1) -> list[Candidate]:
+    """The fastest fitting layouts (by ``scores``) of each of the ``top`` best structures among ``candidates``: up to
+    ``per`` of each, of different micro-batch sizes or recompute (the lead features can favour another one than
+    the rest do: full recompute at mbs 2, 16.0 s, beat mbs 1 without recompute by 0.02 s on DeepEP, which with
+    HybridEP and the EP overlap runs in 8.0 s)."""
     fitting = sorted(((s, k) for k, s in scores.items() if s is not None), key=lambda p: p[0])
-    by_key = find(candidates, [k for _, k in fitting[:max(top * 50, 200)]])
-    picked, seen = [], set()
+    by_key = find(candidates, [k for _, k in fitting[:max(top * per * 50, 200)]])
+    picked, kinds = [], {}
     for _, k in fitting:
         c = by_key.get(k)
         if c is None:
             continue
         s = structure(c)
-        if s not in seen:
-            seen.add(s)
+        kind = (c.parallel.micro_batch_size, c.parallel.recompute_granularity)
+        if s not in kinds and len(kinds) >= top:
+            continue
+        taken = kinds.setdefault(s, set())
+        if kind not in taken and len(taken) < per:
+            taken.add(kind)
             picked.append(c)
-        if len(picked) >= top:
-            break
     return picked
 
 
 def feature_round(space: SearchSpace, core_valid: list[Candidate], scores: dict, top: int, cap: int,
-                  structure, known: list[Candidate] = (), fields: tuple = FEATURE_FIELDS) -> list[Candidate]:
+                  structure, known: list[Candidate] = (), fields: tuple = FEATURE_FIELDS,
+                  per: int = 1) -> list[Candidate]:
     """Layouts for the second level: the ``fields`` variants of the best layout of each of the best ``top``
     structures (by the stored ``scores``; layouts looked up in ``core_valid`` and ``known``), at most ``cap`` not
     yet simulated."""
-    picked = _best_per_structure(list(core_valid) + list(known), scores, top, structure)
+    picked = _best_per_structure(list(core_valid) + list(known), scores, top, structure, per)
     todo: list[Candidate] = []
     keys = set(scores)
     for c in picked:

@@ -56,7 +56,8 @@ OFF = {"expert_model_parallel_size": 1, "expert_tensor_parallel_size": None,
        "sequence_parallel": False, "tp_comm_overlap": False, "recompute_granularity": None,
        "recompute_method": None, "recompute_num_layers": None, "use_distributed_optimizer": False,
        "overlap_param_gather": False, "overlap_grad_reduce": False, "fp8_format": None, "fp8_param_gather": False,
-       "pipeline_model_parallel_layout": None, "recompute_modules": None, "overlap_param_gather_with_optimizer_step": False,
+       "pipeline_model_parallel_layout": None, "recompute_modules": None,
+       "overlap_param_gather_with_optimizer_step": False,
        "fp8_recipe": "delayed", "overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False,
        "cuda_graph_impl": "none", "cuda_graph_modules": None}
 """Each ParallelConfig setting's off value (a model setting's off value is the model's own: ``model_off``)."""

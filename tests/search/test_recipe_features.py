@@ -86,8 +86,9 @@ def test_variants_toggle_every_feature_and_keep_the_rest(deepseek_space):
     assert {c.parallel.overlap_moe_expert_parallel_comm for c in found} == {False, True}
     assert {c.parallel.fp8_recipe for c in found} == {"delayed", "tensorwise"}
     for c in found:  # only the features differ
-        assert (c.parallel.tensor_model_parallel_size, c.parallel.micro_batch_size, c.parallel.pipeline_model_parallel_layout) \
-            == (2, 1, "Et|(tt|)*30mL")
+        p = c.parallel
+        assert (p.tensor_model_parallel_size, p.micro_batch_size, p.pipeline_model_parallel_layout) == \
+            (2, 1, "Et|(tt|)*30mL")
 
 
 def test_layout_option_takes_module_sets_and_refuses_unknown_modules():
@@ -148,5 +149,6 @@ def test_cuda_graph_impl_none_is_its_own_word_and_layouts_are_listed_per_pipelin
     layout = "Et*4|(t*5|)*8t*4L"
     c = draw(space, _chooser({"num_gpus": 16, "pipeline_model_parallel_size": 2,
                               "pipeline_model_parallel_layout": layout}))
-    assert c.parallel.pipeline_model_parallel_layout == layout and c.parallel.virtual_pipeline_model_parallel_size is None
-    assert c.parallel.decoder_first_pipeline_num_layers is None and not c.parallel.account_for_embedding_in_pipeline_split
+    p = c.parallel
+    assert p.pipeline_model_parallel_layout == layout and p.virtual_pipeline_model_parallel_size is None
+    assert p.decoder_first_pipeline_num_layers is None and not p.account_for_embedding_in_pipeline_split
