@@ -248,7 +248,7 @@ def _feature_level(space: SearchSpace, valid: list[Candidate], study, cap: int, 
     """The second level of feature_variants.py: the best structures' layouts with every combination of the
     recipe features, then the best one's structure whole with its features. Computed from the stored trials only,
     so a resumed search takes the same layouts."""
-    sweep = feature_round(space, valid, stored_scores(study), SWEEP_SHARE * FEATURE_TOP, cap // 2, structure,
+    sweep = feature_round(space, valid, stored_scores(study), SWEEP_SHARE * FEATURE_TOP, cap * 3 // 4, structure,
                           fields=SWEEP_FIELDS, per=SWEEP_PER)
     simulate(sweep)
     todo = sweep + feature_round(space, valid, stored_scores(study), FEATURE_TOP, cap - len(sweep), structure,
