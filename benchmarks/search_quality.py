@@ -13,6 +13,9 @@ through ``run_search``, enumeration included, one process). Spaces:
   * deepseek-v3 (not run by default) - DeepSeek-V3, 1024 H100, global batch 8192 (the Megatron-Bridge 25.09
                      DeepSeek-V3 row of runs_bridge.csv), sequence 4096; uneven pipeline splits searched
   * mixtral-8x22b-b200 (not run by default) - Mixtral 8x22B, 256 B200, global batch 1024
+  * qwen3-30b-a3b-16-recipes (not run by default) - Qwen3-30B-A3B, 16 H100, global batch 512, sequence 4096, FP8
+                     auto, the recipe features on (dispatcher, EP overlap, delayed wgrad, recompute modules, FP8
+                     recipe), CP 1 and micro-batch 1-2
 
     python benchmarks/search_quality.py [--spaces qwen3-30b-a3b,llama3.1-70b,...] [--seeds 5] [--n-trials N]
         [--compare tpe] [--exhaustive-jobs 1,2] [--results-dir DIR] [--json]
@@ -49,6 +52,11 @@ ZERO_YAML = {
     "deepseek-v2-lite": dict(model="deepseek-v2-lite", cluster="h100", num_gpus=64, global_batch_size=512),
     "deepseek-v3": dict(model="deepseek-v3", cluster="h100", num_gpus=1024, global_batch_size=8192, seq_length=4096),
     "mixtral-8x22b-b200": dict(model="mixtral-8x22b", cluster="b200", num_gpus=256, global_batch_size=1024),
+    # the recipe features on (search/recipe_defaults.py), CP and micro-batch narrowed so that the exhaustive
+    # optimum takes minutes on the 2-core machine: the feature level against every combination
+    "qwen3-30b-a3b-16-recipes": dict(model="qwen3-30b-a3b", cluster="h100", num_gpus=16, global_batch_size=512,
+                                     seq_length=4096, fp8_format="auto",
+                                     layout={"context_parallel_size": 1, "micro_batch_size": [1, 2]}),
 }
 FILES = {"gpt3-175b": REPO / "search_spaces" / "gpt3-175b-1024xa100.yaml",
          "mixtral-8x7b": REPO / "search_spaces" / "mixtral-8x7b-64xh100.yaml"}

@@ -102,8 +102,9 @@ def sensitivity(space: SearchSpace, layouts: list[dict]) -> list[dict]:
             if what == "tp_comm_overlap off":
                 parallel = dataclasses.replace(parallel, tp_comm_overlap=False)
             elif what == "DP overlap off":
-                parallel = dataclasses.replace(parallel, overlap_grad_reduce=False, overlap_param_gather=False)
-            report = simulate(space.model, space.cluster, cand.num_gpus, parallel, profile=profile,
+                parallel = dataclasses.replace(parallel, overlap_grad_reduce=False, overlap_param_gather=False,
+                                               overlap_param_gather_with_optimizer_step=False)
+            report = simulate(cand.model, space.cluster, cand.num_gpus, parallel, profile=profile,
                               memory_headroom_bytes=int(space.memory_headroom_gib * GIB))
             times.append(report.step_time_s if report.fits_memory else None)
         fastest = min((t, i) for i, t in enumerate(times) if t is not None) if any(t is not None for t in times) \

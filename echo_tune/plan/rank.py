@@ -43,6 +43,7 @@ from echo_tune.limits import check_number
 from echo_tune.plan.bands import band_or_none, precision_of
 from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project, sort_rows
 from echo_tune.safe_yaml import load_json
+from echo_tune.search.fields import MODEL_LAYOUT_FIELDS
 from echo_tune.search.space import load_cluster_ref, load_model_ref, resolve_ref
 from echo_tune.sim.simulate import clock_note_for, simulate
 
@@ -81,7 +82,9 @@ def _from_search(ref: str, where: str, base_dir: Path | None) -> dict:
     if missing or bad:
         raise ConfigError(f"{where}: {str(path)!r} lacks {missing + bad} (or holds no mapping there), which a "
                           f"best.json written by echo-tune search has; rerun the search or give a `layout`")
-    model = build(ModelSpec, specs["model_spec"], f"{where}: model of {path}")
+    # the model settings the search chose for the layout (dispatcher, fusions: search/fields.py) are the model's
+    chosen = {f: config.pop(f) for f in MODEL_LAYOUT_FIELDS if f in config}
+    model = build(ModelSpec, {**specs["model_spec"], **chosen}, f"{where}: model of {path}")
     cluster = cluster_from_dict(dict(specs["cluster_spec"]), name=str(specs["cluster_spec"].get("name", "cluster")))
     num_gpus = config.pop("num_gpus")
     return {"model": model, "cluster": cluster, "num_gpus": num_gpus, "layout": config}

@@ -89,9 +89,9 @@ def fit_hint(space, miss_record: dict) -> dict:
     more = None
     cand = candidate_of(space, miss_record)
     for k in SCALE_FACTORS:
-        for parallel in _scaled(cand.parallel, space.model, k):
+        for parallel in _scaled(cand.parallel, cand.model, k):
             try:
-                report = simulate(space.model, space.cluster, cand.num_gpus * k, parallel,
+                report = simulate(cand.model, space.cluster, cand.num_gpus * k, parallel,
                                   memory_headroom_bytes=headroom)
             except ConfigError:
                 continue  # the global batch does not divide over the larger data-parallel size, ...

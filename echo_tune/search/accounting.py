@@ -24,6 +24,7 @@ from echo_tune.search.claim import WORKER_ATTR, claim, worker_alive
 from echo_tune.search.labels import full_label
 from echo_tune.search.layouts import RejectedLayout
 from echo_tune.search.params import layout_of
+from echo_tune.search.layouts import TUPLE_FIELDS
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 NAMED = 8
@@ -58,15 +59,24 @@ def layout_key(config: dict) -> tuple:
     order = _ORDER.get(len(config))
     if order is not None:
         try:
-            return order[0], order[1](config)
+            return order[0], _hashable(order[1](config), order[2])
         except KeyError:
             pass
     ordered = tuple(sorted(config))
     if ordered not in _NAMES:
         _NAMES.append(ordered)
     getter = itemgetter(*ordered) if len(ordered) > 1 else (lambda c: tuple(c[n] for n in ordered))
-    order = _ORDER[len(config)] = (_NAMES.index(ordered), getter)
-    return order[0], order[1](config)
+
+    lists = tuple(i for i, name in enumerate(ordered) if name in TUPLE_FIELDS)
+    order = _ORDER[len(config)] = (_NAMES.index(ordered), getter, lists)
+    return order[0], _hashable(order[1](config), lists)
+
+
+def _hashable(values: tuple, positions: tuple) -> tuple:
+    """``values`` with the module sets a stored trial's JSON gave back as lists (at ``positions``) as tuples."""
+    if any(type(values[i]) is list for i in positions):
+        values = tuple(tuple(v) if type(v) is list else v for v in values)
+    return values
 
 
 def key_config(key: tuple) -> dict:
@@ -86,7 +96,6 @@ def trial_key(trial: FrozenTrial, space=None) -> tuple | None:
 @dataclass
 class Accounting:
     """What the finished trials cover: ``distinct`` layouts, those stored more than once, those missing."""
-
     finished: int = 0
     distinct: int = 0
     duplicates: dict[tuple, int] = field(default_factory=dict)

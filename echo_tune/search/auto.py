@@ -11,8 +11,8 @@ the remaining settings are few, so:
    without recompute shows that. Every structure's first representative comes before any second one,
    the structures in a spread order, so a budget too small for the round still samples them all over.
    Where the structures are too many for every representative within the budget (DeepSeek-V3 / 1024 H100),
-   they are ranked on their fastest layout (or, where it does not fit, their typical one; where neither fits,
-   their lightest) first and only the best get the other representatives (``_halving``);
+   they are ranked on their typical layout (and their fastest where that fits, their lightest where it does
+   not) first and only the best get the other representatives (``_halving``);
 2. **survivors** - structures in the order of their best representative, each simulated completely
    (every layout of it), while the budget (``--n-trials``, default ``AUTO_BUDGET``) allows; then the next
    structure's fastest layouts fill the budget;
@@ -35,17 +35,29 @@ from collections.abc import Callable
 
 from optuna.trial import TrialState
 
+from echo_tune.search.dominance import stored_fits
 from echo_tune.search.exhaustive import run_exhaustive
+from echo_tune.search.feature_variants import (SWEEP_FIELDS, SWEEP_PER, SWEEP_SHARE, feature_round, find,
+                                               has_features, with_features)
 from echo_tune.search.layouts import Candidate, config_key
 from echo_tune.search.space import SearchSpace
 
 AUTO_BUDGET = 3000
-"""Layouts the default search simulates at most (about 2 ms each in the simulator)."""
+"""Layouts the default search simulates at most (about 2 ms each in the simulator): in a space with recipe features,
+2,250 for the structure-first level and 750 for their combinations (FEATURE_SHARE). 4,000 (3,000 + 1,000) made
+``plan`` of three candidates take 17.4 s instead of 9.2 s on the 2-core machine (docs/usage.md's command)."""
 
 STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
                     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "fp8_format")
+                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "fp8_format",
+                    "pipeline_model_parallel_layout")
+
+FEATURE_TOP = 8
+"""Structures whose best layout gets every combination of the recipe features (feature_variants.py)."""
+FEATURE_SHARE = 4
+"""Of the budget, a space with recipe features keeps budget / FEATURE_SHARE for its feature level
+(feature_variants.py); the first level takes the rest."""
 
 REPRESENTATIVES = 4
 """Layouts simulated per structure in round 1."""
@@ -148,19 +160,21 @@ def next_round(valid: list[Candidate], scores: dict[tuple, float | None], budget
 def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget: int) -> list[Candidate]:
     """Representatives when there are too many structures for all of them (DeepSeek-V3 / 1024 H100: 1266
     structures, 5064 representatives against a budget of 3000: the budget ran out in that round, before any
-    structure was simulated whole, and the search ended 10% off). First each structure's fastest layout, then,
-    where that does not fit, its typical one (selective recompute, the smallest micro-batch), then, where
-    neither fits, its lightest (full recompute); then the other representatives of the best ``k`` structures by
-    those, ``k`` set so that they take half of the budget left; the best structures are then simulated whole
-    (``next_round``) with the rest. Each step depends on the budget and the stored scores only, so a resumed
+    structure was simulated whole, and the search ended 10% off). First each structure's typical layout
+    (selective recompute, the smallest micro-batch), then, where that fits, its fastest, where it does not, its
+    lightest (full recompute); then the other representatives of the best ``k`` structures by those, ``k`` set so
+    that they take half of the budget left; the best structures are then simulated whole (``next_round``) with the
+    rest. The typical layout comes first since at DeepSeek-V3 / 1024 H100's 2,532 to 7,116 structures (FP8, pipeline
+    layouts) the fastest ones (no recompute, the largest micro-batch) almost never fit and took the whole budget.
+    Each step depends on the budget and the stored scores only, so a resumed
     search takes the same layouts."""
     fast = {s: reps[s][0] for s in by_structure}  # representatives() puts the fastest first
     typical = {s: min(m, key=_typical) for s, m in by_structure.items()}
     light = {s: min(m, key=_light) for s, m in by_structure.items()}
-    todo = [fast[s] for s in spread if fast[s].key not in scores]
+    todo = [typical[s] for s in spread if typical[s].key not in scores]
     if todo:
         return todo
-    tried = {s: [fast[s]] + ([typical[s]] if scores[fast[s].key] is None else []) for s in spread}
+    tried = {s: [typical[s]] + ([fast[s]] if scores[typical[s].key] is not None else []) for s in spread}
     todo = [c for s in spread for c in tried[s] if c.key not in scores]
     if todo:
         return todo
@@ -206,10 +220,48 @@ def run_auto(space: SearchSpace, study, store, valid: list[Candidate], budget: i
         count[0] += n
         if progress is not None:
             progress(count[0], total, best)
+    def simulate(todo: list[Candidate]) -> bool:
+        # layouts of a structure a round before found fitting without recompute: their recompute variants dominated
+        records = [t.user_attrs["record"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                   if t.user_attrs.get("record")]
+        return bool(todo) and run_exhaustive(space, study, store, todo, n_jobs=n_jobs, profile=profile,
+                                             deadline=deadline, on_trials=on_trials, stored_fits=stored_fits(records))
+    features = has_features(space)
+    first = budget - budget // FEATURE_SHARE if features else budget
     while deadline is None or time.monotonic() < deadline:
-        todo = next_round(valid, stored_scores(study), budget)
+        todo = next_round(valid, stored_scores(study), first)
         if not todo:
-            return
-        if not run_exhaustive(space, study, store, todo, n_jobs=n_jobs, profile=profile, deadline=deadline,
-                              on_trials=on_trials):
+            break
+        if not simulate(todo):
             return  # nothing stored (a deadline hit)
+    if not features:
+        return
+    if deadline is None or time.monotonic() < deadline:
+        _feature_level(space, valid, study, budget - len(stored_scores(study)), simulate)
+    while deadline is None or time.monotonic() < deadline:  # budget left: the first level goes on with it
+        todo = next_round(valid, stored_scores(study), budget)
+        if not todo or not simulate(todo):
+            return
+
+
+def _feature_level(space: SearchSpace, valid: list[Candidate], study, cap: int, simulate) -> None:
+    """The second level of feature_variants.py: the best structures' layouts with every combination of the
+    recipe features, then the best one's structure whole with its features. Computed from the stored trials only,
+    so a resumed search takes the same layouts."""
+    sweep = feature_round(space, valid, stored_scores(study), SWEEP_SHARE * FEATURE_TOP, cap * 3 // 4, structure,
+                          fields=SWEEP_FIELDS, per=SWEEP_PER)
+    simulate(sweep)
+    todo = sweep + feature_round(space, valid, stored_scores(study), FEATURE_TOP, cap - len(sweep), structure,
+                                 known=sweep)
+    simulate(todo[len(sweep):])
+    scores = stored_scores(study)
+    fitting = [(s, k) for k, s in scores.items() if s is not None]
+    if not fitting:
+        return
+    best_key = min(fitting, key=lambda p: p[0])[1]
+    best = find(todo, [best_key]).get(best_key)
+    if best is None:  # a layout of the first level is best: its structure was searched with these features
+        return
+    members = groups(valid).get(structure(best), [])
+    rest = [c for c in with_features(space, members, best) if c.key not in scores]
+    simulate(rest[:max(0, cap - len(todo))])

@@ -33,6 +33,7 @@ from echo_tune.io import write_text
 from echo_tune.search.auto_values import (MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH, MIN_TOKENS_PER_CP_RANK,
                                           context_parallel_values, micro_batch_values)
 from echo_tune.search.fields import LAYOUT_FIELDS
+from echo_tune.search.recipe_defaults import recipe_features
 from echo_tune.search.space import SearchSpace, space_from_dict
 
 CAPS_HELP = (f"the space searched: TP inside a node, PP (uneven first/last stages where it does not divide the "
@@ -40,8 +41,11 @@ CAPS_HELP = (f"the space searched: TP inside a node, PP (uneven first/last stage
              f"(at least {MIN_TOKENS_PER_CP_RANK} tokens per CP rank), micro-batch 1-{MAX_MICRO_BATCH} dividing the "
              f"global batch, recompute none/selective/full, TP-comm overlap off/on, sequence parallel, distributed "
              f"optimizer and DP overlaps on; MoE: EP every divisor of the experts, ETP = TP or 1; FP8 by --fp8-format "
-             f"(auto: BF16 and FP8 hybrid where the GPU has FP8 tensor cores); any other setting a space file "
-             f"can search by --layout FIELD=VALUES")
+             f"(auto: BF16 and FP8 hybrid where the GPU has FP8 tensor cores, with the delayed and tensorwise "
+             f"recipes); recipe features: MoE dispatcher alltoall/flex (deepep, hybridep), EP overlap with or "
+             f"without delayed wgrad, recompute-module sets, the shared-expert and optimizer-step overlaps and MoE "
+             f"fusions on (search/recipe_defaults.py); any other setting a space file can search by --layout "
+             f"FIELD=VALUES (pipeline_model_parallel_layout=auto, cuda_graph_impl=none,transformer_engine, ...)")
 
 
 FP8_CHOICES = ("auto", "hybrid", "e4m3", "none")
@@ -128,8 +132,11 @@ def auto_space_dict(model: str, cluster: str, num_gpus: int, global_batch_size: 
         layout_values["expert_tensor_parallel_size"] = ["none", 1]
     if fp8_value is not None:
         layout_values["fp8_format"] = fp8_value
+    layout_values.update(recipe_features(spec, cluster_spec, fp8_value is not None))
     if layout:
         layout_values.update(layout)
+        if "cuda_graph_impl" in layout and "cuda_graph_modules" not in layout:  # what to capture, searched too
+            layout_values["cuda_graph_modules"] = "auto"  # (MoE layers need modules: schedule_rules.py)
         stem = f"{stem}-x{hashlib.sha256(repr(sorted(layout.items())).encode()).hexdigest()[:6]}"
     cluster_stem = Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster
     if seq_length is not None:

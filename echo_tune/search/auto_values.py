@@ -10,7 +10,9 @@ import math
 from echo_tune.config.cluster import ClusterSpec
 from echo_tune.config.model import ModelSpec
 from echo_tune.errors import ConfigError
+from echo_tune.search.feature_values import FEATURE_AUTO
 from echo_tune.search.fields import BOOL_FIELDS
+from echo_tune.search.pipeline_layouts import balanced_layouts
 from echo_tune.search.uneven import EVEN as OFF_SPLIT, SPLIT_FIELDS, canonical_splits, split_vpp_values
 
 # Caps on `auto` (list the values to go past them): a micro-batch past 8 sequences only grows activation
@@ -92,4 +94,8 @@ def auto_values(field_name: str, model: ModelSpec, cluster: ClusterSpec, num_gpu
         return (False, True)
     if field_name == "fp8_format":  # bf16 GEMMs, or FP8 where the GPU has FP8 tensor cores
         return (None, "hybrid") if cluster.gpu.peak_fp8_tflops is not None else (None,)
+    if field_name in FEATURE_AUTO:
+        return FEATURE_AUTO[field_name](model, cluster)
+    if field_name == "pipeline_model_parallel_layout":  # balanced layouts for the layer count (pipeline_layouts.py)
+        return (None,) + balanced_layouts(model.num_layers, model.mtp_num_layers or 0)
     raise ConfigError(f"`{field_name}: auto` is not supported (no rule derives its values); list the values")

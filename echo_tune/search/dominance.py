@@ -83,6 +83,18 @@ def group_key(candidate: Candidate) -> tuple:
     return candidate.num_gpus, _OTHER_SETTINGS(candidate.parallel)
 
 
+def config_group_key(config: dict) -> tuple:
+    """``group_key`` from a layout's settings by name (a stored trial's ``config``): its settings but recompute."""
+    return config_key({k: v for k, v in config.items() if k not in RECOMPUTE_FIELDS})
+
+
+def stored_fits(records) -> frozenset:
+    """The ``config_group_key`` of every stored record without recompute that fits: a search that simulates a
+    structure over several rounds (auto.py) skips the recompute variants of a layout a round before found fitting."""
+    return frozenset(config_group_key(r["config"]) for r in records
+                     if r.get("fits_memory") and r["config"].get("recompute_granularity") is None)
+
+
 def ordered_groups(candidates: Iterable[Candidate]) -> list[list[Candidate]]:
     """``candidates`` as groups of recompute variants, in the order of each group's first member, the member
     without recompute first (the order is otherwise kept)."""
@@ -100,12 +112,13 @@ def ordered_groups(candidates: Iterable[Candidate]) -> list[list[Candidate]]:
 class Dominance:
     """Which layouts of a batch need no simulation, given the results of those before them."""
 
-    def __init__(self, space: SearchSpace, profile=None):
+    def __init__(self, space: SearchSpace, profile=None, stored_fits: frozenset = frozenset()):
         self.active = applies(space, profile)
         # peak memory as an objective: every layout simulated (its memory is what is searched)
         self.memory_rule = "peak_memory" not in space.objectives
         self._fits: set[tuple] = set()  # group keys whose layout without recompute fits
         self._over: set[tuple] = set()  # group keys whose layout without recompute is over memory at its floor
+        self._stored_fits = stored_fits  # config_group_keys of stored layouts without recompute that fit
 
     def dominated_by(self, candidate: Candidate) -> str | None:
         """The rule that makes ``candidate`` unneeded, or None (simulate it)."""
@@ -114,7 +127,11 @@ class Dominance:
         key = group_key(candidate)
         if key in self._over:
             return DOMINATED_BY_MEMORY
-        return DOMINATED_BY_RECOMPUTE if self.active and key in self._fits else None
+        if not self.active:
+            return None
+        if key in self._fits or (self._stored_fits and config_group_key(candidate._config) in self._stored_fits):
+            return DOMINATED_BY_RECOMPUTE
+        return None
 
     def simulated(self, candidate: Candidate, record: dict | None) -> None:
         """Note a simulated layout (``record`` None: rejected by a rule)."""

@@ -152,9 +152,9 @@ def _pieces_for(space: SearchSpace, batch: list[Candidate], *, by_reference: boo
         first.setdefault(c.shape, c)
     out = {}
     for c in first.values():
-        pieces = trace_pieces(space.model, c.parallel, c.layout)
-        out[pieces_key(space.model, c.parallel, c.layout)] = \
-            None if by_reference and on_disk(space.model, c.parallel, c.layout) else pieces
+        pieces = trace_pieces(c.model, c.parallel, c.layout)
+        out[pieces_key(c.model, c.parallel, c.layout)] = \
+            None if by_reference and on_disk(c.model, c.parallel, c.layout) else pieces
     return out
 
 
@@ -182,30 +182,33 @@ def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]
 
 def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n_jobs: int = 1, profile=None,
                    deadline: float | None = None, on_trials: Callable[[int, dict | None], None] | None = None,
-                   keep: Callable[[object], bool] | None = None) -> int:
+                   keep: Callable[[object], bool] | None = None, stored_fits: frozenset = frozenset()) -> int:
     """Simulate ``todo`` and store each as a trial; returns how many were stored.
 
     Stops early (keeping what is stored) when ``deadline`` (time.monotonic) passes. ``keep(trial)``: store only
     the finished trials it accepts (a re-issued claim's layouts already stored are simulated, for the dominance
-    rule, but not stored twice: ``tickets.py``).
+    rule, but not stored twice: ``tickets.py``). ``stored_fits``: ``dominance.stored_fits`` of the layouts stored
+    before, whose recompute variants are then dominated too.
     """
     with gc_paused():  # the parent holds every layout and stored trial: full collections stalled the workers
-        return _run(space, study, store, todo, n_jobs, profile, deadline, on_trials, keep)
+        return _run(space, study, store, todo, n_jobs, profile, deadline, on_trials, keep, stored_fits)
 
 
-def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials, keep=None) -> int:
+def _run(space, study, store, todo, n_jobs, profile, deadline, on_trials, keep=None, fits=frozenset()) -> int:
     parts = batches(todo, n_jobs)
     if n_jobs == 1 or len(parts) <= 1:
-        results = (_evaluate_batch(space, b, profile, _pieces_for(space, b)) for b in parts)
+        results = (_evaluate_batch(space, b, profile, _pieces_for(space, b), Dominance(space, profile, fits))
+                   for b in parts)
         return _store(study, store, results, deadline, on_trials, keep=keep)
 
     def submit(pool, i: int) -> Future:
-        return pool.submit(_evaluate_batch, space, parts[i], profile, _pieces_for(space, parts[i], by_reference=True))
+        return pool.submit(_evaluate_batch, space, parts[i], profile, _pieces_for(space, parts[i], by_reference=True),
+                           Dominance(space, profile, fits) if fits else None)
 
     def here(i: int, feed: Callable[[], None]) -> list:
         # a slice at a time, topping up the workers' queues between slices (the front batches are the
         # costliest: a worker would otherwise run dry while this process simulates one)
-        b, pieces, done, dominance = parts[i], _pieces_for(space, parts[i]), [], Dominance(space, profile)
+        b, pieces, done, dominance = parts[i], _pieces_for(space, parts[i]), [], Dominance(space, profile, fits)
         for k in range(0, len(b), FEED_EVERY):
             done += _evaluate_batch(space, b[k:k + FEED_EVERY], profile, pieces, dominance)
             feed()

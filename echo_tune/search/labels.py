@@ -39,10 +39,37 @@ def full_label(cfg: dict, dp: int | None = None) -> str:
                        ("overlap_param_gather", "ParamOverlap"), ("fp8_param_gather", "FP8gather")):
         parts.append(short if cfg.get(key) else f"no{short}")
     if cfg.get("fp8_format"):
-        parts.append(f"fp8={cfg['fp8_format']}")
-    return " ".join(parts)
+        parts.append(f"fp8={cfg['fp8_format']}" + (f"/{cfg['fp8_recipe']}" if cfg.get("fp8_recipe") else ""))
+    return " ".join(parts + feature_tokens(cfg))
 
 
+def feature_tokens(cfg: dict) -> list[str]:
+    """The recipe features of a layout (search/features.py) as label tokens: recomputed modules, dispatcher, the
+    EP, shared-expert and optimizer-step overlaps, CUDA graphs (each only where the layout has it)."""
+    out = []
+    modules = cfg.get("recompute_modules")
+    if cfg.get("recompute_granularity") == "selective" and modules:
+        out.append("modules=" + "+".join(modules))
+    moe = cfg.get("expert_model_parallel_size", 1) > 1 or (cfg.get("expert_tensor_parallel_size") or 1) > 1
+    dispatcher = cfg.get("moe_token_dispatcher_type")
+    if moe and dispatcher:
+        out.append(cfg.get("moe_flex_dispatcher_backend", "flex") if dispatcher == "flex" else
+                   {"alltoall": "a2a", "allgather": "allgather"}.get(dispatcher, dispatcher))
+    if moe:
+        out.append("EPoverlap" + ("+delay" if cfg.get("delay_wgrad_compute") else "")
+                   if cfg.get("overlap_moe_expert_parallel_comm") else "noEPoverlap")
+    for key, short in _FEATURE_FLAGS:
+        if cfg.get(key):
+            out.append(short)
+    impl = cfg.get("cuda_graph_impl")
+    if impl and impl != "none":
+        graphs = cfg.get("cuda_graph_modules") or cfg.get("cuda_graph_scope")
+        out.append(f"graphs={impl}" + (":" + "+".join(graphs) if graphs else ""))
+    return out
+
+
+_FEATURE_FLAGS = (("moe_shared_expert_overlap", "SharedOverlap"),
+                  ("overlap_param_gather_with_optimizer_step", "OptStepOverlap"))
 _FLAGS = (("sequence_parallel", "SP"), ("use_distributed_optimizer", "DistOpt"), ("tp_comm_overlap", "TPoverlap"),
           ("overlap_grad_reduce", "GradOverlap"), ("overlap_param_gather", "ParamOverlap"),
           ("fp8_param_gather", "FP8gather"))

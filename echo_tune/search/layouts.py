@@ -21,6 +21,7 @@ space. How the samplers avoid proposing invalid layouts in the first place is in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -29,12 +30,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from echo_tune.config.compatibility import Layout, check_compatible
+from echo_tune.config.model import ModelSpec
 from echo_tune.config.parallel import ParallelConfig
 from echo_tune.config.schedule_rules import userbuffers_reach_linears
 from echo_tune.errors import ConfigError
 from echo_tune.limits import MAX_VALID_LAYOUTS
 from echo_tune.search.gc_pause import gc_paused
+from echo_tune.search.fields import MODEL_LAYOUT_FIELDS, MODULE_SET_FIELDS, module_choice, module_set
 from echo_tune.search.space import FIELD_ORDER, SearchSpace
+from echo_tune.search.features import FEATURE_FIELDS, feature_applies, model_of
+from echo_tune.search.pipeline_layouts import layouts_for_pp
 from echo_tune.search.uneven import SPLIT_FIELDS, consistent_values
 
 # Settings chosen before the first check: they fix the traced shapes and the rank layout.
@@ -50,7 +55,13 @@ OFF = {"expert_model_parallel_size": 1, "expert_tensor_parallel_size": None,
        "virtual_pipeline_model_parallel_size": None, "num_layers_per_virtual_pipeline_stage": None,
        "sequence_parallel": False, "tp_comm_overlap": False, "recompute_granularity": None,
        "recompute_method": None, "recompute_num_layers": None, "use_distributed_optimizer": False,
-       "overlap_param_gather": False, "overlap_grad_reduce": False, "fp8_format": None, "fp8_param_gather": False}
+       "overlap_param_gather": False, "overlap_grad_reduce": False, "fp8_format": None, "fp8_param_gather": False,
+       "pipeline_model_parallel_layout": None, "recompute_modules": None,
+       "overlap_param_gather_with_optimizer_step": False,
+       "fp8_recipe": "delayed", "overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False,
+       "cuda_graph_impl": "none", "cuda_graph_modules": None}
+"""Each ParallelConfig setting's off value (a model setting's off value is the model's own: ``model_off``)."""
+PARALLEL_FIELDS = tuple(f for f in FIELD_ORDER[1:] if f not in MODEL_LAYOUT_FIELDS)
 
 
 class RejectedLayout(Exception):
@@ -62,8 +73,16 @@ class RejectedLayout(Exception):
         self.config = config
 
 
+TUPLE_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig) if "tuple" in str(f.type))
+"""ParallelConfig's settings that hold a tuple (a stored trial's JSON gives them back as lists)."""
+
+
 def config_key(config: dict) -> tuple:
-    """A layout's identity from its settings by name (a candidate's ``config``, or one a trial stored)."""
+    """A layout's identity from its settings by name (a candidate's ``config``, or one a trial stored: a module
+    set comes back from JSON as a list)."""
+    lists = [f for f in TUPLE_FIELDS if type(config.get(f)) is list]  # per field, not per item: 50k keys a search
+    if lists:
+        config = {**config, **{f: tuple(config[f]) for f in lists}}
     return tuple(sorted(config.items()))
 
 
@@ -75,10 +94,14 @@ class Candidate:
     parallel: ParallelConfig
     layout: Layout
     """check_compatible's derived values (DP size, micro-batches, stage layers, schedule)."""
+    model: ModelSpec
+    """The space's model with the layout's MODEL_LAYOUT_FIELDS settings (the space's own object when they are the
+    model's)."""
 
     @functools.cached_property
     def _config(self) -> dict:
-        return {"num_gpus": self.num_gpus, **self.parallel.to_dict()}
+        return {"num_gpus": self.num_gpus, **self.parallel.to_dict(),
+                **{f: getattr(self.model, f) for f in MODEL_LAYOUT_FIELDS}}
 
     @property
     def config(self) -> dict:
@@ -96,16 +119,32 @@ class Candidate:
         """What the tracer caches on: runs of one shape share a trace."""
         p = self.parallel
         return (p.tensor_model_parallel_size, p.context_parallel_size, self.layout.sequence_parallel,
-                p.micro_batch_size, p.precision, p.expert_model_parallel_size, p.expert_tensor_size)
+                p.micro_batch_size, p.precision, p.expert_model_parallel_size, p.expert_tensor_size,
+                *(getattr(self.model, f) for f in MODEL_LAYOUT_FIELDS))
 
 
-def applicable(field_name: str, chosen: dict) -> bool:
-    """Whether ``field_name`` changes the step, given the settings chosen before it."""
+def setting(candidate: Candidate, field_name: str):
+    """A searched setting's value in a layout, as the space lists it (a module set as one word)."""
+    if field_name == "num_gpus":
+        return candidate.num_gpus
+    if field_name in MODEL_LAYOUT_FIELDS:
+        return getattr(candidate.model, field_name)
+    value = getattr(candidate.parallel, field_name)
+    return module_choice(value) if field_name in MODULE_SET_FIELDS else value
+
+
+def applicable(field_name: str, chosen: dict, model: ModelSpec | None = None) -> bool:
+    """Whether ``field_name`` changes the step, given the settings chosen before it (and the model: without it,
+    the model's part of the rule is taken to hold)."""
     tp = chosen.get("tensor_model_parallel_size", 1)
     pp = chosen.get("pipeline_model_parallel_size", 1)
     if field_name in SPLIT_FIELDS or field_name in ("virtual_pipeline_model_parallel_size",
                                                     "num_layers_per_virtual_pipeline_stage"):
+        return pp > 1 and not chosen.get("pipeline_model_parallel_layout")  # a layout sets stages and chunks itself
+    if field_name == "pipeline_model_parallel_layout":
         return pp > 1
+    if field_name in FEATURE_FIELDS:
+        return feature_applies(field_name, chosen, model)
     if field_name == "sequence_parallel":
         return tp > 1
     if field_name == "tp_comm_overlap":
@@ -133,10 +172,17 @@ def _reduces_gradients(chosen: dict) -> bool:
     return ep > 1 and per_stage // (ep * etp) > 1
 
 
+def off_value(space: SearchSpace, field_name: str):
+    """The value a setting takes where it has no effect: OFF's, or for a model setting the model's own."""
+    return getattr(space.model, field_name) if field_name in MODEL_LAYOUT_FIELDS else OFF[field_name]
+
+
 def options(space: SearchSpace, field_name: str, chosen: dict) -> tuple:
     """The values ``field_name`` may take after ``chosen``: its list, or its off value if it has no effect."""
-    if not applicable(field_name, chosen):
-        return (OFF[field_name],)
+    if not applicable(field_name, chosen, space.model):
+        return (off_value(space, field_name),)
+    if field_name == "pipeline_model_parallel_layout" and space.generated_layouts:
+        return layouts_for_pp(space.choices[field_name], chosen["pipeline_model_parallel_size"])
     if field_name in SPLIT_FIELDS and space.canonical_splits:
         # `auto` uneven stages: the canonical splits of the chosen PP (uneven.py), not every combination
         return consistent_values(field_name, space.choices[field_name], space.model.num_layers, chosen) \
@@ -159,7 +205,9 @@ def options(space: SearchSpace, field_name: str, chosen: dict) -> tuple:
 
 
 def _parallel(space: SearchSpace, chosen: dict) -> ParallelConfig:
-    fields = {f: chosen.get(f, OFF.get(f)) for f in FIELD_ORDER[1:]}
+    fields = {f: chosen.get(f, OFF.get(f)) for f in PARALLEL_FIELDS}
+    for f in MODULE_SET_FIELDS:
+        fields[f] = module_set(fields[f])
     if "sequence_parallel" not in chosen and space.model.is_moe:
         fields["sequence_parallel"] = True  # not drawn yet: the shape check must not reject MoE with TP > 1
     return ParallelConfig(global_batch_size=space.global_batch_size, precision=space.precision, **fields)
@@ -169,8 +217,8 @@ def _checked(space: SearchSpace, chosen: dict) -> tuple[ParallelConfig, Layout]:
     """check_compatible on ``chosen`` (fields not chosen yet are off): the settings and their derived values;
     raises RejectedLayout."""
     try:
-        parallel = _parallel(space, chosen)
-        return parallel, check_compatible(space.model, space.cluster, chosen["num_gpus"], parallel)
+        parallel, model = _parallel(space, chosen), model_of(space, chosen)
+        return parallel, check_compatible(model, space.cluster, chosen["num_gpus"], parallel), model
     except ConfigError as exc:
         raise RejectedLayout(str(exc), dict(chosen)) from None
 
@@ -181,8 +229,8 @@ def _check(space: SearchSpace, chosen: dict) -> Layout:
 
 def _candidate(space: SearchSpace, chosen: dict) -> Candidate:
     """The complete layout ``chosen``, checked; raises RejectedLayout."""
-    parallel, layout = _checked(space, chosen)
-    return Candidate(num_gpus=chosen["num_gpus"], parallel=parallel, layout=layout)
+    parallel, layout, model = _checked(space, chosen)
+    return Candidate(num_gpus=chosen["num_gpus"], parallel=parallel, layout=layout, model=model)
 
 
 def draw(space: SearchSpace, choose: Callable[[str, tuple], object]) -> Candidate:
@@ -194,6 +242,8 @@ def draw(space: SearchSpace, choose: Callable[[str, tuple], object]) -> Candidat
     for field_name in FIELD_ORDER:
         values = options(space, field_name, chosen)
         chosen[field_name] = values[0] if len(values) == 1 else choose(field_name, values)
+        if field_name in MODULE_SET_FIELDS:  # a stored layout's list of names, as the space lists it
+            chosen[field_name] = module_choice(chosen[field_name])
         if field_name in SPLIT_FIELDS and chosen[field_name] not in values:
             raise RejectedLayout(f"`{field_name}` must be one of the canonical uneven splits of this PP "
                                  f"(search/uneven.py), but got ({field_name}={chosen[field_name]!r}, allowed "
@@ -278,8 +328,7 @@ def check_space(space: SearchSpace) -> tuple[list[Candidate], list[str]]:
 def used_values(space: SearchSpace, candidates: Iterable[Candidate]) -> dict[str, set]:
     """The values each searched setting takes in ``candidates``."""
     # read off the settings (not ``c.config``: building 43k config dicts cost ~2 s of a 43k-layout space)
-    return {f: {getattr(c.parallel, f) if f != "num_gpus" else c.num_gpus for c in candidates}
-            for f in space.searched}
+    return {f: {setting(c, f) for c in candidates} for f in space.searched}
 
 
 def unused_notes(space: SearchSpace, used: dict[str, set]) -> list[str]:

@@ -81,7 +81,7 @@ def make_record(space: SearchSpace, candidate: Candidate, report) -> dict:
 def evaluate(space: SearchSpace, candidate: Candidate, *, profile=None, timeline: bool = False):
     """Simulate ``candidate``: ``(record, report)``. A rule the simulator adds raises RejectedLayout."""
     try:
-        report = simulate(space.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
+        report = simulate(candidate.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
                           timeline=timeline, memory_headroom_bytes=int(space.memory_headroom_gib * GIB),
                           layout=candidate.layout)
     except ConfigError as exc:

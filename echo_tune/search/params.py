@@ -19,7 +19,7 @@ import math
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from echo_tune.search.layouts import OFF, Candidate, applicable, draw
+from echo_tune.search.layouts import Candidate, applicable, draw, off_value, setting
 from echo_tune.search.space import SearchSpace
 
 VPP = "virtual_pipeline_model_parallel_size"
@@ -74,10 +74,11 @@ def full_params(space: SearchSpace, candidate: Candidate) -> dict:
     chosen = candidate._config  # {"num_gpus": ..., every setting}, built once per candidate (read only here)
     out = {}
     for f in space.searched:
-        if applicable(f, chosen):
-            value = chosen[f]
+        if applicable(f, chosen, space.model):
+            value = setting(candidate, f)
         else:
-            value = OFF[f] if OFF[f] in space.choices[f] else space.choices[f][0]
+            off = off_value(space, f)
+            value = off if off in space.choices[f] else space.choices[f][0]
         out[f] = to_param(f, value)
     return out
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from optuna.trial import FrozenTrial, TrialState
 
 from echo_tune.config.megatron_args import MODEL_FLAGS, to_megatron_flags
+from echo_tune.search.fields import MODEL_LAYOUT_FIELDS
 from echo_tune.search.layouts import Candidate, draw
 from echo_tune.search.objective import OBJECTIVE_KEYS, evaluate, objective_values
 from echo_tune.search.space import FIELD_ORDER, SearchSpace
@@ -69,14 +70,19 @@ def candidate_of(space: SearchSpace, record: dict) -> Candidate:
     return draw(space, lambda name, values: config[name])
 
 
-def model_fields(space: SearchSpace) -> dict:
-    return {f: getattr(space.model, f) for f in MODEL_FLAGS}
+def model_fields(space: SearchSpace, config: dict | None = None) -> dict:
+    """The model's flags, with a layout's values of the model settings it searches (``config``)."""
+    out = {f: getattr(space.model, f) for f in MODEL_FLAGS}
+    out.update({f: config[f] for f in MODEL_LAYOUT_FIELDS if config is not None and f in config})
+    return out
 
 
 def megatron_flags(space: SearchSpace, record: dict) -> list[str]:
-    """The layout as Megatron-LM flags (model size, parallel layout, batch sizes, precision)."""
-    parallel = {k: v for k, v in record["config"].items() if k not in ("num_gpus", "precision")}
-    return to_megatron_flags(model_fields(space), parallel, record["config"]["precision"])
+    """The layout as Megatron-LM flags (model size, parallel layout, batch sizes, precision, the model settings
+    the layout searched: dispatcher, shared-expert overlap, fusions)."""
+    parallel = {k: (tuple(v) if isinstance(v, list) else v) for k, v in record["config"].items()
+                if k not in ("num_gpus", "precision") and k not in MODEL_LAYOUT_FIELDS}
+    return to_megatron_flags(model_fields(space, record["config"]), parallel, record["config"]["precision"])
 
 
 def spec_dicts(space: SearchSpace) -> dict:

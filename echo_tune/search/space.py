@@ -43,7 +43,8 @@ from echo_tune.cost.profile import load_profile
 from echo_tune.errors import ConfigError
 from echo_tune.limits import LIMITS, check_number
 from echo_tune.search.auto_values import auto_values
-from echo_tune.search.fields import BOOL_FIELDS, FIELD_ORDER, LAYOUT_FIELDS, NONE_WORDS, OPTIONAL_INT_FIELDS
+from echo_tune.search.fields import (BOOL_FIELDS, FIELD_ORDER, LAYOUT_FIELDS, MODEL_LAYOUT_FIELDS, MODULE_SET_FIELDS,
+                                     NONE_WORDS, OPTIONAL_INT_FIELDS, WORD_FIELDS, module_choice, module_set)
 from echo_tune.search.uneven import SPLIT_FIELDS
 # Moved to auto_values.py, still imported from here (cli/search.py, users):
 from echo_tune.search.auto_values import (AUTO_CAPS, MAX_CONTEXT_PARALLEL, MAX_MICRO_BATCH,  # noqa: F401
@@ -84,6 +85,9 @@ class SearchSpace:
     canonical_splits: bool = False
     """``auto`` uneven stages: the split settings (decoder_first/last_pipeline_num_layers,
     account_for_embedding/loss_in_pipeline_split) take per PP the canonical splits of search/uneven.py."""
+    generated_layouts: bool = False
+    """``pipeline_model_parallel_layout: auto``: the balanced layouts of search/pipeline_layouts.py, each with the
+    PP sizes its chunk count divides."""
 
     @property
     def searched(self) -> tuple[str, ...]:
@@ -161,6 +165,8 @@ def _normalize(field_name: str, value, where: str, gbs: int):
         return _positive_int(where, "num_gpus", value)
     if isinstance(value, str) and value.strip().lower() in NONE_WORDS:
         value = None
+    if field_name == "cuda_graph_impl" and value is None:  # "none" is the setting's own word for no graphs
+        value = "none"
     if field_name in BOOL_FIELDS:
         if not isinstance(value, bool):
             raise _err(where, f"`{field_name}` takes true or false, but got ({field_name}={value!r})")
@@ -169,22 +175,50 @@ def _normalize(field_name: str, value, where: str, gbs: int):
         return None  # one chunk per stage: no interleaving
     if field_name in OPTIONAL_INT_FIELDS and value is None:
         return None
+    if field_name in MODEL_LAYOUT_FIELDS:  # words checked against the model when the space is built
+        if not isinstance(value, str):
+            raise _err(where, f"`{field_name}` takes a word, but got ({field_name}={value!r})")
+        return value
+    if field_name in MODULE_SET_FIELDS:
+        value = module_choice(value) if isinstance(value, (str, list, tuple)) or value is None else value
+        if value is not None and not isinstance(value, str):
+            raise _err(where, f"`{field_name}` takes module names joined by spaces or '+', such as "
+                              f"mla_up_proj+mlp, but got ({field_name}={value!r})")
     try:
-        ParallelConfig(global_batch_size=gbs, **{field_name: value})
+        ParallelConfig(global_batch_size=gbs, **{field_name: module_set(value) if field_name in MODULE_SET_FIELDS
+                                                 else value})
         if field_name in LIMITS and isinstance(value, (int, float)) and not isinstance(value, bool):
             check_number(field_name, value)
     except ConfigError as exc:
         raise _err(where, str(exc)) from None
-    if field_name not in ("recompute_granularity", "recompute_method", "fp8_format") and (
-            isinstance(value, bool) or not isinstance(value, int)):
+    if field_name not in WORD_FIELDS + MODULE_SET_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
         raise _err(where, f"`{field_name}` must be an integer, but got ({field_name}={value!r})")
     return value
 
 
-def _default_choice(field_name: str):
+def _is_auto(value) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def _default_choice(field_name: str, model: ModelSpec):
     if field_name == "num_gpus":
         raise AssertionError
-    return ParallelConfig.__dataclass_fields__[field_name].default
+    if field_name in MODEL_LAYOUT_FIELDS:  # the model's own setting
+        return getattr(model, field_name)
+    default = ParallelConfig.__dataclass_fields__[field_name].default
+    return module_choice(default) if field_name in MODULE_SET_FIELDS else default
+
+
+def _check_model_values(model: ModelSpec, choices: dict, where: str) -> None:
+    """Each listed value of a model setting, checked on the model (one-line ConfigError)."""
+    for fname in MODEL_LAYOUT_FIELDS:
+        for value in choices[fname]:
+            if value == getattr(model, fname):
+                continue
+            try:
+                model.replace(**{fname: value})
+            except ConfigError as exc:
+                raise _err(f"{where} layout.{fname}", str(exc)) from None
 
 
 def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = None,
@@ -235,13 +269,13 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
     check_keys(layout, LAYOUT_FIELDS, f"{where} layout")
 
     raw = {"num_gpus": data["num_gpus"], **layout}
-    uneven = any(isinstance(raw.get(f), str) and raw[f].strip().lower() == "auto" for f in SPLIT_FIELDS)
+    uneven = any(_is_auto(raw.get(f)) for f in SPLIT_FIELDS)
     choices: dict[str, tuple] = {}
     num_gpus: tuple[int, ...] = ()
     for fname in FIELD_ORDER:  # auto for later fields may read earlier choices (vpp reads pp)
         fwhere = f"{where} {'layout.' if fname != 'num_gpus' else ''}{fname}"
         if fname not in raw:
-            choices[fname] = (_default_choice(fname),)
+            choices[fname] = (_default_choice(fname, model),)
             continue
         value = raw[fname]
         if isinstance(value, str) and value.strip().lower() == "auto":
@@ -260,6 +294,7 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
         choices[fname] = values
         if fname == "num_gpus":
             num_gpus = values
+    _check_model_values(model, choices, where)
     if "objectives" in data and "num_gpus" in objectives and len(choices["num_gpus"]) == 1:
         raise _err(where, "the num_gpus objective needs `num_gpus` to list several GPU counts, but got "
                           f"(num_gpus={choices['num_gpus'][0]})")
@@ -268,7 +303,8 @@ def space_from_dict(data: dict, *, name: str = "space", base_dir: Path | None = 
                        gpu_hour_cost=float(cost) if cost is not None else None, profile_path=profile_path,
                        memory_headroom_gib=float(headroom), safe_memory="memory_headroom_gib" not in data,
                        currency=currency.strip(),
-                       source=source, description=str(data.get("description", "")), canonical_splits=uneven)
+                       source=source, description=str(data.get("description", "")), canonical_splits=uneven,
+                       generated_layouts=_is_auto(raw.get("pipeline_model_parallel_layout")))
 
 
 def load_space(path: str | Path) -> SearchSpace:

@@ -30,7 +30,8 @@ from echo_tune.errors import ConfigError
 from echo_tune.io import ensure_dir
 from echo_tune.search import results as res
 from echo_tune.search.results import SearchResult
-from echo_tune.search.auto import AUTO_BUDGET, run_auto
+from echo_tune.search.auto import AUTO_BUDGET, FEATURE_TOP, run_auto
+from echo_tune.search.feature_variants import core_space, has_features
 from echo_tune.search.exhaustive import run_exhaustive
 from echo_tune.search.workers import start_workers, worker_pool
 from echo_tune.search.gc_pause import gc_paused
@@ -125,7 +126,7 @@ def run_search(space: SearchSpace, opts: SearchOptions | None = None, *,
         start_workers(opts.n_jobs)  # their start-up overlaps the enumeration below
     shapes = _shapes_to_slice(space, opts)
     # with shapes, a fresh study's layouts are enumerated as the search runs (sliced.py)
-    valid, notes = check_space(space) if shapes is None else (None, [])
+    valid, notes = _enumerated(space, opts) if shapes is None else (None, [])
     out_dir = Path(opts.results_dir) / name
     if opts.write_files or opts.storage is None:  # a file or read-only folder: one line, not a traceback
         ensure_dir(out_dir, "results folder (--results-dir)")
@@ -151,6 +152,17 @@ def clock_notes(space: SearchSpace, profile=None) -> list[str]:
         return []
     note = clock_note_for(space.cluster, profile)
     return [note] if note else []
+
+
+def _enumerated(space: SearchSpace, opts) -> tuple[list, list[str]]:
+    """The layouts a search draws from: for the default (auto) search of a space with recipe features, those of
+    its first level (feature_variants.core_space: the features at their lead values), said in a note."""
+    if opts.sampler != "auto" or not has_features(space):
+        return check_space(space)
+    valid, notes = check_space(core_space(space))
+    return valid, notes + [f"recipe features: the {len(valid)} layouts counted have them at their lead values "
+                           f"(search/feature_variants.py); their combinations are searched for the best "
+                           f"{FEATURE_TOP} structures"]
 
 
 def _counted(space: SearchSpace) -> tuple[int, list[str]]:
@@ -179,7 +191,7 @@ def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts,
     n_before = len(before.get_trials(deepcopy=False)) if before is not None else 0
     seed = None if opts.seed is None else opts.seed + n_before  # a resumed sampler must not replay its draws
     if valid is None and rerun:
-        (valid, notes), shapes = check_space(space), None
+        (valid, notes), shapes = _enumerated(space, opts), None
     sampler = make_sampler(opts.sampler, space, valid, seed, opts.n_trials, opts.n_jobs)
     # created (with its content digest) or checked under the storage's lock: two different searches started
     # together on one name cannot both pass
@@ -192,7 +204,7 @@ def _run_study(space, opts, name, out_dir, valid, shapes, notes, profile, parts,
     with (run_lease(store, name) if leased and not rerun else contextlib.nullcontext()):
         done_before = res.finished_count(study)
         if valid is None and done_before:  # resumed: the layouts not stored yet are the ones to run
-            (valid, notes), shapes = check_space(space), None
+            (valid, notes), shapes = _enumerated(space, opts), None
         if existed and done_before and not rerun:  # what a resumed run changed, said; progress from the stored best
             notes = notes + resume_notes(study, opts.sampler, opts.seed, done_before)
             progress = with_stored_best(progress, res.best_feasible(space, study.get_trials(deepcopy=False)))

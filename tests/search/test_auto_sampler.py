@@ -104,9 +104,9 @@ def truth(mixtral):
 
 
 def test_too_many_structures_for_every_representative(mixtral, truth):
-    """76 structures x 4 representatives > a budget of 200: each structure's fastest layout first, then the
-    typical one where the fastest does not fit, then the other representatives of the best structures, then
-    the best structures whole; every round from the stored scores only."""
+    """76 structures x 4 representatives > a budget of 200: each structure's typical layout first, then the
+    fastest where the typical one fits and the lightest where it does not, then the other representatives of the
+    best structures, then the best structures whole; every round from the stored scores only."""
     valid = list(enumerate_layouts(mixtral))
     by_structure = groups(valid)
     budget = 200
@@ -116,16 +116,13 @@ def test_too_many_structures_for_every_representative(mixtral, truth):
     while todo := next_round(valid, scores, budget):
         rounds.append(todo)
         scores.update({c.key: truth[c.key] for c in todo})
-    fastest = {representatives(m)[0].key for m in by_structure.values()}
-    assert {c.key for c in rounds[0]} == fastest
-    over = [s for s, m in by_structure.items() if truth[representatives(m)[0].key] is None]
-    assert over and all(min(by_structure[s], key=lambda c: (c.config["recompute_granularity"] != "selective",
-                                                            c.config["micro_batch_size"])).key in scores
-                        for s in over)
-    # where neither the fastest nor the typical layout fits, the lightest (full recompute) shows whether it can
-    neither = [s for s, m in by_structure.items()
-               if truth[representatives(m)[0].key] is None and truth[min(m, key=_typical).key] is None]
-    assert neither and all(min(by_structure[s], key=_light).key in scores for s in neither)
+    typical = {s: min(m, key=_typical) for s, m in by_structure.items()}
+    assert {c.key for c in rounds[0]} == {c.key for c in typical.values()}
+    fits = [s for s in by_structure if truth[typical[s].key] is not None]
+    assert fits and all(representatives(by_structure[s])[0].key in scores for s in fits)
+    # where the typical layout does not fit, the lightest (full recompute) shows whether the structure can
+    over = [s for s in by_structure if truth[typical[s].key] is None]
+    assert over and all(min(by_structure[s], key=_light).key in scores for s in over)
     assert len(scores) == budget and len(rounds) >= 3  # the last round fills the budget
     whole = [s for s, m in by_structure.items() if all(c.key in scores for c in m)]
     assert whole  # the last round simulates the best structures completely

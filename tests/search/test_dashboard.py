@@ -79,6 +79,10 @@ def test_load_results_dataframe_has_feasibility_and_headroom(study):
     assert bool(df.iloc[0]["feasible"]) and df.iloc[0]["step_time_s"] == pytest.approx(
         optuna_study.best_trial.user_attrs["step_time_s"])
     sim = df[df["fits_memory"].notna()]
-    assert ((sim["headroom_gib"] >= 0) == sim["feasible"]).all()
+    # a feasible layout has headroom; one with headroom can still be infeasible: within the memory model's
+    # measured error of its limit ("at risk", SearchSpace.safe_memory), as the recompute-module variants of this
+    # space now reach (0.9-1.5 GiB spare)
+    assert (sim["headroom_gib"][sim["feasible"].astype(bool)] >= 0).all()
+    assert not sim["feasible"][sim["headroom_gib"] < 0].astype(bool).any()
     with pytest.raises(et.ConfigError):
         et.load_results(folder.parent / "nowhere")

@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from echo_tune.config.compatibility import check_compatible
 from echo_tune.errors import ConfigError
 from echo_tune.search import check_space, enumerate_layouts, space_from_dict, suggest_layout
-from echo_tune.search.layouts import OFF, RejectedLayout, applicable, baselines
+from echo_tune.search.layouts import RejectedLayout, applicable, baselines, off_value
 from echo_tune.search.params import full_params, layout_of
 from echo_tune.search.sampler import ValidLayoutSampler
 from echo_tune.search.space import FIELD_ORDER
@@ -36,15 +36,20 @@ def brute_force(space) -> set[tuple]:
     for values in itertools.product(*(space.choices[f] for f in FIELD_ORDER)):
         chosen = {}
         for f, v in zip(FIELD_ORDER, values):
-            chosen[f] = v if applicable(f, chosen) else OFF[f]
+            chosen[f] = v if applicable(f, chosen, space.model) else off_value(space, f)
         from echo_tune.config.parallel import ParallelConfig
+        from echo_tune.search.features import model_of
+        from echo_tune.search.fields import MODEL_LAYOUT_FIELDS, MODULE_SET_FIELDS, module_set
         parallel = ParallelConfig(global_batch_size=space.global_batch_size, precision=space.precision,
-                                  **{f: chosen[f] for f in FIELD_ORDER[1:]})
+                                  **{f: module_set(chosen[f]) if f in MODULE_SET_FIELDS else chosen[f]
+                                     for f in FIELD_ORDER[1:] if f not in MODEL_LAYOUT_FIELDS})
         try:
-            check_compatible(space.model, space.cluster, chosen["num_gpus"], parallel)
+            model = model_of(space, chosen)
+            check_compatible(model, space.cluster, chosen["num_gpus"], parallel)
         except ConfigError:
             continue
-        keys.add(tuple(sorted({"num_gpus": chosen["num_gpus"], **parallel.to_dict()}.items())))
+        keys.add(tuple(sorted({"num_gpus": chosen["num_gpus"], **parallel.to_dict(),
+                               **{f: getattr(model, f) for f in MODEL_LAYOUT_FIELDS}}.items())))
     return keys
 
 

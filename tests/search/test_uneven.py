@@ -40,7 +40,8 @@ def test_the_three_recipe_models_get_pipelines():
 def _llama405b_pipeline_space(**layout):
     data = auto_space_dict("llama3.1-405b", "h100", 1024, 2048)
     data["layout"].update(tensor_model_parallel_size=8, context_parallel_size=[1], micro_batch_size=[1],
-                          tp_comm_overlap=False, recompute_granularity="selective", **layout)
+                          tp_comm_overlap=False, recompute_granularity="selective", recompute_modules="none",
+                          **layout)
     return space_from_dict(data, name="llama405b-pipelines")
 
 
