@@ -260,8 +260,9 @@ def _mlp_block(x, params, shard: Shard):
 
 
 def parameters(params: dict) -> list[torch.Tensor]:
-    """The trainable tensors of a nested parameter dict (buffers excluded)."""
-    return [t for name, group in params.items() if name != "buffers" for t in _leaves(group)]
+    """The trainable tensors of a nested parameter dict (buffers excluded: the "buffers" group, and a buffer kept
+    beside its module's weights without a gradient, as the router's expert bias)."""
+    return [t for name, group in params.items() if name != "buffers" for t in _leaves(group) if t.requires_grad]
 
 
 def _leaves(group: dict) -> list[torch.Tensor]:

@@ -38,7 +38,7 @@ def test_shared_expert_overlap_and_deepep_legacy_flag():
 
 
 @pytest.mark.parametrize("changes, rule", [
-    (dict(moe_router_group_topk=4), "needs `moe_router_num_groups`"),
+    (dict(moe_router_num_groups=None, moe_router_group_topk=4), "needs `moe_router_num_groups`"),
     (dict(moe_router_num_groups=7, moe_router_group_topk=2), "num_experts % moe_router_num_groups"),
     (dict(moe_router_num_groups=8, moe_router_group_topk=9), "moe_router_group_topk <= moe_router_num_groups"),
     (dict(moe_apply_probs_on_input=True), "moe_router_topk == 1"),
