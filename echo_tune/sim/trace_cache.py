@@ -44,10 +44,12 @@ def _root() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _fingerprint() -> str:
-    """Hash of the tracer's code, torch's version and Python's version."""
+    """Hash of the tracer's code and of the specs it reads (workload/ and config/, whose model properties shape the
+    trace: a change there with the same model fields must not reuse a stale trace), torch's and Python's versions."""
     h = hashlib.sha256()
-    for path in sorted(Path(workload.__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    package = Path(workload.__file__).parent.parent
+    for path in sorted([*(package / "workload").rglob("*.py"), *(package / "config").rglob("*.py")]):
+        h.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
     try:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:

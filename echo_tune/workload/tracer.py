@@ -26,8 +26,8 @@ plus tp / cp / sp / micro-batch / precision), so a search traces each distinct s
 from __future__ import annotations
 
 import dataclasses
-
 import functools
+import weakref
 from collections import defaultdict
 from typing import Any
 
@@ -152,6 +152,12 @@ class TraceRecorder(TorchDispatchMode):
 class SavedTensorMeter:
     """Pack hook that sums the storages saved for backward, once each, excluding ``constants``.
 
+    What counts is what the autograd graph still holds when the forward ends (``close``): a tensor saved by a
+    branch whose graph was dropped is freed with it, and its storage's address (the key) may go to a storage
+    allocated later. Taking a key's first save at pack time instead counted the freed storage and not the later
+    one, and which addresses were reused changed from one process to the next (a DeepSeek-V3 MoE layer's bytes
+    came out 955.3 to 957.4 MiB).
+
     ``by_region``: each storage is charged to the region that first saves it. ``internal_by_region``:
     only storages created in a region and saved by that region alone, i.e. what recomputing the
     region frees (a region's inputs and outputs are kept by the recompute checkpoint or by the
@@ -161,17 +167,30 @@ class SavedTensorMeter:
     def __init__(self, recorder: TraceRecorder, constants: list[torch.Tensor]) -> None:
         self.recorder = recorder
         self.skip = {t.untyped_storage()._cdata for t in constants}
+        self.saves: list[tuple] = []
+        """(weak reference to the saved tensor, storage key, its bytes, region, part) in save order."""
         self.nbytes: dict[int, int] = {}
         self.savers: dict[int, list[str]] = defaultdict(list)
         self.part_savers: dict[int, list[str | None]] = defaultdict(list)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
+        """Keep a detached view (the same storage and version counter): the graph node holding ``t`` itself would
+        hold ``t``'s own grad_fn, a cycle through C++ the collector cannot see, so a dropped branch never went."""
+        saved = t.detach()
+        storage = saved.untyped_storage()
         if storage._cdata not in self.skip:
-            self.nbytes.setdefault(storage._cdata, storage.nbytes())
-            self.savers[storage._cdata].append(self.recorder.region)
-            self.part_savers[storage._cdata].append(self.recorder.part)
-        return t
+            self.saves.append((weakref.ref(saved), storage._cdata, storage.nbytes(), self.recorder.region,
+                               self.recorder.part))
+        return saved
+
+    def close(self) -> None:
+        """At the end of the forward: the storages of the saved tensors still alive, once each, with their savers."""
+        for ref, key, nbytes, region, part in self.saves:
+            if ref() is not None:
+                self.nbytes.setdefault(key, nbytes)
+                self.savers[key].append(region)
+                self.part_savers[key].append(part)
+        self.saves.clear()
 
     @staticmethod
     def unpack(t: torch.Tensor) -> torch.Tensor:
@@ -221,6 +240,7 @@ def _run(piece: str, forward, inputs: tuple, params: dict, *, region: str, tied_
     with context.activate(recorder), recorder:
         with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
             result = forward(*inputs)
+        meter.close()
         output, root = result if isinstance(result, tuple) else (result, result)
         grad = None if root.dim() == 0 else torch.empty_like(root)
         recorder.phase = "bwd"
