@@ -156,7 +156,7 @@ class SavedTensorMeter:
     branch whose graph was dropped is freed with it, and its storage's address (the key) may go to a storage
     allocated later. Taking a key's first save at pack time instead counted the freed storage and not the later
     one, and which addresses were reused changed from one process to the next (a DeepSeek-V3 MoE layer's bytes
-    came out 955.3 to 957.4 MiB).
+    came out 955.3 to 957.3 MiB).
 
     ``by_region``: each storage is charged to the region that first saves it. ``internal_by_region``:
     only storages created in a region and saved by that region alone, i.e. what recomputing the
