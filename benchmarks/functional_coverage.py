@@ -200,7 +200,7 @@ def _print_comparison(comparison: dict, verbose: bool, p) -> None:
           f"| {s['worst']} |")
     if comparison.get("summary_gpus_from_recipe"):
         p("", "The same over the runs whose GPU count a recipe gives (measured / predicted - 1, 90th percentile: "
-              "the memory band's PEAK_UNDER_PREDICTION, sim/memory_band.py):", "",
+              "the memory band's PEAK_UNDER_PREDICTION, sim/memory/memory_band.py):", "",
           "| metric | runs | median abs error | worst abs error | worst run | p90 measured/predicted - 1 |",
           "|---|---:|---:|---:|---|---:|")
         for name, s in comparison["summary_gpus_from_recipe"].items():

@@ -40,9 +40,9 @@ def refusing_flag(message: str) -> str:
 
 
 def blocking_flags(line: str) -> list[str]:
-    """Every flag of the line that config/unmodelled.py refuses (not only the first), in line order."""
-    from echo_tune.config.megatron_args import ALIASES, LINE_FLAGS, MEGATRON_FLAGS
-    from echo_tune.config.unmodelled import refusal
+    """Every flag of the line that config/flags/unmodelled.py refuses (not only the first), in line order."""
+    from echo_tune.config.launch.megatron_args import ALIASES, LINE_FLAGS, MEGATRON_FLAGS
+    from echo_tune.config.flags.unmodelled import refusal
 
     read = set(MEGATRON_FLAGS) | set(LINE_FLAGS) | set(ALIASES) | {"--bf16", "--fp16", "--checkpoint-activations"}
     tokens = shlex.split(line)
@@ -77,10 +77,10 @@ def simulate_line(line: str, cluster: str, num_gpus: int) -> dict:
     """Run one line as ``echo-tune simulate`` would; a JSON-able record of the outcome and the prediction."""
     from echo_tune.cli.common import specs_from_args
     from echo_tune.cli.simulate import DEFAULT_MODEL
-    from echo_tune.config.loading import load_cluster
-    from echo_tune.config.unmodelled import UnmodelledError
+    from echo_tune.config.load.loading import load_cluster
+    from echo_tune.config.flags.unmodelled import UnmodelledError
     from echo_tune.errors import ConfigError
-    from echo_tune.sim.memory import DEFAULT_MEMORY_HEADROOM_GIB
+    from echo_tune.sim.memory.stage import DEFAULT_MEMORY_HEADROOM_GIB
     from echo_tune.sim.simulate import simulate
 
     usage = io.StringIO()
@@ -103,7 +103,7 @@ def simulate_line(line: str, cluster: str, num_gpus: int) -> dict:
     last = report.stage_memory[-1]  # Megatron logs memory on the last rank: the last pipeline stage
     return {"outcome": "simulated", "step_time_s": report.step_time_s, "fits_memory": report.fits_memory,
             # torch's allocated bytes: after a step the activations are freed (static state and workspaces),
-            # its peak adds them; neither counts the runtime reserve outside the caching allocator (sim/memory.py)
+            # its peak adds them; neither counts the runtime reserve outside the caching allocator (sim/memory/stage.py)
             "mem_allocated_bytes": last.steady_bytes, "mem_max_allocated_bytes": last.total_bytes - last.reserve_bytes}
 
 

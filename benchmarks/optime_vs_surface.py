@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import echo_tune as et
 from echo_tune.cost.compute import op_time_s
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.schedule.passes import trace_pieces
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from echo_tune.sim.memo import profile_for_cluster  # noqa: E402
+from echo_tune.sim.schedule.memo import profile_for_cluster  # noqa: E402
 from echo_tune.sim.simulate import simulate  # noqa: E402
 from echo_tune.validate.datasets import DATASETS, published_runs  # noqa: E402
 from echo_tune.validate.runs import read_runs  # noqa: E402

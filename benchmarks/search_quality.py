@@ -26,7 +26,7 @@ one run measures 1 against 2 processes on the same space.
 ``--compare tpe`` adds the same seeds of another sampler at its default trials (TPE: 200).
 ``--results-dir`` keeps the studies: a second run reuses a finished exhaustive study (resumed, nothing new
 to simulate) and times only the default searches; a study of other code (any edit under echo_tune/) is refused
-(search/content.py): use a fresh folder then. The default searches take no random draw (auto.py), so
+(search/storage/content.py): use a fresh folder then. The default searches take no random draw (auto.py), so
 every seed gives the same layouts; the seeds are run to show that.
 """
 
@@ -52,7 +52,7 @@ ZERO_YAML = {
     "deepseek-v2-lite": dict(model="deepseek-v2-lite", cluster="h100", num_gpus=64, global_batch_size=512),
     "deepseek-v3": dict(model="deepseek-v3", cluster="h100", num_gpus=1024, global_batch_size=8192, seq_length=4096),
     "mixtral-8x22b-b200": dict(model="mixtral-8x22b", cluster="b200", num_gpus=256, global_batch_size=1024),
-    # the recipe features on (search/recipe_defaults.py), CP and micro-batch narrowed so that the exhaustive
+    # the recipe features on (search/space/recipe_defaults.py), CP and micro-batch narrowed so that the exhaustive
     # optimum takes minutes on the 2-core machine: the feature level against every combination
     "qwen3-30b-a3b-16-recipes": dict(model="qwen3-30b-a3b", cluster="h100", num_gpus=16, global_batch_size=512,
                                      seq_length=4096, fp8_format="auto",
@@ -65,7 +65,7 @@ FILES = {"gpt3-175b": REPO / "search_spaces" / "gpt3-175b-1024xa100.yaml",
 def build(name: str):
     if name in FILES:
         return load_space(FILES[name])
-    from echo_tune.search.auto_space import auto_space
+    from echo_tune.search.space.auto_space import auto_space
 
     return auto_space(**ZERO_YAML[name])
 

@@ -20,9 +20,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import optuna  # noqa: E402
 
-from echo_tune.search import auto  # noqa: E402
-from echo_tune.search.layouts import check_space  # noqa: E402
-from echo_tune.search.storage import open_storage  # noqa: E402
+from echo_tune.search.engines import auto  # noqa: E402
+from echo_tune.search.space.layouts import check_space  # noqa: E402
+from echo_tune.search.storage.study_storage import open_storage  # noqa: E402
 from search_quality import build  # noqa: E402
 
 

@@ -65,7 +65,7 @@ def per_layout_ms(space, valid, repeats: int) -> dict:
 
 def grid(space, repeats: int) -> list[dict]:
     """GPT-3 175B, TP8, micro-batch 1: each schedule at PP 4-32 and 16-1024 micro-batches."""
-    from echo_tune.config.parallel import ParallelConfig
+    from echo_tune.config.specs.parallel import ParallelConfig
     from echo_tune.errors import ConfigError
     from echo_tune.sim.simulate import simulate
 
@@ -109,7 +109,7 @@ def startup(space_file: Path) -> dict:
     """Seconds: import the CLI; trace every shape of the space cold (torch) and from the trace cache."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     trace_all = ("from echo_tune.search import load_space, check_space\n"
-                 "from echo_tune.sim.passes import trace_pieces\n"
+                 "from echo_tune.sim.schedule.passes import trace_pieces\n"
                  f"s = load_space({str(space_file)!r}); v, _ = check_space(s)\n"
                  "[trace_pieces(s.model, c.parallel, c.layout) for c in v]\n")
     with tempfile.TemporaryDirectory() as cache:
@@ -140,7 +140,7 @@ def exhaustive_walls(space_file: Path, repeats: int) -> dict:
 
 def _timed_batch(space, batch, pieces) -> tuple[int, float]:
     """(worker pid, CPU seconds) of one batch, run in a worker."""
-    from echo_tune.search.exhaustive import _evaluate_batch
+    from echo_tune.search.engines.exhaustive import _evaluate_batch
 
     start = time.process_time()
     _evaluate_batch(space, batch, None, pieces)
@@ -153,7 +153,7 @@ def simulation_scaling(space, valid) -> dict:
     the busiest worker's CPU time says what two idle cores would give."""
     from joblib.externals.loky import get_reusable_executor
 
-    from echo_tune.search.exhaustive import _pieces_for, batches
+    from echo_tune.search.engines.exhaustive import _pieces_for, batches
 
     out = {}
     for n in (1, 2):
@@ -176,7 +176,7 @@ def simulation_scaling(space, valid) -> dict:
 def tpe_trials(space, seeds: int, max_trials: int) -> dict:
     import optuna
 
-    from echo_tune.search.storage import open_storage
+    from echo_tune.search.storage.study_storage import open_storage
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

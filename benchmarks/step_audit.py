@@ -29,11 +29,11 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from echo_tune.config.compatibility import check_compatible
+from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.cost.compute import op_time_s
 from echo_tune.cost.profile import profile_for
-from echo_tune.sim.dp import grad_bytes_per_param
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.data_parallel.dp import grad_bytes_per_param
+from echo_tune.sim.schedule.passes import trace_pieces
 from echo_tune.sim.simulate import simulate
 from echo_tune.validate.runs import read_runs
 from echo_tune.validate.datasets import PUBLISHED_RUNS_DIR

@@ -19,8 +19,8 @@ from echo_tune.cost.profile import ClusterProfile, default_profile, load_profile
 from echo_tune.errors import CalibrationError, ConfigError, EchoTuneError, InfeasibleConfigError
 
 # The simulator imports torch (for tracing); load it on first use so light commands stay fast.
-_LAZY = {"simulate": "echo_tune.sim.simulate", "StepReport": "echo_tune.sim.report",
-         "BREAKDOWN_PARTS": "echo_tune.sim.report", "load_results": "echo_tune.results_api"}
+_LAZY = {"simulate": "echo_tune.sim.simulate", "StepReport": "echo_tune.sim.outputs.report",
+         "BREAKDOWN_PARTS": "echo_tune.sim.outputs.report", "load_results": "echo_tune.results_api"}
 
 
 def __getattr__(name: str):

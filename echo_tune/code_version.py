@@ -1,7 +1,7 @@
 """What computed a result: echo-tune's version and a digest of its sources.
 
 Stored with what outlives a run: the error bands (``plan/error_bands.json``), a plan study's name, and a search
-study's ``content`` (``search/content.py``), so that a result of other code is never mixed with or taken for
+study's ``content`` (``search/storage/content.py``), so that a result of other code is never mixed with or taken for
 one of this code.
 """
 

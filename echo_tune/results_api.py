@@ -10,7 +10,7 @@ the step report's numbers, the breakdown parts (``<part>_s``) and
   negative = over by that much;
 - ``rejected_rule``: the rule a layout broke ("" otherwise);
 - ``dominated_by``: why a layout was not simulated, another layout of the space being at least as good
-  ("recompute_granularity=none": the same layout without recompute fits; search/dominance.py), "" otherwise.
+  ("recompute_granularity=none": the same layout without recompute fits; search/space/dominance.py), "" otherwise.
 
 Word-valued settings keep their words: recompute, its method and the FP8 format read ``none`` when unset
 (as in a space file), never NaN. ``pd.read_csv(dir / "trials.csv", keep_default_na=False)`` reads the same
@@ -35,11 +35,11 @@ def load_results(path: str | Path, study_name: str | None = None):
     import pandas as pd
 
     # lazy: loads optuna (~0.3 s), which importing results_api does not
-    from echo_tune.search.trials_csv import spell_none
+    from echo_tune.search.outputs.trials_csv import spell_none
     # lazy: loads optuna (~0.3 s), which importing results_api does not
-    from echo_tune.search.results import trial_record
+    from echo_tune.search.outputs.results import trial_record
     # lazy: loads optuna (~0.3 s), which importing results_api does not
-    from echo_tune.search.storage import JOURNAL_NAME, open_storage
+    from echo_tune.search.storage.study_storage import JOURNAL_NAME, open_storage
 
     path = Path(path)
     folder = path.parent if path.name == JOURNAL_NAME else path

@@ -78,7 +78,8 @@ def test_a_tiny_columns_still_prints_a_readable_report(columns, capsys, monkeypa
 def test_an_unreadable_trace_cache_is_skipped_with_a_note(tmp_path, capsys, monkeypatch):
     """A cache folder that cannot be looked into (as root, permissions bind no one, so a name too long for
     the file system: stat() fails with ENAMETOOLONG, as it fails with EACCES for a user)."""
-    from echo_tune.sim import passes, trace_cache
+    from echo_tune.sim.schedule import passes
+    from echo_tune.sim.schedule import trace_cache
 
     monkeypatch.setattr(passes, "_PIECES", {})  # this process traced nothing yet: the cache is asked
     monkeypatch.setattr(trace_cache, "_UNUSABLE", set())

@@ -129,7 +129,7 @@ def test_bench_ranks_per_node_must_divide_the_processes(tmp_path, capsys):
 def test_a_profile_naming_a_non_database_leaves_it_alone(content, tmp_path, capsys):
     """Reading a profile must never turn the file its `op_times` names into an SQLite database."""
     from echo_tune.cost.profile import default_profile, save_profile
-    from echo_tune.config.loading import load_cluster
+    from echo_tune.config.load.loading import load_cluster
 
     target = tmp_path / "notes.txt"
     target.write_bytes(content)

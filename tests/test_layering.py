@@ -147,7 +147,7 @@ def _file_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_between_files():
     edges = _file_imports(_package_modules())
-    assert "echo_tune.cost.compute" in edges["echo_tune.sim.costing"]  # the walk sees the real graph
+    assert "echo_tune.cost.compute" in edges["echo_tune.sim.schedule.costing"]  # the walk sees the real graph
     cycles = _file_cycles(edges)
     assert cycles == [], "files that import each other (move the shared piece into a module below both): " + \
         "; ".join(" <-> ".join(group) for group in cycles)
@@ -170,9 +170,9 @@ def test_file_cycle_finder_sees_imports_inside_functions_and_type_checking():
     assert _file_cycles({"echo_tune.a": {"echo_tune.b"}, "echo_tune.b": set()}) == []
 
 
-RULE_CHECKS = ("echo_tune.config.compatibility", "echo_tune.config._checks")
+RULE_CHECKS = ("echo_tune.config.rules.compatibility", "echo_tune.config._checks")
 """Besides config/*_rules.py: the modules that check specs. The simulator reads their result, the checked
-``Layout`` (config/layout.py, built by config/checked.py), and calls none of them."""
+``Layout`` (config/specs/layout.py, built by config/checked.py), and calls none of them."""
 
 
 def _is_rule_check(module: str) -> bool:
@@ -182,8 +182,8 @@ def _is_rule_check(module: str) -> bool:
 
 def test_sim_imports_no_rule_check_module():
     edges = _file_imports(_package_modules())
-    assert "echo_tune.config.layout" in edges["echo_tune.sim.simulate"]  # the walk sees sim's imports of config
+    assert "echo_tune.config.specs.layout" in edges["echo_tune.sim.simulate"]  # the walk sees sim's imports of config
     calls_back = sorted((m, t) for m, targets in edges.items() if m.startswith("echo_tune.sim.")
                         for t in targets if _is_rule_check(t))
     assert calls_back == []
-    assert _is_rule_check("echo_tune.config.schedule_rules") and not _is_rule_check("echo_tune.config.layout")
+    assert _is_rule_check("echo_tune.config.rules.schedule_rules") and not _is_rule_check("echo_tune.config.specs.layout")

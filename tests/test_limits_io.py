@@ -8,7 +8,7 @@ import os
 import pytest
 
 from echo_tune.cost.profile import default_profile, save_profile
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.errors import ConfigError
 from echo_tune.io import ensure_dir, read_csv_rows, read_text, write_text
 from echo_tune.limits import LIMITS, check_number, first_non_finite

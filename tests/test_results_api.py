@@ -4,7 +4,7 @@ import pandas as pd
 
 from echo_tune.results_api import load_results
 from echo_tune.search import SearchOptions, run_search
-from echo_tune.search.space import space_from_dict
+from echo_tune.search.space.search_space import space_from_dict
 
 
 def test_recompute_none_stays_a_word(tmp_path):

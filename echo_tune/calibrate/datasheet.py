@@ -14,7 +14,7 @@ import dataclasses
 from importlib import resources
 from pathlib import Path
 
-from echo_tune.config.loading import PRESET_ALIASES, load_cluster, preset_names
+from echo_tune.config.load.loading import PRESET_ALIASES, load_cluster, preset_names
 from echo_tune.cost import profile as profile_module
 from echo_tune.cost.profile import ClusterProfile, default_profile, save_profile
 

@@ -20,8 +20,8 @@ from echo_tune.calibrate.fit_comm import CommSample
 from echo_tune.calibrate.log_checks import check_log_for_cluster
 from echo_tune.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from echo_tune.calibrate.results import FitResult
-from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.specs.cluster import ClusterSpec
+from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.profile import ClusterProfile, LinkCoefficients, default_profile
 from echo_tune.errors import CalibrationError
 from echo_tune.io import atomic_path

@@ -29,8 +29,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from echo_tune.calibrate.results import FitResult, PointResidual
-from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.specs.cluster import ClusterSpec
+from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.nccl_tuning import NCCL_SOURCE, NET_RING_HOP_LATENCY_S
 from echo_tune.cost.profile import ClusterProfile, LinkCoefficients

@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from echo_tune.calibrate.results import FitResult, PointResidual
-from echo_tune.config.cluster import GPUSpec
+from echo_tune.config.specs.cluster import GPUSpec
 from echo_tune.cost.compute import op_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op

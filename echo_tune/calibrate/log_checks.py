@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from echo_tune.calibrate.nccl_tests_log import NcclTestsLog
-from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.errors import CalibrationError
 
 _MODEL = re.compile(r"\b(gb\d{3}|[abhlvt]\d{2,3}[a-z]?)\b")

@@ -16,7 +16,7 @@ every argument, set or not, at its resolved value. So a dump names settings Mega
 - dtypes: ``validate_args`` maps ``--main-grads-dtype fp32`` etc. to ``torch.float32`` (its ``dtype_map``).
 - precision: ``bf16`` / ``fp16`` flags, FP8 on top through ``fp8``, NVFP4 through ``fp4`` / ``fp4_recipe``.
 
-Every other printed argument whose flag shapes the step but is not modelled (config/unmodelled.py) refuses the
+Every other printed argument whose flag shapes the step but is not modelled (config/flags/unmodelled.py) refuses the
 run by name when its value is not Megatron's (resolved) default (e.g. ``cp_comm_type ['a2a']``); an FP4 run
 (``fp4 e2m1``) is read as NVFP4, never fitted as BF16.
 """
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from echo_tune.config.flag_catalog import megatron_flags
-from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, VALUE_RULES, classes_of, modelled_flags
+from echo_tune.config.flags.flag_catalog import megatron_flags
+from echo_tune.config.flags.unmodelled import STEP_SHAPING_FLAGS, VALUE_RULES, classes_of, modelled_flags
 
 IGNORED = {"use_flash_attn": "Megatron-LM d98e8a64ddf3 reads --use-flash-attn nowhere; attention_backend decides"}
 RENAMED = {"fp8": "fp8_format", "fp4": "fp4_format", "layernorm_zero_centered_gamma": "apply_layernorm_1p",

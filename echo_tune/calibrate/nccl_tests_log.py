@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.rules.compatibility import GroupPlacement
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,13 +8,13 @@ import sys
 
 from echo_tune.cli.field_help import choices_of, help_for
 from echo_tune.config._checks import require
-from echo_tune.config.hf_config import hf_notes, load_hf_config
-from echo_tune.config.loading import build, load_model
-from echo_tune.config.line_flags import drop_unused_recompute
-from echo_tune.config.megatron_args import ALIASES, MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
-from echo_tune.config.model import ModelSpec
+from echo_tune.config.load.hf_config import hf_notes, load_hf_config
+from echo_tune.config.load.loading import build, load_model
+from echo_tune.config.launch.line_flags import drop_unused_recompute
+from echo_tune.config.launch.megatron_args import ALIASES, MODEL_FLAGS, PARALLEL_FLAGS, parse_megatron_line
+from echo_tune.config.specs.model import ModelSpec
 from echo_tune.errors import ConfigError
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.specs.parallel import ParallelConfig
 
 PRECISION_FLAGS = {"bf16": "--bf16", "fp16": "--fp16", "fp32": "--fp32"}
 
@@ -143,7 +143,7 @@ def _base_model(model_ref, seq_length: int | None) -> ModelSpec:
 
 def model_header(model: ModelSpec, model_ref=None, seq_length: int | None = None) -> list[str]:
     """The lines every command prints above its answer: the model and its training length, and for a
-    config.json the assumptions made reading it (config/hf_config.py notes)."""
+    config.json the assumptions made reading it (config/load/hf_config.py notes)."""
     lines = [f"model {model.name}: seq_length {model.seq_length:,} tokens per sequence"]
     if model_ref is not None and str(model_ref).endswith(".json"):
         lines += [f"{model_ref}: {n}" for n in hf_notes(model_ref, seq_length=seq_length)]

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from echo_tune.console import make_console
 from echo_tune.cli.common import add_layout_arguments, human_time, print_json, set_torch_threads, specs_from_args
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.profile import load_profile
 from echo_tune.errors import ConfigError
 

@@ -8,8 +8,10 @@ import functools
 import inspect
 import textwrap
 
-from echo_tune.config import model as model_mod
-from echo_tune.config import layer_fields, moe_fields, parallel as parallel_mod
+from echo_tune.config.specs import model as model_mod
+from echo_tune.config.specs import layer_fields
+from echo_tune.config.specs import moe_fields
+from echo_tune.config.specs import parallel as parallel_mod
 
 
 @functools.cache

@@ -149,7 +149,7 @@ def console() -> None:
     holds is frozen (``gc.freeze``), so the exit skips that collection; atexit handlers still run."""
     _CONSOLE["exits_after_command"] = True
     code = main()
-    workers = sys.modules.get("echo_tune.search.workers")  # loaded by the commands that search
+    workers = sys.modules.get("echo_tune.search.engines.workers")  # loaded by the commands that search
     if workers is not None:
         workers.stop_workers()
     gc.freeze()

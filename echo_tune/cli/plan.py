@@ -15,7 +15,7 @@ from echo_tune.plan.projection import GOODPUT_DEFAULT
 from echo_tune.plan.planner import SORT_KEYS, PlanOptions, parse_candidates, plan
 from echo_tune.plan.report import print_plan
 from echo_tune.plots import available, plot_breakdowns
-from echo_tune.search.auto_space import CAPS_HELP, FP8_CHOICES, layout_overrides
+from echo_tune.search.space.auto_space import CAPS_HELP, FP8_CHOICES, layout_overrides
 from echo_tune.tables import add_format_arguments, output_format
 
 

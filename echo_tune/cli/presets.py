@@ -8,7 +8,7 @@ from rich.table import Table
 
 from echo_tune.cli.common import print_json
 from echo_tune.console import make_console
-from echo_tune.config.loading import PRESET_ALIASES, load_cluster, load_gpu, load_model, preset_names
+from echo_tune.config.load.loading import PRESET_ALIASES, load_cluster, load_gpu, load_model, preset_names
 
 KINDS = ("models", "gpus", "clusters")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import os
 
 from echo_tune.cli.common import add_layout_arguments, human_time, print_json, set_torch_threads, specs_from_args
-from echo_tune.config.loading import load_cluster, read_yaml
+from echo_tune.config.load.loading import load_cluster, read_yaml
 from echo_tune.cost.optime_db import OpTimeDB
 from echo_tune.cost.optime_device import local_device, mismatch
 from echo_tune.cost.profile import profile_for, save_profile

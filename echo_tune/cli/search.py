@@ -22,16 +22,16 @@ from echo_tune.plan.explain import explain
 from echo_tune.plan.planner import study_records
 from echo_tune.plan.report import explanation_tables
 from echo_tune.plan.safety import fit_hint, fit_hint_text, near_tie, near_tie_text
-from echo_tune.search.auto_space import CAPS_HELP, FP8_CHOICES, auto_space_dict, layout_overrides, write_space
-from echo_tune.search.dominance import closest_misses
-from echo_tune.search.labels import full_label
-from echo_tune.search.results import trial_record
-from echo_tune.search.space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
-from echo_tune.search.sampler import SAMPLERS
-from echo_tune.search.auto import AUTO_BUDGET
-from echo_tune.search.sampler import DEFAULT_SAMPLER
-from echo_tune.search.gc_pause import gc_paused
-from echo_tune.search.storage import open_storage
+from echo_tune.search.space.auto_space import CAPS_HELP, FP8_CHOICES, auto_space_dict, layout_overrides, write_space
+from echo_tune.search.space.dominance import closest_misses
+from echo_tune.search.space.labels import full_label
+from echo_tune.search.outputs.results import trial_record
+from echo_tune.search.space.search_space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
+from echo_tune.search.engines.sampler import SAMPLERS
+from echo_tune.search.engines.auto import AUTO_BUDGET
+from echo_tune.search.engines.sampler import DEFAULT_SAMPLER
+from echo_tune.search.engines.gc_pause import gc_paused
+from echo_tune.search.storage.study_storage import open_storage
 from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, run_search
 from echo_tune.cli.search_report import layout_label, print_result, result_tables  # noqa: F401 (imported from here)
 from echo_tune.tables import add_format_arguments, output_format, print_table

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from echo_tune.cli.common import human_bytes, human_time
 from echo_tune.console import make_console
-from echo_tune.search.labels import short_labels
+from echo_tune.search.space.labels import short_labels
 from echo_tune.search.study import SearchResult
 from echo_tune.tables import Column, TextTable, note_printer, print_table
 

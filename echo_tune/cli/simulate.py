@@ -12,16 +12,16 @@ from rich.table import Table
 
 from echo_tune.cli.common import (add_clock_argument, add_layout_arguments, human_bytes, human_time, model_header,
                                   print_json, specs_from_args, with_clock)
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.sim.simulate import simulate
-from echo_tune.sim.trace_export import write_chrome_trace
+from echo_tune.sim.outputs.trace_export import write_chrome_trace
 from echo_tune.errors import ConfigError
-from echo_tune.sim.memory import DEFAULT_MEMORY_HEADROOM_GIB
+from echo_tune.sim.memory.stage import DEFAULT_MEMORY_HEADROOM_GIB
 from echo_tune.plan.bands import band_or_none, precision_of
 
 if TYPE_CHECKING:
-    from echo_tune.sim.report import StepReport
+    from echo_tune.sim.outputs.report import StepReport
 
 DEFAULT_MODEL, DEFAULT_CLUSTER, DEFAULT_NUM_GPUS = "gpt3-175b", "a100-80gb", 1024
 SEARCH_HINT = ("no throughput or MFU for a layout that does not fit in memory: run `echo-tune search` with the "
@@ -41,7 +41,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--memory-headroom-gib", type=float, default=None,
                         help="GiB the layout must leave free under the HBM size to count as fitting (default 2: "
-                             "allocator fragmentation, see sim/memory.py)")
+                             "allocator fragmentation, see sim/memory/stage.py)")
     add_clock_argument(parser)
     add_layout_arguments(parser)
     parser.set_defaults(run=run)

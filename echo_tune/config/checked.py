@@ -4,12 +4,12 @@ cross-object rule (``check_compatible``); the simulator receives the checked set
 
 from __future__ import annotations
 
-from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.compatibility import check_compatible
-from echo_tune.config.fsdp_rules import check_fsdp
-from echo_tune.config.layout import Layout
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.specs.cluster import ClusterSpec
+from echo_tune.config.rules.compatibility import check_compatible
+from echo_tune.config.rules.fsdp_rules import check_fsdp
+from echo_tune.config.specs.layout import Layout
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
 
 
 def checked_step(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig,
@@ -17,7 +17,7 @@ def checked_step(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel
     """(the settings in effect, their Layout), or a one-line ConfigError for the rule they break. ``layout``:
     what ``check_compatible`` returned for these very objects (a search's candidates carry it), reused where
     Megatron-FSDP leaves the settings as given (the settings it changes are checked again)."""
-    checked = check_fsdp(parallel)  # Megatron-FSDP's rules and the settings it implies (sim/fsdp.py)
+    checked = check_fsdp(parallel)  # Megatron-FSDP's rules and the settings it implies (sim/data_parallel/fsdp.py)
     if layout is None or checked is not parallel:
         layout = check_compatible(model, cluster, num_gpus, checked)
     return checked, layout

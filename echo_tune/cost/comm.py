@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.nccl_tuning import (RING_SIMPLE_PLATEAU, TREE_ALGBW_RATIO, TREE_VS_RING_BANDWIDTH,
                                         TREE_VS_RING_NET_HOP, TREE_VS_RING_NVLINK_HOP, nccl_picks_tree,
                                         tier_protocol, tree_correction, tree_depth)

@@ -17,7 +17,7 @@ plus the database's host time per op (non-zero for CPU devices only; ``optime/in
 
 from __future__ import annotations
 
-from echo_tune.config.cluster import GPUSpec
+from echo_tune.config.specs.cluster import GPUSpec
 from echo_tune.cost.gemm_saturation import size_saturation
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op
@@ -65,7 +65,7 @@ GRAPH_REPLAY_SAVING_S = 0.4e-6
 
 
 def graph_replay_saving_s(op: Op, profile: ClusterProfile) -> float:
-    """What one kernel of ``op`` saves of ``op_time_s`` when it is replayed from a CUDA graph (sim/cuda_graphs.py):
+    """What one kernel of ``op`` saves of ``op_time_s`` when it is replayed from a CUDA graph (sim/features/cuda_graphs.py):
     a measured op, the database's host time per op (it is the host's, which a graph does not run); else the gap
     between two kernels a graph shortens (``GRAPH_REPLAY_SAVING_S``), at most the profile's per-kernel overhead."""
     if is_measured(op, profile):

@@ -15,7 +15,7 @@ import bisect
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from echo_tune.config.loading import read_yaml
+from echo_tune.config.load.loading import read_yaml
 
 DIRECTIONS = ("dispatch", "combine")
 FALLBACK_PLATFORM = "h800"

@@ -75,8 +75,8 @@ of the bf16 tensor: 1 byte per element saved instead of 2 (see ``fp8_activation_
 
 from __future__ import annotations
 
-from echo_tune.config.cluster import ClusterSpec, GPUSpec
-from echo_tune.config.compatibility import GroupPlacement, Layout
+from echo_tune.config.specs.cluster import ClusterSpec, GPUSpec
+from echo_tune.config.rules.compatibility import GroupPlacement, Layout
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import gemm_efficiency
 from echo_tune.cost.profile import ClusterProfile

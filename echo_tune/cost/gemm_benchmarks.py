@@ -14,8 +14,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from echo_tune.config.cluster import GPUSpec
-from echo_tune.config.loading import load_gpu, read_yaml
+from echo_tune.config.specs.cluster import GPUSpec
+from echo_tune.config.load.loading import load_gpu, read_yaml
 from echo_tune.cost.gemm_saturation import size_saturation
 from echo_tune.errors import ConfigError
 

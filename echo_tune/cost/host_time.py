@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from echo_tune.config.loading import read_yaml
+from echo_tune.config.load.loading import read_yaml
 from echo_tune.errors import ConfigError
 
 PARAM = "host_time_per_kernel_s"

@@ -17,7 +17,7 @@ published ones, not NCCL's fitted tiers: the NVLink side per GPU generation, EP 
 (``cost/flex_bandwidth.py``: Hopper, B200, GB200 NVL72), the RDMA side below. A "node" is the NVLink domain (72
 GPUs of a GB200 NVL72 rack: an EP group inside one rack never touches the network). No per-call latency is added: the READMEs give the normal
 kernels' throughput only. The kernels run on their own SMs (``FLEX_SMS``): compute running beside them (the EP
-overlap, ``sim/moe_overlap.py``) loses those SMs.
+overlap, ``sim/features/moe_overlap.py``) loses those SMs.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.flex_bandwidth import nvlink_gbyte_s as measured_nvlink_gbyte_s
 from echo_tune.cost.moe_fusion import fused_subregions
 from echo_tune.errors import ConfigError
@@ -161,7 +161,7 @@ class MoEKernels:
     nvlink_gbyte_s: float = 0.0
     nic_gbyte_s: float = 0.0
     shared_expert_overlap: bool = False
-    """``--moe-shared-expert-overlap`` (``sim/moe_overlap.py``)."""
+    """``--moe-shared-expert-overlap`` (``sim/features/moe_overlap.py``)."""
     num_sms: int | None = None
     """``--moe-flex-dispatcher-num-sms``: the flex kernels' SMs (None: the backend's default)."""
     gpu_name: str = ""

@@ -24,7 +24,7 @@ With ``--use-transformer-engine-op-fuser`` and ``--moe-grouped-gemm`` Megatron-L
 TE's operation-based ``GroupedLinear`` over a GroupedTensor (moe/experts.py ``_with_fused_impl``, TE >= 2.14;
 transformer_config.py turns ``moe_use_grouped_tensor`` on): one grouped GEMM kernel over all local experts, whose
 tiles the GPU schedules together, and one quantisation kernel for the group. It is costed as the traced shape
-folds it (m = all experts' rows) with one launch (``MoEKernels.grouped_single_kernel``, sim/costing.py). Not
+folds it (m = all experts' rows) with one launch (``MoEKernels.grouped_single_kernel``, sim/schedule/costing.py). Not
 modelled: the 256-row alignment each expert's tokens are padded to on that path (moe_utils.py
 ``get_align_size_for_quantization``; none where an expert's rows are a multiple of 256, as balanced routing of
 power-of-two batches gives).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 
-from echo_tune.config.loading import load_gpu
+from echo_tune.config.load.loading import load_gpu
 from echo_tune.errors import ConfigError
 from echo_tune.limits import MAX_CLOCK_OVER_PEAK
 

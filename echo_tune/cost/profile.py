@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from echo_tune.config._checks import require, require_positive
-from echo_tune.config.cluster import ClusterSpec, GPUSpec
-from echo_tune.config.loading import check_keys, read_yaml
+from echo_tune.config.specs.cluster import ClusterSpec, GPUSpec
+from echo_tune.config.load.loading import check_keys, read_yaml
 from echo_tune.cost.gemm_benchmarks import benchmark_efficiencies
 from echo_tune.cost.host_time import default_host_time_s, default_label
 from echo_tune.cost.link_coefficients import LinkCoefficients
@@ -121,7 +121,7 @@ class ClusterProfile:
     times this; ``kernel_launch_overhead_s``: copied into the field above; ``host_time_per_kernel_s``: absent,
     the shipped one, cost/host_time.py), ``label``, rows and errors."""
     nccl_ring_only: bool = False
-    """NCCL_ALGO=Ring (set by ``--deterministic-mode``, sim/determinism.py): no tree all-reduce. Not a
+    """NCCL_ALGO=Ring (set by ``--deterministic-mode``, sim/features/determinism.py): no tree all-reduce. Not a
     profile-file key: set per simulated run."""
 
     def __post_init__(self) -> None:

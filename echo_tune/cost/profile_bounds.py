@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from echo_tune.config.cluster import check_clock
-from echo_tune.config.loading import load_gpu, preset_names
+from echo_tune.config.specs.cluster import check_clock
+from echo_tune.config.load.loading import load_gpu, preset_names
 from echo_tune.errors import ConfigError
 from echo_tune.limits import PROFILE_LIMITS, check_number
 
 if TYPE_CHECKING:
-    from echo_tune.config.cluster import ClusterSpec, GPUSpec
+    from echo_tune.config.specs.cluster import ClusterSpec, GPUSpec
 
 LINK_KEYS = ("latency_s", "base_latency_s", "bus_bandwidth_gbyte_s", "tree_efficiency")
 CURVE_KEYS = ("amplitude", "half_size_bytes", "median")

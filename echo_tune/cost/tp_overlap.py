@@ -21,7 +21,7 @@ share, a kernel beside a collective also competes for HBM and L2 (Echo, arXiv 24
 profile's fitted slowdown curve (by message size; by kernel kind where the profile has one) or its
 scalar ``compute_slowdown``, applied per overlapped op. NeMo's tuned per-model configs change
 ``num_sm`` (2-24) and ``num_splits``; echo-tune uses TE's defaults unless ``--tp-comm-overlap-cfg`` gives others
-(config/ub_config.py, ``pair_settings``): the SMs and splits, ``set_sm_margin`` off (the pipelined GEMM keeps all its
+(config/launch/ub_config.py, ``pair_settings``): the SMs and splits, ``set_sm_margin`` off (the pipelined GEMM keeps all its
 SMs, slowed only while a chunk's reduce-scatter runs beside it), ``aggregate`` (ring exchange: GEMM chunks of two
 received blocks), and a reduce-scatter GEMM by ring exchange instead of the pipeline.
 """
@@ -82,7 +82,7 @@ def pair_methods(ops: tuple[Op, ...]) -> list[tuple[int, int, str]]:
 
 
 def pair_settings(ops: tuple[Op, ...], settings: dict | None) -> list[tuple[int, int, object]]:
-    """``pair_methods`` with each pair's TE userbuffer name and setting (config/ub_config.py ``ub_settings``), or
+    """``pair_methods`` with each pair's TE userbuffer name and setting (config/launch/ub_config.py ``ub_settings``), or
     its method alone (TE's defaults) when ``settings`` is None. The name: the region's GEMM (qkv, proj, fc1 for the
     MLP's gather, fc2 for its reduce-scatter / its dY gather) and the pass (fprop; dgrad for a backward gather,
     wgrad for a backward reduce-scatter)."""
@@ -162,7 +162,7 @@ def async_pairs(ops: tuple[Op, ...]) -> list[tuple[int, int]]:
 def async_cost(comm_s: float, gemm_s: float, size_bytes: float, profile: ClusterProfile) -> tuple[float, float]:
     """(exposed communication, extra GEMM time) of an NCCL collective run beside one GEMM on another stream: the
     part of the (slowed) collective the GEMM does not cover is exposed; the GEMM beside it is slowed by the
-    profile's interference curve, as a DP bucket beside the backward is (sim/dp.py)."""
+    profile's interference curve, as a DP bucket beside the backward is (sim/data_parallel/dp.py)."""
     comm_s *= slowdown(profile, "comm", size_bytes)
     overlap = min(comm_s, gemm_s)
     return comm_s - overlap, overlap * (slowdown(profile, "compute", size_bytes) - 1.0)

@@ -4,7 +4,7 @@
 ``heads.embedding_params`` and ``heads.output_params`` (and whatever layer kinds land later, as long
 as they build their tensors through ``shard.tensor``) then create them on the local device. Floats
 are N(0, 0.02^2) (Megatron's ``--init-method-std`` default), indices zero, masks one. MoE layers
-(``model.moe_pattern`` over the chunk's global layers, as ``sim/layer_mix.py`` counts them) get the MoE
+(``model.moe_pattern`` over the chunk's global layers, as ``sim/schedule/layer_mix.py`` counts them) get the MoE
 shard (``moe=True``, the layout's EP and ETP): their MLP is the tracer's MoE block (``emulate/moe.py``).
 """
 
@@ -17,9 +17,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import echo_tune.workload.kernels_real  # noqa: F401  (real echo_tune:: kernels)
-from echo_tune.config.compatibility import Layout
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.rules.compatibility import Layout
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.workload import heads, layers
 from echo_tune.workload.layers import Shard
 

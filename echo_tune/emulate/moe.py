@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
 
 INIT_STD = 0.02
 """The values of the received buffers: N(0, 0.02^2), as ``build.RealShard`` makes every tensor."""

@@ -13,17 +13,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.compatibility import Layout
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.specs.cluster import ClusterSpec
+from echo_tune.config.rules.compatibility import Layout
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost.profile import ClusterProfile
-from echo_tune.sim.costing import ZERO, CostContext, PhaseCost, phase_cost
-from echo_tune.sim.layer_mix import chunk_layer_mix
-from echo_tune.sim.passes import PassCosts, pass_costs, trace_pieces
-from echo_tune.sim.report import StepReport
-from echo_tune.sim.chunk_passes import chunk_passes
-from echo_tune.sim.determinism import ring_only_profile
+from echo_tune.sim.schedule.costing import ZERO, CostContext, PhaseCost, phase_cost
+from echo_tune.sim.schedule.layer_mix import chunk_layer_mix
+from echo_tune.sim.schedule.passes import PassCosts, pass_costs, trace_pieces
+from echo_tune.sim.outputs.report import StepReport
+from echo_tune.sim.schedule.chunk_passes import chunk_passes
+from echo_tune.sim.features.determinism import ring_only_profile
 from echo_tune.sim.simulate import cost_context, p2p_time_s, simulate, with_sustained_clock
 
 _TASK = re.compile(r"^([FB])(\d+)(?:\.(\d+))?$")

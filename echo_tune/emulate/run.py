@@ -35,11 +35,11 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.compatibility import check_compatible
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
-from echo_tune.config.schedule_rules import cuda_graph_setting
+from echo_tune.config.specs.cluster import ClusterSpec
+from echo_tune.config.rules.compatibility import check_compatible
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
+from echo_tune.config.rules.schedule_rules import cuda_graph_setting
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.optime_device import local_device, mismatch
 from echo_tune.cost.profile import ClusterProfile, profile_for
@@ -49,8 +49,8 @@ from echo_tune.emulate.build import Stage, build_stage, chunk_forward
 from echo_tune.emulate.moe import ExpertTimer, RealMoE, moe_problems
 from echo_tune.emulate.predict import StagePrediction, predict_stage
 from echo_tune.errors import ConfigError, raise_problems
-from echo_tune.sim.costing import EXPERT_GROUPS
-from echo_tune.sim.schedules import stage_order
+from echo_tune.sim.schedule.costing import EXPERT_GROUPS
+from echo_tune.sim.schedule.schedules import stage_order
 from echo_tune.workload import context
 
 

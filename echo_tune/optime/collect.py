@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.compatibility import check_compatible
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.config.specs.cluster import ClusterSpec
+from echo_tune.config.rules.compatibility import check_compatible
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
+from echo_tune.sim.schedule.passes import trace_pieces
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,9 +50,9 @@ def distinct_ops(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
 def space_layouts(path) -> tuple[ModelSpec, ClusterSpec, dict[int, list[ParallelConfig]]]:
     """Model, cluster and the valid layouts (by GPU count) of a search-space file."""
     # lazy: loads optuna (~0.3 s), which importing optime.collect does not
-    from echo_tune.search.layouts import enumerate_layouts
+    from echo_tune.search.space.layouts import enumerate_layouts
     # lazy: loads optuna (~0.3 s), which importing optime.collect does not
-    from echo_tune.search.space import load_space
+    from echo_tune.search.space.search_space import load_space
 
     space = load_space(path)
     by_gpus: dict[int, list[ParallelConfig]] = {}

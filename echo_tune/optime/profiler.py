@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.specs.cluster import ClusterSpec
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.optime.collect import OpInstance, distinct_ops
 from echo_tune.cost.optime_db import Measurement, OpTimeDB
 from echo_tune.cost.optime_device import DeviceInfo

@@ -35,7 +35,7 @@ from pathlib import Path
 import hashlib
 
 from echo_tune.code_version import code_version
-from echo_tune.config.loading import preset_names  # what the table was computed by (plan.planner reads it here)
+from echo_tune.config.load.loading import preset_names  # what the table was computed by (plan.planner reads it here)
 from echo_tune.cost.profile import default_profile
 from echo_tune.validate.compare import simulate_case
 from echo_tune.validate.errata import errata_path_for

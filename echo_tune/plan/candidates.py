@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from echo_tune.config.loading import load_cluster
-from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.config.load.loading import load_cluster
+from echo_tune.config.flags.unmodelled import UnmodelledError
 from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.limits import check_number
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 
 from echo_tune.cost.profile import profile_for
-from echo_tune.search.labels import full_label, short_labels
-from echo_tune.search.results import candidate_of
-from echo_tune.search.space import SearchSpace
+from echo_tune.search.space.labels import full_label, short_labels
+from echo_tune.search.outputs.results import candidate_of
+from echo_tune.search.space.search_space import SearchSpace
 from echo_tune.sim.simulate import simulate
 
 GIB = 2**30

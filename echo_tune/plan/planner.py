@@ -1,7 +1,7 @@
 """``plan``: search each candidate cluster for its best layout, then price the token budget on each.
 
 A candidate is a cluster (preset or file), a GPU count and optionally the price of one GPU-hour. Each is
-searched with the zero-YAML space (``search/auto_space.py``) in its own study under
+searched with the zero-YAML space (``search/space/auto_space.py``) in its own study under
 ``RESULTS_DIR/plan-<model>-<gpus>x<cluster>-gbs<G>/``; a finished study is reused (resumed: only missing
 trials run). The row of a candidate holds its best layout's step time, tokens/s, MFU, memory headroom, days,
 GPU-hours, cost and the error band of its validated family; a candidate whose every layout overflows memory
@@ -28,8 +28,8 @@ import json
 
 import optuna
 
-from echo_tune.config.hf_config import hf_notes
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.hf_config import hf_notes
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.cost.profile import profile_for
 from echo_tune.plan.bands import band_or_none, code_version
@@ -37,13 +37,13 @@ from echo_tune.plan.candidates import (PRECISION_WORDS, PlanCandidate, bad_row, 
                                        parse_candidates)  # re-exported
 from echo_tune.plan.projection import (SORT_KEYS, GOODPUT_DEFAULT, budget_status, check_goodput,  # noqa: F401
                                       project, sort_rows)
-from echo_tune.search.labels import full_label
-from echo_tune.search.auto_space import auto_space_dict, fp8_layout_value, load_model_at
+from echo_tune.search.space.labels import full_label
+from echo_tune.search.space.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, just_over, near_tie
-from echo_tune.search.dominance import closest_misses
-from echo_tune.search.results import megatron_flags, trial_record
-from echo_tune.search.space import SearchSpace, space_from_dict, space_profile, with_overrides
-from echo_tune.search.storage import open_storage
+from echo_tune.search.space.dominance import closest_misses
+from echo_tune.search.outputs.results import megatron_flags, trial_record
+from echo_tune.search.space.search_space import SearchSpace, space_from_dict, space_profile, with_overrides
+from echo_tune.search.storage.study_storage import open_storage
 from echo_tune.search.study import SearchOptions, clock_notes, run_search
 
 GIB = 2**30
@@ -77,7 +77,7 @@ class PlanOptions:
     gpu_clock_mhz: float | None = None
     """Every candidate's sustained GPU clock (--gpu-clock-mhz); None: each cluster's own."""
     fp8_format: str = "none"
-    """``--fp8-format`` of the candidates that name no precision (FP8_CHOICES of search/auto_space.py)."""
+    """``--fp8-format`` of the candidates that name no precision (FP8_CHOICES of search/space/auto_space.py)."""
     layout: dict | None = None
     """Space-file ``layout:`` entries replacing the built ones on every candidate (``--layout``)."""
     near_tie_pct: float = 3.0

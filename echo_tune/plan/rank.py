@@ -29,13 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from echo_tune.config.cluster import ClusterSpec
-from echo_tune.config.loading import build, check_keys, cluster_from_dict, read_yaml
-from echo_tune.config.line_flags import drop_unused_recompute
-from echo_tune.config.megatron_args import parse_megatron_line
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
-from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.config.specs.cluster import ClusterSpec
+from echo_tune.config.load.loading import build, check_keys, cluster_from_dict, read_yaml
+from echo_tune.config.launch.line_flags import drop_unused_recompute
+from echo_tune.config.launch.megatron_args import parse_megatron_line
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
+from echo_tune.config.flags.unmodelled import UnmodelledError
 from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.io import read_text
@@ -43,8 +43,8 @@ from echo_tune.limits import check_number
 from echo_tune.plan.bands import band_or_none, precision_of
 from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project, sort_rows
 from echo_tune.safe_yaml import load_json
-from echo_tune.search.fields import MODEL_LAYOUT_FIELDS
-from echo_tune.search.space import load_cluster_ref, load_model_ref, resolve_ref
+from echo_tune.search.space.fields import MODEL_LAYOUT_FIELDS
+from echo_tune.search.space.search_space import load_cluster_ref, load_model_ref, resolve_ref
 from echo_tune.sim.simulate import clock_note_for, simulate
 
 FILE_KEYS = ("tokens", "defaults", "candidates", "description")
@@ -82,7 +82,7 @@ def _from_search(ref: str, where: str, base_dir: Path | None) -> dict:
     if missing or bad:
         raise ConfigError(f"{where}: {str(path)!r} lacks {missing + bad} (or holds no mapping there), which a "
                           f"best.json written by echo-tune search has; rerun the search or give a `layout`")
-    # the model settings the search chose for the layout (dispatcher, fusions: search/fields.py) are the model's
+    # the model settings the search chose for the layout (dispatcher, fusions: search/space/fields.py) are the model's
     chosen = {f: config.pop(f) for f in MODEL_LAYOUT_FIELDS if f in config}
     model = build(ModelSpec, {**specs["model_spec"], **chosen}, f"{where}: model of {path}")
     cluster = cluster_from_dict(dict(specs["cluster_spec"]), name=str(specs["cluster_spec"].get("name", "cluster")))

@@ -10,7 +10,7 @@ from echo_tune.console import make_console
 from echo_tune.plan.bands import band_note
 from echo_tune.plan.projection import budget_note, deadline_note, legend
 from echo_tune.plan.safety import fit_hint_text, near_tie_text
-from echo_tune.search.labels import short_labels
+from echo_tune.search.space.labels import short_labels
 from echo_tune.tables import Column, TextTable, print_table
 
 

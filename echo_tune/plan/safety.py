@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from echo_tune.config.loading import load_gpu, preset_names
+from echo_tune.config.load.loading import load_gpu, preset_names
 from echo_tune.errors import ConfigError
 from echo_tune.plan.projection import project, sort_rows
-from echo_tune.search.dominance import variants_near_best
-from echo_tune.search.labels import full_label
-from echo_tune.search.results import candidate_of, entry
-from echo_tune.search.space import space_profile
-from echo_tune.sim.memory_band import PEAK_OVER_PREDICTION, over_limit_risk
+from echo_tune.search.space.dominance import variants_near_best
+from echo_tune.search.space.labels import full_label
+from echo_tune.search.outputs.results import candidate_of, entry
+from echo_tune.search.space.search_space import space_profile
+from echo_tune.sim.memory.memory_band import PEAK_OVER_PREDICTION, over_limit_risk
 from echo_tune.sim.simulate import simulate
 
 GIB = 2**30
@@ -160,7 +160,7 @@ def promote_over_limit_rows(rows: list[dict], tokens: float, *, sort: str = "tim
 def just_over(space, records: list[dict]) -> dict | None:
     """Where no layout fits by the search's rule, the fastest "at risk" one, as a best entry: first one that fits as
     predicted but by less than the memory band's margin (a search without a headroom given counts those as not
-    fitting: search/objective.py ``safe_memory``), else one over its limit by less than the memory model's
+    fitting: search/engines/objective.py ``safe_memory``), else one over its limit by less than the memory model's
     over-prediction (``over_limit_risk``, flagged ``over_limit_at_risk``); None when there is neither. Both are flagged
     ``fallback_at_risk``: the planner recommends one only where no candidate has a layout the search kept."""
     missed = [r for r in records if not r["fits_memory"]]

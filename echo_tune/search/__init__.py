@@ -7,11 +7,11 @@
     result.best["step_time_s"], result.best["config"]
 """
 
-from echo_tune.search.layouts import Candidate, RejectedLayout, baselines, check_space, draw, enumerate_layouts
-from echo_tune.search.params import full_params, layout_of, search_distributions, suggest_layout
-from echo_tune.search.objective import OBJECTIVE_KEYS, Evaluator, evaluate
-from echo_tune.search.sampler import SAMPLERS, ValidLayoutSampler, register_sampler
-from echo_tune.search.space import FIELD_ORDER, OBJECTIVES, SearchSpace, load_space, space_from_dict
+from echo_tune.search.space.layouts import Candidate, RejectedLayout, baselines, check_space, draw, enumerate_layouts
+from echo_tune.search.space.params import full_params, layout_of, search_distributions, suggest_layout
+from echo_tune.search.engines.objective import OBJECTIVE_KEYS, Evaluator, evaluate
+from echo_tune.search.engines.sampler import SAMPLERS, ValidLayoutSampler, register_sampler
+from echo_tune.search.space.search_space import FIELD_ORDER, OBJECTIVES, SearchSpace, load_space, space_from_dict
 from echo_tune.search.study import SearchOptions, SearchResult, run_search
 
 __all__ = ["FIELD_ORDER", "OBJECTIVES", "OBJECTIVE_KEYS", "SAMPLERS", "Candidate", "Evaluator", "RejectedLayout",

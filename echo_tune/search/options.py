@@ -1,5 +1,5 @@
 """The options of a search run (sampler, budget, storage, resume / overwrite) and their one-line checks.
-search/study.py runs a search with them; search/sampling_run.py hands them to its worker processes.
+search/study.py runs a search with them; search/engines/sampling_run.py hands them to its worker processes.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from echo_tune.errors import ConfigError
-from echo_tune.search.sampler import SAMPLERS
+from echo_tune.search.engines.sampler import SAMPLERS
 
 
 @dataclass

@@ -28,32 +28,32 @@ import optuna
 
 from echo_tune.errors import ConfigError
 from echo_tune.io import ensure_dir
-from echo_tune.search import results as res
-from echo_tune.search.results import SearchResult
-from echo_tune.search.auto import AUTO_BUDGET, FEATURE_TOP, run_auto
-from echo_tune.search.feature_variants import core_space, has_features
-from echo_tune.search.exhaustive import run_exhaustive
-from echo_tune.search.workers import start_workers, worker_pool
-from echo_tune.search.gc_pause import gc_paused
-from echo_tune.search.trials_csv import TrialsCsv
-from echo_tune.search.layouts import check_space, config_key
-from echo_tune.search.resume import resume_notes, with_stored_best
+from echo_tune.search.outputs import results as res
+from echo_tune.search.outputs.results import SearchResult
+from echo_tune.search.engines.auto import AUTO_BUDGET, FEATURE_TOP, run_auto
+from echo_tune.search.engines.feature_variants import core_space, has_features
+from echo_tune.search.engines.exhaustive import run_exhaustive
+from echo_tune.search.engines.workers import start_workers, worker_pool
+from echo_tune.search.engines.gc_pause import gc_paused
+from echo_tune.search.outputs.trials_csv import TrialsCsv
+from echo_tune.search.space.layouts import check_space, config_key
+from echo_tune.search.storage.resume import resume_notes, with_stored_best
 from echo_tune.search.options import SearchOptions, check_options
-from echo_tune.search.sampler import DEFAULT_N_TRIALS, make_sampler
-from echo_tune.search.sampling_run import run_sampling
-from echo_tune.search.shared import shares_work
-from echo_tune.search.tickets import run_shared_exhaustive
-from echo_tune.search.run_lease import LEASE_SUFFIX, run_lease
-from echo_tune.search.rerun import check_rerun, mark_completed, rerun_note
-from echo_tune.search import sliced
-from echo_tune.search.space import SearchSpace, space_profile
-from echo_tune.search.summary import summarize
-from echo_tune.search.structure_coverage import short_search_note
-from echo_tune.search.storage import JOURNAL_NAME, StudyStorage, open_storage
-from echo_tune.search.storage_checks import storage_error
-from echo_tune.search.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
-from echo_tune.search.outputs import check_outputs
-from echo_tune.search.manifest import kept_note, record, remove_written
+from echo_tune.search.engines.sampler import DEFAULT_N_TRIALS, make_sampler
+from echo_tune.search.engines.sampling_run import run_sampling
+from echo_tune.search.engines.shared import shares_work
+from echo_tune.search.engines.tickets import run_shared_exhaustive
+from echo_tune.search.storage.run_lease import LEASE_SUFFIX, run_lease
+from echo_tune.search.storage.rerun import check_rerun, mark_completed, rerun_note
+from echo_tune.search.engines import sliced
+from echo_tune.search.space.search_space import SearchSpace, space_profile
+from echo_tune.search.outputs.summary import summarize
+from echo_tune.search.outputs.structure_coverage import short_search_note
+from echo_tune.search.storage.study_storage import JOURNAL_NAME, StudyStorage, open_storage
+from echo_tune.search.storage.storage_checks import storage_error
+from echo_tune.search.storage.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
+from echo_tune.search.outputs.write import check_outputs
+from echo_tune.search.storage.manifest import kept_note, record, remove_written
 from echo_tune.sim.simulate import clock_note_for
 
 __all__ = ["DEFAULT_N_TRIALS", "SearchOptions", "SearchResult", "clock_notes", "run_search"]
@@ -161,7 +161,7 @@ def _enumerated(space: SearchSpace, opts) -> tuple[list, list[str]]:
         return check_space(space)
     valid, notes = check_space(core_space(space))
     return valid, notes + [f"recipe features: the {len(valid)} layouts counted have them at their lead values "
-                           f"(search/feature_variants.py); their combinations are searched for the best "
+                           f"(search/engines/feature_variants.py); their combinations are searched for the best "
                            f"{FEATURE_TOP} structures"]
 
 

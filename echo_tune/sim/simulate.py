@@ -10,43 +10,44 @@ import dataclasses
 import functools
 
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
-from echo_tune.config.cluster import ClusterSpec, clock_note
+from echo_tune.config.specs.cluster import ClusterSpec, clock_note
 from echo_tune.config.checked import checked_step
-from echo_tune.config.layout import GroupPlacement, Layout
-from echo_tune.config.launch_notes import launch_notes
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.specs.layout import GroupPlacement, Layout
+from echo_tune.config.launch.launch_notes import launch_notes
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer, mxfp8_notes
 from echo_tune.cost.moe_dispatch import moe_kernels
 from echo_tune.cost.profile import ClusterProfile, check_profile_device
 from echo_tune.errors import ConfigError
-from echo_tune.sim.optime_coverage import check_op_times_device, measured_compute_share
-from echo_tune.sim.costing import ZERO, CostContext, PhaseCost
-from echo_tune.sim.determinism import check_deterministic, ring_only_profile
-from echo_tune.sim.activation_offload import activation_offload_notes, stage_drained_bytes, with_activation_offload
-from echo_tune.sim.cpu_offload import offload_costs, offload_notes
-from echo_tune.sim.realtime_tests import realtime_test_notes, with_realtime_tests
-from echo_tune.sim.cuda_graphs import capture_spec, graph_memory_notes
-from echo_tune.sim.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
-from echo_tune.sim.dp import grad_bytes_per_param, stage_tail
-from echo_tune.sim.fsdp import dp_cp_group, fsdp_notes, fsdp_root_params, fsdp_stage_tail, with_fsdp_comm
-from echo_tune.sim.grad_accumulation import chunk_accumulation_s
-from echo_tune.sim.engine import run_pipeline, simulate_pipeline
-from echo_tune.sim.flops import model_flops_per_step
-from echo_tune.sim.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes
-from echo_tune.sim.linear_layers import chunk_linear_mix, linear_notes, linear_param_delta
-from echo_tune.sim.memo import profile_for_cluster
-from echo_tune.sim.memory import stage_memory
-from echo_tune.sim.muon_shards import spread_notes
-from echo_tune.sim.optimizer_muon import check_muon, step_extra_s
-from echo_tune.sim.moe_overlap import paired_fraction
-from echo_tune.sim.chunk_passes import all_chunk_passes
-from echo_tune.sim.passes import pass_costs, trace_pieces
-from echo_tune.sim.report import BREAKDOWN_PARTS, StepReport
-from echo_tune.sim.schedules import SCHEDULES
-from echo_tune.sim.trace_args import chunk_work, p2p_message_bytes, span_args
-from echo_tune.sim.trace_tracks import COMM_TRACK, DP_TRACK, bucket_spans, p2p_spans, pass_part_spans
+from echo_tune.sim.outputs.optime_coverage import check_op_times_device, measured_compute_share
+from echo_tune.sim.schedule.costing import ZERO, CostContext, PhaseCost
+from echo_tune.sim.features.determinism import check_deterministic, ring_only_profile
+from echo_tune.sim.features.activation_offload import (activation_offload_notes, stage_drained_bytes,
+                                                       with_activation_offload)
+from echo_tune.sim.features.cpu_offload import offload_costs, offload_notes
+from echo_tune.sim.features.realtime_tests import realtime_test_notes, with_realtime_tests
+from echo_tune.sim.features.cuda_graphs import capture_spec, graph_memory_notes
+from echo_tune.sim.features.deferred_wgrad import deferred_wgrad, with_buffers, with_deferral
+from echo_tune.sim.data_parallel.dp import grad_bytes_per_param, stage_tail
+from echo_tune.sim.data_parallel.fsdp import dp_cp_group, fsdp_notes, fsdp_root_params, fsdp_stage_tail, with_fsdp_comm
+from echo_tune.sim.schedule.grad_accumulation import chunk_accumulation_s
+from echo_tune.sim.schedule.engine import run_pipeline, simulate_pipeline
+from echo_tune.sim.outputs.flops import model_flops_per_step
+from echo_tune.sim.schedule.layer_mix import chunk_layer_mix, chunk_window_mix, layer_notes, moe_notes
+from echo_tune.sim.schedule.linear_layers import chunk_linear_mix, linear_notes, linear_param_delta
+from echo_tune.sim.schedule.memo import profile_for_cluster
+from echo_tune.sim.memory.stage import stage_memory
+from echo_tune.sim.data_parallel.muon_shards import spread_notes
+from echo_tune.sim.data_parallel.optimizer_muon import check_muon, step_extra_s
+from echo_tune.sim.features.moe_overlap import paired_fraction
+from echo_tune.sim.schedule.chunk_passes import all_chunk_passes
+from echo_tune.sim.schedule.passes import pass_costs, trace_pieces
+from echo_tune.sim.outputs.report import BREAKDOWN_PARTS, StepReport
+from echo_tune.sim.schedule.schedules import SCHEDULES
+from echo_tune.sim.outputs.trace_args import chunk_work, p2p_message_bytes, span_args
+from echo_tune.sim.outputs.trace_tracks import COMM_TRACK, DP_TRACK, bucket_spans, p2p_spans, pass_part_spans
 
 
 def _stage_pair(layout: Layout) -> GroupPlacement:
@@ -152,7 +153,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         amax = PhaseCost(comm_exposed_s=amax_reduction_s(layout, cluster, profile, chunk_layers,
                                                          amax_tensors_per_layer(pieces)))
     mix, windows = chunk_layer_mix(model, layout), chunk_window_mix(model, layout)
-    linears = chunk_linear_mix(model, layout)  # gated-delta-net layers (sim/linear_layers.py)
+    linears = chunk_linear_mix(model, layout)  # gated-delta-net layers (sim/schedule/linear_layers.py)
     paired = [paired_fraction(schedule, s, p, m, v) if parallel.overlap_moe_expert_parallel_comm else 0.0
               for s in range(p)]
     passes = all_chunk_passes(layout, costs, mix, windows, bf16, amax, paired, linears)
@@ -163,7 +164,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
         passes = [[(f, b + PhaseCost(compute_s=extra[s][c]), r) for c, (f, b, r) in enumerate(row)]
                   for s, row in enumerate(passes)]
     offload_bytes = offloaded_layer_bytes(pieces, mix) if parallel.cpu_offloading_num_layers else 0.0
-    if offload_bytes:  # activation copies to / from the host beside the layers' compute (sim/cpu_offload.py)
+    if offload_bytes:  # activation copies to / from the host beside the layers' compute (sim/features/cpu_offload.py)
         passes = [[(f + of, b + ob, r) for (f, b, r), layers in zip(row, layout.stage_chunk_layers[s])
                    for of, ob in [offload_costs(f, b, layers=layers, offloaded=parallel.cpu_offloading_num_layers,
                                                 layer_bytes=offload_bytes, gpu_name=cluster.gpu.name)]]
@@ -287,7 +288,7 @@ def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple
     for stage, _, _, _, start, end in events:
         busy_s[stage] += end - start
     for stage, (flush_start, end) in enumerate(zip(pipeline_end_s, compute_end_s)):
-        busy_s[stage] += end - flush_start  # the deferred embedding wgrad flush (sim/deferred_wgrad.py)
+        busy_s[stage] += end - flush_start  # the deferred embedding wgrad flush (sim/features/deferred_wgrad.py)
     idle_s = [end - busy for end, busy in zip(compute_end_s, busy_s)]
 
     spans = [(stage, f"{'B' if backward else 'F'}{mb}" + (f".{chunk}" if chunk else ""),
@@ -321,7 +322,7 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
     backward, and when its step ends. ``mtp_params``: the extra parameters of one MTP layer.
     ``bucket_spans``: a list to receive, per stage, its DP buckets' (begin_s, end_s, params) for the trace
     (the tail itself is computed as without it). ``muon``: with ``--optimizer muon``, what it adds to a stage's
-    optimizer step, from (its layer mix, its parameters, their routed experts'): sim/optimizer_muon.py."""
+    optimizer step, from (its layer mix, its parameters, their routed experts'): sim/data_parallel/optimizer_muon.py."""
     p = len(layout.stage_chunk_layers)
     layer_params = pieces["layer"].param_count
     moe = pieces.get("moe_layer")
@@ -333,7 +334,7 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
     stage_params, stage_experts, tails, finals = [], [], [], []
     for s in range(p):
         chunk_params = [dense * layer_params + k * moe_params for dense, k in mix[s]]
-        if linears:  # gated-delta-net layers hold other parameters than self-attention (sim/linear_layers.py)
+        if linears:  # gated-delta-net layers hold other parameters than self-attention (sim/schedule/linear_layers.py)
             chunk_params = [n + linear_param_delta(pieces, la)[0] for n, la in zip(chunk_params, linears[s])]
         chunk_experts = [k * expert_params for _, k in mix[s]]
         for c, contents in enumerate(layout.chunk_contents[s]):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from echo_tune.config.unmodelled import UnmodelledError
+from echo_tune.config.flags.unmodelled import UnmodelledError
 from echo_tune.cost.host_time import shipped_fit
 from echo_tune.errors import EchoTuneError
-from echo_tune.sim.memo import profile_for_cluster
+from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.sim.simulate import simulate
 from echo_tune.validate.runs import RunCase
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from echo_tune.config.loading import read_yaml
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.load.loading import read_yaml
+from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.errors import ConfigError
 
 ERRATA_DIR = Path(__file__).resolve().parent / "errata"

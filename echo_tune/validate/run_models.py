@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from echo_tune.config.hf_config import load_hf_config
-from echo_tune.config.loading import load_model
-from echo_tune.config.model import ModelSpec
+from echo_tune.config.load.hf_config import load_hf_config
+from echo_tune.config.load.loading import load_model
+from echo_tune.config.specs.model import ModelSpec
 from echo_tune.errors import ConfigError
 
 ARCHITECTURE_COLUMNS = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")

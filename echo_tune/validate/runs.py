@@ -21,21 +21,21 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from echo_tune.config.cluster import ClusterSpec
+from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.io import read_csv_rows
 from echo_tune.limits import MAX_RUN_ROWS, check_number
-from echo_tune.config.loading import build, load_cluster
-from echo_tune.config.megatron_args import (ALIASES, LINE_FLAGS, MODEL_FLAGS, PARALLEL_FLAGS, SPECIAL_FLAGS,
+from echo_tune.config.load.loading import build, load_cluster
+from echo_tune.config.launch.megatron_args import (ALIASES, LINE_FLAGS, MODEL_FLAGS, PARALLEL_FLAGS, SPECIAL_FLAGS,
                                             parse_megatron_line)
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
-from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS, UnmodelledError, harmless_reason, refusal, \
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
+from echo_tune.config.flags.unmodelled import STEP_SHAPING_FLAGS, UnmodelledError, harmless_reason, refusal, \
     refuse_if_unmodelled
 from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.validate.datasets import is_published
 from echo_tune.validate.errata import Erratum, errata_path_for, errata_settings, load_errata
 from echo_tune.validate.run_models import ARCHITECTURE_COLUMNS, model_defaults, row_model, unstated_defaults
-from echo_tune.config.ub_config import read_ub_config
+from echo_tune.config.launch.ub_config import read_ub_config
 
 REQUIRED_COLUMNS = ("name", "cluster", "num_gpus", "measured_step_time_s", *ARCHITECTURE_COLUMNS, "global_batch_size")
 MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
@@ -147,7 +147,7 @@ def _until_flag(tokens: list[str]) -> list[str]:
 
 def _refused_columns(row: dict) -> None:
     """A column named after a Megatron setting echo-tune does not model refuses the row when it is set
-    (non-empty and not false): the run's step depends on it (config/unmodelled.py)."""
+    (non-empty and not false): the run's step depends on it (config/flags/unmodelled.py)."""
     for column, raw in row.items():
         if column in MODEL_FIELDS or column in PARALLEL_FIELDS or column is None:
             continue

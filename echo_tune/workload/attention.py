@@ -153,7 +153,7 @@ def core_attention(q, k, v, *, flash: bool, context_parallel_size: int, dropout_
 
 
 def _cp_attention(q, k, v, cp: int, cp_comm: tuple[str, int], dropout_p: float, window_left, softmax):
-    """Context parallelism by ``cp_comm`` (config/cp_comm_rules.py): p2p ring, all_gather, a2a, a2a+p2p."""
+    """Context parallelism by ``cp_comm`` (config/rules/cp_comm_rules.py): p2p ring, all_gather, a2a, a2a+p2p."""
     kind, a2a = cp_comm
     if kind == "all_gather":
         return cp_attention.kv_all_gather_attention(q, k, v, cp)

@@ -1,6 +1,6 @@
 """Context-parallel attention other than the ring: all-gather of K/V, Ulysses all-to-all, and both levels of a2a+p2p.
 
-Transformer Engine d0067d0 pytorch/attention/dot_product_attention/context_parallel.py (config/cp_comm_rules.py says
+Transformer Engine d0067d0 pytorch/attention/dot_product_attention/context_parallel.py (config/rules/cp_comm_rules.py says
 which Megatron runs). Inputs are one rank's q [s, b, heads, d], k and v [s, b, groups, d] (s: its two load-balanced
 sequence chunks); the output is [s, b, heads * d_v].
 

@@ -15,8 +15,8 @@ OP_KINDS = ("gemm", "attention", "memory", "collective")
 # send_recv / broadcast: the message; all_to_all: the whole send buffer of one rank.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
 GROUPS = ("tp", "cp", "dp", "pp", "ep", "etp", "tpep", "cp_a2a", "cp_p2p")
-"""Process groups; ep / etp / tpep (the ETP x EP group) are the expert groups of ``config/expert_layout.py``; cp_a2a
-and cp_p2p the two levels of a2a+p2p context parallelism (``config/cp_comm_rules.py``)."""
+"""Process groups; ep / etp / tpep (the ETP x EP group) are the expert groups of ``config/rules/expert_layout.py``; cp_a2a
+and cp_p2p the two levels of a2a+p2p context parallelism (``config/rules/cp_comm_rules.py``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,7 +100,7 @@ class Trace:
     """This rank's trainable tensors as (elements, kind), in model order: "matrix" (2-D, what Muon
     orthogonalizes), "expert" (one routed expert's weight matrix: Megatron keeps each local expert's as its own
     tensor), "other" (norms, biases, the word embeddings: the scalar optimizer's) and "tied" (the output
-    layer's weight, a copy of the word embeddings when tied). Sums to ``param_count`` (sim/muon_shards.py)."""
+    layer's weight, a copy of the word embeddings when tied). Sums to ``param_count`` (sim/data_parallel/muon_shards.py)."""
     linear_param_counts: dict[str, int] = field(default_factory=dict)
     """Weights of this rank's linear layers by where their GEMMs run, "region" or "region/subregion"
     ("qkv", "attention_proj", "mlp", "moe/router", "moe/experts", "moe/shared"): what FP8 weight copies

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
-from echo_tune.config.model import ModelSpec
+from echo_tune.config.specs.model import ModelSpec
 from echo_tune.errors import ConfigError
 from echo_tune.workload import gated_delta_net, mla, moe
 from echo_tune.workload.attention import core_attention
@@ -50,7 +50,7 @@ class Shard:
     window: bool = False
     """Trace the sliding-window variant of the layer's attention (``model.window_size``)."""
     cp_comm: tuple[str, int] = ("p2p", 1)
-    """How attention talks across CP: (``--cp-comm-type``, all-to-all ranks); config/cp_comm_rules.py."""
+    """How attention talks across CP: (``--cp-comm-type``, all-to-all ranks); config/rules/cp_comm_rules.py."""
     linear: bool = False
     """Trace the gated delta net in place of self-attention (workload/gated_delta_net.py)."""
     deterministic: bool = False
@@ -166,7 +166,7 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     else:
         params["fc1"] = _linear_params(shard, fc1_out, m.hidden_size, bias=True)
         params["fc2"] = _linear_params(shard, m.hidden_size, shard.ffn, bias=True)
-    if m.rotary and not shard.linear:  # rope or yarn (config/model.py POSITION_EMBEDDING_TYPES); a constant buffer, not a parameter (no gradient)
+    if m.rotary and not shard.linear:  # rope or yarn (config/specs/model.py POSITION_EMBEDDING_TYPES); a constant buffer, not a parameter (no gradient)
         rot = d if m.multi_latent_attention else rotary_dim(d, m.rotary_percent)
         params["buffers"] = {"rope_freqs": shard.tensor(shard.seq, 1, 1, rot, dtype=torch.float32)}
     return params

@@ -9,7 +9,7 @@ Megatron-LM d98e8a64ddf3 core/transformer/attention.py:
   where ``_apply_output_gate`` is ``@jit_fuser`` (torch.compile): ``x * sigmoid(gate.float())`` cast back,
   one fused elementwise kernel forward, one backward (dx and dgate), saving x and the gate.
 The gate's FLOPs count in Megatron's ``num_floating_point_operations`` (training/training.py
-``gate_projection_size``; sim/flops.py). Megatron refuses it with MLA (transformer_config.py, MLATransformerConfig).
+``gate_projection_size``; sim/outputs/flops.py). Megatron refuses it with MLA (transformer_config.py, MLATransformerConfig).
 """
 
 from __future__ import annotations

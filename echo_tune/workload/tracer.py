@@ -36,12 +36,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from echo_tune.config.model import ModelSpec
+from echo_tune.config.specs.model import ModelSpec
 from echo_tune.workload import context, heads, layers
 from echo_tune.workload.graph import Op, Trace
 from echo_tune.workload.kernels import ATTENTION_CAUSAL_ARG, ATTENTION_EXPS, ATTENTION_FLOPS
 from echo_tune.workload.opkey import op_key
-from echo_tune.config.linear_attention_fields import LinearAttentionFields
+from echo_tune.config.specs.linear_attention_fields import LinearAttentionFields
 
 aten = torch.ops.aten
 GEMMS = (aten.mm, aten.addmm, aten.bmm, aten.baddbmm)
@@ -291,7 +291,7 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
         fixed.update(num_experts=None, moe_ffn_hidden_size=None, moe_shared_expert_intermediate_size=None)
     # the window shapes only the window pieces (which layers have it: layer_mix), the loss only the output
     fixed.update(window_attn_skip_freq=None)
-    # the gated delta net's settings shape only its pieces (which layers: sim/linear_layers.py); one layer of it there
+    # the gated delta net's settings shape only its pieces (which layers: sim/schedule/linear_layers.py); one layer of it there
     if "linear" in piece:
         fixed.update(linear_attention_freq=2)
     else:
@@ -303,7 +303,7 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
     if piece in LAYER_PIECES:
         fixed.update(vocab_size=1, make_vocab_size_divisible_by=1, untie_embeddings_and_output_weights=False)
     # --transformer-impl shapes only the layers (the local spec's norms and loss run the same kernels), and its
-    # softmax flags only the local spec's attention (config/local_spec.py)
+    # softmax flags only the local spec's attention (config/rules/local_spec.py)
     if piece not in LAYER_PIECES or not model.local_spec:
         fixed.update(masked_softmax_fusion=True, attention_softmax_in_fp32=False, apply_query_key_layer_scaling=False)
         if piece not in LAYER_PIECES:
@@ -325,7 +325,7 @@ def _trace(piece: str, model: ModelSpec, tp: int, cp: int, sp: bool, mbs: int, p
     if piece not in LAYER_PIECES or cp == 1 or "linear" in piece:
         cp_comm = ("p2p", 1)  # only the layers' self-attention talks across CP
     if "linear" not in piece:
-        deterministic = False  # deterministic mode picks the gated delta net's path only (sim/determinism.py: the rest)
+        deterministic = False  # deterministic mode picks the gated delta net's path only (sim/features/determinism.py: the rest)
     return _cached(piece, _canonical(piece, model), tp, cp, bool(sp and tp > 1), mbs, precision, ep, etp,
                    tuple(cp_comm), deterministic)
 
@@ -364,7 +364,7 @@ def trace_layer(model: ModelSpec, *, tensor_model_parallel_size: int, context_pa
                 sequence_parallel: bool = False, micro_batch_size: int = 1, precision: str = "bf16",
                 cp_comm: tuple[str, int] = ("p2p", 1)) -> Trace:
     """One transformer layer of one micro-batch on one rank (cached by shape). ``cp_comm``: (CP communication type,
-    all-to-all ranks), config/cp_comm_rules.py."""
+    all-to-all ranks), config/rules/cp_comm_rules.py."""
     return _trace("layer", model, tensor_model_parallel_size, context_parallel_size, sequence_parallel,
                   micro_batch_size, precision, cp_comm=cp_comm)
 

@@ -100,7 +100,7 @@ def test_memory_against_the_goldens_and_the_band_margin_it_sets(whole_corpus):
     """Issue 19 item 5 on the runs whose GPU count a recipe gives: steady state (mem-allocated-bytes after a
     step) median |error| <= 3%, peak (mem-max-allocated-bytes) <= 10%; the memory band's at-risk margin is
     the peak's 90th-percentile measured / predicted - 1 of this benchmark (docs/memory.md)."""
-    from echo_tune.sim.memory_band import PEAK_UNDER_PREDICTION
+    from echo_tune.sim.memory.memory_band import PEAK_UNDER_PREDICTION
 
     known = whole_corpus["comparison"]["summary_gpus_from_recipe"]
     assert known["allocated after step"]["runs"] >= 250 and known["max allocated"]["runs"] >= 250

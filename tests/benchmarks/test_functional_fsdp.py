@@ -1,4 +1,4 @@
-"""Megatron's functional-test cases that use Megatron-FSDP simulate (sim/fsdp.py)."""
+"""Megatron's functional-test cases that use Megatron-FSDP simulate (sim/data_parallel/fsdp.py)."""
 
 from functional_coverage import coverage
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from echo_tune.calibrate.fit import fit_profile
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 A100_DIR = REPO / "calibration" / "azure-ndv4-a100-40gb"

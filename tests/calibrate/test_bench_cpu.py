@@ -13,7 +13,7 @@ import yaml
 from echo_tune.calibrate import raw
 from echo_tune.calibrate.fit import fit_profile
 from echo_tune.cli.main import main
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
 

@@ -9,7 +9,7 @@ from echo_tune.calibrate.fit import fit_profile
 from echo_tune.calibrate.log_checks import check_log_for_cluster, gpu_mismatch
 from echo_tune.calibrate.nccl_tests import parse_nccl_tests
 from echo_tune.cli.main import main
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.errors import CalibrationError
 
 from .conftest import A100_DIR, LOGS

@@ -20,10 +20,10 @@ import pytest
 from echo_tune.calibrate.fit_runs import BOUNDS, fit_runs
 from echo_tune.calibrate.megatron_log import parse_log, read_logs
 from echo_tune.cli.main import main
-from echo_tune.config.loading import build, load_cluster
-from echo_tune.config.megatron_args import parse_megatron_line
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.load.loading import build, load_cluster
+from echo_tune.config.launch.megatron_args import parse_megatron_line
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost.profile import load_cluster_profile, load_profile
 from echo_tune.errors import ConfigError
 

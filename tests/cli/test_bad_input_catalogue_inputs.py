@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.profile import default_profile, save_profile
 from echo_tune.cost.optime_db import Measurement, OpTimeDB
 from echo_tune.cost.optime_device import DeviceInfo

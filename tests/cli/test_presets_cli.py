@@ -4,7 +4,7 @@ import json
 
 
 from echo_tune.cli.main import main
-from echo_tune.config.loading import preset_names
+from echo_tune.config.load.loading import preset_names
 
 
 def test_presets_json_lists_every_model_gpu_and_cluster(capsys):

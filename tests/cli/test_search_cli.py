@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
-from echo_tune.search.storage import open_storage
+from echo_tune.search.storage.study_storage import open_storage
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = str(REPO / "search_spaces" / "small-gpt7b-16xa100.yaml")

@@ -55,7 +55,7 @@ def test_plain_progress_lines_when_not_on_a_terminal(tmp_path):
 def _journal_trials(path: Path) -> int:
     import optuna
 
-    from echo_tune.search.storage import open_storage
+    from echo_tune.search.storage.study_storage import open_storage
 
     store = open_storage(path.parent, str(path))
     study = optuna.load_study(study_name="group", storage=store.storage)

@@ -4,7 +4,7 @@ no FP4 recipe, no CPU offloading count, no router loss coefficient."""
 import dataclasses
 
 import echo_tune as et
-from echo_tune.config.megatron_args import to_megatron_flags
+from echo_tune.config.launch.megatron_args import to_megatron_flags
 
 
 def test_defaults_of_new_fields_are_not_written():

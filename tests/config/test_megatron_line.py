@@ -3,8 +3,8 @@
 import pytest
 
 import echo_tune as et
-from echo_tune.config.megatron_args import parse_megatron_line, to_megatron_flags
-from echo_tune.config.tokenizers import tokenizer_vocab_size
+from echo_tune.config.launch.megatron_args import parse_megatron_line, to_megatron_flags
+from echo_tune.config.launch.tokenizers import tokenizer_vocab_size
 from echo_tune.errors import ConfigError
 
 # examples/llama/train_llama3_8b_h100_fp8.sh at d98e8a64ddf3, real-data branch (a tokenizer, no --vocab-size)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from echo_tune.cli.main import main
-from echo_tune.config.hf_config import load_hf_config, model_fields_from_hf
-from echo_tune.config.loading import load_model, preset_names
-from echo_tune.config.megatron_args import parse_megatron_line, to_megatron_flags
-from echo_tune.config.model import ModelSpec
+from echo_tune.config.load.hf_config import load_hf_config, model_fields_from_hf
+from echo_tune.config.load.loading import load_model, preset_names
+from echo_tune.config.launch.megatron_args import parse_megatron_line, to_megatron_flags
+from echo_tune.config.specs.model import ModelSpec
 
 HF = Path(__file__).parent / "data" / "hf"
 CONFIGS = sorted(p.name for p in HF.glob("*.json"))

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
-from echo_tune.config.launch_tokens import split_line
-from echo_tune.config.megatron_args import parse_megatron_line
-from echo_tune.config.pipeline_layout import parse_layout
+from echo_tune.config.launch.launch_tokens import split_line
+from echo_tune.config.launch.megatron_args import parse_megatron_line
+from echo_tune.config.specs.pipeline_layout import parse_layout
 from echo_tune.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

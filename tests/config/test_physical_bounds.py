@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
-from echo_tune.config.loading import cluster_from_dict, load_cluster
+from echo_tune.config.load.loading import cluster_from_dict, load_cluster
 from echo_tune.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_replace_checks_the_bounds_too():
 
 
 def test_every_shipped_cluster_and_the_cpu_test_cluster_still_read():
-    from echo_tune.config.loading import preset_names
+    from echo_tune.config.load.loading import preset_names
 
     for name in preset_names("clusters"):
         load_cluster(name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import echo_tune as et
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.errors import ConfigError
 from echo_tune.workload.tracer import trace_layer
 

@@ -1,5 +1,5 @@
 """Every model preset's Megatron-LM flags rebuild its model (issue 41): the model -> the flags search writes
-(``search/results.py``: ``model_fields`` -> ``to_megatron_flags``, what megatron_args.txt and best.json hold)
+(``search/outputs/results.py``: ``model_fields`` -> ``to_megatron_flags``, what megatron_args.txt and best.json hold)
 -> ``parse_megatron_line`` -> the same ModelSpec; and a preset launches the model its config.json describes:
 ``llama3.1-70b`` printed neither ``--rotary-base 500000`` nor ``--use-rope-scaling`` (the config.json route wrote
 both), so a pasted launch line trained another model than the one simulated."""
@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from echo_tune.config.hf_config import load_hf_config
-from echo_tune.config.loading import load_model, preset_names
-from echo_tune.config.megatron_args import parse_megatron_line, to_megatron_flags
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.rebuild_fields import RebuildFields
-from echo_tune.search.results import model_fields
+from echo_tune.config.load.hf_config import load_hf_config
+from echo_tune.config.load.loading import load_model, preset_names
+from echo_tune.config.launch.megatron_args import parse_megatron_line, to_megatron_flags
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.rebuild_fields import RebuildFields
+from echo_tune.search.outputs.results import model_fields
 
 HF = Path(__file__).parent / "data" / "hf"
 REBUILD = [f.name for f in dataclasses.fields(RebuildFields) if f.name != "max_position_embeddings"]

@@ -4,7 +4,7 @@ all-gathers before each layer's forward and backward and reduce-scatters after i
 import pytest
 
 import echo_tune as et
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.errors import ConfigError
 
 LLAMA8 = et.load_model("llama3-8b")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo_tune.config.loading import cluster_from_dict, load_cluster, load_gpu
+from echo_tune.config.load.loading import cluster_from_dict, load_cluster, load_gpu
 from echo_tune.cost.compute import op_time_s
 from echo_tune.cost.profile import default_profile
 from echo_tune.errors import ConfigError
@@ -52,8 +52,8 @@ def test_cluster_key_overrides_preset_and_is_checked():
 
 
 def test_simulate_uses_cluster_clock_over_preset():
-    from echo_tune.config.loading import load_model
-    from echo_tune.config.parallel import ParallelConfig
+    from echo_tune.config.load.loading import load_model
+    from echo_tune.config.specs.parallel import ParallelConfig
     from echo_tune.sim.simulate import simulate
 
     model = load_model("llama3-8b")

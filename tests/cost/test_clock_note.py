@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
-from echo_tune.config.cluster import clock_note
-from echo_tune.config.loading import load_cluster, load_gpu
-from echo_tune.config.model import ModelSpec
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.specs.cluster import clock_note
+from echo_tune.config.load.loading import load_cluster, load_gpu
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.sim.simulate import simulate
 
 MODEL = ModelSpec(name="tiny", num_layers=4, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=4096,

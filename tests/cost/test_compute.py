@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from echo_tune.calibrate.fit_compute import fit_attention
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.compute import op_time_s
 from echo_tune.cost.profile import default_profile, profile_from_dict
 from echo_tune.errors import ConfigError
@@ -64,7 +64,7 @@ def test_causal_forward_runs_at_the_causal_factor_backward_does_not():
 
 
 def test_traced_flash_attention_carries_its_mask():
-    from echo_tune.config.model import ModelSpec
+    from echo_tune.config.specs.model import ModelSpec
     from echo_tune.workload.tracer import trace_layer
 
     model = ModelSpec(name="t", num_layers=1, hidden_size=256, num_attention_heads=4, seq_length=512,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from echo_tune.config.compatibility import GroupPlacement, check_compatible
-from echo_tune.config.loading import load_cluster, load_model
-from echo_tune.config.megatron_args import parse_megatron_line
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.rules.compatibility import GroupPlacement, check_compatible
+from echo_tune.config.load.loading import load_cluster, load_model
+from echo_tune.config.launch.megatron_args import parse_megatron_line
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost.flex_bandwidth import label, nvlink_gbyte_s, platform_for
 from echo_tune.cost.moe_dispatch import flex_dispatch_time_s, sm_slowdown
 from echo_tune.errors import ConfigError

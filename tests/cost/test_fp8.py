@@ -186,7 +186,7 @@ def test_non_tn_fp8_gemms_follow_tes_rule(cc, any_layout):
 
 
 def test_a_malformed_compute_capability_is_refused():
-    from echo_tune.config.loading import load_gpu
+    from echo_tune.config.load.loading import load_gpu
     from echo_tune.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r'`compute_capability` must be "major.minor"'):
@@ -195,7 +195,7 @@ def test_a_malformed_compute_capability_is_refused():
 
 
 def test_an_unquoted_compute_capability_is_refused_with_the_quoted_fix():
-    from echo_tune.config.loading import load_gpu
+    from echo_tune.config.load.loading import load_gpu
     from echo_tune.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r'must be text, but got \(compute_capability=9.0\); quote it: '

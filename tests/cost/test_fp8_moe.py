@@ -4,7 +4,7 @@ with their casts, the router does not; FP8 weight copies and saved-input savings
 import echo_tune as et
 from echo_tune.config import check_compatible
 from echo_tune.cost.fp8 import FP8_REGIONS, fp8_collective_bytes, fp8_linear_param_count, is_fp8_gemm, where
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.schedule.passes import trace_pieces
 
 H100 = et.load_cluster("h100-sxm")
 # a small Mixtral-like model with a shared expert, so every part of the MoE block is traced

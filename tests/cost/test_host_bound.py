@@ -12,7 +12,7 @@ from echo_tune.config import check_compatible
 from echo_tune.cost.host_bound import host_wait_s, queue_wait_s, steady_wait_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
-from echo_tune.sim.costing import CostContext, phase_cost
+from echo_tune.sim.schedule.costing import CostContext, phase_cost
 from echo_tune.workload.graph import Op
 
 US = 1e-6

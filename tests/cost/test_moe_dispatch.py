@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.moe_dispatch import (MoEKernels, expected_units_reached, flex_dispatch_time_s, sm_slowdown)
 from echo_tune.errors import ConfigError
 from echo_tune.workload.graph import Op

@@ -9,7 +9,7 @@ import echo_tune as et
 from echo_tune.config import check_compatible
 from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.profile import profile_for
-from echo_tune.sim.costing import CostContext, phase_cost
+from echo_tune.sim.schedule.costing import CostContext, phase_cost
 from echo_tune.workload.graph import Op
 
 H100 = et.load_cluster("h100-sxm")

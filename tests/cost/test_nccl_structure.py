@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from echo_tune.config import GroupPlacement, check_compatible, load_cluster, load_model
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost import comm, nccl_tuning
 from echo_tune.cost.nccl_tuning import NCCL_VERSION, tree_correction
 from echo_tune.cost.profile import LinkCoefficients, load_profile

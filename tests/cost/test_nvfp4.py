@@ -5,11 +5,11 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config import check_compatible
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.cost.fp8 import CAST_BYTES_PER_ELEMENT, CAST_KERNELS, fp8_gemm_time_s, group_cast
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.schedule.passes import trace_pieces
 from echo_tune.workload.graph import Op
 
 LLAMA8 = et.load_model("llama3-8b")

@@ -5,7 +5,7 @@ import pytest
 import echo_tune as et
 from echo_tune.emulate.run import emulate
 from echo_tune.errors import ConfigError
-from echo_tune.sim.schedules import stage_order
+from echo_tune.sim.schedule.schedules import stage_order
 
 from .conftest import tiny_layout
 

@@ -8,7 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import echo_tune as et
-from echo_tune.config.compatibility import check_compatible
+from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.emulate.build import build_stage
 from echo_tune.emulate.run import emulate
 from echo_tune.errors import ConfigError

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from echo_tune.cli.main import main
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.optime_bounds import MIN_OP_TIME_S, gemm_flops
 from echo_tune.cost.optime_db import Measurement, OpTimeDB, load_op_times
 from echo_tune.cost.optime_device import DeviceInfo

@@ -7,7 +7,7 @@ import pytest
 import echo_tune as et
 from echo_tune.cost.profile import default_profile
 from echo_tune.errors import ConfigError
-from echo_tune.sim.optime_coverage import check_op_times_device
+from echo_tune.sim.outputs.optime_coverage import check_op_times_device
 from echo_tune.cost.optime_db import Measurement, OpTimeDB, load_op_times
 from echo_tune.cost.optime_device import DeviceInfo, mismatch, serves
 

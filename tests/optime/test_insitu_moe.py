@@ -6,9 +6,9 @@ import dataclasses
 import torch
 
 import echo_tune as et
-from echo_tune.config.compatibility import check_compatible
+from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.optime.insitu import measure_in_situ
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.schedule.passes import trace_pieces
 
 from .conftest import CLUSTER, MODEL, tiny_layout
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import echo_tune as et
 from echo_tune.cost.compute import op_time_s
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.schedule.passes import trace_pieces
 
 
 def test_simulate_reports_measured_share_after_profile(profiled):
@@ -39,7 +39,7 @@ def test_a_layout_outside_the_database_falls_back_to_the_surface(profiled):
 def test_fp8_gemms_are_not_counted_as_measured(profiled):
     """Under FP8 the linear GEMMs are priced from the FP8 peak (cost/fp8.py), not from the database's
     plain-precision times, so they leave the measured share; the other measured ops stay in it."""
-    from echo_tune.sim.optime_coverage import measured_compute_share
+    from echo_tune.sim.outputs.optime_coverage import measured_compute_share
 
     model, cluster, layout, profile = profiled
     checked = et.check_compatible(model, cluster, 4, layout)

@@ -142,7 +142,7 @@ def test_a_band_only_where_it_was_validated():
 
 
 def test_every_gpu_preset_gets_a_band_and_racks_have_their_own_runs():
-    from echo_tune.config.loading import preset_names
+    from echo_tune.config.load.loading import preset_names
 
     clusters = [et.load_cluster(name) for name in preset_names("clusters")]
     assert {c.gpu.name for c in clusters} == set(preset_names("gpus"))  # each GPU preset has a cluster preset

@@ -12,8 +12,8 @@ import yaml
 from echo_tune.cli.main import main
 from echo_tune.errors import ConfigError
 from echo_tune.plan.planner import PlanOptions, parse_candidate, parse_candidates, plan
-from echo_tune.sim.memory_band import PEAK_OVER_PREDICTION, over_limit_risk
-from echo_tune.search.results import entry
+from echo_tune.sim.memory.memory_band import PEAK_OVER_PREDICTION, over_limit_risk
+from echo_tune.search.outputs.results import entry
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = str(DATA / "tiny-llama.yaml")
@@ -88,7 +88,7 @@ def _cluster_with_memory(tmp_path, memory_bytes: int, name: str) -> str:
 
 
 def test_plan_shows_a_layout_just_over_its_limit_at_risk_with_its_throughput(tmp_path):
-    # no recompute in the space: the search skips the recompute variants of a layout that fits (search/dominance.py),
+    # no recompute in the space: the search skips the recompute variants of a layout that fits (search/space/dominance.py),
     # so the roomy run's lowest peak would not be the tight run's
     opts = _opts(tmp_path, sampler="exhaustive", layout={"recompute_granularity": ["none"]})
     opts.n_trials = None
@@ -113,7 +113,7 @@ def test_rank_shows_nvidia_s_llama3_8b_fp8_script_at_risk_when_just_over(tmp_pat
     """NVIDIA's examples/llama/train_llama3_8b_h100_fp8.sh on 8 H100: with a headroom that leaves it 0.1 GiB over
     the limit, rank gives its time and cost, marked at risk; 3 GiB over, it does not fit (no time)."""
     import echo_tune as et
-    from echo_tune.config.megatron_args import parse_megatron_line
+    from echo_tune.config.launch.megatron_args import parse_megatron_line
 
     line = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
             "--group-query-attention --num-query-groups 8 --kv-channels 128 --seq-length 8192 "
@@ -145,9 +145,9 @@ def test_rank_shows_nvidia_s_llama3_8b_fp8_script_at_risk_when_just_over(tmp_pat
 
 def test_plan_without_a_headroom_shows_the_fastest_at_risk_layout_when_none_is_safe(tmp_path):
     """Without --memory-headroom-gib the search counts a layout that fits by less than the memory band's margin as
-    not fitting (search/objective.py safe_memory); where no layout is safe, plan shows the fastest at-risk one,
+    not fitting (search/engines/objective.py safe_memory); where no layout is safe, plan shows the fastest at-risk one,
     which fits as predicted, before any over its limit."""
-    from echo_tune.sim.memory_band import PEAK_UNDER_PREDICTION
+    from echo_tune.sim.memory.memory_band import PEAK_UNDER_PREDICTION
 
     opts = _opts(tmp_path, sampler="exhaustive", layout={"recompute_granularity": ["none"]})
     opts.n_trials = None

@@ -11,7 +11,7 @@ import yaml
 
 from echo_tune.cli.main import main
 from echo_tune.errors import ConfigError
-from echo_tune.search.labels import full_label, short_labels
+from echo_tune.search.space.labels import full_label, short_labels
 from echo_tune.plan.planner import PlanOptions, parse_candidate, plan, sort_rows
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -163,7 +163,7 @@ def test_a_study_of_another_echo_tune_version_is_not_reused(tmp_path, clusters, 
     from echo_tune.plan.planner import _fingerprint
 
     big, _ = clusters
-    from echo_tune.config.loading import load_model
+    from echo_tune.config.load.loading import load_model
 
     spec = load_model(MODEL)
     now = _fingerprint(spec, str(big), 0.0)

@@ -11,7 +11,7 @@ import yaml
 from echo_tune.errors import ConfigError
 from echo_tune.plan.planner import PlanOptions, parse_candidate, plan, precision_of
 from echo_tune.plan.safety import NEAR_TIE_MIN_EXTRA_GIB, fit_hint_text, near_tie
-from echo_tune.search.auto_space import auto_space_dict
+from echo_tune.search.space.auto_space import auto_space_dict
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = str(DATA / "tiny-llama.yaml")

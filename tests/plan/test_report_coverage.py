@@ -1,4 +1,4 @@
-"""The plan's coverage line names why layouts went unsimulated, rule by rule (search/dominance.py)."""
+"""The plan's coverage line names why layouts went unsimulated, rule by rule (search/space/dominance.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The default search ("auto", search/auto.py) on the Mixtral 8x7B / 64 H100 space (456 layouts, 76 structures).
+"""The default search ("auto", search/engines/auto.py) on the Mixtral 8x7B / 64 H100 space (456 layouts, 76 structures).
 
 Its budget is cut below the space's size (350 layouts: every structure at up to 4 layouts, then the best
 structures whole), so the structure-first rounds run rather than the small-space exhaustive fallback.
@@ -14,9 +14,9 @@ import pytest
 from echo_tune.cli.main import main
 from echo_tune.plan.planner import PlanOptions
 from echo_tune.search import SearchOptions, load_space, run_search
-from echo_tune.search.auto import _light, _typical, groups, next_round, representatives
-from echo_tune.search.layouts import RejectedLayout, enumerate_layouts
-from echo_tune.search.objective import evaluate
+from echo_tune.search.engines.auto import _light, _typical, groups, next_round, representatives
+from echo_tune.search.space.layouts import RejectedLayout, enumerate_layouts
+from echo_tune.search.engines.objective import evaluate
 
 MIXTRAL = Path(__file__).resolve().parents[2] / "search_spaces" / "mixtral-8x7b-64xh100.yaml"
 BUDGET = 350
@@ -44,10 +44,10 @@ def optimum(mixtral):
 def _keys(result_dir: Path, name: str) -> set:
     import optuna
 
-    from echo_tune.search.storage import open_storage
+    from echo_tune.search.storage.study_storage import open_storage
 
     study = optuna.load_study(study_name=name, storage=open_storage(result_dir / name, None).storage)
-    # by the layout stored (a dominated trial has no params: search/dominance.py)
+    # by the layout stored (a dominated trial has no params: search/space/dominance.py)
     return {tuple(sorted((t.user_attrs.get("record") or t.user_attrs)["config"].items()))
             for t in study.get_trials(deepcopy=False)}
 

@@ -9,7 +9,7 @@ import yaml
 from echo_tune.cli.main import main
 from echo_tune.errors import ConfigError
 from echo_tune.results_api import load_results
-from echo_tune.search.auto_space import auto_space, layout_overrides
+from echo_tune.search.space.auto_space import auto_space, layout_overrides
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = str(DATA / "tiny-llama.yaml")

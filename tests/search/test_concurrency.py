@@ -19,9 +19,9 @@ import pytest
 from optuna.trial import TrialState
 
 from echo_tune.search import check_space, load_space
-from echo_tune.search.claim import WORKER_ATTR
-from echo_tune.search.layouts import baselines
-from echo_tune.search.storage import open_storage
+from echo_tune.search.storage.claim import WORKER_ATTR
+from echo_tune.search.space.layouts import baselines
+from echo_tune.search.storage.study_storage import open_storage
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "search_spaces" / "small-gpt7b-16xa100.yaml"

@@ -11,8 +11,8 @@ from wsgiref.util import setup_testing_defaults
 import optuna
 import pytest
 
-from echo_tune.search.auto_space import auto_space
-from echo_tune.search.storage import open_storage
+from echo_tune.search.space.auto_space import auto_space
+from echo_tune.search.storage.study_storage import open_storage
 from echo_tune.search.study import SearchOptions, run_search
 
 

@@ -1,4 +1,4 @@
-"""Dominated layouts (search/dominance.py): the rule checked against every layout simulated, and the searches
+"""Dominated layouts (search/space/dominance.py): the rule checked against every layout simulated, and the searches
 that skip them keep the optimum."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from echo_tune.search import SearchOptions, check_space, load_space, run_search
-from echo_tune.search.dominance import DOMINATED_BY_MEMORY, DOMINATED_BY_RECOMPUTE, Dominance, group_key, ordered_groups
-from echo_tune.search.exhaustive import _evaluate_batch, _pieces_for, batches
-from echo_tune.search.layouts import RejectedLayout
-from echo_tune.search.objective import evaluate
+from echo_tune.search.space.dominance import (DOMINATED_BY_MEMORY, DOMINATED_BY_RECOMPUTE, Dominance, group_key,
+                                              ordered_groups)
+from echo_tune.search.engines.exhaustive import _evaluate_batch, _pieces_for, batches
+from echo_tune.search.space.layouts import RejectedLayout
+from echo_tune.search.engines.objective import evaluate
 
 from .conftest import SPACES
 
@@ -167,7 +168,7 @@ def test_a_peak_memory_search_simulates_every_layout(small_space, tmp_path):
 @pytest.mark.parametrize("space_file", ["small-gpt7b-16xa100.yaml", "mixtral-8x7b-64xh100.yaml"])
 def test_checking_after_interleaving_keeps_the_same_valid_layouts(space_file, monkeypatch):
     """The partial check after the interleaving settings only skips what the complete check would reject."""
-    from echo_tune.search import layouts
+    from echo_tune.search.space import layouts
 
     space = load_space(SPACES / space_file)
     with_it = [c.key for c in layouts.enumerate_layouts(space)]
@@ -179,7 +180,7 @@ def test_checking_after_interleaving_keeps_the_same_valid_layouts(space_file, mo
 def test_the_collector_is_paused_inside_and_restored_after():
     import gc
 
-    from echo_tune.search.gc_pause import gc_paused
+    from echo_tune.search.engines.gc_pause import gc_paused
 
     assert gc.isenabled()
     with gc_paused():
@@ -218,7 +219,7 @@ def test_a_resumed_sampler_does_not_propose_a_dominated_layout_again(small_space
                                                    results_dir=tmp_path, write_files=False))
     import optuna
 
-    from echo_tune.search.storage import open_storage
+    from echo_tune.search.storage.study_storage import open_storage
 
     study = optuna.load_study(study_name=small_space.name,
                               storage=open_storage(tmp_path / small_space.name, None).storage)
@@ -229,7 +230,7 @@ def test_a_resumed_sampler_does_not_propose_a_dominated_layout_again(small_space
 
 def test_no_layout_is_skipped_with_a_profile_whose_dp_tail_is_not_monotone(small_space):
     from echo_tune.cost.profile import profile_for
-    from echo_tune.search.dominance import applies
+    from echo_tune.search.space.dominance import applies
 
     profile = profile_for(small_space.cluster)
     assert applies(small_space, profile) and applies(small_space)
@@ -256,7 +257,7 @@ def test_the_near_tie_check_sees_the_recompute_variants_it_needs(small_space, sm
 def test_where_nothing_fits_the_closest_miss_is_the_one_every_layout_simulated_gives(small_space, tmp_path):
     """The memory rule skips recompute variants, which overflow less than their layout: ``closest_misses``
     simulates those that could beat the least overflow found, so the closest miss is exhaustive's."""
-    from echo_tune.search.dominance import closest_misses
+    from echo_tune.search.space.dominance import closest_misses
 
     space = dataclasses.replace(small_space, memory_headroom_gib=33.0)  # 40 GB A100s, ~4 GiB allowed
     everything = [r for _, r in _simulate_all(space).values() if r is not None]
@@ -274,7 +275,7 @@ def test_where_nothing_fits_the_closest_miss_is_the_one_every_layout_simulated_g
 def test_the_known_variants_are_found_without_keying_every_record(small_space):
     """``_known_variants`` keys only the records that share a head's GPUs, TP, PP, micro-batch and
     interleaving, and among them every recompute variant of a head."""
-    from echo_tune.search.dominance import _known_variants
+    from echo_tune.search.space.dominance import _known_variants
 
     valid, _ = check_space(small_space)
     head = next(m for m in ordered_groups(valid) if len(m) == 3 and m[0].parallel.recompute_granularity is None)

@@ -21,7 +21,7 @@ def test_search_chooses_between_bf16_and_fp8(tmp_path):
 
 
 def test_no_fp8_choice_on_a100():
-    from echo_tune.search.space import space_from_dict
+    from echo_tune.search.space.search_space import space_from_dict
 
     space = space_from_dict({"model": "gpt-7.5b", "cluster": "a100-80gb", "num_gpus": 8, "global_batch_size": 8,
                              "layout": {"fp8_format": "auto"}})

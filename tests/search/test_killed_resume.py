@@ -21,9 +21,9 @@ import pytest
 from optuna.trial import TrialState
 
 from echo_tune.search import check_space, load_space
-from echo_tune.search.layouts import config_key
-from echo_tune.search.params import search_distributions
-from echo_tune.search.storage import open_storage
+from echo_tune.search.space.layouts import config_key
+from echo_tune.search.space.params import search_distributions
+from echo_tune.search.storage.study_storage import open_storage
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
@@ -182,7 +182,7 @@ def test_killed_database_worker_claim_is_reissued(kind, tmp_path, request):
     """Finding 3: a PostgreSQL worker SIGKILLed mid-batch left its claimed ticket RUNNING; the gathering run
     never simulated those layouts and exited 0 (coverage 0.996, no note). Now the claim names its worker, and
     the gathering run re-issues a dead worker's claim and simulates it: every layout once, exit 0."""
-    from echo_tune.search.shared import CLAIMS_SUFFIX
+    from echo_tune.search.engines.shared import CLAIMS_SUFFIX
 
     postgres_url = request.getfixturevalue("postgres_url") if kind == "postgresql" else f"sqlite:///{tmp_path}/s.db"
     name = f"killed-{kind}"
@@ -217,7 +217,7 @@ def test_killed_database_worker_claim_is_reissued(kind, tmp_path, request):
     assert summary["coverage"] == 1.0 and summary["missing"] == [] and summary["n_duplicates"] == 0
     left = optuna.load_study(study_name=name + CLAIMS_SUFFIX, storage=postgres_url).get_trials(deepcopy=False)
     assert {t.state for t in left} <= {TrialState.COMPLETE, TrialState.FAIL}  # the dead claim: FAIL, re-issued
-    from echo_tune.search.tickets import REISSUED_ATTR
+    from echo_tune.search.engines.tickets import REISSUED_ATTR
 
     failed = [t.number for t in left if t.state == TrialState.FAIL]
     assert failed and sorted(t.user_attrs.get(REISSUED_ATTR) for t in left if t.user_attrs.get(REISSUED_ATTR) is not None

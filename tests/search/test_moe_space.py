@@ -7,7 +7,7 @@ from pathlib import Path
 
 from echo_tune.cli.main import main
 from echo_tune.search import load_space
-from echo_tune.search.layouts import enumerate_layouts
+from echo_tune.search.space.layouts import enumerate_layouts
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
@@ -28,7 +28,7 @@ def test_mixtral_space_expands_ep_and_keeps_megatron_rules():
 
 def test_no_layout_is_enumerated_twice_under_another_etp_spelling():
     """Unset ETP is Megatron's default, ETP = TP: at TP 1, `ETP 1` and unset are the same layout, at TP 2 they
-    are not (search/layouts.py keeps the first listed spelling of each)."""
+    are not (search/space/layouts.py keeps the first listed spelling of each)."""
     space = load_space(SPACES / "mixtral-8x7b-64xh100.yaml")
     layouts = list(enumerate_layouts(space))
 

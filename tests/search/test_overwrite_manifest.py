@@ -18,7 +18,7 @@ MANIFEST_NAME = ".echo-tune-files.json"
 
 
 def remove_written(study):
-    from echo_tune.search.manifest import remove_written
+    from echo_tune.search.storage.manifest import remove_written
 
     return remove_written(study)
 

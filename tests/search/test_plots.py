@@ -55,7 +55,7 @@ def test_pareto_png_labels_its_front_with_rays_and_the_cost_axis_with_currency(t
     import matplotlib.pyplot as plt
 
     from echo_tune import plots
-    from echo_tune.search.objective import objective_label
+    from echo_tune.search.engines.objective import objective_label
 
     labels = [objective_label("step_time"), objective_label("cost", 2.49, "EUR")]
     assert labels[1] == "cost per step (EUR)"

@@ -1,4 +1,4 @@
-"""The recipe features as search dimensions (search/features.py, feature_values.py, feature_variants.py,
+"""The recipe features as search dimensions (search/space/features.py, feature_values.py, feature_variants.py,
 pipeline_layouts.py, recipe_defaults.py)."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import itertools
 
 import pytest
 
-from echo_tune.config.pipeline_layout import parse_layout
+from echo_tune.config.specs.pipeline_layout import parse_layout
 from echo_tune.errors import ConfigError
-from echo_tune.search.auto_space import auto_space, layout_overrides
-from echo_tune.search.feature_variants import core_space, variants
-from echo_tune.search.layouts import RejectedLayout, draw
-from echo_tune.search.objective import evaluate
-from echo_tune.search.pipeline_layouts import balanced_layouts
-from echo_tune.search.recipe_defaults import ALWAYS_ON
-from echo_tune.search.results import megatron_flags
+from echo_tune.search.space.auto_space import auto_space, layout_overrides
+from echo_tune.search.engines.feature_variants import core_space, variants
+from echo_tune.search.space.layouts import RejectedLayout, draw
+from echo_tune.search.engines.objective import evaluate
+from echo_tune.search.space.pipeline_layouts import balanced_layouts
+from echo_tune.search.space.recipe_defaults import ALWAYS_ON
+from echo_tune.search.outputs.results import megatron_flags
 
 DEEPSEEK_RECIPE = {  # runs_bridge.csv mb2509-deepseek-v3-fp8-1024xh100 (Megatron-Bridge@v0.1.0rc4 run_script.py)
     "num_gpus": 1024, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 8,

@@ -14,12 +14,12 @@ import yaml
 
 from echo_tune.cli.main import main
 from echo_tune.cost.profile import default_profile, save_profile
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.errors import ConfigError
 from echo_tune.search import SearchOptions, load_space, run_search
 from echo_tune.search import study as study_module
-from echo_tune.search.space import with_overrides
-from echo_tune.search.storage import open_storage
+from echo_tune.search.space.search_space import with_overrides
+from echo_tune.search.storage.study_storage import open_storage
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -139,7 +139,7 @@ def test_changed_price_is_refused_on_resume_and_older_studies_still_resume(tiny)
         run_search(with_overrides(load_space(tiny / "tiny-space.yaml"), gpu_hour_cost=3.0),
                    _opts(tiny, n_trials=5, resume=True))
     # a study stored before the price was a part of its content (no "gpu_hour_cost" key) still resumes
-    from echo_tune.search.content import CONTENT_ATTR
+    from echo_tune.search.storage.content import CONTENT_ATTR
 
     storage = open_storage(tiny / "results" / "t").storage
     study = optuna.load_study(study_name="t", storage=storage)
@@ -187,7 +187,7 @@ def test_progress_of_a_resumed_search_starts_from_the_stored_best(tiny):
 def test_resume_refuses_a_study_simulated_by_other_code(tiny, monkeypatch):
     """An upgrade or a local edit of echo-tune changes the simulator: its trials must not be mixed with the
     stored ones (the study's ``code`` part, code_version.sources_sha256)."""
-    from echo_tune.search import content
+    from echo_tune.search.storage import content
 
     first = run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny))
     assert first.n_trials > 0
@@ -201,7 +201,7 @@ def test_resume_refuses_a_study_simulated_by_other_code(tiny, monkeypatch):
 
 
 def test_a_study_stored_before_the_code_part_still_resumes(tiny):
-    from echo_tune.search.content import CONTENT_ATTR
+    from echo_tune.search.storage.content import CONTENT_ATTR
 
     run_search(load_space(tiny / "tiny-space.yaml"), _opts(tiny))
     store = open_storage(tiny / "results" / "t", None)

@@ -1,5 +1,5 @@
 """The default search recommends no layout that is "at risk" by the tool's own memory statistic (issue 38 item 3):
-without a headroom given, fitting by less than the memory model's measured error (sim/memory_band.py) counts as not
+without a headroom given, fitting by less than the memory model's measured error (sim/memory/memory_band.py) counts as not
 fitting; a headroom given by the user is the rule instead."""
 
 from echo_tune.cli.main import main

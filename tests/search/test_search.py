@@ -10,22 +10,22 @@ import optuna
 import pandas as pd
 import pytest
 
-from echo_tune.config.megatron_args import MEGATRON_FLAGS
-from echo_tune.config.unmodelled import LEGACY
+from echo_tune.config.launch.megatron_args import MEGATRON_FLAGS
+from echo_tune.config.flags.unmodelled import LEGACY
 from echo_tune.errors import ConfigError
-from echo_tune.config.flag_catalog import megatron_flags
+from echo_tune.config.flags.flag_catalog import megatron_flags
 from echo_tune.search import SearchOptions, check_space, load_space, run_search, space_from_dict
-from echo_tune.search.params import full_params
-from echo_tune.search.objective import Evaluator
-from echo_tune.search.storage import open_storage
-from echo_tune.search.sampling_run import run_one_trial
+from echo_tune.search.space.params import full_params
+from echo_tune.search.engines.objective import Evaluator
+from echo_tune.search.storage.study_storage import open_storage
+from echo_tune.search.engines.sampling_run import run_one_trial
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
 
 def megatron_flag_list() -> set[str]:
     """Every flag Megatron-LM defines at the reference commit (config/data/megatron_flags.json, generated from
-    its arguments.py by config/flag_catalog_build.py)."""
+    its arguments.py by config/flags/flag_catalog_build.py)."""
     return set(megatron_flags())
 
 
@@ -38,7 +38,7 @@ def test_tpe_and_exhaustive(small_exhaustive, small_tpe):
 
 
 def test_exhaustive_covers_every_valid_layout_once(small_exhaustive, small_space):
-    """Each layout once: simulated, or stored as dominated (search/dominance.py, tests/search/test_dominance.py)."""
+    """Each layout once: simulated, or stored as dominated (search/space/dominance.py, tests/search/test_dominance.py)."""
     rows = pd.read_csv(Path(small_exhaustive.results_dir) / "trials.csv", keep_default_na=False)
     assert len(rows) == small_exhaustive.space_size
     assert set(rows[rows.dominated_by == ""].state) == {"COMPLETE"}

@@ -14,8 +14,8 @@ import optuna
 import pytest
 
 from echo_tune.cli.main import main
-from echo_tune.search import storage as storage_module
-from echo_tune.search.storage import DurableJournalFile, open_storage
+from echo_tune.search.storage import study_storage as storage_module
+from echo_tune.search.storage.study_storage import DurableJournalFile, open_storage
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = str(REPO / "search_spaces" / "small-gpt7b-16xa100.yaml")

@@ -2,9 +2,9 @@
 ``stage_tail`` as it stood just before the speed-up was merged (with the MoE expert buckets and the
 FP8 / --grad-reduce-in-bf16 byte counts of those branches), so the closed form is checked against it; its
 one change since: a bucket running past the compute end is slowed only while the compute runs (2026-12-02,
-as ``echo_tune.sim.dp._slowed_end``).
+as ``echo_tune.sim.data_parallel.dp._slowed_end``).
 
-Not used by the package: tests compare ``echo_tune.sim.engine`` and ``echo_tune.sim.dp`` with these.
+Not used by the package: tests compare ``echo_tune.sim.schedule.engine`` and ``echo_tune.sim.data_parallel.dp`` with these.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from echo_tune.config.compatibility import GroupPlacement
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.rules.compatibility import GroupPlacement
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
-from echo_tune.sim.dp import OPTIMIZER_BYTES_PER_PARAM, StageTail, ddp_bucket_params, grad_bytes_per_param
+from echo_tune.sim.data_parallel.dp import OPTIMIZER_BYTES_PER_PARAM, StageTail, ddp_bucket_params, grad_bytes_per_param
 
 SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from echo_tune.config.loading import load_cluster, load_model
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.load.loading import load_cluster, load_model
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.errors import ConfigError
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
-from echo_tune.search import layouts as layouts_module
+from echo_tune.search.space import layouts as layouts_module
 from echo_tune.search import check_space, load_space
 from echo_tune.sim.simulate import simulate
 

@@ -3,12 +3,12 @@
 import pytest
 
 import echo_tune as et
-from echo_tune.config.compatibility import GroupPlacement
+from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
-from echo_tune.sim.dp import OPTIMIZER_BYTES_PER_PARAM, param_gather_hidden_s
-from echo_tune.sim.dp_instances import gradient_reduction_s, instance_groups
+from echo_tune.sim.data_parallel.dp import OPTIMIZER_BYTES_PER_PARAM, param_gather_hidden_s
+from echo_tune.sim.data_parallel.dp_instances import gradient_reduction_s, instance_groups
 
 LLAMA8 = et.load_model("llama3-8b")
 H100 = et.load_cluster("h100-sxm")
@@ -106,11 +106,11 @@ def test_dense_gradients_reduce_over_data_and_context_parallel_ranks():
 def test_a_gradient_bucket_is_slowed_only_while_the_compute_runs_so_the_tail_is_monotone():
     """A bucket that runs past the compute end is slowed by comm_slowdown only until then: a chunk's gradients
     ready later (compute end fixed) never end the reduction sooner, as they did when the whole bucket was
-    slowed (a review's counterexample to the recompute dominance rule, search/dominance.py); the closed form,
+    slowed (a review's counterexample to the recompute dominance rule, search/space/dominance.py); the closed form,
     the bucket-by-bucket loop and the expert loop agree."""
     import dataclasses
 
-    from echo_tune.sim.dp import _slowed_end, stage_tail
+    from echo_tune.sim.data_parallel.dp import _slowed_end, stage_tail
 
     assert _slowed_end(0.0, 1.0, 10.0, 1.5) == 1.5  # all of it beside the compute
     assert _slowed_end(9.0, 1.0, 10.0, 2.0) == pytest.approx(10.5)  # half done by 10 s, the rest at full speed

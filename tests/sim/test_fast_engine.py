@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-import echo_tune.sim.memory as memory_module
+import echo_tune.sim.memory.stage as memory_module
 import echo_tune.sim.simulate as simulate_module
-from echo_tune.config.compatibility import GroupPlacement
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.rules.compatibility import GroupPlacement
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost.profile import profile_for
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.search import check_space, load_space
-from echo_tune.search.layouts import RejectedLayout
-from echo_tune.search.objective import evaluate
-from echo_tune.sim import engine
-from echo_tune.sim.dp import stage_tail
-from echo_tune.sim.schedules import peak_in_flight_bytes
+from echo_tune.search.space.layouts import RejectedLayout
+from echo_tune.search.engines.objective import evaluate
+from echo_tune.sim.schedule import engine
+from echo_tune.sim.data_parallel.dp import stage_tail
+from echo_tune.sim.schedule.schedules import peak_in_flight_bytes
 
 from . import reference_engine as ref
 

@@ -4,7 +4,7 @@ its rules, and said where echo-tune's one-unit-ahead model is an upper bound (is
 import pytest
 
 import echo_tune as et
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.errors import ConfigError
 
 LLAMA8 = et.load_model("llama3-8b")

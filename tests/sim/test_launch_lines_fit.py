@@ -1,7 +1,7 @@
 """Megatron-LM's MoE example launch lines (copies in tests/config/launch_lines/) simulate and fit.
 
 Mixtral 8x7B fits as the script lays it out (64 H100, EP 8). DeepSeek-V3's script trains on 256 GPUs with
-Megatron-FSDP (ZeRO-3, sim/fsdp.py); without FSDP that layout cannot fit (TP 1 and EP 8 leave
+Megatron-FSDP (ZeRO-3, sim/data_parallel/fsdp.py); without FSDP that layout cannot fit (TP 1 and EP 8 leave
 ~84B parameters per rank, 168 GB of bf16 weights alone), so the line without its FSDP block is simulated with
 a distributed-optimizer layout from search_spaces/deepseek-v3-1024xh100.yaml: PP 16, EP 64, micro-batch 1."""
 

@@ -5,12 +5,12 @@ import dataclasses
 import pytest
 
 import echo_tune as et
-from echo_tune.config.compatibility import GroupPlacement, check_compatible
+from echo_tune.config.rules.compatibility import GroupPlacement, check_compatible
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import default_profile
 from echo_tune.errors import ConfigError
-from echo_tune.sim.grad_accumulation import accumulation_bytes_per_param
-from echo_tune.sim.layer_mix import chunk_window_mix
+from echo_tune.sim.schedule.grad_accumulation import accumulation_bytes_per_param
+from echo_tune.sim.schedule.layer_mix import chunk_window_mix
 
 H100 = et.load_cluster("h100-sxm")
 MODEL = et.ModelSpec(name="small", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=4096,

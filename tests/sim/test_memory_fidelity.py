@@ -55,7 +55,7 @@ def test_fp8_current_scaling_keeps_full_fp32_masters():
 def test_bf16_main_grads_halve_the_grad_buffer_and_its_reduction():
     # --main-grads-dtype bf16 (training/arguments.py: no fp32 accumulation forced) -> a bf16 grad buffer:
     # 2 bytes per parameter instead of 4, and so is each reduce-scatter message
-    from echo_tune.sim.dp import grad_bytes_per_param
+    from echo_tune.sim.data_parallel.dp import grad_bytes_per_param
 
     aware = RUN.replace(use_precision_aware_optimizer=True)
     fp32 = et.simulate(LLAMA8, H100, 8, aware)

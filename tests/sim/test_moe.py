@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import echo_tune as et
-from echo_tune.config.compatibility import GroupPlacement, check_compatible
+from echo_tune.config.rules.compatibility import GroupPlacement, check_compatible
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import profile_for
-from echo_tune.sim.memory import bytes_per_param
+from echo_tune.sim.memory.stage import bytes_per_param
 from echo_tune.workload import trace_moe_layer
 
 H100 = et.load_cluster("h100-sxm")
@@ -133,7 +133,7 @@ def test_moe_costs_more_than_its_dense_shape_and_mixed_stages_count_their_layers
 
 
 def test_expert_gradients_reduce_over_expert_dp():
-    from echo_tune.sim.dp import stage_tail
+    from echo_tune.sim.data_parallel.dp import stage_tail
 
     par = et.ParallelConfig(global_batch_size=64, use_distributed_optimizer=True)
     dp = GroupPlacement(size=16, ranks_per_node=8, num_nodes=2)

@@ -6,7 +6,7 @@ so the change that makes it hold has to remove the mark."""
 
 import pytest
 
-from echo_tune.config.loading import load_cluster
+from echo_tune.config.load.loading import load_cluster
 from echo_tune.sim.simulate import simulate
 from echo_tune.validate import read_runs
 from echo_tune.validate.datasets import published_runs

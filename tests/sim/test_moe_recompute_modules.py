@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import echo_tune as et
-from echo_tune.config.compatibility import check_compatible
+from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.cost.profile import profile_for
-from echo_tune.sim.memory import layer_activation_bytes
+from echo_tune.sim.memory.stage import layer_activation_bytes
 from echo_tune.workload import trace_moe_layer
 
 H100 = et.load_cluster("h100-sxm")

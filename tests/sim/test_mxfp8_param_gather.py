@@ -4,12 +4,12 @@ re-quantised (Megatron-LM d98e8a64 param_and_grad_buffer.py), worked by hand on 
 import pytest
 
 import echo_tune as et
-from echo_tune.config.compatibility import GroupPlacement
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.rules.compatibility import GroupPlacement
+from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
-from echo_tune.sim.dp import MXFP8_REQUANT_BYTES_PER_PARAM, stage_tail
+from echo_tune.sim.data_parallel.dp import MXFP8_REQUANT_BYTES_PER_PARAM, stage_tail
 
 B200 = et.load_cluster("b200")
 MXFP8 = et.ParallelConfig(global_batch_size=64, use_distributed_optimizer=True, fp8_format="e4m3",

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 import echo_tune as et
-from echo_tune.config.compatibility import check_compatible
-from echo_tune.config.megatron_args import parse_megatron_line, to_megatron_flags
+from echo_tune.config.rules.compatibility import check_compatible
+from echo_tune.config.launch.megatron_args import parse_megatron_line, to_megatron_flags
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.profile import default_profile
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.schedule.passes import trace_pieces
 from echo_tune.sim.simulate import _stage_pair, p2p_time_s
-from echo_tune.sim.trace_args import p2p_message_bytes
+from echo_tune.sim.outputs.trace_args import p2p_message_bytes
 
 GPT3 = et.load_model("gpt3-175b")
 A100 = et.load_cluster("a100-80gb")

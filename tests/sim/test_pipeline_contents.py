@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 import echo_tune as et
-from echo_tune.config.compatibility import check_compatible
-from echo_tune.config.loading import load_model
-from echo_tune.sim.layer_mix import chunk_layer_mix
-from echo_tune.sim.schedules import stage_order
+from echo_tune.config.rules.compatibility import check_compatible
+from echo_tune.config.load.loading import load_model
+from echo_tune.sim.schedule.layer_mix import chunk_layer_mix
+from echo_tune.sim.schedule.schedules import stage_order
 
 TINY = load_model(str(Path(__file__).resolve().parents[1] / "data" / "tiny-llama.yaml")).replace(num_layers=8)
 A100 = et.load_cluster("a100-80gb")
@@ -109,10 +109,10 @@ def test_chunks_of_equal_work_are_costed_once_with_the_same_passes(layout, fp8):
     """all_chunk_passes costs chunks that hold the same work once; every (stage, chunk) still gets exactly
     chunk_passes' answer (first/last bf16 layers under FP8 depend on where a chunk starts)."""
     from echo_tune.cost.profile import profile_for
-    from echo_tune.sim.chunk_passes import all_chunk_passes, chunk_passes
-    from echo_tune.sim.costing import CostContext
-    from echo_tune.sim.layer_mix import chunk_window_mix
-    from echo_tune.sim.passes import pass_costs, trace_pieces
+    from echo_tune.sim.schedule.chunk_passes import all_chunk_passes, chunk_passes
+    from echo_tune.sim.schedule.costing import CostContext
+    from echo_tune.sim.schedule.layer_mix import chunk_window_mix
+    from echo_tune.sim.schedule.passes import pass_costs, trace_pieces
 
     h100 = et.load_cluster("h100")
     parallel = et.ParallelConfig(pipeline_model_parallel_size=4, global_batch_size=16,

@@ -10,11 +10,11 @@ import math
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from echo_tune.config.loading import load_cluster, load_model
-from echo_tune.config.parallel import ParallelConfig
+from echo_tune.config.load.loading import load_cluster, load_model
+from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.errors import ConfigError
-from echo_tune.sim import engine
-from echo_tune.sim.schedules import live_count_vectors, stage_order
+from echo_tune.sim.schedule import engine
+from echo_tune.sim.schedule.schedules import live_count_vectors, stage_order
 from echo_tune.sim.simulate import simulate
 
 MODEL = load_model("gpt-1.7b")

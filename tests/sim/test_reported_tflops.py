@@ -1,7 +1,7 @@
 """The model TFLOP/s a report gives is Megatron-LM's ``num_floating_point_operations`` (training.py,
 NVIDIA/Megatron-LM d98e8a64ddf3) over the step time and GPUs, worked out here by hand for a dense
 GPT-3 (causal halving) and a Llama with vocabulary padding at TP 8; for a MoE model the report gives
-``sim/flops.py``'s count, which tests/sim/test_flops.py checks by hand for Mixtral and DeepSeek-V3."""
+``sim/outputs/flops.py``'s count, which tests/sim/test_flops.py checks by hand for Mixtral and DeepSeek-V3."""
 
 import pytest
 
@@ -43,7 +43,7 @@ def test_llama_reported_tflops_pad_the_vocabulary_by_tp():
 
 
 def test_moe_reported_tflops_are_the_flops_module_count():
-    from echo_tune.sim.flops import model_flops_per_step
+    from echo_tune.sim.outputs.flops import model_flops_per_step
 
     mixtral = et.load_model("mixtral-8x7b")
     parallel = et.ParallelConfig(pipeline_model_parallel_size=4, expert_model_parallel_size=8, global_batch_size=64,

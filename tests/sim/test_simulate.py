@@ -6,7 +6,7 @@ import pytest
 
 import echo_tune as et
 from echo_tune.cost.profile import LinkCoefficients, default_profile
-from echo_tune.sim.flops import hardware_flops_per_step
+from echo_tune.sim.outputs.flops import hardware_flops_per_step
 from echo_tune.workload import trace_embedding
 
 GPT3 = et.load_model("gpt3-175b")
@@ -148,7 +148,7 @@ def test_selective_recompute_drops_korthikanti_attention_term():
 
 
 def test_a_checked_layout_is_reused_only_for_the_settings_it_was_checked_for():
-    from echo_tune.config.compatibility import check_compatible
+    from echo_tune.config.rules.compatibility import check_compatible
 
     layout = check_compatible(GPT3, A100, 1024, BASE)
     assert sim(layout=layout).to_dict() == sim().to_dict()
@@ -176,7 +176,7 @@ def test_column_parallel_backward_collectives_run_beside_a_gemm(sequence_paralle
         assert overlapped.breakdown_s["tp_cp_comm"] < 0.8 * flag_off.breakdown_s["tp_cp_comm"]
         assert overlapped.step_time_s < flag_off.step_time_s
     assert overlapped.breakdown_s["compute"] == pytest.approx(flag_off.breakdown_s["compute"])
-    from echo_tune.config.megatron_args import parse_megatron_line, to_megatron_flags
+    from echo_tune.config.launch.megatron_args import parse_megatron_line, to_megatron_flags
     flags = to_megatron_flags({}, {"async_tensor_model_parallel_allreduce": False}, "bf16")
     assert "--no-async-tensor-model-parallel-allreduce" in flags
     assert parse_megatron_line(" ".join(flags))[1]["async_tensor_model_parallel_allreduce"] is False
@@ -205,7 +205,7 @@ def test_settings_that_take_the_gemm_or_the_communication_away_leave_the_collect
     end of the backward (only the input re-gather still overlaps); ``--moe-shared-expert-overlap``: the shared
     expert's linears have no TP communication of their own (the block's gathers are blocking)."""
     from echo_tune.cost.tp_overlap import async_pairs
-    from echo_tune.sim.costing import _runs_async
+    from echo_tune.sim.schedule.costing import _runs_async
     from echo_tune.sim.simulate import cost_context
     from echo_tune.workload import trace_moe_layer
 
@@ -246,8 +246,8 @@ def test_tp_comm_overlap_does_not_reach_multi_latent_attention_models():
 
 
 def test_an_mla_space_holds_no_tp_comm_overlap_alias():
-    from echo_tune.search.auto_space import auto_space
-    from echo_tune.search.layouts import check_space
+    from echo_tune.search.space.auto_space import auto_space
+    from echo_tune.search.space.layouts import check_space
 
     valid, _ = check_space(auto_space(model="deepseek-v2-lite", cluster="h100", num_gpus=16, global_batch_size=64))
     assert valid and not any(c.parallel.tp_comm_overlap for c in valid)

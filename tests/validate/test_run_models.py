@@ -8,7 +8,7 @@ import json
 import pytest
 
 from echo_tune.cli.main import main
-from echo_tune.config.loading import load_model
+from echo_tune.config.load.loading import load_model
 from echo_tune.errors import ConfigError
 from echo_tune.validate import read_runs
 from echo_tune.validate.runs import RunCase

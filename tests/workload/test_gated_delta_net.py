@@ -4,9 +4,9 @@ core/ssm/gated_delta_net/ and FLA's chunked algorithm (issue 39)."""
 import pytest
 
 import echo_tune as et
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.errors import ConfigError
-from echo_tune.sim.flops import _gdn_term
+from echo_tune.sim.outputs.flops import _gdn_term
 from echo_tune.workload.gated_delta_net import chunk_rule_flops
 from echo_tune.workload.tracer import trace_layer, trace_linear_layer
 

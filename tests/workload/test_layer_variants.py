@@ -1,7 +1,7 @@
 """Partial rotary, squared relu, unfused activation/RoPE kernels, fused cross-entropy, attention sinks."""
 
-from echo_tune.config.model import ModelSpec
-from echo_tune.sim.flops import model_flops_per_step
+from echo_tune.config.specs.model import ModelSpec
+from echo_tune.sim.outputs.flops import model_flops_per_step
 from echo_tune.workload.tracer import trace_layer, trace_output
 
 S, B, H, HEADS = 128, 2, 64, 4  # d = 16

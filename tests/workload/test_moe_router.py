@@ -5,9 +5,9 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config import check_compatible
-from echo_tune.config.megatron_args import parse_megatron_line
+from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.errors import ConfigError
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.schedule.passes import trace_pieces
 
 QWEN = et.load_model("qwen3-30b-a3b").replace(moe_router_fusion=False, moe_router_dtype=None)
 H100 = et.load_cluster("h100-sxm")

@@ -5,7 +5,7 @@ import torch
 
 import echo_tune as et
 from echo_tune.errors import ConfigError
-from echo_tune.sim.flops import model_flops_per_step
+from echo_tune.sim.outputs.flops import model_flops_per_step
 from echo_tune.workload import output_gate  # noqa: F401  (registers the real kernels)
 from echo_tune.workload.tracer import trace_layer
 
@@ -60,7 +60,7 @@ def test_gate_is_refused_with_mla():
 
 
 def test_gate_flag_is_read():
-    from echo_tune.config.megatron_args import parse_megatron_line, to_megatron_flags
+    from echo_tune.config.launch.megatron_args import parse_megatron_line, to_megatron_flags
     model, _, _, ignored = parse_megatron_line("--attention-output-gate")
     assert model == {"attention_output_gate": True} and not ignored
     assert "--attention-output-gate" in to_megatron_flags(model, {}, "bf16")

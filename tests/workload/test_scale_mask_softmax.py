@@ -7,7 +7,7 @@ E = b * heads * s * s = 131072 attention scores.
 
 import pytest
 
-from echo_tune.config.model import ModelSpec
+from echo_tune.config.specs.model import ModelSpec
 from echo_tune.workload.scale_mask_softmax import batches_per_block, fused_kernel_available
 from echo_tune.workload.tracer import _canonical, trace_layer, trace_moe_layer
 

@@ -5,10 +5,10 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config import check_compatible
-from echo_tune.config.megatron_args import parse_megatron_line
-from echo_tune.config.moe_fields import moe_params
+from echo_tune.config.launch.megatron_args import parse_megatron_line
+from echo_tune.config.specs.moe_fields import moe_params
 from echo_tune.errors import ConfigError
-from echo_tune.sim.passes import trace_pieces
+from echo_tune.sim.schedule.passes import trace_pieces
 
 DSV2 = et.load_model("deepseek-v2-lite")  # 64 experts, a 2,816-wide shared expert, hidden 2048
 H100 = et.load_cluster("h100-sxm")

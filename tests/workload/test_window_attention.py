@@ -1,6 +1,6 @@
 """Sliding-window attention: key counts, traced FLOPs against the causal kernel, memory unchanged."""
 
-from echo_tune.config.model import ModelSpec
+from echo_tune.config.specs.model import ModelSpec
 from echo_tune.workload.tracer import trace_layer, trace_window_layer
 from echo_tune.workload.window_attention import window_key_count
 

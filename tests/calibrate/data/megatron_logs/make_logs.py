@@ -166,8 +166,8 @@ def print_defaults() -> None:
     from megatron.training.arguments import add_megatron_arguments
 
     sys.path.insert(0, str(HERE.parents[3]))
-    from echo_tune.config.flag_catalog import megatron_flags
-    from echo_tune.config.unmodelled import STEP_SHAPING_FLAGS
+    from echo_tune.config.flags.flag_catalog import megatron_flags
+    from echo_tune.config.flags.unmodelled import STEP_SHAPING_FLAGS
 
     parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
     defaults = {a.dest: str(a.default) for a in reversed(parser._actions)}

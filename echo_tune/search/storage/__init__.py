@@ -1,0 +1,3 @@
+"""Where a study lives: its journal or database, locks, leases and liveness, resuming and rerunning,
+and the files --overwrite may remove.
+"""
