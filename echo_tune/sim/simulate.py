@@ -23,7 +23,7 @@ from echo_tune.cost.profile import ClusterProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.sim.outputs.optime_coverage import check_op_times_device, measured_compute_share
 from echo_tune.sim.schedule.costing import ZERO, CostContext, PhaseCost
-from echo_tune.sim.features.determinism import check_deterministic, ring_only_profile
+from echo_tune.sim.features.determinism import ring_only_profile
 from echo_tune.sim.features.activation_offload import (activation_offload_notes, stage_drained_bytes,
                                                        with_activation_offload)
 from echo_tune.sim.features.cpu_offload import offload_costs, offload_notes
@@ -40,7 +40,7 @@ from echo_tune.sim.schedule.linear_layers import chunk_linear_mix, linear_notes,
 from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.sim.memory.stage import stage_memory
 from echo_tune.sim.data_parallel.muon_shards import spread_notes
-from echo_tune.sim.data_parallel.optimizer_muon import check_muon, step_extra_s
+from echo_tune.sim.data_parallel.optimizer_muon import step_extra_s
 from echo_tune.sim.features.moe_overlap import paired_fraction
 from echo_tune.sim.schedule.chunk_passes import all_chunk_passes
 from echo_tune.sim.schedule.passes import pass_costs, trace_pieces
@@ -124,8 +124,6 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     (the search's candidates carry it), so the rules are not checked twice; used only where Megatron-FSDP
     does not change the settings (its settings in effect are checked again)."""
     parallel, layout = checked_step(model, cluster, num_gpus, parallel, layout)  # the rules, once (config/)
-    check_deterministic(model, parallel)
-    check_muon(model, parallel)
     profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster
     check_profile_device(profile, cluster)
     check_op_times_device(profile, cluster)

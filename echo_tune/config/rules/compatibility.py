@@ -14,6 +14,8 @@ from echo_tune.config.rules.expert_layout import expert_groups
 from echo_tune.config.specs.layout import GroupPlacement, Layout
 from echo_tune.config.rules.local_spec import check_local_layout
 from echo_tune.config.specs.model import FLASH_STYLE_BACKENDS, ModelSpec
+from echo_tune.config.rules.determinism_rules import check_deterministic
+from echo_tune.config.rules.optimizer_rules import check_muon
 from echo_tune.config.rules.cp_comm_rules import check_cp_comm, cp_groups, resolved_cp_comm
 from echo_tune.config.launch.ub_config import ub_config_problem
 from echo_tune.config.rules.linear_attention_rules import check_linear_attention_layout
@@ -237,6 +239,8 @@ def check_compatible(model: ModelSpec, cluster: ClusterSpec, num_gpus: int,
             f"`grad_reduce_in_bf16` needs bf16 training, but got (precision={parallel.precision!r})")
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
     check_cp_comm(model, parallel)
+    check_deterministic(model, parallel)
+    check_muon(model, parallel)
     ub_config_problem(parallel)
     check_linear_attention_layout(model, parallel)
     groups = _group_placements(parallel, cluster, dp) | cp_groups(parallel, cluster.nvlink_domain_gpus, GroupPlacement) \

@@ -41,7 +41,6 @@ from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import op_time_s
 from echo_tune.cost.profile import ClusterProfile
-from echo_tune.errors import ConfigError
 from echo_tune.workload.graph import Op
 
 DROPPED_UPDATE_BYTES = 8.0
@@ -62,25 +61,6 @@ class Matrix:
     tp_dim: int | None = None
     """The dimension TP (ETP for experts) shards, or None when every TP rank holds it whole."""
     expert: bool = False
-
-
-def check_muon(model: ModelSpec, parallel: ParallelConfig) -> None:
-    """The Muon settings echo-tune does not model, refused by a one-line ConfigError."""
-    if not parallel.muon:
-        return
-    if model.multi_latent_attention:
-        raise ConfigError("`--optimizer muon` with multi_latent_attention is not modelled (its projections' "
-                          "shapes are not counted); use adam or drop multi_latent_attention")
-    if parallel.use_precision_aware_optimizer:
-        raise ConfigError("`--optimizer muon` with use_precision_aware_optimizer is not modelled; drop "
-                          "--use-precision-aware-optimizer")
-    if parallel.num_distributed_optimizer_instances > 1:
-        raise ConfigError(f"`--optimizer muon` with num_distributed_optimizer_instances > 1 is not modelled, but "
-                          f"got (num_distributed_optimizer_instances={parallel.num_distributed_optimizer_instances})"
-                          f"; drop it")
-    if parallel.use_megatron_fsdp:
-        raise ConfigError("`--optimizer muon` with use_megatron_fsdp is not modelled (Muon's whole-matrix "
-                          "Newton-Schulz over FSDP shards); use adam or drop --use-megatron-fsdp")
 
 
 def layer_matrices(model: ModelSpec, parallel: ParallelConfig, ep: int, moe: bool) -> tuple[Matrix, ...]:

@@ -2,7 +2,7 @@
 
 Megatron-LM d98e8a64ddf3 megatron/training/determinism.py ``apply_determinism_to_args``:
 - refuses ``--cross-entropy-loss-fusion`` and ``--tp-comm-overlap`` (ARG_VALUES_REQUIRED_FOR_DETERMINISM):
-  a ConfigError here too;
+  a ConfigError from config/rules/determinism_rules.py, checked once with the layout;
 - sets NCCL_ALGO=Ring: every collective runs NCCL's ring, never the tree (modelled: the profile's
   ``nccl_ring_only``, cost/comm.py);
 - sets NVTE_ALLOW_NONDETERMINISTIC_ALGO=0: Transformer Engine picks a deterministic attention backward.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from echo_tune.errors import ConfigError
 from echo_tune.identity_cache import IdentityCache
 
 _RING_PROFILES = IdentityCache(limit=64)
@@ -32,17 +31,6 @@ _RING_PROFILES = IdentityCache(limit=64)
 NOTE = ("deterministic mode: NCCL ring collectives and TE's deterministic attention backend choice modelled; "
         "a deterministic attention backward kernel's own slowdown is not (cuDNN on Hopper: none per TE; "
         "FlashAttention-3: x1.21 on H100, flash-attention PR #1893)")
-
-
-def check_deterministic(model, parallel) -> None:
-    """Megatron's ``ARG_VALUES_REQUIRED_FOR_DETERMINISM``."""
-    if not parallel.deterministic_mode:
-        return
-    for name, value in (("cross_entropy_loss_fusion", model.cross_entropy_loss_fusion),
-                        ("tp_comm_overlap", parallel.tp_comm_overlap)):
-        if value:
-            raise ConfigError(f"`{name}` must be off with deterministic_mode (megatron/training/determinism.py), "
-                              f"but got ({name}=True); drop --{name.replace('_', '-')} or --deterministic-mode")
 
 
 def deterministic_attention_model(model, parallel):

@@ -6,7 +6,8 @@ import echo_tune as et
 from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
-from echo_tune.sim.data_parallel.optimizer_muon import (check_muon, layer_matrices, matrix_params, newton_schulz_s, ns_flops,
+from echo_tune.config.rules.optimizer_rules import check_muon
+from echo_tune.sim.data_parallel.optimizer_muon import (layer_matrices, matrix_params, newton_schulz_s, ns_flops,
                                           ns_gemms, ns_time_s)
 
 LLAMA8 = et.load_model("llama3-8b")  # h 4096, 32 heads, 8 groups, head 128, SwiGLU ffn 14336, 32 layers
