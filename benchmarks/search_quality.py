@@ -16,6 +16,9 @@ through ``run_search``, enumeration included, one process). Spaces:
   * qwen3-30b-a3b-16-recipes (not run by default) - Qwen3-30B-A3B, 16 H100, global batch 512, sequence 4096, FP8
                      auto, the recipe features on (dispatcher, EP overlap, delayed wgrad, recompute modules, FP8
                      recipe), CP 1 and micro-batch 1-2
+  * qwen3-235b-a22b-256-recipes, deepseek-v3-1024-recipes (not run by default) - issue 38's other two jobs (256 H100,
+                     global batch 2048; 1024 H100, 8192), sequence 4096, FP8 auto, the recipe features on, CP 1 and
+                     micro-batch 1
 
     python benchmarks/search_quality.py [--spaces qwen3-30b-a3b,llama3.1-70b,...] [--seeds 5] [--n-trials N]
         [--compare tpe] [--exhaustive-jobs 1,2] [--results-dir DIR] [--json]
@@ -57,6 +60,13 @@ ZERO_YAML = {
     "qwen3-30b-a3b-16-recipes": dict(model="qwen3-30b-a3b", cluster="h100", num_gpus=16, global_batch_size=512,
                                      seq_length=4096, fp8_format="auto",
                                      layout={"context_parallel_size": 1, "micro_batch_size": [1, 2]}),
+    # issue 38's other two jobs with the recipe features on and FP8 auto, CP 1 and micro-batch 1 (the recipes' own)
+    "qwen3-235b-a22b-256-recipes": dict(model="qwen3-235b-a22b", cluster="h100", num_gpus=256, global_batch_size=2048,
+                                        seq_length=4096, fp8_format="auto",
+                                        layout={"context_parallel_size": 1, "micro_batch_size": 1}),
+    "deepseek-v3-1024-recipes": dict(model="deepseek-v3", cluster="h100", num_gpus=1024, global_batch_size=8192,
+                                     seq_length=4096, fp8_format="auto",
+                                     layout={"context_parallel_size": 1, "micro_batch_size": 1}),
 }
 FILES = {"gpt3-175b": REPO / "search_spaces" / "gpt3-175b-1024xa100.yaml",
          "mixtral-8x7b": REPO / "search_spaces" / "mixtral-8x7b-64xh100.yaml"}
