@@ -85,9 +85,10 @@ def measure() -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    rows = measure() if not parser.parse_args().json else None
-    if rows is None:
-        print(json.dumps(measure(), indent=1))
+    args = parser.parse_args()
+    rows = measure()
+    if args.json:
+        print(json.dumps(rows, indent=1))
         return
     print("| A / B | differs | measured | simulated | GPU side only | errors A, B (default) |")
     print("| --- | --- | ---: | ---: | ---: | --- |")

@@ -87,15 +87,22 @@ def _cluster_with_memory(tmp_path, memory_bytes: int, name: str) -> str:
     return str(path)
 
 
-def test_plan_shows_a_layout_just_over_its_limit_at_risk_with_its_throughput(tmp_path):
-    # no recompute in the space: the search skips the recompute variants of a layout that fits (search/space/dominance.py),
-    # so the roomy run's lowest peak would not be the tight run's
+def _lightest_roomy_layout(tmp_path):
+    """(the exhaustive plan options without recompute, the lightest layout of the roomy CPU cluster, its stage reserve
+    bytes): what the tests below size a tight cluster's memory from."""
     opts = _opts(tmp_path, sampler="exhaustive", layout={"recompute_granularity": ["none"]})
     opts.n_trials = None
     roomy = plan(MODEL, [parse_candidate(f"{CPU}:4")], opts)
     (name,) = roomy.records
     low = min(roomy.records[name], key=lambda r: r["peak_memory_bytes"])
     reserve = max(s["reserve_bytes"] for s in entry(roomy.spaces[name], -1, low)["stage_memory_bytes"])
+    return opts, low, reserve
+
+
+def test_plan_shows_a_layout_just_over_its_limit_at_risk_with_its_throughput(tmp_path):
+    # no recompute in the space: the search skips the recompute variants of a layout that fits (search/space/dominance.py),
+    # so the roomy run's lowest peak would not be the tight run's
+    opts, low, reserve = _lightest_roomy_layout(tmp_path)
     margin = PEAK_OVER_PREDICTION * (low["peak_memory_bytes"] - reserve)  # of the allocator bytes
     just = _cluster_with_memory(tmp_path, low["peak_memory_bytes"] - 0.5 * margin, "just-over")
     far = _cluster_with_memory(tmp_path, low["peak_memory_bytes"] - 0.05 * low["peak_memory_bytes"], "far-over")
@@ -149,12 +156,7 @@ def test_plan_without_a_headroom_shows_the_fastest_at_risk_layout_when_none_is_s
     which fits as predicted, before any over its limit."""
     from echo_tune.sim.memory.memory_band import PEAK_UNDER_PREDICTION
 
-    opts = _opts(tmp_path, sampler="exhaustive", layout={"recompute_granularity": ["none"]})
-    opts.n_trials = None
-    roomy = plan(MODEL, [parse_candidate(f"{CPU}:4")], opts)
-    (name,) = roomy.records
-    low = min(roomy.records[name], key=lambda r: r["peak_memory_bytes"])
-    reserve = max(s["reserve_bytes"] for s in entry(roomy.spaces[name], -1, low)["stage_memory_bytes"])
+    opts, low, reserve = _lightest_roomy_layout(tmp_path)
     margin = PEAK_UNDER_PREDICTION * (low["peak_memory_bytes"] - reserve)
     tight = _cluster_with_memory(tmp_path, low["peak_memory_bytes"] + 2 * GIB + 0.5 * margin, "tight")  # 2 GiB: default
     opts.memory_headroom_gib = None

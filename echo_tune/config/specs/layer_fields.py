@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice
-from echo_tune.config.specs.moe_fields import moe_layer_pattern
+from echo_tune.config.specs.layer_pattern import skip_freq_pattern
 from echo_tune.config.rules.local_spec import check_local_model
 from echo_tune.errors import ConfigError
 
@@ -184,15 +184,7 @@ class LayerFields:
         freq = self.window_attn_skip_freq
         if freq is None:
             return (1,) * n
-        if isinstance(freq, int) or str(freq).strip().isdigit():
-            every = int(freq)
-            require(every > 0, f"`window_attn_skip_freq > 0` must hold, but got (window_attn_skip_freq={freq})")
-            return tuple(0 if (i + 1) % every == 0 else 1 for i in range(n))
-        try:
-            return moe_layer_pattern(str(freq), n)
-        except ConfigError:
-            raise ConfigError(f"`window_attn_skip_freq` must be an integer or a 0/1 list expression of one entry "
-                              f"per layer (1 = window), but got (window_attn_skip_freq={freq!r})") from None
+        return skip_freq_pattern("window_attn_skip_freq", freq, n, "window")
 
     @property
     def windowed_attention(self) -> bool:

@@ -70,6 +70,21 @@ def moe_layer_pattern(freq: int | str, num_layers: int) -> tuple[int, ...]:
     return _pattern(freq, num_layers)
 
 
+def skip_freq_pattern(name: str, freq: int | str, num_layers: int, one_means: str) -> tuple[int, ...]:
+    """Per layer (0-based), 1 where the variant runs, from a Megatron "skip frequency": an integer N puts the other
+    kind at every N-th layer (``--window-attn-skip-freq``, ``--linear-attention-freq``), a list expression (as
+    ``moe_layer_pattern`` reads it) gives every layer. ``name``: the field, ``one_means``: what 1 stands for (errors)."""
+    if isinstance(freq, int) or str(freq).strip().isdigit():
+        every = int(freq)
+        require(every > 0, f"`{name} > 0` must hold, but got ({name}={freq})")
+        return tuple(0 if (i + 1) % every == 0 else 1 for i in range(num_layers))
+    try:
+        return moe_layer_pattern(str(freq), num_layers)
+    except ConfigError:
+        raise ConfigError(f"`{name}` must be an integer or a 0/1 list expression of one entry per layer "
+                          f"(1 = {one_means}), but got ({name}={freq!r})") from None
+
+
 @functools.lru_cache(maxsize=256)
 def _cached_pattern(freq: int | str, num_layers: int) -> tuple[int, ...]:
     return _pattern(freq, num_layers)

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.flags.unmodelled import UnmodelledError
-from echo_tune.errors import ConfigError
-from echo_tune.config.specs.layer_pattern import moe_layer_pattern
+from echo_tune.config.specs.layer_pattern import skip_freq_pattern
 
 ATTENTION_VARIANT_ALIASES = {"gated_delta_net": "gdn"}
 """Deprecated spellings Megatron maps to their canonical name (experimental_attention_variant_module_specs.py)."""
@@ -75,20 +74,10 @@ class LinearAttentionFields:
     @property
     def linear_attention_pattern(self) -> tuple[int, ...]:
         """Per layer (0-based): 1 for a gated delta net, 0 for self-attention (``get_linear_attention_pattern``)."""
-
         n = self.num_layers  # type: ignore[attr-defined]
         if self.linear_variant is None:
             return (0,) * n
-        freq = self.linear_attention_freq
-        if isinstance(freq, int) or str(freq).strip().isdigit():
-            every = int(freq)
-            require(every > 0, f"`linear_attention_freq > 0` must hold, but got (linear_attention_freq={freq})")
-            return tuple(0 if (i + 1) % every == 0 else 1 for i in range(n))
-        try:
-            return moe_layer_pattern(str(freq), n)
-        except ConfigError:
-            raise ConfigError(f"`linear_attention_freq` must be an integer or a 0/1 list expression of one entry per "
-                              f"layer (1 = gated delta net), but got (linear_attention_freq={freq!r})") from None
+        return skip_freq_pattern("linear_attention_freq", self.linear_attention_freq, n, "gated delta net")
 
     @property
     def linear_attention(self) -> bool:

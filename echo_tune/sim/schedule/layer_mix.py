@@ -54,8 +54,14 @@ def chunk_window_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int,
     """(dense, MoE) layers with sliding-window attention in every chunk of every stage (all 0 without a
     window): ``model.window_pattern`` (``--window-attn-skip-freq``) over the chunk's global layers. MTP
     layers are counted with full attention."""
-    window, moe = model.window_pattern, model.moe_pattern
-    if not model.windowed_attention:
+    return chunk_pattern_mix(model.window_pattern if model.windowed_attention else None, model.moe_pattern, layout)
+
+
+def chunk_pattern_mix(pattern: tuple[int, ...] | None, moe: tuple[int, ...],
+                      layout: Layout) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """(dense, MoE) layers of every chunk of every stage that a per-layer 0/1 ``pattern`` marks (a layer variant:
+    sliding window, gated delta net), split by the model's ``moe`` pattern; all 0 for None (no such layer)."""
+    if pattern is None:
         return tuple(tuple((0, 0) for _ in chunks) for chunks in layout.stage_chunk_layers)
     mix = []
     for s, chunks in enumerate(layout.stage_chunk_layers):
@@ -63,7 +69,7 @@ def chunk_window_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int,
         for c, layers in enumerate(chunks):
             first = chunk_first_layer(layout, s, c)
             span = range(first, first + layers)
-            row.append((sum(window[i] * (1 - moe[i]) for i in span), sum(window[i] * moe[i] for i in span)))
+            row.append((sum(pattern[i] * (1 - moe[i]) for i in span), sum(pattern[i] * moe[i] for i in span)))
         mix.append(tuple(row))
     return tuple(mix)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from echo_tune.config.specs.layout import Layout
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.sim.schedule.costing import PhaseCost, phase_cost
-from echo_tune.sim.schedule.layer_mix import chunk_first_layer
+from echo_tune.sim.schedule.layer_mix import chunk_pattern_mix
 
 PIECES = (("", "layer", "linear_layer"), ("moe_", "moe_layer", "moe_linear_layer"))
 """(prefix, the self-attention piece, the gated-delta-net piece) for dense and MoE layers."""
@@ -23,17 +23,8 @@ PIECES = (("", "layer", "linear_layer"), ("moe_", "moe_layer", "moe_linear_layer
 def chunk_linear_mix(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[int, int], ...], ...]:
     """(dense, MoE) gated-delta-net layers of every chunk of every stage (all 0 without them). MTP layers are
     self-attention layers (config/specs/linear_attention_fields.py refuses MTP beside the gated delta net)."""
-    pattern, moe = model.linear_attention_pattern, model.moe_pattern
-    if not model.linear_attention:
-        return tuple(tuple((0, 0) for _ in chunks) for chunks in layout.stage_chunk_layers)
-    mix = []
-    for s, chunks in enumerate(layout.stage_chunk_layers):
-        row = []
-        for c, layers in enumerate(chunks):
-            span = range(chunk_first_layer(layout, s, c), chunk_first_layer(layout, s, c) + layers)
-            row.append((sum(pattern[i] * (1 - moe[i]) for i in span), sum(pattern[i] * moe[i] for i in span)))
-        mix.append(tuple(row))
-    return tuple(mix)
+    return chunk_pattern_mix(model.linear_attention_pattern if model.linear_attention else None, model.moe_pattern,
+                             layout)
 
 
 def linear_deltas(pieces: dict, ctx, regions: tuple[str, ...], replayed) -> dict[str, PhaseCost] | None:
