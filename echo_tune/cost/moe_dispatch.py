@@ -22,6 +22,7 @@ overlap, ``sim/features/moe_overlap.py``) loses those SMs.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -74,6 +75,7 @@ def _rdma_gbyte_s(kernel: str, direction: str, ep: int) -> float:
     return table[row][direction]
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of its integers; every pass of a flex dispatcher asks it
 def expected_units_reached(num_experts: int, topk: int, units: int, num_groups: int | None = None,
                            group_topk: int | None = None) -> float:
     """Expected number of distinct units (ranks or nodes, each holding a contiguous block of

@@ -12,7 +12,9 @@ step to the optimizer time (sim/data_parallel/optimizer_muon.py, added in sim/si
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from dataclasses import dataclass
 
 from echo_tune.config.specs.layout import GroupPlacement
@@ -182,19 +184,22 @@ def _reduce_with_experts(overlap_grad_reduce: bool, chunk_params, experts, chunk
                 continue
             n = max(1, -(-count // bucket))
             if n > 1:  # every bucket but the last is full
-                full_s = duration(bucket)
+                full_s, k = duration(bucket), len(buckets) - 1
                 if overlap_grad_reduce:  # _ready_s inlined (the same arithmetic, so the same floats)
-                    for i in range(1, n):
-                        append((start + span * i / n, bucket, len(buckets), full_s))
+                    buckets += [(start + span * i / n, bucket, k + i, full_s) for i in range(1, n)]
                 else:
-                    for i in range(1, n):
-                        append((compute_end_s, bucket, len(buckets), full_s))
+                    buckets += [(compute_end_s, bucket, k + i, full_s) for i in range(1, n)]
             size = count - (n - 1) * bucket
             append((start + span * n / n if overlap_grad_reduce else compute_end_s, size, len(buckets),
                     duration(size)))
     buckets.sort()
     comm_end, overlap = 0.0, 0.0
-    for ready, size, _, duration_s in buckets:  # _one_bucket, inlined: this loop runs for every bucket
+    last_ready = buckets[-1][0] if buckets else 0.0
+    for index, (ready, size, _, duration_s) in enumerate(buckets):  # _one_bucket, inlined: runs for every bucket
+        if comm_end >= compute_end_s and comm_end >= last_ready and spans is None:
+            # the compute has ended and every bucket left is ready: they run back to back at full speed (the
+            # branch below for each, its additions in the same order, so the same float)
+            return functools.reduce(operator.add, [b[3] for b in buckets[index:]], comm_end), overlap
         begin = ready if ready > comm_end else comm_end
         if begin < compute_end_s:
             comm_end = begin + duration_s * comm_slowdown

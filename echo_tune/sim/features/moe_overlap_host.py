@@ -38,13 +38,16 @@ def pair_host_wait_s(kernels_forward: int, kernels_backward: int, host_per_kerne
 
 
 def with_pair_host_floor(trace: Trace, ctx: CostContext, forward: PhaseCost, backward: PhaseCost,
-                         deltas: tuple[PhaseCost, PhaseCost], piece: str = "moe_layer") -> tuple[PhaseCost, PhaseCost]:
+                         deltas: tuple[PhaseCost, PhaseCost], piece: str = "moe_layer",
+                         kernels: tuple[int, int] | None = None) -> tuple[PhaseCost, PhaseCost]:
     """The EP overlap's change to one MoE layer's (forward, backward) pass, ``deltas``, with the host's floor
-    under the pair added (``forward`` / ``backward``: the passes as timed alone, with their own host wait)."""
+    under the pair added (``forward`` / ``backward``: the passes as timed alone, with their own host wait).
+    ``kernels``: ``host_kernels`` of the trace's forward and backward, where the caller has them already."""
     h = ctx.profile.host_time_per_kernel_s
     if h <= 0.0:
         return deltas
-    n_fwd, n_bwd = host_kernels(trace.forward, ctx, piece=piece), host_kernels(trace.backward, ctx, piece=piece)
+    n_fwd, n_bwd = kernels or (host_kernels(trace.forward, ctx, piece=piece),
+                               host_kernels(trace.backward, ctx, piece=piece))
     pair_s = forward.total_s + backward.total_s + deltas[0].total_s + deltas[1].total_s
     wait = pair_host_wait_s(n_fwd, n_bwd, h, pair_s)
     if wait <= 0.0:

@@ -51,16 +51,24 @@ class PhaseCost:
             + self.offload_s
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
-        return PhaseCost(compute_s=self.compute_s + other.compute_s,
-                         comm_exposed_s=self.comm_exposed_s + other.comm_exposed_s,
-                         interference_s=self.interference_s + other.interference_s,
-                         ep_comm_s=self.ep_comm_s + other.ep_comm_s, dp_comm_s=self.dp_comm_s + other.dp_comm_s,
-                         offload_s=self.offload_s + other.offload_s)
+        return _built(self.compute_s + other.compute_s, self.comm_exposed_s + other.comm_exposed_s,
+                      self.interference_s + other.interference_s, self.ep_comm_s + other.ep_comm_s,
+                      self.dp_comm_s + other.dp_comm_s, self.offload_s + other.offload_s)
 
     def scaled(self, factor: float) -> "PhaseCost":
-        return PhaseCost(compute_s=self.compute_s * factor, comm_exposed_s=self.comm_exposed_s * factor,
-                         interference_s=self.interference_s * factor, ep_comm_s=self.ep_comm_s * factor,
-                         dp_comm_s=self.dp_comm_s * factor, offload_s=self.offload_s * factor)
+        return _built(self.compute_s * factor, self.comm_exposed_s * factor, self.interference_s * factor,
+                      self.ep_comm_s * factor, self.dp_comm_s * factor, self.offload_s * factor)
+
+
+def _built(compute_s: float, comm_exposed_s: float, interference_s: float, ep_comm_s: float, dp_comm_s: float,
+           offload_s: float, _new=object.__new__) -> PhaseCost:
+    """``PhaseCost(...)`` of these fields without the frozen dataclass's ``__init__`` (one ``object.__setattr__``
+    per field: a third of the time of a sum or a scaling, which the simulator does ~50 times a layout). The same
+    object: equal, same hash; tests/sim/test_costing_build.py checks it against the constructor."""
+    cost = _new(PhaseCost)
+    cost.__dict__.update(compute_s=compute_s, comm_exposed_s=comm_exposed_s, interference_s=interference_s,
+                         ep_comm_s=ep_comm_s, dp_comm_s=dp_comm_s, offload_s=offload_s)
+    return cost
 
 
 ZERO = PhaseCost()
