@@ -80,7 +80,10 @@ from echo_tune.config.rules.compatibility import GroupPlacement, Layout
 from echo_tune.cost.comm import collective_time_s
 from echo_tune.cost.compute import gemm_efficiency
 from echo_tune.cost.profile import ClusterProfile
+from echo_tune.identity_cache import IdentityCache
 from echo_tune.workload.graph import Op, Trace
+
+_SAVINGS = IdentityCache(limit=1024)  # fp8_activation_savings_bytes by (trace, its other arguments)
 
 FP8_REGIONS = ("qkv", "attention_proj", "mlp", "mla_up_proj", "moe/experts", "moe/shared")
 """Where TE linear layers' GEMMs are traced, "region" or "region/subregion" (FP8 under --fp8-format)."""
@@ -215,7 +218,14 @@ def fp8_activation_savings_bytes(layer: Trace, tensor_model_parallel_size: int, 
     input. A GEMM right after its TP all-gather (sequence parallelism) keeps the local, un-gathered shard.
     GEMMs of ``recomputed_regions`` (selective recompute) save nothing across the pass: no saving. Nor does the
     experts' fc2 under ``moe_act`` recompute ("moe/expert_act" recomputed): Megatron-LM d98e8a64ddf3
-    moe/experts.py ``set_save_original_input(linear_fc2)`` keeps its bf16 input, which the recompute discards."""
+    moe/experts.py ``set_save_original_input(linear_fc2)`` keeps its bf16 input, which the recompute discards.
+    Remembered per trace and arguments (every stage of every layout of a shape asks it)."""
+    return _SAVINGS.get((layer,), (tensor_model_parallel_size, sequence_parallel, tuple(recomputed_regions)),
+                        lambda: _savings(layer, tensor_model_parallel_size, sequence_parallel, recomputed_regions))
+
+
+def _savings(layer: Trace, tensor_model_parallel_size: int, sequence_parallel: bool,
+             recomputed_regions: tuple[str, ...]) -> float:
     saved, previous = 0.0, None
     for op in layer.forward:
         after_act = previous is not None and where(previous) == "moe/expert_act" and "moe/expert_act" in recomputed_regions

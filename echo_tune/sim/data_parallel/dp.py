@@ -35,6 +35,7 @@ OPTIMIZER_BYTES_PER_PARAM = 38.0
 # memory-bound, on the compute stream before the bucket's first forward.
 MXFP8_REQUANT_BYTES_PER_PARAM = 2.0 + 2.0 + 2.0 / 32 + 2.0
 _DURATIONS = IdentityCache(limit=256)
+_TAILS = IdentityCache(limit=8192)  # (end of the last reduction, its overlap) of ``_reduce_with_experts``
 
 
 def ddp_bucket_params(data_parallel_size: int) -> int:
@@ -97,9 +98,15 @@ def stage_tail(*, parallel: ParallelConfig, dp: GroupPlacement, profile: Cluster
     expert_total = sum(experts) if edp is not None else 0
     chunks = sorted(zip(chunk_backward, chunk_params))
     if expert_total:
-        comm_end, overlap = _reduce_with_experts(parallel.overlap_grad_reduce, chunk_params, experts,
-                                                 chunk_backward, bucket, (duration, durations_over(edp, 1)),
-                                                 compute_end_s, profile.comm_slowdown, spans)
+        def reduced() -> tuple[float, float]:
+            return _reduce_with_experts(parallel.overlap_grad_reduce, chunk_params, experts, chunk_backward, bucket,
+                                        (duration, durations_over(edp, 1)), compute_end_s, profile.comm_slowdown,
+                                        spans)
+        # remembered by every argument the bucket loop reads (the durations by what they are computed from): a
+        # search meets the same pipeline, so the same tail, in layouts that differ in memory only
+        comm_end, overlap = reduced() if spans is not None else _TAILS.get(
+            (profile,), (parallel.overlap_grad_reduce, collective, grad_bytes, dp, instances, edp, tuple(chunk_params),
+                         tuple(experts), tuple(chunk_backward), bucket, compute_end_s), reduced)
     elif parallel.overlap_grad_reduce and _in_time_order(chunks, bucket) and spans is None:
         comm_end, overlap = _reduce_closed_form(chunks, bucket, duration, compute_end_s, profile.comm_slowdown)
     else:
