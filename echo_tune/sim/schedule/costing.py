@@ -136,6 +136,11 @@ def host_kernels(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> i
     return _phase(ops, ctx, None, piece)[1]
 
 
+def phase_cost_and_kernels(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> tuple[PhaseCost, int]:
+    """``phase_cost`` and ``host_kernels`` of ``ops`` from one pass over them."""
+    return _phase(ops, ctx, None, piece)
+
+
 def _runs_async(op: Op, ctx: CostContext) -> bool:
     """Whether a collective ``async_pairs`` found runs beside its GEMM under ``ctx``'s settings:
     - ``--no-async-tensor-model-parallel-allreduce`` (Megatron-LM 2021-09..2024-04 honoured it, for its own
