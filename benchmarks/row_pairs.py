@@ -48,6 +48,9 @@ PAIRS = (
      "GB300 (MBS 8) vs GB200 (MBS 4), fine-grained MoE, HybridEP"),
     ("mb2602-gpt-oss-120b-bf16-64xgb200", "mb2602-gpt-oss-120b-bf16-64xb200",
      "GB200 (EP 64 in one NVLink rack) vs B200 (EP 64 over 8 nodes)"),
+    ("mb2509-qwen3-30b-a3b-fp8-tokendrop-8xgb200", "mb2509-qwen3-30b-a3b-fp8-tokendrop-8xb200",
+     "GB200 MBS 4 vs B200 MBS 1, drop-and-pad, whole layers in CUDA graphs (no host in either): per micro-batch "
+     "against per token"),
 )
 
 

@@ -20,6 +20,9 @@ def test_measured_ratio_by_hand(rows):
     # Qwen3-30B-A3B on 16 H100: 51.2701 s for GBS 1024 against 24.8478 s for GBS 512 (seq 4096, 16 GPUs both)
     r = rows[("mb2602-qwen3-30b-a3b-fp8cs-16xh100", "mb2511-qwen3-30b-a3b-fp8cs-16xh100")]
     assert r["measured_ratio"] == pytest.approx((51.2701 / 1024) / (24.8478 / 512), rel=1e-4)
+    # Qwen3-30B-A3B drop-and-pad on 8 GPUs, GBS 512 both: 11.5102 s (GB200, MBS 4) against 14.5104 s (B200, MBS 1)
+    r = rows[("mb2509-qwen3-30b-a3b-fp8-tokendrop-8xgb200", "mb2509-qwen3-30b-a3b-fp8-tokendrop-8xb200")]
+    assert r["measured_ratio"] == pytest.approx(11.5102 / 14.5104, rel=1e-4)
 
 
 def test_dropless_against_whole_layer_graphs(rows):
