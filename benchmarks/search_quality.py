@@ -31,6 +31,9 @@ one run measures 1 against 2 processes on the same space.
 to simulate) and times only the default searches; a study of other code (any edit under echo_tune/) is refused
 (search/storage/content.py): use a fresh folder then. The default searches take no random draw (auto.py), so
 every seed gives the same layouts; the seeds are run to show that.
+``--stored-exhaustive`` takes the optimum, layout count and simulated count from the exhaustive study kept in
+``--results-dir`` (its journal read line by line: stored_study.py) instead of running it: no content check, so
+valid only while the simulator and the space are those of the study (a change under search/engines/ only, say).
 """
 
 from __future__ import annotations
@@ -44,8 +47,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from echo_tune.search import SearchOptions, load_space, run_search  # noqa: E402
+from stored_study import exhaustive_journal, read_study  # noqa: E402
 
 ZERO_YAML = {
     "qwen3-30b-a3b": dict(model="qwen3-30b-a3b", cluster="h100", num_gpus=256, global_batch_size=1024,
@@ -81,9 +86,14 @@ def build(name: str):
 
 
 def measure(name: str, seeds: int, n_trials: int | None, results: Path, samplers: tuple[str, ...] = ("auto",),
-            jobs: tuple[int, ...] = (1,)) -> dict:
+            jobs: tuple[int, ...] = (1,), stored: bool = False) -> dict:
     space = build(name)
     row = {"space": name, "exhaustive": [], "runs": []}
+    if stored:  # the optimum of a kept exhaustive study, read as stored (module docstring)
+        study = read_study(exhaustive_journal(results, space.name))
+        row["exhaustive"].append({"n_jobs": None, "new_trials": 0, "simulated": study.simulated, "wall_s": None})
+        row["layouts"], row["optimum_s"] = study.layouts, study.optimum_s
+        jobs = ()
     for n_jobs in jobs:
         start = time.perf_counter()
         exhaustive = run_search(space, SearchOptions(sampler="exhaustive", n_jobs=n_jobs, resume=True,
@@ -113,7 +123,8 @@ def print_table(rows: list[dict]) -> None:
     print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         ex_wall = ", ".join(f"{e['wall_s']:.1f} s ({e['n_jobs']} job{'s' if e['n_jobs'] > 1 else ''})"
-                            if e["new_trials"] else f"(stored, {e['n_jobs']})" for e in row["exhaustive"])
+                            if e["new_trials"] else "(stored)" if e["n_jobs"] is None else f"(stored, {e['n_jobs']})"
+                            for e in row["exhaustive"])
         simulated = row["exhaustive"][-1].get("simulated", row["layouts"])
         for i, run in enumerate(row["runs"]):
             head = (f"| {row['space']} | {row['layouts']} | {row['optimum_s']:.4f} s | {ex_wall} ({simulated}) "
@@ -131,6 +142,8 @@ def main() -> None:
     parser.add_argument("--compare", default="", help="also run these samplers at their default trials, e.g. tpe")
     parser.add_argument("--exhaustive-jobs", default="1", help="process counts of the exhaustive runs, e.g. 1,2")
     parser.add_argument("--results-dir", default=None, help="keep the studies here (default: a temporary folder)")
+    parser.add_argument("--stored-exhaustive", action="store_true",
+                        help="take each space's optimum from the exhaustive study kept in --results-dir, unchecked")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +152,7 @@ def main() -> None:
         for name in args.spaces.split(","):
             samplers = ("auto",) + tuple(x for x in args.compare.split(",") if x)
             jobs = tuple(int(j) for j in args.exhaustive_jobs.split(","))
-            rows.append(measure(name, args.seeds, args.n_trials, results, samplers, jobs))
+            rows.append(measure(name, args.seeds, args.n_trials, results, samplers, jobs, args.stored_exhaustive))
             print(f"# {name} done", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))
