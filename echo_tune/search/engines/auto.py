@@ -177,7 +177,7 @@ def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget:
     """Representatives when there are too many structures for all of them (DeepSeek-V3 / 1024 H100: 1266
     structures, 5064 representatives against a budget of 3000: the budget ran out in that round, before any
     structure was simulated whole, and the search ended 10% off). First each structure's typical layout
-    (selective recompute, the smallest micro-batch), then, where that fits, its fastest, where it does not, its
+    (selective recompute, the smallest micro-batch, the middle number of virtual stages where it has them), then, where that fits, its fastest, where it does not, its
     lightest (full recompute); then the other representatives of the best ``k`` structures by those, ``k`` set so
     that they take half of the budget left; the best structures are then simulated whole (``next_round``) with the
     rest. The typical layout comes first since at DeepSeek-V3 / 1024 H100's 2,532 to 7,116 structures (FP8, pipeline
@@ -185,7 +185,9 @@ def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget:
     Each step depends on the budget and the stored scores only, so a resumed
     search takes the same layouts."""
     fast = {s: reps[s][0] for s in by_structure}  # representatives() puts the fastest first
-    typical = {s: min(m, key=_typical) for s, m in by_structure.items()}
+    # interleaved where the structure can be (``_interleaved``: without it a pipeline structure of an MoE model has
+    # no EP overlap, and Qwen3-235B-A22B / 256 H100's optimum structure ranked on 15.2 s instead of 11.0 s)
+    typical = {s: (_interleaved(m) or [min(m, key=_typical)])[0] for s, m in by_structure.items()}
     light = {s: min(m, key=_light) for s, m in by_structure.items()}
     todo = [typical[s] for s in spread if typical[s].key not in scores]
     if todo:

@@ -51,7 +51,9 @@ def feature_level(space: SearchSpace, valid: list[Candidate], cap: int, scores: 
                       fields=SWEEP_FIELDS, per=SWEEP_PER))
     run(feature_round(space, valid, scores(), FEATURE_TOP, (cap - len(tried)) // 2, structure, known=tried))
     while len(tried) < cap:
-        batch = run(rebatch(space, tried, scores(), cap - len(tried), structure, members))
+        # half of what is left at a time, so that a sweep follows (DeepSeek-V3 / 1024 H100's zero-YAML space: its
+        # best structures hold a dozen batch settings each, which took the rest of the budget before any was swept)
+        batch = run(rebatch(space, tried, scores(), max(1, (cap - len(tried)) // 2), structure, members))
         swept = run(feature_round(space, batch, scores(), SWEEP_SHARE * FEATURE_TOP, cap - len(tried), structure,
                                   fields=SWEEP_FIELDS, per=SWEEP_PER))
         if not batch and not swept:
