@@ -4,18 +4,20 @@ Per space: valid layouts, the exhaustive optimum (``--sampler exhaustive``) and 
 seed the default search's best step time, its gap to the optimum, layouts simulated and wall time (both
 through ``run_search``, enumeration included, one process). Spaces:
 
-  * qwen3-30b-a3b  - Qwen3-30B-A3B, 256 H100, global batch 1024, sequence 4096 (the zero-YAML space of
-                     ``echo-tune search --model qwen3-30b-a3b --cluster h100 --num-gpus 256 ...``)
   * llama3.1-70b   - Llama-3.1 70B, 256 H100, global batch 512 (zero-YAML space)
   * gpt3-175b      - search_spaces/gpt3-175b-1024xa100.yaml
   * mixtral-8x7b   - search_spaces/mixtral-8x7b-64xh100.yaml
+  * qwen3-30b-a3b-16-recipes - Qwen3-30B-A3B, 16 H100, global batch 512, sequence 4096, FP8 auto, the recipe
+                     features on (dispatcher, EP overlap, delayed wgrad, recompute modules, FP8 recipe), CP 1 and
+                     micro-batch 1-2
+  * qwen3-30b-a3b (not run by default) - Qwen3-30B-A3B, 256 H100, global batch 1024, sequence 4096 (the zero-YAML
+                     space of ``echo-tune search --model qwen3-30b-a3b --cluster h100 --num-gpus 256 ...``); with the
+                     recipe features it holds more layouts than an exhaustive search takes (MAX_VALID_LAYOUTS), as do
+                     deepseek-v3 and, likely, the other MoE zero-YAML spaces below
   * mixtral-8x22b, deepseek-v2-lite (not run by default) - zero-YAML: 256 H100, global batch 1024; 64 H100, 512
   * deepseek-v3 (not run by default) - DeepSeek-V3, 1024 H100, global batch 8192 (the Megatron-Bridge 25.09
                      DeepSeek-V3 row of runs_bridge.csv), sequence 4096; uneven pipeline splits searched
   * mixtral-8x22b-b200 (not run by default) - Mixtral 8x22B, 256 B200, global batch 1024
-  * qwen3-30b-a3b-16-recipes (not run by default) - Qwen3-30B-A3B, 16 H100, global batch 512, sequence 4096, FP8
-                     auto, the recipe features on (dispatcher, EP overlap, delayed wgrad, recompute modules, FP8
-                     recipe), CP 1 and micro-batch 1-2
   * qwen3-235b-a22b-256-recipes, deepseek-v3-1024-recipes (not run by default) - issue 38's other two jobs (256 H100,
                      global batch 2048; 1024 H100, 8192), sequence 4096, FP8 auto, the recipe features on, CP 1 and
                      micro-batch 1
@@ -136,7 +138,7 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", default="qwen3-30b-a3b,llama3.1-70b,gpt3-175b,mixtral-8x7b")
+    parser.add_argument("--spaces", default="llama3.1-70b,gpt3-175b,mixtral-8x7b,qwen3-30b-a3b-16-recipes")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--n-trials", type=int, default=None, help="the default search's budget (default: its own)")
     parser.add_argument("--compare", default="", help="also run these samplers at their default trials, e.g. tpe")

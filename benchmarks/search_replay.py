@@ -43,7 +43,7 @@ def replay(space, valid: list, truth: dict, budget: int) -> tuple[float, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", default="qwen3-30b-a3b,llama3.1-70b,gpt3-175b,mixtral-8x7b")
+    parser.add_argument("--spaces", default="llama3.1-70b,gpt3-175b,mixtral-8x7b,qwen3-30b-a3b-16-recipes")
     parser.add_argument("--budgets", default="3000,2000,1000,500,100")
     parser.add_argument("--results-dir", required=True, help="where search_quality.py kept the exhaustive studies")
     parser.add_argument("--show-best", action="store_true", help="also print the best layout reached per budget")

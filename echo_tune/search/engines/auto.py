@@ -109,7 +109,13 @@ def _interleaved(members: list[Candidate]) -> list[Candidate]:
     if not stages:
         return []
     middle = stages[len(stages) // 2]
-    return [min((c for c in members if c.parallel.virtual_pipeline_model_parallel_size == middle), key=_typical)]
+
+    def light_typical(c: Candidate) -> tuple:  # the memory-saving defaults on where listed (not part of _typical:
+        # a small GPT space's interleaved pick without the distributed optimizer did not fit, and its structure, the
+        # optimum's, ranked on full recompute)
+        return (*_typical(c)[:1], not c.parallel.use_distributed_optimizer, not c.parallel.sequence_parallel,
+                *_typical(c)[1:])
+    return [min((c for c in members if c.parallel.virtual_pipeline_model_parallel_size == middle), key=light_typical)]
 
 
 def representatives(members: list[Candidate], k: int = REPRESENTATIVES) -> list[Candidate]:
