@@ -257,23 +257,40 @@ def run_auto(space: SearchSpace, study, store, valid: list[Candidate], budget: i
 def search_rounds(space: SearchSpace, valid: list[Candidate], budget: int, scores: Callable[[], dict],
                   simulate: Callable[[list[Candidate]], bool], deadline: float | None = None) -> None:
     """The rounds of the default search: ``scores()`` reads the stored scores (layout key -> first objective, None
-    where it does not fit), ``simulate(layouts)`` stores them (False: nothing stored, a deadline hit). Each round
-    depends on the stored scores only (benchmarks/search_replay.py replays them on an exhaustive study's)."""
+    where it does not fit), ``simulate(layouts)`` stores them (False: nothing stored, a deadline hit).
+
+    Each round is computed from the scores of the layouts the rounds before it chose (``seen``), and a layout
+    already stored is not simulated again: a resumed search goes through the same rounds, those stored before
+    the interruption read back instead of simulated, and ends with the same layouts as one that ran through (the
+    feature level's budget and steps count the layouts of its own steps, so stored trials of a later step must not
+    count before it). benchmarks/search_replay.py replays the rounds on an exhaustive study's scores."""
+    seen: dict = {}
+
+    def step(todo: list[Candidate]) -> bool:
+        stored = scores()
+        missing = [c for c in todo if c.key not in stored]
+        if missing:
+            if not simulate(missing):
+                return False  # nothing stored (a deadline hit)
+            stored = scores()
+            if any(c.key not in stored for c in missing):
+                return False  # a deadline hit during the round: the rest is for a resumed search
+        seen.update((c.key, stored[c.key]) for c in todo)
+        return bool(todo)
+
     def running() -> bool:
         return deadline is None or time.monotonic() < deadline
     features = has_features(space)
     first = budget - budget // FEATURE_SHARE if features else budget
     while running():
-        todo = next_round(valid, scores(), first)
-        if not todo:
+        todo = next_round(valid, seen, first)
+        if not todo or not step(todo):
             break
-        if not simulate(todo):
-            return  # nothing stored (a deadline hit)
-    if not features:
-        return
+    if not features or len(seen) < min(first, len(valid)):
+        return  # not through the first level (a deadline hit), or the space simulated whole
     if running():
-        feature_level(space, valid, budget - len(scores()), scores, simulate, structure, groups(valid))
+        feature_level(space, valid, budget - len(seen), lambda: seen, step, structure, groups(valid))
     while running():  # budget left: the first level goes on with it
-        todo = next_round(valid, scores(), budget)
-        if not todo or not simulate(todo):
+        todo = next_round(valid, seen, budget)
+        if not todo or not step(todo):
             return

@@ -58,26 +58,50 @@ def test_the_best_swept_structures_get_every_batch_setting_with_their_features(s
     assert rebatch(space, swept, {**scores, swept[0].key: None, swept[1].key: None}, 100, structure, members) == []
 
 
-def test_rounds_stay_within_the_budget_and_repeat(space, core):
-    """The rounds on made-up step times (fewer layouts the faster, over memory at full recompute): no layout twice,
-    the budget kept, and the same layouts in the same order from the same scores."""
-    valid, _ = core
+def _made_up(c) -> float | None:
+    """Made-up step times: fewer the more experts per GPU, over memory at full recompute."""
+    p = c.parallel
+    if p.recompute_granularity == "full":
+        return None
+    return 10.0 / p.expert_model_parallel_size + (p.virtual_pipeline_model_parallel_size or 1) / 100 + (
+        0.5 if c._config["moe_flex_dispatcher_backend"] == "deepep" else 0.0)
 
-    def run(budget: int) -> list:
-        known, order = {}, []
 
-        def simulate(todo):
-            for c in todo:
-                assert c.key not in known
-                p = c.parallel
-                known[c.key] = None if p.recompute_granularity == "full" else (
-                    10.0 / p.expert_model_parallel_size + (p.virtual_pipeline_model_parallel_size or 1) / 100)
-                order.append(c.key)
-            return bool(todo)
+class _Stop(Exception):
+    pass
+
+
+def _rounds(space, valid, budget: int, known: dict | None = None, stop_after: int | None = None) -> list:
+    """The layouts search_rounds simulates, in order, on made-up scores (``known``: stored before)."""
+    known = {} if known is None else known
+    order = []
+
+    def simulate(todo):
+        for c in todo:
+            assert c.key not in known  # a stored layout is read back, not simulated again
+            if stop_after is not None and len(order) >= stop_after:
+                raise _Stop
+            known[c.key] = _made_up(c)
+            order.append(c.key)
+        return bool(todo)
+    try:
         search_rounds(space, valid, budget, lambda: dict(known), simulate)
-        return order
-    order = run(120)
-    assert len(order) == 120 and order == run(120)
+    except _Stop:
+        pass
+    return order
+
+
+def test_rounds_stay_within_the_budget_repeat_and_resume_to_the_same_layouts(space, core):
+    valid, _ = core
+    order = _rounds(space, valid, 120)
+    assert len(order) == 120 and order == _rounds(space, valid, 120)
+    keys = {c.key: c for c in valid}
+    assert any(k not in keys for k in order)  # the feature level ran
+    for stop in (30, 95, 100, 110):  # in the first level and in the feature level's steps
+        known: dict = {}
+        first = _rounds(space, valid, 120, known, stop_after=stop)
+        assert len(first) == stop
+        assert set(first + _rounds(space, valid, 120, known)) == set(order)
 
 
 def test_a_pipeline_structure_is_also_tried_at_its_middle_virtual_stages(core):
