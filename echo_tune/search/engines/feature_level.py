@@ -1,20 +1,21 @@
-"""The default search's second level (feature_variants.py says why there are two): which layouts, in three steps.
+"""The default search's second level (feature_variants.py says why there are two): which layouts, in four steps.
 
 1. **sweep** - the dispatcher's kernels and the FP8 recipe (``SWEEP_FIELDS``) for the best layout of each recompute
    granularity of each of the best ``SWEEP_SHARE`` x ``FEATURE_TOP`` structures (first level's scores);
 2. **combinations** - every combination of the features for the best layout of each of the best ``FEATURE_TOP``;
 3. **batch settings again** - the best structures after both, in the order of their best layout, each whole (every
    virtual pipeline size, recompute setting, micro-batch, overlap of it) with that layout's features
-   (``rebatch``), while the level's budget lasts. The first level searched a structure's batch settings with the
-   lead features only, and those that suit one set of features can differ from another's: on Qwen3-235B-A22B /
-   256 H100 the optimum (TP2 PP4 EP32, four virtual stages, no recompute, HybridEP, delayed FP8) was tried on its
-   lead features (DeepEP, current scaling) at two virtual stages only, over memory there, and the sweep changed the
-   features of its layout without virtual stages (8.3% off the exhaustive optimum);
+   (``rebatch``), at most half of the level's budget left at a time. The first level searched a structure's
+   batch settings with the lead features only, and those that suit one set of features can differ from another's:
+   on Qwen3-235B-A22B / 256 H100 the optimum's structure (TP2 PP4 EP32) was best on its lead features (DeepEP,
+   current scaling) at eight virtual stages, and the sweep changed the features of that layout only: 10.35 s with
+   HybridEP and delayed scaling, 0.6% off the optimum, the same at four virtual stages (10.28 s);
 4. **again** - the sweep for the best layouts step 3 found, then step 3 for what that sweep found, until neither
    finds a layout not simulated yet or the budget is spent.
 
-Each step is computed from the stored scores only (``scores()``: layout key -> first objective, None where it
-does not fit), so a resumed search takes the same layouts; ``simulate(layouts)`` stores them.
+Each step is computed from the scores of the layouts the steps before it chose (``scores()``: layout key -> first
+objective, None where it does not fit; auto.search_rounds keeps them), so a resumed search takes the same layouts;
+``simulate(layouts)`` stores them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def feature_level(space: SearchSpace, valid: list[Candidate], cap: int, scores: 
     """The steps above within ``cap`` layouts; ``valid``: the first level's layouts (lead features), ``members``:
     those by ``structure``. After the batch settings, the sweep again for the best layouts they found (of each
     recompute granularity: DeepSeek-V3's best structures fit at the first level only with selective recompute of
-    every module, which rules out delayed FP8 scaling, so no layout without recompute had been swept), then the
+    every module, and recomputing moe_act rules out delayed FP8 scaling, so no layout without recompute had been
+    swept), then the
     batch settings again, until neither finds a layout not simulated or the budget is spent."""
     tried: list[Candidate] = []
 
