@@ -4,18 +4,20 @@ Per space: valid layouts, the exhaustive optimum (``--sampler exhaustive``) and 
 seed the default search's best step time, its gap to the optimum, layouts simulated and wall time (both
 through ``run_search``, enumeration included, one process). Spaces:
 
-  * qwen3-30b-a3b  - Qwen3-30B-A3B, 256 H100, global batch 1024, sequence 4096 (the zero-YAML space of
-                     ``echo-tune search --model qwen3-30b-a3b --cluster h100 --num-gpus 256 ...``)
   * llama3.1-70b   - Llama-3.1 70B, 256 H100, global batch 512 (zero-YAML space)
   * gpt3-175b      - search_spaces/gpt3-175b-1024xa100.yaml
   * mixtral-8x7b   - search_spaces/mixtral-8x7b-64xh100.yaml
+  * qwen3-30b-a3b-16-recipes - Qwen3-30B-A3B, 16 H100, global batch 512, sequence 4096, FP8 auto, the recipe
+                     features on (dispatcher, EP overlap, delayed wgrad, recompute modules, FP8 recipe), CP 1 and
+                     micro-batch 1-2
+  * qwen3-30b-a3b (not run by default) - Qwen3-30B-A3B, 256 H100, global batch 1024, sequence 4096 (the zero-YAML
+                     space of ``echo-tune search --model qwen3-30b-a3b --cluster h100 --num-gpus 256 ...``); with the
+                     recipe features it holds more layouts than an exhaustive search takes (MAX_VALID_LAYOUTS), as do
+                     deepseek-v3 and, likely, the other MoE zero-YAML spaces below
   * mixtral-8x22b, deepseek-v2-lite (not run by default) - zero-YAML: 256 H100, global batch 1024; 64 H100, 512
   * deepseek-v3 (not run by default) - DeepSeek-V3, 1024 H100, global batch 8192 (the Megatron-Bridge 25.09
                      DeepSeek-V3 row of runs_bridge.csv), sequence 4096; uneven pipeline splits searched
   * mixtral-8x22b-b200 (not run by default) - Mixtral 8x22B, 256 B200, global batch 1024
-  * qwen3-30b-a3b-16-recipes (not run by default) - Qwen3-30B-A3B, 16 H100, global batch 512, sequence 4096, FP8
-                     auto, the recipe features on (dispatcher, EP overlap, delayed wgrad, recompute modules, FP8
-                     recipe), CP 1 and micro-batch 1-2
   * qwen3-235b-a22b-256-recipes, deepseek-v3-1024-recipes (not run by default) - issue 38's other two jobs (256 H100,
                      global batch 2048; 1024 H100, 8192), sequence 4096, FP8 auto, the recipe features on, CP 1 and
                      micro-batch 1
@@ -31,6 +33,9 @@ one run measures 1 against 2 processes on the same space.
 to simulate) and times only the default searches; a study of other code (any edit under echo_tune/) is refused
 (search/storage/content.py): use a fresh folder then. The default searches take no random draw (auto.py), so
 every seed gives the same layouts; the seeds are run to show that.
+``--stored-exhaustive`` takes the optimum, layout count and simulated count from the exhaustive study kept in
+``--results-dir`` (its journal read line by line: stored_study.py) instead of running it: no content check, so
+valid only while the simulator and the space are those of the study (a change under search/engines/ only, say).
 """
 
 from __future__ import annotations
@@ -44,8 +49,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from echo_tune.search import SearchOptions, load_space, run_search  # noqa: E402
+from stored_study import exhaustive_journal, read_study  # noqa: E402
 
 ZERO_YAML = {
     "qwen3-30b-a3b": dict(model="qwen3-30b-a3b", cluster="h100", num_gpus=256, global_batch_size=1024,
@@ -81,9 +88,14 @@ def build(name: str):
 
 
 def measure(name: str, seeds: int, n_trials: int | None, results: Path, samplers: tuple[str, ...] = ("auto",),
-            jobs: tuple[int, ...] = (1,)) -> dict:
+            jobs: tuple[int, ...] = (1,), stored: bool = False) -> dict:
     space = build(name)
     row = {"space": name, "exhaustive": [], "runs": []}
+    if stored:  # the optimum of a kept exhaustive study, read as stored (module docstring)
+        study = read_study(exhaustive_journal(results, space.name))
+        row["exhaustive"].append({"n_jobs": None, "new_trials": 0, "simulated": study.simulated, "wall_s": None})
+        row["layouts"], row["optimum_s"] = study.layouts, study.optimum_s
+        jobs = ()
     for n_jobs in jobs:
         start = time.perf_counter()
         exhaustive = run_search(space, SearchOptions(sampler="exhaustive", n_jobs=n_jobs, resume=True,
@@ -113,7 +125,8 @@ def print_table(rows: list[dict]) -> None:
     print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         ex_wall = ", ".join(f"{e['wall_s']:.1f} s ({e['n_jobs']} job{'s' if e['n_jobs'] > 1 else ''})"
-                            if e["new_trials"] else f"(stored, {e['n_jobs']})" for e in row["exhaustive"])
+                            if e["new_trials"] else "(stored)" if e["n_jobs"] is None else f"(stored, {e['n_jobs']})"
+                            for e in row["exhaustive"])
         simulated = row["exhaustive"][-1].get("simulated", row["layouts"])
         for i, run in enumerate(row["runs"]):
             head = (f"| {row['space']} | {row['layouts']} | {row['optimum_s']:.4f} s | {ex_wall} ({simulated}) "
@@ -125,12 +138,14 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", default="qwen3-30b-a3b,llama3.1-70b,gpt3-175b,mixtral-8x7b")
+    parser.add_argument("--spaces", default="llama3.1-70b,gpt3-175b,mixtral-8x7b,qwen3-30b-a3b-16-recipes")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--n-trials", type=int, default=None, help="the default search's budget (default: its own)")
     parser.add_argument("--compare", default="", help="also run these samplers at their default trials, e.g. tpe")
     parser.add_argument("--exhaustive-jobs", default="1", help="process counts of the exhaustive runs, e.g. 1,2")
     parser.add_argument("--results-dir", default=None, help="keep the studies here (default: a temporary folder)")
+    parser.add_argument("--stored-exhaustive", action="store_true",
+                        help="take each space's optimum from the exhaustive study kept in --results-dir, unchecked")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +154,7 @@ def main() -> None:
         for name in args.spaces.split(","):
             samplers = ("auto",) + tuple(x for x in args.compare.split(",") if x)
             jobs = tuple(int(j) for j in args.exhaustive_jobs.split(","))
-            rows.append(measure(name, args.seeds, args.n_trials, results, samplers, jobs))
+            rows.append(measure(name, args.seeds, args.n_trials, results, samplers, jobs, args.stored_exhaustive))
             print(f"# {name} done", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))

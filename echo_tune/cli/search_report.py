@@ -48,7 +48,9 @@ def result_tables(space, result: SearchResult, *, top: int = 10) -> list[TextTab
     cols += [Column(header=f"cost/step ({space.currency})" if space.gpu_hour_cost is not None
                     else "GPU-hours/step")] if cost else []
     cols.append(Column(header="layout", priority=1, wrap=True, justify="left"))
-    table = TextTable(title=f"{space.name}: best {min(top, len(result.top))} of {result.n_feasible} feasible layouts",
+    cols.append(Column(header="variants", priority=2, wrap=True, justify="left"))
+    table = TextTable(title=f"{space.name}: best {min(top, len(result.top))} of {result.n_feasible} feasible layouts "
+                            f"(a row: a layout's best VPP / recompute variant; variants: those feasible)",
                       caption=f"every layout: {common}" if common else None, columns=cols)
     for i, rec in enumerate(shown, 1):
         cfg = rec["config"]
@@ -57,6 +59,8 @@ def result_tables(space, result: SearchResult, *, top: int = 10) -> list[TextTab
         row += [str(cfg["num_gpus"])] if several_gpus else []
         row += [f"{rec['cost_per_step']:.4g}"] if cost else []
         row.append(escape(labels[i - 1]))
+        n, span = rec.get("variants", 1), rec.get("variant_span")
+        row.append(escape(f"{n} ({span})" if span else str(n)))
         table.add_row(*row)
     tables = [table]
     if result.pareto:

@@ -30,7 +30,8 @@ from echo_tune.errors import ConfigError
 from echo_tune.io import ensure_dir
 from echo_tune.search.outputs import results as res
 from echo_tune.search.outputs.results import SearchResult
-from echo_tune.search.engines.auto import AUTO_BUDGET, FEATURE_TOP, run_auto
+from echo_tune.search.engines.auto import AUTO_BUDGET, run_auto
+from echo_tune.search.engines.feature_level import FEATURE_TOP
 from echo_tune.search.engines.feature_variants import core_space, has_features
 from echo_tune.search.engines.exhaustive import run_exhaustive
 from echo_tune.search.engines.workers import start_workers, worker_pool

@@ -6,7 +6,8 @@ FP8 or not), each holding tens to a couple of hundred layouts that differ in the
 the remaining settings are few, so:
 
 1. **representatives** - every structure is simulated at a few of its layouts (``REPRESENTATIVES``:
-   the fastest if it fits, the lightest on memory, two typical ones), so a structure whose layouts
+   the fastest if it fits, the lightest on memory, the typical one, and the typical one at the structure's middle
+   number of virtual stages where it has them), so a structure whose layouts
    mostly exceed memory still shows whether it can fit, and one that is best at a large micro-batch
    without recompute shows that. Every structure's first representative comes before any second one,
    the structures in a spread order, so a budget too small for the round still samples them all over.
@@ -17,6 +18,9 @@ the remaining settings are few, so:
    (every layout of it), while the budget (``--n-trials``, default ``AUTO_BUDGET``) allows; then the next
    structure's fastest layouts fill the budget;
 3. a space no larger than the budget is simulated completely (the exhaustive search).
+
+A space with recipe features runs these rounds on the features' lead values with 3/4 of the budget, then the
+feature level (feature_level.py) with the rest (``search_rounds``).
 
 Each round is stored as finished trials (``exhaustive.run_exhaustive``: batched, spread over ``--n-jobs``
 processes), and the next round is computed from the stored trials only, with no random draw: the same
@@ -37,8 +41,8 @@ from optuna.trial import TrialState
 
 from echo_tune.search.space.dominance import stored_fits
 from echo_tune.search.engines.exhaustive import run_exhaustive
-from echo_tune.search.engines.feature_variants import (SWEEP_FIELDS, SWEEP_PER, SWEEP_SHARE, feature_round, find,
-                                               has_features, with_features)
+from echo_tune.search.engines.feature_level import feature_level
+from echo_tune.search.engines.feature_variants import has_features
 from echo_tune.search.space.layouts import Candidate, config_key
 from echo_tune.search.space.search_space import SearchSpace
 
@@ -53,8 +57,6 @@ STRUCTURE_FIELDS = ("num_gpus", "tensor_model_parallel_size", "pipeline_model_pa
                     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "fp8_format",
                     "pipeline_model_parallel_layout")
 
-FEATURE_TOP = 8
-"""Structures whose best layout gets every combination of the recipe features (feature_variants.py)."""
 FEATURE_SHARE = 4
 """Of the budget, a space with recipe features keeps budget / FEATURE_SHARE for its feature level
 (feature_variants.py); the first level takes the rest."""
@@ -98,13 +100,33 @@ def _typical(c: Candidate) -> tuple:
     return (recompute, not p.tp_comm_overlap, p.micro_batch_size, p.virtual_pipeline_model_parallel_size or 1)
 
 
+def _interleaved(members: list[Candidate]) -> list[Candidate]:
+    """The typical layout at the structure's middle number of virtual stages ([] without interleaving): a pipeline
+    structure's step time can hinge on interleaving, beyond its bubble (Megatron overlaps the EP all-to-all only
+    with virtual stages: Qwen3-235B-A22B / 256 H100 TP2 PP4 EP32, 15.2 s without, 11.0 s at 4-24 virtual stages),
+    and the fewest virtual stages is the heaviest (78.6 GiB there at 2, 68.6 GiB at 8)."""
+    stages = sorted({c.parallel.virtual_pipeline_model_parallel_size for c in members} - {None})
+    if not stages:
+        return []
+    middle = stages[len(stages) // 2]
+
+    def light_typical(c: Candidate) -> tuple:  # the memory-saving defaults on where listed (not part of _typical:
+        # a small GPT space's interleaved pick without the distributed optimizer did not fit, and its structure, the
+        # optimum's, ranked on full recompute)
+        return (*_typical(c)[:1], not c.parallel.use_distributed_optimizer, not c.parallel.sequence_parallel,
+                *_typical(c)[1:])
+    return [min((c for c in members if c.parallel.virtual_pipeline_model_parallel_size == middle), key=light_typical)]
+
+
 def representatives(members: list[Candidate], k: int = REPRESENTATIVES) -> list[Candidate]:
-    """Up to ``k`` layouts of one structure: the fastest if it fits, the lightest on memory, then the
-    typical ones. The same structure can be best at a large micro-batch without recompute (Qwen3-30B-A3B
-    / 256 H100) or only with recompute and small micro-batches (GPT-3 175B / 1024 A100): without the
-    first two, the Qwen3 optimum's structure ranked 12th, without the typical ones GPT-3's ranked last."""
+    """Up to ``k`` layouts of one structure: the fastest if it fits, the lightest on memory, the typical one, the
+    typical one interleaved (``_interleaved``), then the other typical ones. The same structure can be best at a
+    large micro-batch without recompute (Qwen3-30B-A3B / 256 H100) or only with recompute and small micro-batches
+    (GPT-3 175B / 1024 A100): without the first two, the Qwen3 optimum's structure ranked 12th, without the typical
+    ones GPT-3's ranked last."""
     picks: list[Candidate] = []
-    for c in [min(members, key=_fast), min(members, key=_light)] + sorted(members, key=_typical):
+    typical = sorted(members, key=_typical)
+    for c in [min(members, key=_fast), min(members, key=_light)] + typical[:1] + _interleaved(members) + typical:
         if len(picks) >= k:
             break
         if all(c.key != p.key for p in picks):
@@ -161,7 +183,7 @@ def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget:
     """Representatives when there are too many structures for all of them (DeepSeek-V3 / 1024 H100: 1266
     structures, 5064 representatives against a budget of 3000: the budget ran out in that round, before any
     structure was simulated whole, and the search ended 10% off). First each structure's typical layout
-    (selective recompute, the smallest micro-batch), then, where that fits, its fastest, where it does not, its
+    (selective recompute, the smallest micro-batch, the middle number of virtual stages where it has them), then, where that fits, its fastest, where it does not, its
     lightest (full recompute); then the other representatives of the best ``k`` structures by those, ``k`` set so
     that they take half of the budget left; the best structures are then simulated whole (``next_round``) with the
     rest. The typical layout comes first since at DeepSeek-V3 / 1024 H100's 2,532 to 7,116 structures (FP8, pipeline
@@ -169,7 +191,9 @@ def _halving(by_structure: dict, reps: dict, spread: list, scores: dict, budget:
     Each step depends on the budget and the stored scores only, so a resumed
     search takes the same layouts."""
     fast = {s: reps[s][0] for s in by_structure}  # representatives() puts the fastest first
-    typical = {s: min(m, key=_typical) for s, m in by_structure.items()}
+    # interleaved where the structure can be (``_interleaved``: without it a pipeline structure of an MoE model has
+    # no EP overlap, and Qwen3-235B-A22B / 256 H100's optimum structure ranked on 15.2 s instead of 11.0 s)
+    typical = {s: (_interleaved(m) or [min(m, key=_typical)])[0] for s, m in by_structure.items()}
     light = {s: min(m, key=_light) for s, m in by_structure.items()}
     todo = [typical[s] for s in spread if typical[s].key not in scores]
     if todo:
@@ -212,7 +236,7 @@ def stored_scores(study) -> dict[tuple, float | None]:
 
 def run_auto(space: SearchSpace, study, store, valid: list[Candidate], budget: int, *, n_jobs: int = 1, profile=None,
              deadline: float | None = None, progress: Callable[[int, int, dict | None], None] | None = None) -> None:
-    """Rounds of ``next_round``'s layouts, each simulated and stored as trials, until it is empty."""
+    """Rounds of ``next_round``'s layouts (and of the feature level), each simulated and stored as trials."""
     total = min(budget, len(valid))
     count = [len(stored_scores(study))]
 
@@ -220,48 +244,53 @@ def run_auto(space: SearchSpace, study, store, valid: list[Candidate], budget: i
         count[0] += n
         if progress is not None:
             progress(count[0], total, best)
+
     def simulate(todo: list[Candidate]) -> bool:
         # layouts of a structure a round before found fitting without recompute: their recompute variants dominated
         records = [t.user_attrs["record"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                    if t.user_attrs.get("record")]
         return bool(todo) and run_exhaustive(space, study, store, todo, n_jobs=n_jobs, profile=profile,
                                              deadline=deadline, on_trials=on_trials, stored_fits=stored_fits(records))
+    search_rounds(space, valid, budget, lambda: stored_scores(study), simulate, deadline)
+
+
+def search_rounds(space: SearchSpace, valid: list[Candidate], budget: int, scores: Callable[[], dict],
+                  simulate: Callable[[list[Candidate]], bool], deadline: float | None = None) -> None:
+    """The rounds of the default search: ``scores()`` reads the stored scores (layout key -> first objective, None
+    where it does not fit), ``simulate(layouts)`` stores them (False: nothing stored, a deadline hit).
+
+    Each round is computed from the scores of the layouts the rounds before it chose (``seen``), and a layout
+    already stored is not simulated again: a resumed search goes through the same rounds, those stored before
+    the interruption read back instead of simulated, and ends with the same layouts as one that ran through (the
+    feature level's budget and steps count the layouts of its own steps, so stored trials of a later step must not
+    count before it). benchmarks/search_replay.py replays the rounds on an exhaustive study's scores."""
+    seen: dict = {}
+
+    def step(todo: list[Candidate]) -> bool:
+        stored = scores()
+        missing = [c for c in todo if c.key not in stored]
+        if missing:
+            if not simulate(missing):
+                return False  # nothing stored (a deadline hit)
+            stored = scores()
+            if any(c.key not in stored for c in missing):
+                return False  # a deadline hit during the round: the rest is for a resumed search
+        seen.update((c.key, stored[c.key]) for c in todo)
+        return bool(todo)
+
+    def running() -> bool:
+        return deadline is None or time.monotonic() < deadline
     features = has_features(space)
     first = budget - budget // FEATURE_SHARE if features else budget
-    while deadline is None or time.monotonic() < deadline:
-        todo = next_round(valid, stored_scores(study), first)
-        if not todo:
+    while running():
+        todo = next_round(valid, seen, first)
+        if not todo or not step(todo):
             break
-        if not simulate(todo):
-            return  # nothing stored (a deadline hit)
-    if not features:
-        return
-    if deadline is None or time.monotonic() < deadline:
-        _feature_level(space, valid, study, budget - len(stored_scores(study)), simulate)
-    while deadline is None or time.monotonic() < deadline:  # budget left: the first level goes on with it
-        todo = next_round(valid, stored_scores(study), budget)
-        if not todo or not simulate(todo):
+    if not features or len(seen) < min(first, len(valid)):
+        return  # not through the first level (a deadline hit), or the space simulated whole
+    if running():
+        feature_level(space, valid, budget - len(seen), lambda: seen, step, structure, groups(valid))
+    while running():  # budget left: the first level goes on with it
+        todo = next_round(valid, seen, budget)
+        if not todo or not step(todo):
             return
-
-
-def _feature_level(space: SearchSpace, valid: list[Candidate], study, cap: int, simulate) -> None:
-    """The second level of feature_variants.py: the best structures' layouts with every combination of the
-    recipe features, then the best one's structure whole with its features. Computed from the stored trials only,
-    so a resumed search takes the same layouts."""
-    sweep = feature_round(space, valid, stored_scores(study), SWEEP_SHARE * FEATURE_TOP, cap * 3 // 4, structure,
-                          fields=SWEEP_FIELDS, per=SWEEP_PER)
-    simulate(sweep)
-    todo = sweep + feature_round(space, valid, stored_scores(study), FEATURE_TOP, cap - len(sweep), structure,
-                                 known=sweep)
-    simulate(todo[len(sweep):])
-    scores = stored_scores(study)
-    fitting = [(s, k) for k, s in scores.items() if s is not None]
-    if not fitting:
-        return
-    best_key = min(fitting, key=lambda p: p[0])[1]
-    best = find(todo, [best_key]).get(best_key)
-    if best is None:  # a layout of the first level is best: its structure was searched with these features
-        return
-    members = groups(valid).get(structure(best), [])
-    rest = [c for c in with_features(space, members, best) if c.key not in scores]
-    simulate(rest[:max(0, cap - len(todo))])

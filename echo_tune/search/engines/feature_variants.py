@@ -8,12 +8,11 @@ search (auto.py) runs in two levels:
    run where it applies: the EP overlap, the flex dispatcher with DeepEP, per-tensor current-scaling FP8; for
    selective recompute the set of the most modules, lightest on memory), searched structure first as before
    (``core_space``);
-2. **feature toggles** - first the dispatcher's kernels and the FP8 recipe (``SWEEP_FIELDS``) for the best
-   layout of each recompute granularity of each of the best 32 structures, then every combination of
-   the features' listed values for the best layout of each of the best 8 structures, ranked again (``variants``),
-   each checked by Megatron's rules and simulated; then the whole structure of the best layout again with its
-   features (``with_features``), as the batch settings that suit one set of features can differ from those of
-   another.
+2. **feature toggles** - the dispatcher's kernels and the FP8 recipe (``SWEEP_FIELDS``) swept for the best layouts
+   of the best structures, every combination of the features' listed values for the best layout of fewer of them
+   (``variants``), each checked by Megatron's rules and simulated; then the best structures' batch settings again
+   with their features (``with_features``), as the batch settings that suit one set of features can differ from
+   those of another. Which layouts, in which order: feature_level.py.
 """
 
 from __future__ import annotations

@@ -150,7 +150,8 @@ class SearchResult:
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
     top: list[dict] = field(default_factory=list)
-    """The best feasible trials' records (first objective), for the terminal table."""
+    """The best feasible trials' records (first objective), for the terminal table: the best of each layout's
+    VPP / recompute variants, with ``variants`` and ``variant_span`` (outputs/top_rows.py)."""
     n_dominated: int = 0
     """Finished trials not simulated because another layout of the space is at least as good (dominance.py);
     counted in ``n_trials`` and the coverage, not in ``n_rejected``."""

@@ -16,6 +16,7 @@ from echo_tune.search.space.layouts import check_space
 from echo_tune.search.engines.objective import OBJECTIVE_KEYS
 from echo_tune.search.outputs.write import start_outputs, write_outputs
 from echo_tune.search.outputs.results import SearchResult, best_of, entry, feasible_records, pareto_of, trial_record
+from echo_tune.search.outputs.top_rows import top_rows
 from echo_tune.search.space.search_space import SearchSpace
 
 
@@ -61,7 +62,7 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
         new_trials=counts["finished"] - done_before, space_size=space_size,
         wall_time_s=time.monotonic() - started, best=best, pareto=pareto, results_dir=str(out_dir),
         storage=where, files=files, interrupted=interrupted, notes=list(notes),
-        top=[{"trial": n, **r} for n, r in top[:20]],
+        top=top_rows(top),
         records=records)
 
 
