@@ -17,7 +17,7 @@ from echo_tune.sim.data_parallel import dp
 from echo_tune.sim.schedule import engine, passes, schedules
 from echo_tune.sim.schedule.costing import PhaseCost, _built
 
-from .test_fast_engine import _random_case
+from .test_fast_engine import _random_case, _random_chunks
 
 
 def test_a_built_phase_cost_is_the_constructed_one():
@@ -74,12 +74,7 @@ def test_the_dp_tail_with_experts_is_the_bucket_loops(overlap):
         edp = GroupPlacement(size=max(1, size // 8), ranks_per_node=min(8, max(1, size // 8)),
                              num_nodes=max(1, size // 64))
         v = rng.choice([1, 2, 4])
-        t, chunks = 0.0, []
-        for _ in range(v):
-            start = t + rng.uniform(0.0, 0.05)
-            t = start + rng.uniform(0.001, 0.3)
-            chunks.append((start, t))
-        chunks.reverse()
+        chunks, t = _random_chunks(rng, v)
         experts = [rng.choice([10**6, 4 * 10**7, rng.randint(10**8, 4 * 10**9)]) for _ in range(v)]
         params = [e + rng.randint(10**6, 10**9) for e in experts]
         end = t + rng.choice([0.0, rng.uniform(0.0, 0.5)])

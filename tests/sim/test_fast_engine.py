@@ -32,6 +32,17 @@ from . import reference_engine as ref
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
 
+def _random_chunks(rng: random.Random, v: int) -> tuple[list[tuple[float, float]], float]:
+    """``v`` model chunks' (start, end) of their last backward, latest first, and the last end."""
+    t, chunks = 0.0, []
+    for _ in range(v):
+        start = t + rng.uniform(0.0, 0.05)
+        t = start + rng.uniform(0.001, 0.3)
+        chunks.append((start, t))
+    chunks.reverse()
+    return chunks, t
+
+
 def _random_case(rng: random.Random):
     schedule = rng.choice(["none", "gpipe", "1f1b", "1f1b", "interleaved", "interleaved"])
     p = 1 if schedule == "none" else rng.choice([1, 2, 3, 4, 8, 16])
@@ -123,12 +134,7 @@ def test_dp_tail_with_experts_matches_the_reference(distributed, overlap):
         edp_size = max(1, size // rng.choice([1, 2, 8]))
         edp = GroupPlacement(size=edp_size, ranks_per_node=min(edp_size, 8), num_nodes=-(-edp_size // 8))
         v = rng.choice([1, 2, 4])
-        t, chunks = 0.0, []
-        for _ in range(v):
-            start = t + rng.uniform(0.0, 0.05)
-            t = start + rng.uniform(0.001, 0.3)
-            chunks.append((start, t))
-        chunks.reverse()
+        chunks, t = _random_chunks(rng, v)
         experts = [rng.choice([0, 10**6, 4 * 10**7, rng.randint(10**6, 4 * 10**9)]) for _ in range(v)]
         params = [e + rng.choice([1, 10**6, rng.randint(10**6, 10**9)]) for e in experts]
         end = t + rng.choice([0.0, rng.uniform(0.0, 0.5)])
