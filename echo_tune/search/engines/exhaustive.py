@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from optuna.trial import TrialState, create_trial
+from optuna.trial import TrialState
 
 from echo_tune.search.space.dominance import Dominance, ordered_groups
+from echo_tune.search.engines.freeze import Freezer
 from echo_tune.search.engines.gc_pause import gc_paused
 from echo_tune.search.storage.journal_trials import add_finished
 from echo_tune.search.space.layouts import SHAPE_FIELDS, Candidate, RejectedLayout
@@ -54,7 +55,7 @@ def _evaluate_batch(space: SearchSpace, batch: list[Candidate], profile, pieces:
 def _evaluate(space: SearchSpace, batch: list[Candidate], profile, pieces: dict, dominance: Dominance | None) -> list:
     space, profile = _interned(space), _interned(profile)
     seed_pieces({key: value for key, value in pieces.items() if value is not None})
-    distributions = search_distributions(space)
+    freeze = Freezer(search_distributions(space))
     dominance = dominance if dominance is not None else Dominance(space, profile)
     out = []
     for candidate in batch:
@@ -67,7 +68,7 @@ def _evaluate(space: SearchSpace, batch: list[Candidate], profile, pieces: dict,
             except RejectedLayout as exc:
                 result = ("rejected", exc.rule)
             dominance.simulated(candidate, result[1] if result[0] == "ok" else None)
-        out.append(_frozen(space, candidate, result, distributions))
+        out.append(_frozen(space, candidate, result, freeze))
     return out
 
 
@@ -158,26 +159,26 @@ def _pieces_for(space: SearchSpace, batch: list[Candidate], *, by_reference: boo
     return out
 
 
-def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object], distributions: dict):
+def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object], freeze: Freezer):
     """A finished trial with the same params and distributions a sampler's trial would have; a dominated one
     has none (no sampler learns from it: its layout is in ``config``; storing them took ~0.9 s of a run's
-    3.8 s of storing, Optuna reading each param's distribution back)."""
+    3.8 s of storing, Optuna reading each param's distribution back). ``freeze``: ``create_trial`` with the
+    space's distributions (``freeze.py``)."""
     kind, payload = result
     if kind == "dominated":
-        return create_trial(state=TrialState.PRUNED, params={}, distributions={},
-                            user_attrs={"dominated_by": payload, "config": candidate.config},
-                            constraints=dict(REJECTED_CONSTRAINTS),
-                            system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
+        return freeze(state=TrialState.PRUNED, params={},
+                      user_attrs={"dominated_by": payload, "config": candidate.config},
+                      constraints=dict(REJECTED_CONSTRAINTS),
+                      system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
     params = full_params(space, candidate)
     if kind == "ok":
-        return create_trial(state=TrialState.COMPLETE, values=told_values(space, payload),
-                            params=params, distributions=distributions,
-                            user_attrs={"record": payload, **flat_attrs(payload)}, constraints=constraints(payload),
-                            system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(payload)})
-    return create_trial(state=TrialState.PRUNED, params=params, distributions=distributions,
-                        user_attrs={"rejected_rule": payload, "config": candidate.config},
-                        constraints=dict(REJECTED_CONSTRAINTS),
-                        system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
+        return freeze(state=TrialState.COMPLETE, values=told_values(space, payload), params=params,
+                      user_attrs={"record": payload, **flat_attrs(payload)}, constraints=constraints(payload),
+                      system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(payload)})
+    return freeze(state=TrialState.PRUNED, params=params,
+                  user_attrs={"rejected_rule": payload, "config": candidate.config},
+                  constraints=dict(REJECTED_CONSTRAINTS),
+                  system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
 
 
 def run_exhaustive(space: SearchSpace, study, store, todo: list[Candidate], *, n_jobs: int = 1, profile=None,

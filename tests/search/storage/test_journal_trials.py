@@ -72,3 +72,22 @@ def test_several_objectives_keep_their_values(tmp_path):
     add_finished(store, study, [trial])
     back = optuna.load_study(study_name="s", storage=open_storage(tmp_path).storage).get_trials()
     assert back[0].values == [1.5, 30.0]
+
+
+def test_replay_parses_each_distribution_once_and_reads_the_same(tmp_path, monkeypatch):
+    import optuna.storages.journal._storage as replay
+    from optuna.distributions import json_to_distribution
+
+    from echo_tune.search.storage import journal_trials
+
+    store = open_storage(tmp_path)
+    study = optuna.create_study(study_name="s", storage=store.storage)
+    add_finished(store, study, _trials())
+    assert replay.json_to_distribution is journal_trials._parsed  # installed once, by the first batch
+    journal_trials.parse_once()
+    assert replay.json_to_distribution is journal_trials._parsed
+    cached = optuna.load_study(study_name="s", storage=open_storage(tmp_path).storage).get_trials()
+    assert cached[0].distributions["recompute_granularity"] is cached[1].distributions["recompute_granularity"]
+    monkeypatch.setattr(replay, "json_to_distribution", json_to_distribution)  # Optuna's own parse, every time
+    plain = optuna.load_study(study_name="s", storage=open_storage(tmp_path).storage).get_trials()
+    assert [_fields(t) for t in cached] == [_fields(t) for t in plain]
