@@ -53,9 +53,29 @@ def space_file(tmp_path: Path, name: str, text: str = SPACE) -> Path:
     return path
 
 
-def search(space: Path, *args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "echo_tune.cli.main", "search", str(space), *args], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+def search(space: Path, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "echo_tune.cli.main", "search", str(space), *args],
+                            env=env or ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+SLOW_EVALUATE = """\
+import time
+import echo_tune.search.engines.objective as _objective
+_evaluate = _objective.evaluate
+def _slow(*args, **kw):
+    time.sleep(0.3)
+    return _evaluate(*args, **kw)
+_objective.evaluate = _slow
+"""
+
+
+def slow_env(tmp_path: Path) -> dict:
+    """ENV with every layout's simulation 0.3 s longer, in the search and its spawned workers (a sitecustomize on
+    PYTHONPATH): a layout is simulated in ~1 ms, too short a window to kill a search while a trial is running."""
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(SLOW_EVALUATE)
+    return dict(ENV, PYTHONPATH=os.pathsep.join([str(folder), ENV["PYTHONPATH"]]))
 
 
 def trial_key(trial) -> tuple:
@@ -125,7 +145,7 @@ def test_sigkilled_two_process_tpe_resumes_every_layout_once(kind, tmp_path):
     simulating = (lambda n: _simulating(db, n)) if kind == "sqlite" else _JournalWatch(tmp_path / "study.log")
     args = ["--sampler", "tpe", "--n-trials", str(n_valid), "--n-jobs", "2", "--storage", url,
             "--results-dir", str(tmp_path / "r"), "--json"]
-    proc = search(space, *args)
+    proc = search(space, *args, env=slow_env(tmp_path))
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None and not simulating(n_params):
