@@ -1,7 +1,8 @@
 """Caches keyed by object identity, for inputs that are immutable but not hashable (profiles, traces).
 
 Each entry keeps a reference to its key objects, so an id is never reused while its entry lives; the
-whole cache is dropped when it grows past ``limit`` entries. Below every package (``cost`` and ``sim`` use it).
+whole cache is dropped when it grows past ``limit`` entries. With no objects (``get((), key, ...)``) it is a
+bounded cache keyed by hashable values alone. Below every package (``cost`` and ``sim`` use it).
 """
 
 from __future__ import annotations
@@ -25,3 +26,6 @@ class IdentityCache:
         value = compute()
         self._entries[key] = (objects, value)
         return value
+
+    def clear(self) -> None:
+        self._entries.clear()

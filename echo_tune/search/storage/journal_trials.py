@@ -27,23 +27,20 @@ import optuna.storages.journal._storage as _replay
 from optuna.distributions import distribution_to_json, json_to_distribution
 from optuna.trial import FrozenTrial
 
+from echo_tune.identity_cache import IdentityCache
+
 CREATE_TRIAL = 4
 """optuna.storages.journal._storage.JournalOperation.CREATE_TRIAL (a persisted value: old journals keep it)."""
 WORKER_ID = "echo-tune-exhaustive"
 """The records' writer (Optuna uses it only to find the RUNNING trial a process owns; these are finished)."""
 
 
-_PARSED: dict[str, Any] = {}
+_PARSED = IdentityCache(limit=4096)  # json_to_distribution by its string
 
 
 def _parsed(text: str):
     """``json_to_distribution(text)``, parsed once per string (at most 4096 kept)."""
-    distribution = _PARSED.get(text)
-    if distribution is None:
-        if len(_PARSED) >= 4096:
-            _PARSED.clear()
-        distribution = _PARSED[text] = json_to_distribution(text)
-    return distribution
+    return _PARSED.get((), (text,), lambda: json_to_distribution(text))
 
 
 def parse_once() -> None:

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from echo_tune.errors import ConfigError
+from echo_tune.identity_cache import IdentityCache
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
 from echo_tune.sim.schedule.schedules import stage_order
 
@@ -210,8 +211,7 @@ def _affine(a: float, b: float, c: float) -> bool:
     return math.isclose(c - b, b - a, rel_tol=1e-9, abs_tol=1e-12)
 
 
-_RESULTS: dict[tuple, PipelineResult] = {}
-_RESULTS_LIMIT = 4096
+_RESULTS = IdentityCache(limit=4096)  # simulate_pipeline by every argument
 
 
 def simulate_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[float]],
@@ -223,12 +223,7 @@ def simulate_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[fl
     in layouts whose settings change memory but not the passes' times (a third of the calls on the
     Qwen3-235B-A22B recipe space). The result is immutable (tuples), so the copy returned is shared."""
     key = (schedule, p, m, v, group, p2p_s, tuple(map(tuple, fwd_s)), tuple(map(tuple, bwd_s)))
-    result = _RESULTS.get(key)
-    if result is None:
-        if len(_RESULTS) >= _RESULTS_LIMIT:
-            _RESULTS.clear()
-        result = _RESULTS[key] = _simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, group)
-    return result
+    return _RESULTS.get((), key, lambda: _simulate_pipeline(schedule, p, m, v, fwd_s, bwd_s, p2p_s, group))
 
 
 def _simulate_pipeline(schedule: str, p: int, m: int, v: int, fwd_s: list[list[float]],

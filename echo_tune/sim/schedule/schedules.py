@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 
+from echo_tune.identity_cache import IdentityCache
+
 SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
 
 Task = tuple[bool, int, int]
@@ -125,7 +127,7 @@ def live_count_vectors(schedule: str, stage: int, p: int, m: int, v: int,
     return tuple(sorted(kept))
 
 
-_PEAKS: dict[tuple, float] = {}
+_PEAKS = IdentityCache(limit=8192)  # peak_in_flight_bytes by every argument
 
 
 def peak_in_flight_bytes(schedule: str, stage: int, p: int, m: int, v: int, chunk_bytes: list[float],
@@ -137,12 +139,7 @@ def peak_in_flight_bytes(schedule: str, stage: int, p: int, m: int, v: int, chun
     activation (the dispatcher, the EP overlap, the FP8 recipe's timing) meet the same sums again.
     """
     key = (schedule, stage, p, m, v, group, tuple(chunk_bytes))
-    peak = _PEAKS.get(key)
-    if peak is None:
-        if len(_PEAKS) >= 8192:
-            _PEAKS.clear()
-        peak = _PEAKS[key] = _peak_in_flight(schedule, stage, p, m, v, chunk_bytes, group)
-    return peak
+    return _PEAKS.get((), key, lambda: _peak_in_flight(schedule, stage, p, m, v, chunk_bytes, group))
 
 
 def _peak_in_flight(schedule: str, stage: int, p: int, m: int, v: int, chunk_bytes: list[float],
