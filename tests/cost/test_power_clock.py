@@ -12,7 +12,8 @@ from echo_tune.cost.profile import profile_for
 from echo_tune.workload.graph import Op
 from echo_tune.workload.kernels import flash_forward_flops, flash_scores
 
-# Board power: HGX B200 datasheet 1,000 W; GB200 NVL72 1,200 W; "Inside NVIDIA Blackwell Ultra" (2025) 1,400 W.
+# Board power: HGX B200 datasheet 1,000 W; GB200 1,200 W and GB300 1,400 W (Verda's GB300 NVL72 note, Lockwood's
+# B300 notes; sources in config/presets/gpus.yaml).
 B200_W, GB200_W, GB300_W = 1000.0, 1200.0, 1400.0
 GEMM = Op(name="fc1", kind="gemm", phase="fwd", region="mlp", flops=2 * 16384**3, bytes=3 * 2 * 16384**2,
           gemm_mnk=(16384, 16384, 16384))
