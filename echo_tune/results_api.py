@@ -10,7 +10,9 @@ the step report's numbers, the breakdown parts (``<part>_s``) and
   negative = over by that much;
 - ``rejected_rule``: the rule a layout broke ("" otherwise);
 - ``dominated_by``: why a layout was not simulated, another layout of the space being at least as good
-  ("recompute_granularity=none": the same layout without recompute fits; search/space/dominance.py), "" otherwise.
+  ("recompute_granularity=none": the same layout without recompute fits; "peak>capacity": over memory by more
+  than the memory model's error, its memory given but its step not simulated; search/space/dominance.py), ""
+  otherwise.
 
 Word-valued settings keep their words: recompute, its method and the FP8 format read ``none`` when unset
 (as in a space file), never NaN. ``pd.read_csv(dir / "trials.csv", keep_default_na=False)`` reads the same
@@ -37,7 +39,7 @@ def load_results(path: str | Path, study_name: str | None = None):
     # lazy: loads optuna (~0.3 s), which importing results_api does not
     from echo_tune.search.outputs.trials_csv import spell_none
     # lazy: loads optuna (~0.3 s), which importing results_api does not
-    from echo_tune.search.outputs.results import trial_record
+    from echo_tune.search.outputs.results import trial_record, untimed_record
     # lazy: loads optuna (~0.3 s), which importing results_api does not
     from echo_tune.search.storage.study_storage import JOURNAL_NAME, open_storage
 
@@ -57,6 +59,7 @@ def load_results(path: str | Path, study_name: str | None = None):
         if not t.state.is_finished():
             continue
         record = trial_record(t)
+        memory = None if record else untimed_record(t)  # over memory beyond the band: its memory, no step
         row = {"trial": t.number, "state": t.state.name, "rejected_rule": t.user_attrs.get("rejected_rule", ""),
                "dominated_by": t.user_attrs.get("dominated_by", "")}
         config = record["config"] if record else t.user_attrs.get("config", dict(t.params))
@@ -68,6 +71,10 @@ def load_results(path: str | Path, study_name: str | None = None):
                 row[key] = record[key]
             row["headroom_gib"] = (record["memory_capacity_bytes"] - record["peak_memory_bytes"]) / GIB
             row.update({f"{part}_s": seconds for part, seconds in record["breakdown_s"].items()})
+        elif memory:
+            row.update(memory["derived"])
+            row.update(peak_memory_gib=memory["peak_memory_gib"], fits_memory=False, worst_stage=memory["worst_stage"],
+                       headroom_gib=(memory["memory_capacity_bytes"] - memory["peak_memory_bytes"]) / GIB)
         row["feasible"] = bool(record and record["fits_memory"])
         rows.append(row)
     df = pd.DataFrame([spell_none(r) for r in rows])  # recompute "none" stays the word, not NaN

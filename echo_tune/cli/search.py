@@ -25,7 +25,7 @@ from echo_tune.plan.safety import fit_hint, fit_hint_text, near_tie, near_tie_te
 from echo_tune.search.space.auto_space import CAPS_HELP, FP8_CHOICES, auto_space_dict, layout_overrides, write_space
 from echo_tune.search.space.dominance import closest_misses
 from echo_tune.search.space.labels import full_label
-from echo_tune.search.outputs.results import trial_record
+from echo_tune.search.outputs.results import trial_record, untimed_record
 from echo_tune.search.space.search_space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
 from echo_tune.search.engines.sampler import SAMPLERS
 from echo_tune.search.engines.auto import AUTO_BUDGET
@@ -109,8 +109,8 @@ def closest_miss(space, result) -> dict | None:
     memory rule did not simulate (``dominance.closest_misses``, simulated now: ``trial`` None)."""
     store = open_storage(Path(result.results_dir), result.storage)
     study = optuna.load_study(study_name=result.study_name, storage=store.storage)
-    over = [(t.number, r) for t in study.get_trials(deepcopy=False) if (r := trial_record(t)) is not None
-            and not r["fits_memory"]]
+    over = [(t.number, r) for t in study.get_trials(deepcopy=False)
+            if (r := trial_record(t) or untimed_record(t)) is not None and not r["fits_memory"]]
     if not over:
         return None
     over += [(None, r) for r in closest_misses(space, [r for _, r in over])]

@@ -95,10 +95,13 @@ def print_result(space, result: SearchResult, *, top: int = 10, console: Console
         if slower else "",
         f", {cannot_fit} not simulated (the same layout without recompute is over memory in what recompute does "
         f"not change)" if cannot_fit else ""])
+    untimed = f" ({result.n_untimed} of them by more than the memory model's error: step not simulated)" \
+        if result.n_untimed else ""
     line(Text(f"{result.sampler}: {result.n_trials} trials ({result.new_trials} new), {result.n_feasible} "
-              f"feasible, {result.n_infeasible} over memory, {result.n_rejected} rejected{dominated}; coverage: "
-              f"{result.n_trials} of the {result.space_size} valid layouts in the space "
-              f"{'covered' if result.n_dominated else 'simulated'} ({100 * result.coverage:.1f}%); "
+              f"feasible, {result.n_infeasible} over memory{untimed}, {result.n_rejected} rejected{dominated}; "
+              f"coverage: {result.n_trials} of the {result.space_size} valid layouts in the space "
+              f"{'covered' if result.n_dominated or result.n_untimed else 'simulated'} "
+              f"({100 * result.coverage:.1f}%); "
               f"{result.wall_time_s:.1f} s"))
     short = [n for n in result.notes if n.startswith("short search:")]  # said before the recommendation
     for note in short:

@@ -41,7 +41,7 @@ from echo_tune.search.space.labels import full_label
 from echo_tune.search.space.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, just_over, near_tie
 from echo_tune.search.space.dominance import closest_misses
-from echo_tune.search.outputs.results import megatron_flags, trial_record
+from echo_tune.search.outputs.results import megatron_flags, trial_record, untimed_record
 from echo_tune.search.space.search_space import SearchSpace, space_from_dict, space_profile, with_overrides
 from echo_tune.search.storage.study_storage import open_storage
 from echo_tune.search.study import SearchOptions, clock_notes, run_search
@@ -134,6 +134,16 @@ def study_records(space: SearchSpace, storage, study_name: str) -> list[dict]:
     return [r for r in (trial_record(t) for t in study.get_trials(deepcopy=False)) if r is not None]
 
 
+def untimed_records(space: SearchSpace, result) -> list[dict]:
+    """The memory records of the layouts the search stored over memory without timing them (``results.untimed_record``),
+    as the search left them or read back."""
+    if result.untimed is not None:
+        return result.untimed
+    store = open_storage(Path(result.results_dir), result.storage)
+    study = optuna.load_study(study_name=result.study_name, storage=store.storage)
+    return [r for r in (untimed_record(t) for t in study.get_trials(deepcopy=False)) if r is not None]
+
+
 def _search(space: SearchSpace, opts: PlanOptions, progress) -> tuple[object, list[dict]]:
     search_opts = SearchOptions(sampler=opts.sampler, n_trials=opts.n_trials, seed=opts.seed,
                                 results_dir=opts.results_dir, resume=True)
@@ -158,7 +168,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
         precision_of({"fp8_format": space.choices.get("fp8_format", (None,))[0]})
     best = result.best or just_over(space, records)  # none fits: one just over its limit is at risk
     if best is None:
-        over = [r for r in records if not r["fits_memory"]]
+        over = [r for r in records if not r["fits_memory"]] + untimed_records(space, result)
         over += closest_misses(space, over)  # the recompute variants the memory rule did not simulate
         miss = min(over, key=lambda r: r["memory_overshoot_bytes"]) if over else None
         row.update(feasible=False, layout=None, step_time_s=None, tokens_per_s=None, mfu=None, days=None,

@@ -115,25 +115,19 @@ def cost_context(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfi
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig, *,
              profile: ClusterProfile | None = None, schedule: str | None = None,
-             timeline: bool = False, memory_headroom_bytes: int = 0, layout: Layout | None = None) -> StepReport:
+             timeline: bool = False, memory_headroom_bytes: int = 0, layout: Layout | None = None,
+             known_memory: tuple | None = None) -> StepReport:
     """Simulate one training step. Raises ConfigError for a layout that breaks a rule.
 
     ``memory_headroom_bytes``: a layout fits only if its peak stays this far under the HBM size
     (the CLI and search use ``sim.memory.DEFAULT_MEMORY_HEADROOM_GIB``; validation of measured runs 0).
     ``layout``: what ``check_compatible(model, cluster, num_gpus, parallel)`` returned for these very objects
     (the search's candidates carry it), so the rules are not checked twice; used only where Megatron-FSDP
-    does not change the settings (its settings in effect are checked again)."""
-    parallel, layout = checked_step(model, cluster, num_gpus, parallel, layout)  # the rules, once (config/)
-    profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster
-    check_profile_device(profile, cluster)
-    check_op_times_device(profile, cluster)
-    cluster = with_sustained_clock(cluster, profile)
-    schedule = schedule or layout.schedule
-    if schedule not in SCHEDULES:
-        raise ConfigError(f"`schedule` must be one of {', '.join(map(repr, SCHEDULES))}, but got "
-                          f"(schedule={schedule!r})")
-    if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
-        raise ConfigError("the gpipe schedule has no interleaving; drop virtual_pipeline_model_parallel_size")
+    does not change the settings (its settings in effect are checked again). ``known_memory``: the stages' memory
+    ``sim/memory/step_memory.step_memory`` returned for these very arguments (a search computes it first), used as
+    it is."""
+    parallel, layout, profile, cluster, schedule = prepared(model, cluster, num_gpus, parallel, profile, schedule,
+                                                            layout)
     p, v, m = len(layout.stage_chunk_layers), layout.virtual_pipeline_size, layout.num_micro_batches
     if timeline and m > MAX_SIMULATED_MICRO_BATCHES:  # a timeline records every task: memory grows with m
         raise ConfigError(f"`num_micro_batches <= {MAX_SIMULATED_MICRO_BATCHES}` must hold to record a timeline "
@@ -185,10 +179,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
     if defer is not None:
         run = dataclasses.replace(run, end_s=tuple(e + d.total_s for e, d in zip(run.end_s, drains)))
 
-    # MTP: per layer an eh projection [2h -> h] sharded over TP and two norms on the last stage; its output
-    # layer shares the main one's weights (megatron/core/transformer/multi_token_prediction.py)
-    h = model.hidden_size
-    mtp_params = 2 * h * h // parallel.tensor_model_parallel_size + 2 * h  # per MTP layer
+    mtp_params = mtp_layer_params(model, parallel)  # per MTP layer, on the last stage
     buckets = [] if timeline else None
     muon = functools.partial(step_extra_s, model, parallel, layout, profile, cluster.gpu) if parallel.muon else None
     stage_params, stage_experts, tails, finals = _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix,
@@ -200,21 +191,13 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: Pa
 
     drained = [stage_drained_bytes(pieces, model, parallel, layout, mix[s], [f.total_s for f, _, _ in passes[s]],
                                    cluster.gpu.name) for s in range(p)]  # fine-grained offloading (activation_offload.py)
-    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s], linear=linears[s],
-                                offload_drained=drained[s],
-                                expert_params_on_rank=stage_experts[s], model=model, gpu=cluster.gpu)
-                   for s in range(p))
-    if defer is not None:
-        memory = with_buffers(memory, defer)
+    memory = known_memory or stage_memories(model, cluster, parallel, layout, pieces, schedule, mix, linears,
+                                            stage_params, stage_experts, drained, defer)
     peak = max(mem.worst_rank_bytes for mem in memory)  # the most loaded rank of each stage must fit
     flops = model_flops_per_step(model, parallel.global_batch_size, parallel.tensor_model_parallel_size)
     peak_flops = cluster.gpu.peak_tflops(parallel.precision) * 1e12
     config = {"model": model.name, "cluster": cluster.name, "num_gpus": num_gpus, **parallel.to_dict(),
-              "data_parallel_size": layout.data_parallel_size, "num_micro_batches": m,
-              "pipeline_schedule": schedule, "effective_sequence_parallel": layout.sequence_parallel,
-              "effective_recompute_method": layout.recompute_method,
-              "effective_recompute_num_layers": layout.recompute_num_layers,
-              "model_spec": dict(_model_spec(model))}
+              **derived_sizes(layout, schedule), "model_spec": dict(_model_spec(model))}
     share = measured_compute_share(pieces, layout, crit, profile, cluster, parallel.precision,
                                    fp8=parallel.quantized_recipe)
     notes = moe_notes(model, layout, cluster.gpu.name) + layer_notes(model, parallel) + launch_notes(config) + \
@@ -314,23 +297,49 @@ def _timeline(run, tails, passes, buckets, pipeline_end_s, drains) -> list[tuple
     return spans
 
 
-def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None, muon=None,
-                 linears=None):
-    """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
-    backward, and when its step ends. ``mtp_params``: the extra parameters of one MTP layer.
-    ``bucket_spans``: a list to receive, per stage, its DP buckets' (begin_s, end_s, params) for the trace
-    (the tail itself is computed as without it). ``muon``: with ``--optimizer muon``, what it adds to a stage's
-    optimizer step, from (its layer mix, its parameters, their routed experts'): sim/data_parallel/optimizer_muon.py."""
-    p = len(layout.stage_chunk_layers)
+def prepared(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, parallel: ParallelConfig,
+             profile: ClusterProfile | None, schedule: str | None, layout: Layout | None) -> tuple:
+    """(parallel, layout, profile, cluster, schedule) as a step is simulated with them: the rules checked once, the
+    profile resolved, the GPU at its sustained clock, the schedule checked."""
+    parallel, layout = checked_step(model, cluster, num_gpus, parallel, layout)  # the rules, once (config/)
+    profile = ring_only_profile(profile or profile_for_cluster(cluster), parallel)  # built once per cluster
+    check_profile_device(profile, cluster)
+    check_op_times_device(profile, cluster)
+    cluster = with_sustained_clock(cluster, profile)
+    schedule = schedule or layout.schedule
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"`schedule` must be one of {', '.join(map(repr, SCHEDULES))}, but got "
+                          f"(schedule={schedule!r})")
+    if schedule == "gpipe" and layout.virtual_pipeline_size > 1:
+        raise ConfigError("the gpipe schedule has no interleaving; drop virtual_pipeline_model_parallel_size")
+    return parallel, layout, profile, cluster, schedule
+
+
+def derived_sizes(layout: Layout, schedule: str) -> dict:
+    """The sizes and settings in effect a layout implies (a report's ``config`` holds them beside the flags)."""
+    return {"data_parallel_size": layout.data_parallel_size, "num_micro_batches": layout.num_micro_batches,
+            "pipeline_schedule": schedule, "effective_sequence_parallel": layout.sequence_parallel,
+            "effective_recompute_method": layout.recompute_method,
+            "effective_recompute_num_layers": layout.recompute_num_layers}
+
+
+def mtp_layer_params(model: ModelSpec, parallel: ParallelConfig) -> int:
+    """Parameters of one MTP layer on a TP rank: an eh projection [2h -> h] sharded over TP and two norms; its
+    output layer shares the main one's weights (megatron/core/transformer/multi_token_prediction.py)."""
+    h = model.hidden_size
+    return 2 * h * h // parallel.tensor_model_parallel_size + 2 * h
+
+
+def chunk_param_counts(layout: Layout, pieces, mix, mtp_params: int, linears=None) -> list[tuple[list, list]]:
+    """Per stage: (parameters of each chunk, of them the routed experts'), as a rank holds them."""
     layer_params = pieces["layer"].param_count
     moe = pieces.get("moe_layer")
     moe_params, expert_params = (moe.param_count, moe.expert_param_count) if moe else (0, 0)
     # tied weights on the embedding's stage: the output layer reuses the word embedding (counted once)
-    emb_stage, loss_stage = layout.holder("embedding")[0], layout.holder("loss")[0]
-    shared_output_params = pieces["output"].tied_param_count if emb_stage == loss_stage else 0
-    emb_sync = _embedding_sync_s(pieces, layout, parallel, profile)
-    stage_params, stage_experts, tails, finals = [], [], [], []
-    for s in range(p):
+    shared_output_params = pieces["output"].tied_param_count \
+        if layout.holder("embedding")[0] == layout.holder("loss")[0] else 0
+    out = []
+    for s in range(len(layout.stage_chunk_layers)):
         chunk_params = [dense * layer_params + k * moe_params for dense, k in mix[s]]
         if linears:  # gated-delta-net layers hold other parameters than self-attention (sim/schedule/linear_layers.py)
             chunk_params = [n + linear_param_delta(pieces, la)[0] for n, la in zip(chunk_params, linears[s])]
@@ -339,6 +348,33 @@ def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=
             chunk_params[c] += pieces["embedding"].param_count if contents.embedding else 0
             chunk_params[c] += pieces["output"].param_count - shared_output_params if contents.loss else 0
             chunk_params[c] += contents.mtp_layers * mtp_params
+        out.append((chunk_params, chunk_experts))
+    return out
+
+
+def stage_memories(model, cluster, parallel, layout, pieces, schedule, mix, linears, stage_params, stage_experts,
+                   drained, defer) -> tuple:
+    """Each stage's memory (``stage_memory``), with the deferred embedding wgrad's buffers on the last."""
+    memory = tuple(stage_memory(s, layout, parallel, pieces, stage_params[s], schedule, mix=mix[s], linear=linears[s],
+                                offload_drained=drained[s],
+                                expert_params_on_rank=stage_experts[s], model=model, gpu=cluster.gpu)
+                   for s in range(len(layout.stage_chunk_layers)))
+    return with_buffers(memory, defer) if defer is not None else memory
+
+
+def _stage_tails(layout, parallel, profile, pieces, run, bwd_s, mix, mtp_params=0, bucket_spans=None, muon=None,
+                 linears=None):
+    """Per stage: parameters held (all, and of them the routed experts'), the step tail after its last
+    backward, and when its step ends. ``mtp_params``: the extra parameters of one MTP layer.
+    ``bucket_spans``: a list to receive, per stage, its DP buckets' (begin_s, end_s, params) for the trace
+    (the tail itself is computed as without it). ``muon``: with ``--optimizer muon``, what it adds to a stage's
+    optimizer step, from (its layer mix, its parameters, their routed experts'): sim/data_parallel/optimizer_muon.py."""
+    p = len(layout.stage_chunk_layers)
+    moe = pieces.get("moe_layer")
+    emb_stage, loss_stage = layout.holder("embedding")[0], layout.holder("loss")[0]
+    emb_sync = _embedding_sync_s(pieces, layout, parallel, profile)
+    stage_params, stage_experts, tails, finals = [], [], [], []
+    for s, (chunk_params, chunk_experts) in enumerate(chunk_param_counts(layout, pieces, mix, mtp_params, linears)):
         stage_params.append(sum(chunk_params))
         stage_experts.append(sum(chunk_experts))
         last_bwd = [(end - bwd_s[s][c], end) for c, end in enumerate(run.last_backward_end_s[s])]

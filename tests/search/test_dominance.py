@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
 
 from echo_tune.search import SearchOptions, check_space, load_space, run_search
-from echo_tune.search.space.dominance import (DOMINATED_BY_MEMORY, DOMINATED_BY_RECOMPUTE, Dominance, group_key,
-                                              ordered_groups)
+from echo_tune.search.space.dominance import (DOMINATED_BY_MEMORY, DOMINATED_BY_RECOMPUTE, OVER_MEMORY, Dominance,
+                                              group_key, ordered_groups)
+from echo_tune.sim.memory.memory_band import PEAK_OVER_PREDICTION
 from echo_tune.search.engines.exhaustive import _evaluate_batch, _pieces_for, batches
 from echo_tune.search.space.layouts import RejectedLayout
 from echo_tune.search.engines.objective import evaluate
+from echo_tune.search.storage.study_storage import open_storage
 
 from .conftest import SPACES
 
@@ -97,22 +101,41 @@ def test_exhaustive_skips_the_dominated_layouts_and_finds_the_same_optimum(small
     assert small_exhaustive.best["step_time_s"] == pytest.approx(optimum, rel=1e-12)
     # exactly the recompute variants of layouts that fit without recompute were skipped, and those of layouts
     # over memory at their floor
-    by_rule = {DOMINATED_BY_RECOMPUTE: 0, DOMINATED_BY_MEMORY: 0}
+    # over memory, and those over memory by more than the memory model's error (their step not simulated)
+    by_rule = {DOMINATED_BY_RECOMPUTE: 0, DOMINATED_BY_MEMORY: 0, OVER_MEMORY: 0}
     for members in ordered_groups(c for c, _ in small_all.values()):
         head = small_all[members[0].key][1]
-        if members[0].parallel.recompute_granularity is not None or head is None:
-            continue
-        if head["fits_memory"]:
-            by_rule[DOMINATED_BY_RECOMPUTE] += len(members) - 1
-        elif _over_floor(small_space, members[0])[0]:
-            by_rule[DOMINATED_BY_MEMORY] += len(members) - 1
-    assert small_exhaustive.n_dominated == sum(by_rule.values()) and min(by_rule.values()) > 0
+        skipped = []
+        if members[0].parallel.recompute_granularity is None and head is not None:
+            if head["fits_memory"]:
+                by_rule[DOMINATED_BY_RECOMPUTE] += len(members) - 1
+                skipped = members[1:]
+            elif _over_floor(small_space, members[0])[0]:
+                by_rule[DOMINATED_BY_MEMORY] += len(members) - 1
+                skipped = members[1:]
+        for c in members:
+            record = small_all[c.key][1]
+            if c not in skipped and record is not None and \
+                    record["peak_memory_bytes"] - record["memory_capacity_bytes"] > \
+                    PEAK_OVER_PREDICTION * record["peak_memory_bytes"]:
+                by_rule[OVER_MEMORY] += 1
+    assert small_exhaustive.n_dominated == by_rule[DOMINATED_BY_RECOMPUTE] + by_rule[DOMINATED_BY_MEMORY]
+    assert small_exhaustive.n_untimed == by_rule[OVER_MEMORY] and min(by_rule.values()) > 0
     assert small_exhaustive.n_trials == len(small_all) and small_exhaustive.coverage == 1.0
     trials = pd.read_csv(f"{small_exhaustive.results_dir}/trials.csv", keep_default_na=False)
     skipped = trials[trials["dominated_by"] != ""]
     assert skipped["dominated_by"].value_counts().to_dict() == by_rule
     assert set(skipped["state"]) == {"PRUNED"} and (skipped["rejected_rule"] == "").all()
-    assert (skipped["recompute_granularity"] != "none").all() and not skipped["feasible"].any()
+    dominated = skipped[skipped["dominated_by"] != OVER_MEMORY]
+    assert (dominated["recompute_granularity"] != "none").all() and not skipped["feasible"].any()
+    # a layout stored over memory carries the peak the whole simulation gives it, and no step time
+    peaks = {json.dumps(c.config, sort_keys=True): r["peak_memory_bytes"] for c, r in small_all.values() if r}
+    untimed = [t for t in optuna.load_study(study_name=small_exhaustive.study_name, storage=open_storage(
+        Path(small_exhaustive.results_dir)).storage).get_trials(deepcopy=False)
+        if t.user_attrs.get("dominated_by") == OVER_MEMORY]
+    assert len(untimed) == by_rule[OVER_MEMORY]
+    assert all(t.user_attrs["memory"]["peak_memory_bytes"] == peaks[json.dumps(t.user_attrs["config"], sort_keys=True)]
+               and "step_time_s" not in t.user_attrs["memory"] for t in untimed)
 
 
 def test_batches_keep_a_layouts_recompute_variants_together_after_it(small_space):
@@ -147,11 +170,17 @@ def test_a_batch_marks_only_variants_of_a_fitting_layout_and_none_when_memory_is
     heads_over = [m for m in ordered_groups(valid) if len(m) > 1 and m[0].parallel.recompute_granularity is None
                   and small_all[m[0].key][1] is not None and not small_all[m[0].key][1]["fits_memory"]]
     over = next(m for m in heads_over if not _over_floor(small_space, m[0])[0])
-    assert all(t.state.name == "COMPLETE" for t in _evaluate_batch(small_space, over, None,
-                                                                   _pieces_for(small_space, over)))
+    trials = _evaluate_batch(small_space, over, None, _pieces_for(small_space, over))
+    assert all(t.state.name == "COMPLETE" or t.user_attrs["dominated_by"] == OVER_MEMORY for t in trials)
+    assert [t.state.name == "COMPLETE" for t in trials] == [  # untimed: over by more than the memory model's error
+        small_all[c.key][1]["peak_memory_bytes"] - small_all[c.key][1]["memory_capacity_bytes"]
+        <= PEAK_OVER_PREDICTION * small_all[c.key][1]["peak_memory_bytes"] for c in over]
     floor = next(m for m in heads_over if _over_floor(small_space, m[0])[0])
     trials = _evaluate_batch(small_space, floor, None, _pieces_for(small_space, floor))
-    assert [t.user_attrs.get("dominated_by") for t in trials] == [None] + [DOMINATED_BY_MEMORY] * (len(floor) - 1)
+    head = small_all[floor[0].key][1]  # over at its floor, so over beyond the band: its memory alone, untimed
+    assert head["peak_memory_bytes"] - head["memory_capacity_bytes"] > PEAK_OVER_PREDICTION * head["peak_memory_bytes"]
+    # its memory record is enough for the memory rule
+    assert [t.user_attrs.get("dominated_by") for t in trials] == [OVER_MEMORY] + [DOMINATED_BY_MEMORY] * (len(floor) - 1)
     memory = dataclasses.replace(small_space, objectives=("step_time", "peak_memory"))
     assert not Dominance(memory).active and Dominance(small_space).active
     for members in (group, floor):  # memory an objective: every layout simulated
@@ -265,10 +294,12 @@ def test_where_nothing_fits_the_closest_miss_is_the_one_every_layout_simulated_g
     least = min(r["memory_overshoot_bytes"] for r in everything)
     result = run_search(space, SearchOptions(sampler="exhaustive", results_dir=tmp_path, write_files=False))
     assert result.best is None and result.n_dominated > 0
-    simulated = min(r["memory_overshoot_bytes"] for r in result.records)
-    extra = closest_misses(space, result.records)
+    over = result.records + result.untimed  # simulated, or over by more than the memory model's error: untimed
+    assert result.untimed and all("step_time_s" not in r for r in result.untimed)
+    simulated = min(r["memory_overshoot_bytes"] for r in over)
+    extra = closest_misses(space, over)
     assert simulated > least  # the closest miss was among the skipped variants: the check cannot pass empty
-    assert min(r["memory_overshoot_bytes"] for r in result.records + extra) == least
+    assert min(r["memory_overshoot_bytes"] for r in over + extra) == least
     assert len(extra) < result.n_dominated  # a few, not every skipped layout
 
 

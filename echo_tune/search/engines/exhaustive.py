@@ -25,7 +25,7 @@ from concurrent.futures import Future
 
 from optuna.trial import TrialState
 
-from echo_tune.search.space.dominance import Dominance, ordered_groups
+from echo_tune.search.space.dominance import OVER_MEMORY, Dominance, ordered_groups
 from echo_tune.search.engines.freeze import Freezer
 from echo_tune.search.engines.gc_pause import gc_paused
 from echo_tune.search.storage.journal_trials import add_finished
@@ -64,10 +64,12 @@ def _evaluate(space: SearchSpace, batch: list[Candidate], profile, pieces: dict,
             result = ("dominated", rule)
         else:
             try:
-                result = ("ok", evaluate(space, candidate, profile=profile)[0])
+                over, memory = dominance.over_memory(space, candidate, profile)  # too far over memory to time?
+                result = ("over_memory", over) if over is not None else \
+                    ("ok", evaluate(space, candidate, profile=profile, memory=memory)[0])
             except RejectedLayout as exc:
                 result = ("rejected", exc.rule)
-            dominance.simulated(candidate, result[1] if result[0] == "ok" else None)
+            dominance.simulated(candidate, None if result[0] == "rejected" else result[1])
         out.append(_frozen(space, candidate, result, freeze))
     return out
 
@@ -170,6 +172,11 @@ def _frozen(space: SearchSpace, candidate: Candidate, result: tuple[str, object]
                       user_attrs={"dominated_by": payload, "config": candidate.config},
                       constraints=dict(REJECTED_CONSTRAINTS),
                       system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(None)})
+    if kind == "over_memory":  # its memory, no step time; like a dominated one, no params for a sampler to learn
+        return freeze(state=TrialState.PRUNED, params={},
+                      user_attrs={"dominated_by": OVER_MEMORY, "config": candidate.config, "memory": payload},
+                      constraints=constraints(payload),
+                      system_attrs={CONSTRAINTS_SYSTEM_ATTR: constraint_sequence(payload)})
     params = full_params(space, candidate)
     if kind == "ok":
         return freeze(state=TrialState.COMPLETE, values=told_values(space, payload), params=params,

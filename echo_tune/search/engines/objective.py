@@ -21,6 +21,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.search.space.layouts import Candidate, RejectedLayout
 from echo_tune.search.space.search_space import SearchSpace
 from echo_tune.sim.memory.memory_band import PEAK_UNDER_PREDICTION
+from echo_tune.sim.memory.step_memory import step_memory
 from echo_tune.sim.simulate import simulate
 
 OBJECTIVE_KEYS = {"step_time": "step_time_s", "peak_memory": "peak_memory_gib", "num_gpus": "num_gpus",
@@ -78,15 +79,43 @@ def make_record(space: SearchSpace, candidate: Candidate, report) -> dict:
     }
 
 
-def evaluate(space: SearchSpace, candidate: Candidate, *, profile=None, timeline: bool = False):
-    """Simulate ``candidate``: ``(record, report)``. A rule the simulator adds raises RejectedLayout."""
+def evaluate(space: SearchSpace, candidate: Candidate, *, profile=None, timeline: bool = False, memory=None):
+    """Simulate ``candidate``: ``(record, report)``. A rule the simulator adds raises RejectedLayout. ``memory``: what
+    ``evaluate_memory`` returned for it with this ``profile`` (not computed again)."""
     try:
         report = simulate(candidate.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
                           timeline=timeline, memory_headroom_bytes=int(space.memory_headroom_gib * GIB),
-                          layout=candidate.layout)
+                          layout=candidate.layout, known_memory=None if memory is None else memory.stage_memory)
     except ConfigError as exc:
         raise RejectedLayout(str(exc), candidate.config) from None
     return make_record(space, candidate, report), report
+
+
+def memory_record(space: SearchSpace, candidate: Candidate, memory) -> dict:
+    """What a trial keeps of a layout whose memory alone was computed (``sim/memory/step_memory.StepMemory``): the
+    record's memory keys (``make_record``'s, the same numbers), no step time. Never fits: only a layout over its
+    memory by more than the memory model's error is stored this way (``dominance.OVER_MEMORY``)."""
+    return {
+        "derived": {k: memory.derived[k] for k in DERIVED_KEYS if k in memory.derived},
+        "peak_memory_bytes": int(memory.peak_memory_bytes),
+        "peak_memory_gib": memory.peak_memory_bytes / GIB,
+        "memory_capacity_bytes": int(memory.memory_capacity_bytes),
+        "fits_memory": False,
+        "memory_overshoot_bytes": max(1, int(memory.memory_overshoot_bytes)),
+        "memory_floor_bytes": int(max(m.floor_bytes for m in memory.stage_memory)),
+        "worst_stage": memory.worst_stage.stage,
+        "num_gpus": candidate.num_gpus,
+    }
+
+
+def evaluate_memory(space: SearchSpace, candidate: Candidate, *, profile=None):
+    """``candidate``'s memory alone (``step_memory``), or None where it needs the step's timing. A rule the simulator
+    adds raises RejectedLayout."""
+    try:
+        return step_memory(candidate.model, space.cluster, candidate.num_gpus, candidate.parallel, profile=profile,
+                           memory_headroom_bytes=int(space.memory_headroom_gib * GIB), layout=candidate.layout)
+    except ConfigError as exc:
+        raise RejectedLayout(str(exc), candidate.config) from None
 
 
 def objective_values(space: SearchSpace, record: dict) -> list[float]:

@@ -27,6 +27,15 @@ def trial_record(trial: FrozenTrial) -> dict | None:
     return trial.user_attrs.get("record")
 
 
+def untimed_record(trial: FrozenTrial) -> dict | None:
+    """The memory record of a layout stored over memory without its step simulated (``dominance.OVER_MEMORY``):
+    peak, limit, overshoot, floor, derived sizes and ``config``, no step time; None for any other trial."""
+    memory = trial.user_attrs.get("memory")
+    if trial.state != TrialState.PRUNED or not isinstance(memory, dict):
+        return None
+    return {**memory, "config": trial.user_attrs["config"]}
+
+
 def is_feasible(trial: FrozenTrial) -> bool:
     record = trial_record(trial)
     return record is not None and record["fits_memory"]
@@ -120,12 +129,14 @@ def trial_row(space: SearchSpace, trial: FrozenTrial) -> dict:
         row[name] = config.get(name, "")
     row["global_batch_size"] = space.global_batch_size
     row["precision"] = space.precision
-    if record:
-        row.update(record["derived"])
+    memory = None if record else untimed_record(trial)
+    if record or memory:  # a layout over memory beyond the band: its memory, no step time
+        row.update((record or memory)["derived"])
         for key in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "peak_memory_bytes",
                     "peak_memory_gib", "memory_capacity_bytes", "fits_memory", "memory_overshoot_bytes",
                     "worst_stage", "critical_stage", "cost_per_step"):
-            row[key] = record[key]
+            row[key] = (record or memory).get(key, "")
+    if record:
         for part, seconds in record["breakdown_s"].items():
             row[f"{part}_s"] = seconds
     return row
@@ -157,6 +168,11 @@ class SearchResult:
     counted in ``n_trials`` and the coverage, not in ``n_rejected``."""
     n_dominated_memory: int = 0
     """Of ``n_dominated``, those that cannot fit (``dominance.DOMINATED_BY_MEMORY``); the rest can only be slower."""
+    n_untimed: int = 0
+    """Of ``n_infeasible``, the layouts over memory beyond the memory model's error whose step was not simulated
+    (``dominance.OVER_MEMORY``; counted in ``n_trials``, not in ``n_dominated``)."""
+    untimed: list[dict] | None = field(default=None, repr=False, compare=False)
+    """Their memory records (``untimed_record``; not in ``to_dict``): what the closest miss reads besides ``records``."""
     n_distinct: int | None = None
     """Distinct layouts the finished trials hold (``accounting.py``; None: ``n_trials``)."""
     n_duplicates: int = 0
@@ -183,7 +199,7 @@ class SearchResult:
         data = {"study_name": self.study_name, "sampler": self.sampler, "n_trials": self.n_trials,
                 "n_feasible": self.n_feasible, "n_infeasible": self.n_infeasible, "n_rejected": self.n_rejected,
                 "n_dominated": self.n_dominated, "n_dominated_memory": self.n_dominated_memory,
-                "new_trials": self.new_trials, "space_size": self.space_size, "coverage": self.coverage,
+                "n_untimed": self.n_untimed, "new_trials": self.new_trials, "space_size": self.space_size, "coverage": self.coverage,
                 "n_distinct": self.n_trials if self.n_distinct is None else self.n_distinct,
                 "n_duplicates": self.n_duplicates, "missing": self.missing,
                 "wall_time_s": self.wall_time_s,

@@ -11,11 +11,12 @@ import time
 from optuna.trial import TrialState
 
 from echo_tune.search.storage.accounting import account, duplicate_note, in_flight_note, missing_note
-from echo_tune.search.space.dominance import DOMINATED_BY_MEMORY
+from echo_tune.search.space.dominance import DOMINATED_BY_MEMORY, OVER_MEMORY
 from echo_tune.search.space.layouts import check_space
 from echo_tune.search.engines.objective import OBJECTIVE_KEYS
 from echo_tune.search.outputs.write import start_outputs, write_outputs
-from echo_tune.search.outputs.results import SearchResult, best_of, entry, feasible_records, pareto_of, trial_record
+from echo_tune.search.outputs.results import (SearchResult, best_of, entry, feasible_records, pareto_of, trial_record,
+                                             untimed_record)
 from echo_tune.search.outputs.top_rows import top_rows
 from echo_tune.search.space.search_space import SearchSpace
 
@@ -40,7 +41,7 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
     interrupted = interrupted or bool(acc.missing)
     feasible = feasible_records(trials)
     png = start_outputs(space, out_dir, feasible, pool) if write_files else None
-    counts, records = _tally(trials)
+    counts, records, untimed = _tally(trials)
     best_pair = best_of(space, feasible)
     best = entry(space, *best_pair, profile=profile) if best_pair else None
     pareto = []
@@ -56,7 +57,8 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
     top = sorted(feasible, key=lambda nr: (nr[1][key], nr[0]))
     return SearchResult(
         study_name=name, sampler=sampler, n_trials=counts["finished"], n_feasible=len(feasible),
-        n_infeasible=counts["complete"] - len(feasible), n_rejected=counts["rejected"],
+        n_infeasible=counts["complete"] - len(feasible) + counts["untimed"], n_rejected=counts["rejected"],
+        n_untimed=counts["untimed"], untimed=untimed,
         n_dominated=counts["dominated"], n_dominated_memory=counts["dominated_memory"], n_distinct=acc.distinct,
         n_duplicates=acc.n_duplicates, missing=[acc.label(k) for k in acc.missing],
         new_trials=counts["finished"] - done_before, space_size=space_size,
@@ -66,10 +68,11 @@ def summarize(space: SearchSpace, study, *, sampler: str, name: str, out_dir, wh
         records=records)
 
 
-def _tally(trials) -> tuple[dict[str, int], list[dict]]:
-    """Finished, complete, rejected and dominated trials counted, and the simulated records, in one pass."""
-    counts = dict.fromkeys(("finished", "complete", "rejected", "dominated", "dominated_memory"), 0)
-    records = []
+def _tally(trials) -> tuple[dict[str, int], list[dict], list[dict]]:
+    """Finished, complete, rejected, dominated and untimed trials counted, the simulated records and the untimed
+    layouts' memory records, in one pass."""
+    counts = dict.fromkeys(("finished", "complete", "rejected", "dominated", "dominated_memory", "untimed"), 0)
+    records, untimed = [], []
     for t in trials:
         if t.state == TrialState.COMPLETE:
             counts["finished"] += 1
@@ -81,7 +84,11 @@ def _tally(trials) -> tuple[dict[str, int], list[dict]]:
             dominated_by = t.user_attrs.get("dominated_by")
             if dominated_by is None:
                 counts["rejected"] += 1
+            elif dominated_by == OVER_MEMORY:  # over memory beyond the band, not timed: infeasible
+                counts["untimed"] += 1
+                if (memory := untimed_record(t)) is not None:
+                    untimed.append(memory)
             else:
                 counts["dominated"] += 1
                 counts["dominated_memory"] += dominated_by == DOMINATED_BY_MEMORY
-    return counts, records
+    return counts, records, untimed

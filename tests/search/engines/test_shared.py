@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from echo_tune.search import SearchOptions, check_space, load_space, run_search
 from echo_tune.search.engines.shared import CLAIMS_SUFFIX, shares_work, ticket_size
+from echo_tune.search.storage.accounting import layout_key, trial_config
 
 REPO = Path(__file__).resolve().parents[3]
 SPACE = """\
@@ -66,7 +67,8 @@ def test_workers_share_one_postgres_study(postgres_url, tmp_path):
 
     study = optuna.load_study(study_name="shared-small", storage=postgres_url)
     trials = study.get_trials(deepcopy=False)
-    configs = [tuple(sorted(t.params.items())) for t in trials]
+    # a layout's identity: its config (a layout stored over memory without timing keeps no params, as a dominated one)
+    configs = [layout_key(trial_config(t)) for t in trials]
     assert len(trials) == len(valid)  # none lost
     assert len(set(configs)) == len(valid)  # none stored twice
     assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
