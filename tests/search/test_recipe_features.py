@@ -152,3 +152,16 @@ def test_cuda_graph_impl_none_is_its_own_word_and_layouts_are_listed_per_pipelin
     p = c.parallel
     assert p.pipeline_model_parallel_layout == layout and p.virtual_pipeline_model_parallel_size is None
     assert p.decoder_first_pipeline_num_layers is None and not p.account_for_embedding_in_pipeline_split
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b", "llama3.1-70b"])
+def test_generated_recompute_module_sets_are_distinct_as_sets(model):
+    """Megatron takes ``--recompute-modules`` as a set: "layernorm moe_act" and "moe_act layernorm" are one setting,
+    so a generated space lists it once (an all-MoE model listed both, each layout twice)."""
+    from echo_tune.config.load.loading import load_cluster, load_model
+    from echo_tune.search.space.feature_values import FEATURE_AUTO
+
+    sets = [s for s in FEATURE_AUTO["recompute_modules"](load_model(model), load_cluster("h100")) if s]
+    assert len({frozenset(s.split()) for s in sets}) == len(sets)
+    if load_model(model).is_moe:  # the fullest set is still there: what recompute saves most with
+        assert any({"moe_act", "layernorm"} <= set(s.split()) for s in sets)

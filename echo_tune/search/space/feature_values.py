@@ -65,8 +65,8 @@ def _recompute_modules(model, cluster) -> tuple:
     if model.is_moe:
         sets += ["moe_act", "layernorm moe_act"]
     every = " ".join(dict.fromkeys(m for s in sets if s for m in s.split()))
-    if every and every not in sets:  # all of them: the most memory selective recompute saves
-        sets.append(every)
+    if every and set(every.split()) not in [set(s.split()) for s in sets if s]:  # all of them (a set: the order
+        sets.append(every)  # of the modules means nothing to Megatron): the most memory selective recompute saves
     return tuple(sets)
 
 
