@@ -75,8 +75,8 @@ def option_leaves(space: SearchSpace, shapes: list[dict], limit: int) -> int:
     partial checks) without the checks of each complete layout, so a bound on the valid layouts; counted until
     it passes ``limit``. Tighter than the product where settings apply only with others (recompute modules with
     selective recompute, the flex backend with the flex dispatcher) or fail the partial check (virtual stages):
-    Qwen3-235B-A22B / 256 H100 with the recipe features, 125,244 valid layouts, 3.76 million by the product,
-    153,450 counted so, in ~1 s (see docs/search.md, "Exhaustive speed")."""
+    Qwen3-235B-A22B / 256 H100 with the recipe features: 106,440 valid layouts, millions by the product of the
+    settings' values, 125,244 counted so, in ~1 s (see docs/search.md, "Exhaustive speed")."""
     stop, total = len(FIELD_ORDER), 0
 
     def count(chosen: dict, index: int) -> int:
