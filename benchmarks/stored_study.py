@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from echo_tune.search.space.dominance import DOMINATED_BY_RECOMPUTE, config_group_key
+from echo_tune.search.space.dominance import DOMINATED_BY_RECOMPUTE, OVER_MEMORY, config_group_key
 from echo_tune.search.space.layouts import config_key
 
 _CREATE_TRIAL, _COMPLETE, _PRUNED = 4, 1, 2
@@ -62,8 +62,10 @@ def read_study(journal: Path, truth: bool = False) -> StoredStudy:
                     out.truth[hash(config_key(record["config"]))] = value
                     if value is not None and record["config"].get("recompute_granularity") is None:
                         fits[hash(config_group_key(record["config"]))] = value
-            elif attrs.get("dominated_by") is None:
-                out.simulated += 1  # rejected by a rule: counted as simulated, as the search's summary does
+            elif attrs.get("dominated_by") in (None, OVER_MEMORY):
+                # rejected by a rule, or over memory by its memory alone: counted as simulated, as the search's
+                # summary does (``SearchResult.n_simulated``); neither fits
+                out.simulated += 1
                 if truth and attrs.get("config"):
                     out.truth[hash(config_key(attrs["config"]))] = None
             elif truth and attrs.get("config"):

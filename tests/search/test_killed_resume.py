@@ -61,17 +61,20 @@ def search(space: Path, *args: str, env: dict | None = None, **kw) -> subprocess
 SLOW_EVALUATE = """\
 import time
 import echo_tune.search.engines.objective as _objective
-_evaluate = _objective.evaluate
-def _slow(*args, **kw):
-    time.sleep(0.3)
-    return _evaluate(*args, **kw)
-_objective.evaluate = _slow
+def _slowed(f):
+    def slow(*args, **kw):
+        time.sleep(0.3)
+        return f(*args, **kw)
+    return slow
+_objective.evaluate = _slowed(_objective.evaluate)
+_objective.evaluate_memory = _slowed(_objective.evaluate_memory)  # a batch computes a layout's memory first
 """
 
 
 def slow_env(tmp_path: Path) -> dict:
-    """ENV with every layout's simulation 0.3 s longer, in the search and its spawned workers (a sitecustomize on
-    PYTHONPATH): a layout is simulated in ~1 ms, too short a window to kill a search while a trial is running."""
+    """ENV with every layout's simulation (and memory) 0.3 s longer, in the search and its spawned workers (a
+    sitecustomize on PYTHONPATH): a layout is simulated in ~1 ms, too short a window to kill a search while a trial
+    (or a claimed batch) is running."""
     folder = tmp_path / "slow"
     folder.mkdir()
     (folder / "sitecustomize.py").write_text(SLOW_EVALUATE)
@@ -208,7 +211,7 @@ def test_killed_database_worker_claim_is_reissued(kind, tmp_path, request):
     name = f"killed-{kind}"
     space = space_file(tmp_path, name, TINY)
     args = ["--sampler", "exhaustive", "--resume", "--storage", postgres_url, "--json"]
-    worker = search(space, *args, "--results-dir", str(tmp_path / "w"))
+    worker = search(space, *args, "--results-dir", str(tmp_path / "w"), env=slow_env(tmp_path))  # a window to kill in
     try:
         deadline = time.monotonic() + 300
         caught = False
