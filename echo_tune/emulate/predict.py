@@ -24,7 +24,8 @@ from echo_tune.sim.schedule.passes import PassCosts, pass_costs, trace_pieces
 from echo_tune.sim.outputs.report import StepReport
 from echo_tune.sim.schedule.chunk_passes import chunk_passes
 from echo_tune.sim.features.determinism import ring_only_profile
-from echo_tune.sim.simulate import cost_context, p2p_time_s, simulate, with_sustained_clock
+from echo_tune.sim.simulate import p2p_time_s, simulate
+from echo_tune.sim.step_setup import cost_context, with_sustained_clock
 
 _TASK = re.compile(r"^([FB])(\d+)(?:\.(\d+))?$")
 

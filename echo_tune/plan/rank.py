@@ -45,7 +45,8 @@ from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project, s
 from echo_tune.safe_yaml import load_json
 from echo_tune.search.space.fields import MODEL_LAYOUT_FIELDS
 from echo_tune.search.space.search_space import load_cluster_ref, load_model_ref, resolve_ref
-from echo_tune.sim.simulate import clock_note_for, simulate
+from echo_tune.sim.simulate import simulate
+from echo_tune.sim.step_setup import clock_note_for
 
 FILE_KEYS = ("tokens", "defaults", "candidates", "description")
 CANDIDATE_KEYS = ("name", "model", "cluster", "num_gpus", "layout", "megatron_args", "from_search", "gpu_hour_cost",

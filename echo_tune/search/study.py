@@ -55,7 +55,7 @@ from echo_tune.search.storage.storage_checks import storage_error
 from echo_tune.search.storage.content import CONTENT_ATTR, check_content, check_names, content_parts, create_or_check
 from echo_tune.search.outputs.write import check_outputs
 from echo_tune.search.storage.manifest import kept_note, record, remove_written
-from echo_tune.sim.simulate import clock_note_for
+from echo_tune.sim.step_setup import clock_note_for
 
 __all__ = ["DEFAULT_N_TRIALS", "SearchOptions", "SearchResult", "clock_notes", "run_search"]
 

@@ -14,7 +14,7 @@ from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.sim.schedule.costing import phase_cost
 from echo_tune.sim.schedule.passes import trace_pieces
-from echo_tune.sim.simulate import cost_context
+from echo_tune.sim.step_setup import cost_context
 
 QWEN = et.load_model("qwen3-30b-a3b")  # 128 experts of 768, top-8
 B200 = et.load_cluster("b200")

@@ -91,7 +91,7 @@ def test_pass_costs_in_two_parts_are_the_whole(monkeypatch):
     with nothing cached."""
     from echo_tune.search.space.auto_space import auto_space
     from echo_tune.search.space.layouts import check_space
-    from echo_tune.sim.simulate import cost_context
+    from echo_tune.sim.step_setup import cost_context
     from echo_tune.sim.schedule.memo import profile_for_cluster
 
     space = auto_space(model="mixtral-8x7b", cluster="h100", num_gpus=16, global_batch_size=64,

@@ -206,7 +206,7 @@ def test_settings_that_take_the_gemm_or_the_communication_away_leave_the_collect
     expert's linears have no TP communication of their own (the block's gathers are blocking)."""
     from echo_tune.cost.tp_overlap import async_pairs
     from echo_tune.sim.schedule.costing import _runs_async
-    from echo_tune.sim.simulate import cost_context
+    from echo_tune.sim.step_setup import cost_context
     from echo_tune.workload import trace_moe_layer
 
     model = et.load_model("deepseek-v2-lite")

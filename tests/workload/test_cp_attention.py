@@ -65,7 +65,7 @@ def test_hierarchical_a2a_then_ring():
 def test_ring_is_hidden_beside_attention_the_others_are_exposed():
     from echo_tune.config.rules.compatibility import check_compatible
     from echo_tune.sim.schedule.memo import profile_for_cluster
-    from echo_tune.sim.simulate import cost_context
+    from echo_tune.sim.step_setup import cost_context
     from echo_tune.sim.schedule.costing import phase_cost
     from echo_tune.cost.comm import collective_time_s
 

@@ -21,8 +21,8 @@ from echo_tune.sim.memory.stage import StageMemory
 from echo_tune.sim.schedule.layer_mix import chunk_layer_mix
 from echo_tune.sim.schedule.linear_layers import chunk_linear_mix
 from echo_tune.sim.schedule.passes import trace_pieces
-from echo_tune.sim.simulate import (chunk_param_counts, cost_context, derived_sizes, mtp_layer_params, prepared,
-                                    stage_memories)
+from echo_tune.sim.step_setup import (chunk_param_counts, cost_context, derived_sizes, mtp_layer_params, prepared,
+                                      stage_memories)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.sim.features.moe_overlap import ep_overlap_deltas
 from echo_tune.sim.features.moe_overlap_host import pair_host_wait_s, with_pair_host_floor
 from echo_tune.sim.schedule.passes import trace_pieces
-from echo_tune.sim.simulate import cost_context
+from echo_tune.sim.step_setup import cost_context
 
 US = 1e-6
 H100 = et.load_cluster("h100-sxm")
