@@ -28,6 +28,7 @@ from optuna.trial import TrialState
 from echo_tune.search.space.dominance import OVER_MEMORY, Dominance, ordered_groups
 from echo_tune.search.engines.freeze import Freezer
 from echo_tune.search.engines.gc_pause import gc_paused
+from echo_tune.identity_cache import IdentityCache
 from echo_tune.search.storage.journal_trials import add_finished
 from echo_tune.search.space.layouts import SHAPE_FIELDS, Candidate, RejectedLayout
 from echo_tune.search.space.params import full_params, search_distributions
@@ -74,7 +75,7 @@ def _evaluate(space: SearchSpace, batch: list[Candidate], profile, pieces: dict,
     return out
 
 
-_SEEN: dict[bytes, object] = {}
+_SEEN = IdentityCache(limit=16)  # an object's pickled content -> the first object with it
 
 
 def _interned(obj):
@@ -83,12 +84,7 @@ def _interned(obj):
     the collective times, the pass costs), so with copies each batch started cold (~2x the work)."""
     if obj is None:
         return None
-    key = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    if key not in _SEEN:
-        if len(_SEEN) >= 16:
-            _SEEN.clear()
-        _SEEN[key] = obj
-    return _SEEN[key]
+    return _SEEN.get((), (pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),), lambda: obj)
 
 
 def structure_key(candidate: Candidate) -> tuple:

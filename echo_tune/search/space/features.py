@@ -15,6 +15,7 @@ transformer_config.py): ``model_of`` is the space's model with a layout's values
 from __future__ import annotations
 
 from echo_tune.config.specs.model import ModelSpec
+from echo_tune.identity_cache import IdentityCache
 from echo_tune.search.space.fields import MODEL_LAYOUT_FIELDS
 from echo_tune.config.specs.pipeline_layout import num_virtual_stages
 
@@ -79,7 +80,7 @@ def feature_applies(field_name: str, chosen: dict, model: ModelSpec | None) -> b
     return True  # cuda_graph_impl, cross_entropy_loss_fusion
 
 
-_MODELS: dict[tuple, tuple[ModelSpec, ModelSpec]] = {}
+_MODELS = IdentityCache(limit=256)  # (the space's model, the changed values) -> the changed model
 
 
 def model_of(space, chosen: dict) -> ModelSpec:
@@ -89,10 +90,4 @@ def model_of(space, chosen: dict) -> ModelSpec:
     changes = tuple((f, chosen[f]) for f in MODEL_LAYOUT_FIELDS if f in chosen and chosen[f] != getattr(base, f))
     if not changes:
         return base
-    key = (id(base), changes)
-    hit = _MODELS.get(key)
-    if hit is None or hit[0] is not base:
-        if len(_MODELS) > 256:
-            _MODELS.clear()
-        hit = _MODELS[key] = (base, base.replace(**dict(changes)))
-    return hit[1]
+    return _MODELS.get((base,), changes, lambda: base.replace(**dict(changes)))
