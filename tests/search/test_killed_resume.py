@@ -71,13 +71,24 @@ _objective.evaluate_memory = _slowed(_objective.evaluate_memory)  # a batch comp
 """
 
 
-def slow_env(tmp_path: Path) -> dict:
+SLOW_TICKET = """\
+import echo_tune.search.engines.tickets as _tickets
+_run = _tickets.run_exhaustive
+def _held(*args, **kw):  # a claimed batch stays RUNNING a while after its layouts are stored: a window to kill in
+    stored = _run(*args, **kw)
+    time.sleep(1.0)
+    return stored
+_tickets.run_exhaustive = _held
+"""
+
+
+def slow_env(tmp_path: Path, extra: str = "") -> dict:
     """ENV with every layout's simulation (and memory) 0.3 s longer, in the search and its spawned workers (a
     sitecustomize on PYTHONPATH): a layout is simulated in ~1 ms, too short a window to kill a search while a trial
     (or a claimed batch) is running."""
     folder = tmp_path / "slow"
     folder.mkdir()
-    (folder / "sitecustomize.py").write_text(SLOW_EVALUATE)
+    (folder / "sitecustomize.py").write_text(SLOW_EVALUATE + extra)
     return dict(ENV, PYTHONPATH=os.pathsep.join([str(folder), ENV["PYTHONPATH"]]))
 
 
@@ -211,7 +222,8 @@ def test_killed_database_worker_claim_is_reissued(kind, tmp_path, request):
     name = f"killed-{kind}"
     space = space_file(tmp_path, name, TINY)
     args = ["--sampler", "exhaustive", "--resume", "--storage", postgres_url, "--json"]
-    worker = search(space, *args, "--results-dir", str(tmp_path / "w"), env=slow_env(tmp_path))  # a window to kill in
+    # each layout and each claimed batch's completion slowed: a window to kill the worker in with its claim RUNNING
+    worker = search(space, *args, "--results-dir", str(tmp_path / "w"), env=slow_env(tmp_path, SLOW_TICKET))
     try:
         deadline = time.monotonic() + 300
         caught = False
