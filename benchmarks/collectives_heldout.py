@@ -20,7 +20,7 @@ from echo_tune.calibrate.check import check_log
 from echo_tune.calibrate.fit import fit_profile
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.config.load.loading import load_cluster
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import load_profile
 
 A100 = Path(__file__).resolve().parents[1] / "calibration" / "azure-ndv4-a100-40gb"

@@ -18,8 +18,8 @@ import torch
 import echo_tune as et
 from echo_tune.cost.profile import default_profile, load_profile, save_profile
 from echo_tune.emulate.run import emulate
-from echo_tune.cost.optime_db import OpTimeDB
-from echo_tune.cost.optime_device import local_device
+from echo_tune.cost.optime.optime_db import OpTimeDB
+from echo_tune.cost.optime.optime_device import local_device
 from echo_tune.optime.profiler import profile_layouts
 
 DATA = Path(__file__).parents[1] / "tests" / "data"

@@ -15,7 +15,7 @@ import dataclasses
 from collections import defaultdict
 
 import echo_tune as et
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.sim.schedule.passes import trace_pieces
 
 

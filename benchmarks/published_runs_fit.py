@@ -3,7 +3,7 @@
     python benchmarks/published_runs_fit.py [--params clock,host] [--out calibration/published-runs-fit]
 
 Parameters: for each GPU, every non-empty subset of --params (default: the sustained clock and the host's time
-to issue one kernel; host: the GPU waits on it only in passes of kernels shorter than that, cost/host_bound.py)
+to issue one kernel; host: the GPU waits on it only in passes of kernels shorter than that, cost/host/host_bound.py)
 is fitted, and the one with the lowest leave-one-source-out MAPE is kept (fewer parameters on a tie, to 0.1%;
 every candidate's error is listed in the README written): what generalises to a source the fit never saw, not
 what fits best in-sample (H100: clock+host fits better in-sample, host alone predicts held-out sources better).

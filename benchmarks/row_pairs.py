@@ -5,7 +5,7 @@ FP8 recipe, the GPU, the micro-batch size, token dropping) cancel what they shar
 token isolates what that one setting does. Where the simulated ratio misses the measured one, the mechanism behind
 that setting is what is wrong, not a constant. Each pair is printed with its measured ratio (A / B, time per token and
 GPU), the simulated ratio with the default profiles, and the simulated ratio with the host time per kernel set to 0
-(the GPU side alone, ``cost/host_bound.py``), and each row's own error. Not a test, a measurement.
+(the GPU side alone, ``cost/host/host_bound.py``), and each row's own error. Not a test, a measurement.
 
     python benchmarks/row_pairs.py [--json]
 """

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from echo_tune.config.rules.compatibility import check_compatible
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.sim.data_parallel.dp import grad_bytes_per_param
 from echo_tune.sim.schedule.passes import trace_pieces

@@ -147,7 +147,7 @@ def _file_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_between_files():
     edges = _file_imports(_package_modules())
-    assert "echo_tune.cost.compute" in edges["echo_tune.sim.schedule.costing"]  # the walk sees the real graph
+    assert "echo_tune.cost.kernels.compute" in edges["echo_tune.sim.schedule.costing"]  # the walk sees the real graph
     cycles = _file_cycles(edges)
     assert cycles == [], "files that import each other (move the shared piece into a module below both): " + \
         "; ".join(" <-> ".join(group) for group in cycles)

@@ -4,7 +4,7 @@
   torch microbenchmarks launched by torchrun, writing ``calibration/<name>/raw/``.
 * ``nccl_tests``: a parser for every nccl-tests output layout.
 * ``fit`` (+ ``fit_comm``, ``fit_compute``, ``results``): ``echo-tune calibrate fit``, least squares
-  of the models in ``cost/comm.py`` and ``cost/compute.py``, written as a profile YAML.
+  of the models in ``cost/collectives/comm.py`` and ``cost/kernels/compute.py``, written as a profile YAML.
 * ``check``: ``echo-tune calibrate check``, a profile against a log it was not fitted on.
 * ``datasheet``: the shipped, datasheet-derived (not measured) profiles in ``profiles/``.
 """

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from echo_tune.calibrate.bench_compute import DTYPES, Timer
-from echo_tune.cost.comm import bus_factor
+from echo_tune.cost.collectives.comm import bus_factor
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

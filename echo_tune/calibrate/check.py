@@ -15,7 +15,7 @@ from echo_tune.calibrate.log_checks import check_log_for_cluster
 from echo_tune.calibrate.nccl_tests import parse_nccl_tests
 from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.config.rules.compatibility import GroupPlacement
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile, profile_warnings
 from echo_tune.errors import CalibrationError
 

@@ -1,4 +1,4 @@
-"""Fit the collective model of ``cost/comm.py`` to measured collective times.
+"""Fit the collective model of ``cost/collectives/comm.py`` to measured collective times.
 
 The residuals are computed by ``collective_time_s`` itself, so the fitted coefficients mean exactly
 what the simulator reads. Per collective:
@@ -31,11 +31,11 @@ from scipy.optimize import least_squares
 from echo_tune.calibrate.results import FitResult, PointResidual
 from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.config.rules.compatibility import GroupPlacement
-from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.nccl_tuning import NCCL_SOURCE, NET_RING_HOP_LATENCY_S
+from echo_tune.cost.collectives.comm import collective_time_s
+from echo_tune.cost.collectives.nccl_tuning import NCCL_SOURCE, NET_RING_HOP_LATENCY_S
 from echo_tune.cost.profile import ClusterProfile, LinkCoefficients
 
-# Network per-hop latency of a ring by protocol, NCCL's default (cost/nccl_tuning.py).
+# Network per-hop latency of a ring by protocol, NCCL's default (cost/collectives/nccl_tuning.py).
 NCCL_NET_STEP_LATENCY_S = NET_RING_HOP_LATENCY_S
 TIER_NAMES = {1: ("simple",), 2: ("simple", "ll"), 3: ("simple", "ll128", "ll")}
 _LOG_BOUNDS = {"base": (math.log(1e-9), math.log(1e-1)), "lat": (math.log(1e-10), math.log(1e-2)),

@@ -1,4 +1,4 @@
-"""Fit the compute model of ``cost/compute.py`` and the interference slowdowns to bench results.
+"""Fit the compute model of ``cost/kernels/compute.py`` and the interference slowdowns to bench results.
 
 Predictions come from ``op_time_s`` itself, so the fitted coefficients mean what the simulator reads:
 
@@ -25,7 +25,7 @@ from scipy.optimize import least_squares
 
 from echo_tune.calibrate.results import FitResult, PointResidual
 from echo_tune.config.specs.cluster import GPUSpec
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op
 

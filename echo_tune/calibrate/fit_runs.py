@@ -3,7 +3,7 @@
 Parameters (``PARAMETERS``), each applied by the simulator when the profile is used:
 
 - ``clock``: ``sustained_clock_mhz``, the SM clock compute-bound kernels (GEMMs, attention) run at; their
-  time scales with peak / this clock, memory-bound time does not (cost/compute.py). What the residuals of
+  time scales with peak / this clock, memory-bound time does not (cost/kernels/compute.py). What the residuals of
   whole-step times mostly carry: power-limited clocks and GEMM efficiency move every compute-bound kernel
   together, and the two cannot be told apart from step times, so one is fitted, as a clock.
 - ``comm``: ``comm_time_factor``, every collective's modelled time times this (latencies x f, bandwidths / f:
@@ -12,7 +12,7 @@ Parameters (``PARAMETERS``), each applied by the simulator when the profile is u
 - ``launch``: ``kernel_launch_overhead_s``, time added to every kernel (launch latency and tail, on the GPU's
   critical path whatever the host does); it moves small models and short steps most.
 - ``host``: ``host_time_per_kernel_s``, the host's time to issue one kernel; the GPU waits on the host only where
-  a pass's kernels run shorter than that (``cost/host_bound.py``): it moves passes of many short kernels
+  a pass's kernels run shorter than that (``cost/host/host_bound.py``): it moves passes of many short kernels
   (fine-grained MoE layers: a GEMM and its quantisations per expert) and leaves GEMM-bound passes alone.
 
 Objective: relative step-time residuals r_i = predicted_i / measured_i - 1, in least squares with a soft-L1
@@ -50,7 +50,7 @@ PARAMETERS = {"clock": "sustained_clock_mhz", "comm": "comm_time_factor", "launc
 # host time per kernel 1.35-270 us (0.1x..20x HOST_TIME_START_S)
 BOUNDS = {"sustained_clock_mhz": ("peak", 0.5, 1.1), "comm_time_factor": ("start", 0.3, 3.3),
           "kernel_launch_overhead_s": ("start", 0.1, 10.0), "host_time_per_kernel_s": ("start", 0.1, 20.0)}
-# Start of the host time per kernel where neither the profile nor the shipped default (cost/host_time.py) gives
+# Start of the host time per kernel where neither the profile nor the shipped default (cost/host/host_time.py) gives
 # one: 13.5 us, the host time of one PyTorch
 # nn.Linear forward (one cuBLAS kernel) on a DGX H100's Xeon 8480C (NVIDIA/TransformerEngine issue 2053, CPU vs
 # GPU time per Linear forward); TE's modules take ~2.7x torch's there, Megatron's MoE path more Python per kernel.

@@ -17,7 +17,7 @@ from echo_tune.calibrate.check import check_log, extrapolation_warnings, placeme
 from echo_tune.calibrate.results import FitResult
 from echo_tune.cli.calibrate_runs import add_run_arguments, run_fit_runs, wants_runs
 from echo_tune.config.load.loading import load_cluster
-from echo_tune.cost.comm import COLLECTIVES, bus_factor
+from echo_tune.cost.collectives.comm import COLLECTIVES, bus_factor
 from echo_tune.cost.profile import load_profile, profile_for, profile_warnings, save_profile
 from echo_tune.errors import ConfigError
 from echo_tune.io_targets import stream_target

@@ -10,8 +10,8 @@ import os
 
 from echo_tune.cli.common import add_layout_arguments, human_time, print_json, set_torch_threads, specs_from_args
 from echo_tune.config.load.loading import load_cluster, read_yaml
-from echo_tune.cost.optime_db import OpTimeDB
-from echo_tune.cost.optime_device import local_device, mismatch
+from echo_tune.cost.optime.optime_db import OpTimeDB
+from echo_tune.cost.optime.optime_device import local_device, mismatch
 from echo_tune.cost.profile import profile_for, save_profile
 from echo_tune.errors import ConfigError
 from echo_tune.optime.collect import distinct_ops, space_layouts
@@ -170,7 +170,7 @@ def _unrun_notes(targets: list[tuple]) -> list[str]:
     if fp8:
         notes.append(f"FP8 layouts (fp8_format={', '.join(fp8)}): no FP8 GEMM was run; the GEMMs were timed in the "
                      f"layouts' plain precision, and the simulator prices their FP8 GEMMs from the GPU's FP8 peak "
-                     f"(cost/fp8.py), not from these times")
+                     f"(cost/kernels/fp8.py), not from these times")
     return notes
 
 

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"`0 < --gpu-clock-mhz < 10000` must hold, but got ({args.gpu_clock_mhz})")
     rows, summary, sources = validate(args.runs, errata=args.errata, profiles=profiles,
                                       gpu_clock_mhz=args.gpu_clock_mhz)
-    fitted = any(r.in_sample is not None for r in rows)  # a --profile, or the shipped host time (cost/host_time.py)
+    fitted = any(r.in_sample is not None for r in rows)  # a --profile, or the shipped host time (cost/host/host_time.py)
     split = {"in_sample": summarize([r for r in rows if r.in_sample is True]),
              "held_out": summarize([r for r in rows if r.in_sample is False]),
              "no_fitted_profile": summarize([r for r in rows if r.in_sample is None])} if fitted else None

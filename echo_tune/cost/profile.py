@@ -18,17 +18,17 @@ import yaml
 from echo_tune.config._checks import require, require_positive
 from echo_tune.config.specs.cluster import ClusterSpec, GPUSpec
 from echo_tune.config.load.loading import check_keys, read_yaml
-from echo_tune.cost.gemm_benchmarks import benchmark_efficiencies
-from echo_tune.cost.host_time import default_host_time_s, default_label
-from echo_tune.cost.link_coefficients import LinkCoefficients
-from echo_tune.cost.optime_db import load_op_times
+from echo_tune.cost.kernels.gemm_benchmarks import benchmark_efficiencies
+from echo_tune.cost.host.host_time import default_host_time_s, default_label
+from echo_tune.cost.collectives.link_coefficients import LinkCoefficients
+from echo_tune.cost.optime.optime_db import load_op_times
 from echo_tune.cost.profile_bounds import check_clock_in_use, check_profile_numbers
 from echo_tune.errors import ConfigError
 from echo_tune.io import write_text
 from echo_tune.limits import PROFILE_LIMITS, check_number, first_non_finite
 
 if TYPE_CHECKING:
-    from echo_tune.cost.optime_db import OpTimes
+    from echo_tune.cost.optime.optime_db import OpTimes
 
 PROFILE_VERSION = 1
 SCOPES = ("intra_node", "inter_node")
@@ -50,7 +50,7 @@ DATASHEET_MEMORY_EFFICIENCY = 0.85
 # - Each kernel of an eager PyTorch step costs ~4 us of GPU time beyond its work (the gap behind the kernel before
 #   it, its ramp-up and the tail of its last wave); a GPU-timed 1-GPU copy of the A100 calibration set has a 4.4 us
 #   intercept (calibration/azure-ndv4-a100-40gb/profile.yaml). A CUDA graph shortens only the gap
-#   (cost/compute.py GRAPH_REPLAY_SAVING_S); the host's time to issue the kernel is cost/host_bound.py's.
+#   (cost/kernels/compute.py GRAPH_REPLAY_SAVING_S); the host's time to issue the kernel is cost/host/host_bound.py's.
 DATASHEET_KERNEL_LAUNCH_S = 4.0e-6
 # - Fused attention (Transformer Engine's cuDNN backend, what Megatron-Core runs by default) on H100 SXM5,
 #   head dim 128, sequence 2k/4k/8k: forward 617/609/600 TFLOP/s, backward 465/499/518 TFLOP/s (cuDNN bars
@@ -81,7 +81,7 @@ DATASHEET_COMM_SLOWDOWN = 1.05
 @dataclass(frozen=True, kw_only=True)
 class ClusterProfile:
     """All cost-model coefficients of one cluster (a cluster profile: `calibration/<cluster>/profile.yaml`,
-    datasheet-derived or calibrated). Not to be confused with an op-time database (``cost/optime_db.py``:
+    datasheet-derived or calibrated). Not to be confused with an op-time database (``cost/optime/optime_db.py``:
     ``OpTimeDB``) or the ``echo-tune profile`` command, which fills one."""
 
     name: str
@@ -114,12 +114,12 @@ class ClusterProfile:
     op_times_db: str | None = None
     """The ``op_times`` key as written: an op-time database file (relative to the profile file)."""
     op_times: "OpTimes | None" = field(default=None, compare=False, repr=False)
-    """Its measured times for the profile's GPU, loaded with the profile (``cost/optime_db.py``)."""
+    """Its measured times for the profile's GPU, loaded with the profile (``cost/optime/optime_db.py``)."""
     fitted: dict = field(default_factory=dict)
     """Parameters fitted on training runs and their provenance (``calibrate fit --runs``): ``params``
     (``sustained_clock_mhz``: compute-bound kernels' clock; ``comm_time_factor``: every collective's time
     times this; ``kernel_launch_overhead_s``: copied into the field above; ``host_time_per_kernel_s``: absent,
-    the shipped one, cost/host_time.py), ``label``, rows and errors."""
+    the shipped one, cost/host/host_time.py), ``label``, rows and errors."""
     nccl_ring_only: bool = False
     """NCCL_ALGO=Ring (set by ``--deterministic-mode``, sim/features/determinism.py): no tree all-reduce. Not a
     profile-file key: set per simulated run."""
@@ -165,14 +165,14 @@ class ClusterProfile:
 
     @property
     def host_time_per_kernel_s(self) -> float:
-        """Host time to issue one kernel (``cost/host_bound.py``): the profile's fitted one, else the one fitted on
-        the published runs (``cost/host_time.py``; 0 in the profile: the GPU never waits on the host)."""
+        """Host time to issue one kernel (``cost/host/host_bound.py``): the profile's fitted one, else the one fitted on
+        the published runs (``cost/host/host_time.py``; 0 in the profile: the GPU never waits on the host)."""
         value = (self.fitted.get("params") or {}).get("host_time_per_kernel_s")
         return float(value) if value is not None else default_host_time_s()
 
     @property
     def uses_default_host_time(self) -> bool:
-        """Whether ``host_time_per_kernel_s`` is the shipped default (``cost/host_time.py``), not the profile's."""
+        """Whether ``host_time_per_kernel_s`` is the shipped default (``cost/host/host_time.py``), not the profile's."""
         return (self.fitted.get("params") or {}).get("host_time_per_kernel_s") is None and default_host_time_s() > 0
 
     @property

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.checkpoint import checkpoint
 
-import echo_tune.workload.kernels_real  # noqa: F401  (real echo_tune:: kernels)
+import echo_tune.workload.recording.kernels_real  # noqa: F401  (real echo_tune:: kernels)
 from echo_tune.config.rules.compatibility import Layout
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.workload import heads, layers
+from echo_tune.workload import layers
+from echo_tune.workload.ends import heads
 from echo_tune.workload.layers import Shard
 
 INIT_STD = 0.02

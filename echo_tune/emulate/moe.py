@@ -1,6 +1,6 @@
 """MoE layers run for real (``emulate``, in-place ``profile``): what the tracer's MoE code asks of a real run.
 
-The MoE layer is the tracer's own (``workload/moe.py``, built through ``RealShard.tensor``): router, permutation,
+The MoE layer is the tracer's own (``workload/mlp/moe.py``, built through ``RealShard.tensor``): router, permutation,
 the rank's ``num_experts / expert_model_parallel_size`` local experts sharded over ETP, the shared expert. A
 real run differs from the trace only where the tracer leaves data undefined, and there it follows what
 ``simulate`` assumes:
@@ -69,7 +69,7 @@ class RealMoE:
 
 
 class ExpertTimer:
-    """Times the routed experts (the outermost "experts" sub-region, ``workload/moe.py _experts``) with a
+    """Times the routed experts (the outermost "experts" sub-region, ``workload/mlp/moe.py _experts``) with a
     clock (``emulate/clock.py``): forward from entry to exit, backward from the gradient reaching their
     output to it leaving their input (autograd hooks); the modelled waits inside either are left out."""
 

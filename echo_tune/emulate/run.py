@@ -40,10 +40,10 @@ from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.config.rules.schedule_rules import cuda_graph_setting
-from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.optime_device import local_device, mismatch
+from echo_tune.cost.collectives.comm import collective_time_s
+from echo_tune.cost.optime.optime_device import local_device, mismatch
 from echo_tune.cost.profile import ClusterProfile, profile_for
-from echo_tune.cost.tp_overlap import slowdown
+from echo_tune.cost.collectives.tp_overlap import slowdown
 from echo_tune.emulate.clock import clock_for
 from echo_tune.emulate.build import Stage, build_stage, chunk_forward
 from echo_tune.emulate.moe import ExpertTimer, RealMoE, moe_problems
@@ -51,7 +51,7 @@ from echo_tune.emulate.predict import StagePrediction, predict_stage
 from echo_tune.errors import ConfigError, raise_problems
 from echo_tune.sim.schedule.costing import EXPERT_GROUPS
 from echo_tune.sim.schedule.schedules import stage_order
-from echo_tune.workload import context
+from echo_tune.workload.recording import context
 
 
 class Waiter(RealMoE):

@@ -2,7 +2,7 @@
 with real tensors on the local device, keep the times in an op-time database the simulator reads first.
 
 The database itself, which the simulator reads, is a cost source and lives in ``cost/``
-(``cost/optime_db.py``, ``cost/optime_device.py``: which device a time was measured on, and whether it is the
+(``cost/optime/optime_db.py``, ``cost/optime/optime_device.py``: which device a time was measured on, and whether it is the
 cluster's GPU); ``sim/outputs/optime_coverage.py`` checks a profile's database against the cluster. This package is
 the tool that fills the database, over the public ``sim``, ``search`` and ``emulate`` APIs.
 - ``collect.py``: the distinct op instances of a search space or a list of layouts.

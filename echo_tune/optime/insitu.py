@@ -34,11 +34,13 @@ from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost.optime_db import Measurement
+from echo_tune.cost.optime.optime_db import Measurement
 from echo_tune.emulate.build import RealShard, unit_norms
 from echo_tune.emulate.moe import RealMoE
 from echo_tune.sim.schedule.passes import trace_pieces
-from echo_tune.workload import context, heads, layers
+from echo_tune.workload import layers
+from echo_tune.workload.recording import context
+from echo_tune.workload.ends import heads
 from echo_tune.workload.tracer import describe
 
 def _clock(device: torch.device):

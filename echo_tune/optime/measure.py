@@ -1,6 +1,6 @@
 """Time one op instance with real tensors on the local device.
 
-The call is rebuilt from its key (``workload/opkey.py``: random normal floats, zero indices and
+The call is rebuilt from its key (``workload/recording/opkey.py``: random normal floats, zero indices and
 masks, the traced strides). On CUDA each call is timed with CUDA events after a warm-up; on CPU with
 the thread's CPU time when torch runs one intra-op thread (other processes on a shared machine do not
 inflate it; ``emulate`` uses the same clock), else ``time.perf_counter``. The time kept is the median
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-import echo_tune.workload.kernels_real  # noqa: F401  (real echo_tune:: kernels)
-from echo_tune.cost.optime_db import Measurement
+import echo_tune.workload.recording.kernels_real  # noqa: F401  (real echo_tune:: kernels)
+from echo_tune.cost.optime.optime_db import Measurement
 from echo_tune.errors import ConfigError
-from echo_tune.workload.opkey import key_summary, materialize, parse_key, resolve_op
+from echo_tune.workload.recording.opkey import key_summary, materialize, parse_key, resolve_op
 
 CUDA_FLUSH_BYTES = 256 * 2**20
 """Written before every timed call on CUDA to clear the L2 cache, as Triton's ``do_bench`` does: an op

@@ -11,8 +11,8 @@ from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.optime.collect import OpInstance, distinct_ops
-from echo_tune.cost.optime_db import Measurement, OpTimeDB
-from echo_tune.cost.optime_device import DeviceInfo
+from echo_tune.cost.optime.optime_db import Measurement, OpTimeDB
+from echo_tune.cost.optime.optime_device import DeviceInfo
 from echo_tune.optime.insitu import measure_in_situ
 from echo_tune.optime.measure import measure_key
 

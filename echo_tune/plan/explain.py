@@ -76,7 +76,7 @@ def _worse_profile(profile, what: str):
                                    comm_slowdown=1 + 2 * (profile.comm_slowdown - 1), slowdown_curves=curves)
     if what == "GEMM efficiency -15%":
         # every GEMM and attention efficiency: FP8 GEMMs run at gemm_efficiency x fp8_gemm_max / gemm_max
-        # (cost/fp8.py), so scaling gemm_max_efficiency alone left them unchanged; the attention backward has
+        # (cost/kernels/fp8.py), so scaling gemm_max_efficiency alone left them unchanged; the attention backward has
         # its own efficiency where the profile sets one
         backward = profile.attention_backward_efficiency
         return dataclasses.replace(profile, gemm_max_efficiency=profile.gemm_max_efficiency * 0.85,

@@ -15,8 +15,8 @@ from echo_tune.config.specs.layout import GroupPlacement, Layout
 from echo_tune.config.launch.launch_notes import launch_notes
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.fp8 import amax_reduction_s, amax_tensors_per_layer, mxfp8_notes
+from echo_tune.cost.collectives.comm import collective_time_s
+from echo_tune.cost.kernels.fp8 import amax_reduction_s, amax_tensors_per_layer, mxfp8_notes
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
 from echo_tune.sim.outputs.optime_coverage import measured_compute_share

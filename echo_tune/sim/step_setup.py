@@ -9,7 +9,7 @@ from echo_tune.config.specs.cluster import ClusterSpec, clock_note
 from echo_tune.config.specs.layout import Layout
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost.moe_dispatch import moe_kernels
+from echo_tune.cost.collectives.moe_dispatch import moe_kernels
 from echo_tune.cost.profile import ClusterProfile, check_profile_device
 from echo_tune.errors import ConfigError
 from echo_tune.sim.features.cuda_graphs import capture_spec

@@ -3,7 +3,7 @@
 Every shipped published-run set is simulated with the default profiles; each row's error is signed (predicted -
 measured, % of measured; negative = predicted too fast). *In sample* is that error; *out of sample* replaces it, for
 the rows the shipped host time per kernel was fitted on, with the error of a fit that never saw the row's source
-(leave-one-source-out, stored per row in the fit file: ``cost/host_time.py``); every other row was fitted on
+(leave-one-source-out, stored per row in the fit file: ``cost/host/host_time.py``); every other row was fitted on
 nothing. The page holds numbers only (no dates, no code digest), so it changes exactly when a prediction does, and a
 test compares the committed page with a fresh one (tests/validate/test_accuracy_page.py).
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.flags.unmodelled import UnmodelledError
-from echo_tune.cost.host_time import shipped_fit
+from echo_tune.cost.host.host_time import shipped_fit
 from echo_tune.errors import EchoTuneError
 from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.sim.simulate import simulate
@@ -24,7 +24,7 @@ class RowResult:
     error: str | None = None
     in_sample: bool | None = None
     """True: the row was among the rows its profile's fitted parameters were fitted on (``calibrate fit --runs``,
-    or the shipped host time per kernel, cost/host_time.py); False: simulated with fitted parameters that never saw
+    or the shipped host time per kernel, cost/host/host_time.py); False: simulated with fitted parameters that never saw
     it (held out); None: nothing in its profile was fitted."""
     profile_label: str | None = None
     """The profile's label when it holds fitted parameters."""
@@ -38,7 +38,7 @@ class RowResult:
 
 def fitted_rows(profile) -> set[tuple[str, str]]:
     """(name, source) of the rows a profile was fitted on, with those of the shipped host time per kernel where the
-    profile uses it (cost/host_time.py)."""
+    profile uses it (cost/host/host_time.py)."""
     rows = _row_keys(profile.fitted)
     return rows | _row_keys(shipped_fit()) if profile.uses_default_host_time else rows
 

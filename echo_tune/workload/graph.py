@@ -43,7 +43,7 @@ class Op:
     """For gemm: (m, n, k) with any batch folded into m, for the efficiency surface."""
     gemm_groups: int = 1
     """For gemm: the batch count of a batched matmul (bmm), 1 otherwise. The MoE experts' grouped GEMM is
-    traced as one bmm over the local experts; ``cost/moe_grouped_gemm.py`` times it as that many GEMMs."""
+    traced as one bmm over the local experts; ``cost/kernels/moe_grouped_gemm.py`` times it as that many GEMMs."""
     collective: str | None = None
     """For collective: one of COLLECTIVES."""
     group: str | None = None
@@ -55,9 +55,9 @@ class Op:
     forward kernels run at a lower rate, ``ClusterProfile.attention_causal_factor``)."""
     exps: float = 0.0
     """For attention: the exponentials its softmax evaluates (one per unmasked score, forward and, recomputing the
-    probabilities, backward), which the GPU's special-function units bound (``cost/compute.py``)."""
+    probabilities, backward), which the GPU's special-function units bound (``cost/kernels/compute.py``)."""
     key: str = ""
-    """For compute ops: the op and its arguments' shapes, strides and dtypes (``workload/opkey.py``),
+    """For compute ops: the op and its arguments' shapes, strides and dtypes (``workload/recording/opkey.py``),
     under which ``echo-tune profile`` stores a measured time; empty for collectives."""
 
 
@@ -104,7 +104,7 @@ class Trace:
     linear_param_counts: dict[str, int] = field(default_factory=dict)
     """Weights of this rank's linear layers by where their GEMMs run, "region" or "region/subregion"
     ("qkv", "attention_proj", "mlp", "moe/router", "moe/experts", "moe/shared"): what FP8 weight copies
-    are counted on (``cost/fp8.py``)."""
+    are counted on (``cost/kernels/fp8.py``)."""
 
     @property
     def forward_flops(self) -> float:

@@ -14,18 +14,20 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-import echo_tune.workload.kernels  # noqa: F401  (registers the echo_tune:: ops)
+import echo_tune.workload.recording.kernels  # noqa: F401  (registers the echo_tune:: ops)
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.errors import ConfigError
-from echo_tune.workload import gated_delta_net, mla, moe
-from echo_tune.workload.attention import core_attention
-from echo_tune.workload.comm import column_parallel_linear, row_parallel_linear
-from echo_tune.workload.context import in_region
-from echo_tune.workload.fused_elementwise import fused_bias_dropout_add
-from echo_tune.workload.output_gate import apply_output_gate
-from echo_tune.workload.rotary import apply_rope, rotary_dim
-from echo_tune.workload.scale_mask_softmax import local_softmax
-from echo_tune.workload.activations import activation, fc1_fuses_bias
+from echo_tune.workload.attention import gated_delta_net
+from echo_tune.workload.attention import mla
+from echo_tune.workload.mlp import moe
+from echo_tune.workload.attention.core_attention import core_attention
+from echo_tune.workload.recording.comm import column_parallel_linear, row_parallel_linear
+from echo_tune.workload.recording.context import in_region
+from echo_tune.workload.mlp.fused_elementwise import fused_bias_dropout_add
+from echo_tune.workload.attention.output_gate import apply_output_gate
+from echo_tune.workload.attention.rotary import apply_rope, rotary_dim
+from echo_tune.workload.attention.scale_mask_softmax import local_softmax
+from echo_tune.workload.mlp.activations import activation, fc1_fuses_bias
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 NORM_EPS = 1e-5
@@ -52,7 +54,7 @@ class Shard:
     cp_comm: tuple[str, int] = ("p2p", 1)
     """How attention talks across CP: (``--cp-comm-type``, all-to-all ranks); config/rules/cp_comm_rules.py."""
     linear: bool = False
-    """Trace the gated delta net in place of self-attention (workload/gated_delta_net.py)."""
+    """Trace the gated delta net in place of self-attention (workload/attention/gated_delta_net.py)."""
     deterministic: bool = False
     """``--deterministic-mode``: the gated delta net's torch-native path (linear layers only)."""
 
@@ -153,7 +155,7 @@ def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
         params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * m.v_head_dim, bias=True)
         d = m.qk_pos_emb_head_dim  # RoPE applies to the decoupled rope part only
     else:
-        gate = shard.heads * d if m.attention_output_gate else 0  # workload/output_gate.py: the gate's columns
+        gate = shard.heads * d if m.attention_output_gate else 0  # workload/attention/output_gate.py: the gate's columns
         params["qkv"] = _linear_params(shard, (shard.heads + 2 * shard.groups) * d + gate, m.hidden_size, bias=True)
         params["proj"] = _linear_params(shard, m.hidden_size, shard.heads * d, bias=True)
         if m.qk_layernorm:  # one RMSNorm weight over the head dimension for queries, one for keys
@@ -201,7 +203,7 @@ def _attention_proj(context, params, shard: Shard):
 
 
 def _mlp(x, params, shard: Shard):
-    """fc1 (column-parallel) -> activation (workload/activations.py) -> fc2 (row-parallel, then the reduction)."""
+    """fc1 (column-parallel) -> activation (workload/mlp/activations.py) -> fc2 (row-parallel, then the reduction)."""
     fc1, fc2, tp, sp = params["fc1"], params["fc2"], shard.tp, shard.sequence_parallel
     fused = fc1_fuses_bias(shard.model)  # the bias rides in the fused activation kernel (traced in the GEMM)
     hidden = column_parallel_linear(x, fc1["weight"], fc1.get("bias") if fused else None, tp, sp)
@@ -239,7 +241,7 @@ def layer_forward(x: torch.Tensor, params: dict, shard: Shard) -> torch.Tensor:
         window_left=m.window_left if shard.window else None,
         softmax=local_softmax(shard, params.get("softmax_offset", {}).get("offset")),
         te_layout=m.transformer_impl == "transformer_engine"))
-    if gate is not None:  # --attention-output-gate (workload/output_gate.py)
+    if gate is not None:  # --attention-output-gate (workload/attention/output_gate.py)
         context = in_region("output_gate", apply_output_gate, context, gate)
     attn = in_region("attention_proj", _attention_proj, context, params, shard)
     x = in_region("attention_residual", bias_dropout_add, attn, params["proj"].get("bias"), x, m.hidden_dropout,

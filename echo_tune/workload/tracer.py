@@ -37,10 +37,12 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from echo_tune.config.specs.model import ModelSpec
-from echo_tune.workload import context, heads, layers
+from echo_tune.workload import layers
+from echo_tune.workload.recording import context
+from echo_tune.workload.ends import heads
 from echo_tune.workload.graph import Op, Trace
-from echo_tune.workload.kernels import ATTENTION_CAUSAL_ARG, ATTENTION_EXPS, ATTENTION_FLOPS
-from echo_tune.workload.opkey import op_key
+from echo_tune.workload.recording.kernels import ATTENTION_CAUSAL_ARG, ATTENTION_EXPS, ATTENTION_FLOPS
+from echo_tune.workload.recording.opkey import op_key
 from echo_tune.config.specs.linear_attention_fields import LinearAttentionFields
 
 aten = torch.ops.aten

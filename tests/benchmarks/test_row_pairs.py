@@ -28,7 +28,7 @@ def test_measured_ratio_by_hand(rows):
 def test_dropless_against_whole_layer_graphs(rows):
     # Qwen3-30B-A3B on 8 B200, MBS 1: dropless (a host sync per layer, only the router in graphs) measured 1.94x the
     # drop-and-pad run whose whole layers replay from CUDA graphs. A graph saves only the gap between kernels, not
-    # their time on the GPU (cost/compute.py GRAPH_REPLAY_SAVING_S); taking all 4 us per kernel off made it 3.2x.
+    # their time on the GPU (cost/kernels/compute.py GRAPH_REPLAY_SAVING_S); taking all 4 us per kernel off made it 3.2x.
     r = rows[("mb2511-qwen3-30b-a3b-mxfp8-8xb200", "mb2509-qwen3-30b-a3b-fp8-tokendrop-8xb200")]
     assert r["measured_ratio"] == pytest.approx(1.94, abs=0.01)
     assert r["default_ratio"] == pytest.approx(r["measured_ratio"], rel=0.15)

@@ -17,7 +17,7 @@ from echo_tune.calibrate.fit import fit_profile
 from echo_tune.calibrate.nccl_tests import parse_nccl_tests
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.config.load.loading import load_cluster
-from echo_tune.cost.comm import bus_factor, collective_time_s
+from echo_tune.cost.collectives.comm import bus_factor, collective_time_s
 from echo_tune.cost.profile import ClusterProfile, LinkCoefficients, default_profile
 
 from .conftest import A100_DIR

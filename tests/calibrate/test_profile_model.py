@@ -10,7 +10,7 @@ import yaml
 from echo_tune.calibrate.datasheet import datasheet_profile, shipped_profile_path
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.config.load.loading import load_cluster, preset_names
-from echo_tune.cost.comm import bus_factor, collective_time_s, ring_steps
+from echo_tune.cost.collectives.comm import bus_factor, collective_time_s, ring_steps
 from echo_tune.cost.profile import (LinkCoefficients, default_profile, load_profile, profile_for,
                                     profile_from_dict)
 from echo_tune.errors import ConfigError

@@ -24,8 +24,8 @@ import yaml
 from echo_tune.cli.main import main
 from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.profile import default_profile, save_profile
-from echo_tune.cost.optime_db import Measurement, OpTimeDB
-from echo_tune.cost.optime_device import DeviceInfo
+from echo_tune.cost.optime.optime_db import Measurement, OpTimeDB
+from echo_tune.cost.optime.optime_device import DeviceInfo
 from ..optime.test_db_values import KEY, db_with_time
 
 REPO = Path(__file__).resolve().parents[2]

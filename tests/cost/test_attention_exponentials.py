@@ -5,10 +5,10 @@ Blackwell Ultra blog (32 per clock and SM on compute capability 10.3)."""
 import pytest
 
 import echo_tune as et
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.workload.graph import Op
-from echo_tune.workload.kernels import flash_forward_flops, flash_scores
+from echo_tune.workload.recording.kernels import flash_forward_flops, flash_scores
 
 B200, GB300 = et.load_cluster("b200"), et.load_cluster("gb300-nvl72")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from echo_tune.config.load.loading import cluster_from_dict, load_cluster, load_gpu
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import default_profile
 from echo_tune.errors import ConfigError
 from echo_tune.workload.graph import Op

@@ -1,10 +1,10 @@
 """FP8 GEMMs beside fp32 parameters (no --bf16), which Megatron-LM allows: what changes with 4-byte activations,
-worked by hand (cost/fp8.py, sim/memory/stage.py; issue 39)."""
+worked by hand (cost/kernels/fp8.py, sim/memory/stage.py; issue 39)."""
 
 import pytest
 
 import echo_tune as et
-from echo_tune.cost.fp8 import cast_bytes_per_element, fp8_collective_bytes
+from echo_tune.cost.kernels.fp8 import cast_bytes_per_element, fp8_collective_bytes
 from echo_tune.sim.memory.stage import fp8_main_copy_bytes_per_param, fp8_weight_bytes_per_param, \
     saved_bytes_less_per_element
 from echo_tune.workload.graph import Op

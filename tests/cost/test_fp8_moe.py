@@ -1,9 +1,9 @@
-"""FP8 in MoE layers (cost/fp8.py, workload/moe.py sub-regions): routed and shared expert GEMMs run in FP8
+"""FP8 in MoE layers (cost/kernels/fp8.py, workload/mlp/moe.py sub-regions): routed and shared expert GEMMs run in FP8
 with their casts, the router does not; FP8 weight copies and saved-input savings come from the MoE trace."""
 
 import echo_tune as et
 from echo_tune.config import check_compatible
-from echo_tune.cost.fp8 import FP8_REGIONS, fp8_collective_bytes, fp8_linear_param_count, is_fp8_gemm, where
+from echo_tune.cost.kernels.fp8 import FP8_REGIONS, fp8_collective_bytes, fp8_linear_param_count, is_fp8_gemm, where
 from echo_tune.sim.schedule.passes import trace_pieces
 
 H100 = et.load_cluster("h100-sxm")
@@ -89,7 +89,7 @@ def test_mla_projections_are_fp8_linears_with_their_weight_copies():
 
 
 def test_fp8_savings_leave_out_what_selective_recompute_already_drops():
-    from echo_tune.cost.fp8 import fp8_activation_savings_bytes
+    from echo_tune.cost.kernels.fp8 import fp8_activation_savings_bytes
 
     t = moe_trace()
     full = fp8_activation_savings_bytes(t, 2, True)
@@ -104,7 +104,7 @@ def test_fp8_savings_leave_out_what_selective_recompute_already_drops():
 
 
 def test_amax_reduction_counts_the_moe_layers_fp8_tensors():
-    from echo_tune.cost.fp8 import AMAX_TENSORS_PER_LAYER, amax_tensors_per_layer
+    from echo_tune.cost.kernels.fp8 import AMAX_TENSORS_PER_LAYER, amax_tensors_per_layer
 
     layout = check_compatible(MOE, H100, 8, FP8)
     pieces = trace_pieces(MOE, FP8, layout)

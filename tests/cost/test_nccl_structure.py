@@ -9,8 +9,9 @@ import pytest
 
 from echo_tune.config import GroupPlacement, check_compatible, load_cluster, load_model
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost import comm, nccl_tuning
-from echo_tune.cost.nccl_tuning import NCCL_VERSION, tree_correction
+from echo_tune.cost.collectives import comm
+from echo_tune.cost.collectives import nccl_tuning
+from echo_tune.cost.collectives.nccl_tuning import NCCL_VERSION, tree_correction
 from echo_tune.cost.profile import LinkCoefficients, load_profile
 from echo_tune.errors import ConfigError
 
@@ -26,7 +27,7 @@ def _place(nodes: int, per_node: int = 8, **fabric) -> GroupPlacement:
 
 def test_constants_name_their_release():
     assert NCCL_VERSION == "2.30.7"
-    assert "5067397c2676" in comm.__doc__ + __import__("echo_tune.cost.nccl_tuning").cost.nccl_tuning.__doc__
+    assert "5067397c2676" in comm.__doc__ + nccl_tuning.__doc__
 
 
 def test_tree_correction_follows_ncclTopoGetAlgoTime():

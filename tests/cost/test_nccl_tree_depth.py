@@ -8,8 +8,9 @@ import math
 import pytest
 
 from echo_tune.config import GroupPlacement
-from echo_tune.cost import comm, nccl_tuning
-from echo_tune.cost.nccl_tuning import tree_depth
+from echo_tune.cost.collectives import comm
+from echo_tune.cost.collectives import nccl_tuning
+from echo_tune.cost.collectives.nccl_tuning import tree_depth
 
 from ..calibrate.conftest import A100_DIR
 from echo_tune.cost.profile import load_profile
@@ -33,7 +34,7 @@ def _tree_latency_s(nodes: int) -> float:
 @pytest.mark.parametrize("nodes,same_as", [(3, 2), (5, 4), (7, 4), (12, 8)])
 def test_the_timed_tree_uses_the_same_depth_as_nccls_choice(nodes, same_as):
     """A non-power-of-two node count has the depth of the power of two below it (NCCL's floor), not above
-    (the ceil(log2) that cost/comm.py used before, which disagreed with nccl_picks_tree)."""
+    (the ceil(log2) that cost/collectives/comm.py used before, which disagreed with nccl_picks_tree)."""
     assert _tree_latency_s(nodes) == pytest.approx(_tree_latency_s(same_as), rel=1e-4)  # 1 byte: latency
     assert _tree_latency_s(2 * same_as) > _tree_latency_s(nodes)
 

@@ -1,4 +1,4 @@
-"""NVFP4 training (--fp4-format e2m1 --fp4-recipe nvfp4; cost/fp8.py): the rules, the GEMM rate, the quantisation
+"""NVFP4 training (--fp4-format e2m1 --fp4-recipe nvfp4; cost/kernels/fp8.py): the rules, the GEMM rate, the quantisation
 kernels and bytes, and memory, each worked by hand (issue 39)."""
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 import echo_tune as et
 from echo_tune.config import check_compatible
 from echo_tune.config.launch.megatron_args import parse_megatron_line
-from echo_tune.cost.fp8 import CAST_BYTES_PER_ELEMENT, CAST_KERNELS, fp8_gemm_time_s, group_cast
+from echo_tune.cost.kernels.fp8 import CAST_BYTES_PER_ELEMENT, CAST_KERNELS, fp8_gemm_time_s, group_cast
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.sim.schedule.passes import trace_pieces
@@ -46,7 +46,7 @@ def test_gemm_at_the_fp4_peak_and_the_quantisation_by_hand():
 def test_memory_weights_copies_and_saved_inputs():
     layout = check_compatible(LLAMA8, B200, 8, BF16)
     bf16, fp4 = (et.simulate(LLAMA8, B200, 8, p).stage_memory[0] for p in (BF16, NVFP4))
-    from echo_tune.cost.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
+    from echo_tune.cost.kernels.fp8 import fp8_activation_savings_bytes, fp8_linear_param_count
 
     layer = trace_pieces(LLAMA8, BF16, layout)["layer"]
     weights = fp8_linear_param_count(layer) * 32 * 2 * (0.5 + 1 / 256)  # two 4-bit copies of every linear weight

@@ -8,8 +8,8 @@ import pytest
 import echo_tune as et
 from echo_tune.config import check_compatible
 from echo_tune.config.launch.megatron_args import parse_megatron_line
-from echo_tune.cost.compute import op_time_s
-from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
+from echo_tune.cost.kernels.compute import op_time_s
+from echo_tune.cost.kernels.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.sim.schedule.costing import phase_cost

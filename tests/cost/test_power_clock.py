@@ -7,10 +7,10 @@ import math
 import pytest
 
 from echo_tune.config.load.loading import load_cluster, load_gpu
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.workload.graph import Op
-from echo_tune.workload.kernels import flash_forward_flops, flash_scores
+from echo_tune.workload.recording.kernels import flash_forward_flops, flash_scores
 
 # Board power: HGX B200 datasheet 1,000 W; GB200 1,200 W and GB300 1,400 W (Verda's GB300 NVL72 note, Lockwood's
 # B300 notes; sources in config/presets/gpus.yaml).

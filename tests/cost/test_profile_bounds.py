@@ -14,7 +14,7 @@ import yaml
 
 from echo_tune.cli.main import main
 from echo_tune.config.load.loading import load_cluster
-from echo_tune.cost.link_coefficients import LinkCoefficients
+from echo_tune.cost.collectives.link_coefficients import LinkCoefficients
 from echo_tune.config.load.loading import preset_names
 from echo_tune.cost.profile import ClusterProfile, default_profile, load_profile, save_profile
 from echo_tune.cost.profile_bounds import check_profile_numbers

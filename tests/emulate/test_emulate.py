@@ -168,7 +168,7 @@ def test_qk_layernorm_and_mla_with_a_narrower_value_head_emulate(profiled):
         result = emulate(variant, cluster, 4, layout, stage=0, profile=profile, repeats=1, warmup=0,
                          allow_other_device=True)
         assert result.emulated["compute"] > 0
-    # under sequence parallelism MLA's latents and RoPE key part are gathered (workload/mla.py): the emulated
+    # under sequence parallelism MLA's latents and RoPE key part are gathered (workload/attention/mla.py): the emulated
     # stage waits for the same TP collectives the simulator prices
     sp = emulate(mla, cluster, 4, layout.replace(sequence_parallel=True), stage=0, profile=profile, repeats=1,
                  warmup=0, allow_other_device=True)
@@ -211,9 +211,9 @@ def test_an_async_collective_is_waited_for_only_past_the_compute_beside_it():
     beside its wgrad GEMM) cost emulate only what the compute since the launch did not cover, the same
     duration the simulator gives them (comm slowed by the profile's interference curve); inline collectives
     are waited in full."""
-    from echo_tune.cost.comm import collective_time_s
+    from echo_tune.cost.collectives.comm import collective_time_s
     from echo_tune.cost.profile import default_profile
-    from echo_tune.cost.tp_overlap import slowdown
+    from echo_tune.cost.collectives.tp_overlap import slowdown
     from echo_tune.emulate.run import Waiter
 
     cluster = et.load_cluster("h100")

@@ -29,8 +29,8 @@ def one_thread():
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
     """(model, cluster, layout, profile) with every op of the layout measured on this CPU."""
-    from echo_tune.cost.optime_db import OpTimeDB
-    from echo_tune.cost.optime_device import local_device
+    from echo_tune.cost.optime.optime_db import OpTimeDB
+    from echo_tune.cost.optime.optime_device import local_device
     from echo_tune.optime.profiler import profile_layouts
 
     before = torch.get_num_threads()

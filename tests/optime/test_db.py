@@ -7,8 +7,8 @@ import pytest
 import echo_tune as et
 from echo_tune.errors import ConfigError
 from echo_tune.optime.collect import distinct_ops
-from echo_tune.cost.optime_db import Measurement, OpTimeDB, load_op_times
-from echo_tune.cost.optime_device import DeviceInfo, local_device, serves
+from echo_tune.cost.optime.optime_db import Measurement, OpTimeDB, load_op_times
+from echo_tune.cost.optime.optime_device import DeviceInfo, local_device, serves
 from echo_tune.optime.measure import measure_key
 from echo_tune.optime.profiler import profile_layouts
 

@@ -17,9 +17,9 @@ import yaml
 
 from echo_tune.cli.main import main
 from echo_tune.config.load.loading import load_cluster
-from echo_tune.cost.optime_bounds import MIN_OP_TIME_S, gemm_flops
-from echo_tune.cost.optime_db import Measurement, OpTimeDB, load_op_times
-from echo_tune.cost.optime_device import DeviceInfo
+from echo_tune.cost.optime.optime_bounds import MIN_OP_TIME_S, gemm_flops
+from echo_tune.cost.optime.optime_db import Measurement, OpTimeDB, load_op_times
+from echo_tune.cost.optime.optime_device import DeviceInfo
 from echo_tune.cost.profile import default_profile, save_profile
 from echo_tune.errors import ConfigError
 from .test_db_values import CPU, KEY, db_with_time

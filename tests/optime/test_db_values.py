@@ -8,8 +8,8 @@ import sqlite3
 import pytest
 
 from echo_tune.errors import ConfigError
-from echo_tune.cost.optime_db import Measurement, OpTimeDB, load_op_times
-from echo_tune.cost.optime_device import DeviceInfo
+from echo_tune.cost.optime.optime_db import Measurement, OpTimeDB, load_op_times
+from echo_tune.cost.optime.optime_device import DeviceInfo
 
 CPU = DeviceInfo(name="cpu: test (1 threads)", kind="cpu", torch_version="2.13.0", cuda_version="none")
 KEY = '["aten.mm.default",[{"t":[4,8],"s":[8,1],"d":"float32"},{"t":[8,2],"s":[2,1],"d":"float32"}],{}]'

@@ -8,8 +8,8 @@ import echo_tune as et
 from echo_tune.cost.profile import default_profile
 from echo_tune.errors import ConfigError
 from echo_tune.sim.outputs.optime_coverage import check_op_times_device
-from echo_tune.cost.optime_db import Measurement, OpTimeDB, load_op_times
-from echo_tune.cost.optime_device import DeviceInfo, mismatch, serves
+from echo_tune.cost.optime.optime_db import Measurement, OpTimeDB, load_op_times
+from echo_tune.cost.optime.optime_device import DeviceInfo, mismatch, serves
 
 A100_40 = DeviceInfo(name="NVIDIA A100-SXM4-40GB", kind="cuda", torch_version="2.13.0", cuda_version="12.8")
 KEY = '["aten.mm.default",[{"t":[4,8],"s":[8,1],"d":"bfloat16"},{"t":[8,2],"s":[2,1],"d":"bfloat16"}],{}]'

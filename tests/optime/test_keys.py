@@ -7,7 +7,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import echo_tune as et
 from echo_tune.workload import trace_layer
-from echo_tune.workload.opkey import key_summary, materialize, op_key, parse_key, resolve_op
+from echo_tune.workload.recording.opkey import key_summary, materialize, op_key, parse_key, resolve_op
 
 from .conftest import MODEL
 

@@ -3,7 +3,7 @@
 import dataclasses
 
 import echo_tune as et
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.sim.schedule.passes import trace_pieces
 
 
@@ -37,7 +37,7 @@ def test_a_layout_outside_the_database_falls_back_to_the_surface(profiled):
 
 
 def test_fp8_gemms_are_not_counted_as_measured(profiled):
-    """Under FP8 the linear GEMMs are priced from the FP8 peak (cost/fp8.py), not from the database's
+    """Under FP8 the linear GEMMs are priced from the FP8 peak (cost/kernels/fp8.py), not from the database's
     plain-precision times, so they leave the measured share; the other measured ops stay in it."""
     from echo_tune.sim.outputs.optime_coverage import measured_compute_share
 

@@ -14,7 +14,7 @@ from echo_tune.cli.main import main
 from echo_tune.errors import ConfigError
 from echo_tune.optime import measure
 from echo_tune.optime.collect import OpInstance
-from echo_tune.workload.opkey import op_key
+from echo_tune.workload.recording.opkey import op_key
 
 DATA = Path(__file__).parents[1] / "data"
 CPU = torch.device("cpu")

@@ -13,8 +13,8 @@ def test_an_op_the_device_refuses_alone_is_reported_and_the_rest_measured(tmp_pa
     # a bf16 LayerNorm model on a CPU: the in-place run's LayerNorm backward differs from the traced one (fp32
     # statistics), and the CPU kernel refuses the traced inputs alone ("expected scalar type BFloat16 but found
     # Float"): `profile` raised that RuntimeError for every LayerNorm model in bf16
-    from echo_tune.cost.optime_db import OpTimeDB
-    from echo_tune.cost.optime_device import local_device
+    from echo_tune.cost.optime.optime_db import OpTimeDB
+    from echo_tune.cost.optime.optime_device import local_device
     from echo_tune.optime.profiler import profile_layouts
 
     model, cluster = et.load_model(str(MODEL)).replace(normalization="LayerNorm"), et.load_cluster(str(CLUSTER))

@@ -72,7 +72,7 @@ def test_no_band_has_zero_width_and_one_outlier_does_not_set_it():
 
 def test_host_fitted_rows_count_out_of_sample():
     """The H100 rows the default host time was fitted on enter the bands with their leave-one-source-out error."""
-    from echo_tune.cost.host_time import shipped_fit
+    from echo_tune.cost.host.host_time import shipped_fit
     from echo_tune.validate.held_out import out_of_sample_errors
 
     row = next(r for r in shipped_fit()["rows"] if r["name"] == "mb2511-qwen3-30b-a3b-fp8cs-16xh100")

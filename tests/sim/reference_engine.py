@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.data_parallel.dp import OPTIMIZER_BYTES_PER_PARAM, StageTail, ddp_bucket_params, grad_bytes_per_param
 

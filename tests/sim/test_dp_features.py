@@ -4,7 +4,7 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config.rules.compatibility import GroupPlacement
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.sim.data_parallel.dp import OPTIMIZER_BYTES_PER_PARAM, param_gather_hidden_s

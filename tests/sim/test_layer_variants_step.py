@@ -6,7 +6,7 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config.rules.compatibility import GroupPlacement, check_compatible
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import default_profile
 from echo_tune.errors import ConfigError
 from echo_tune.sim.schedule.grad_accumulation import accumulation_bytes_per_param

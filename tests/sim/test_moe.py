@@ -6,7 +6,7 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config.rules.compatibility import GroupPlacement, check_compatible
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.sim.memory.stage import bytes_per_param
 from echo_tune.workload import trace_moe_layer

@@ -70,7 +70,7 @@ def test_moe_act_under_fp8_saves_no_fp8_copy_of_fc2s_input():
     # FP8 linears save their input in FP8 (1 byte of 2): fc1's input [rows, h] and fc2's [rows, ffn] in the
     # routed experts. Under moe_act fc2 keeps its original bf16 input (set_save_original_input, experts.py),
     # discarded by the recompute: only fc1's saving is left of the two.
-    from echo_tune.cost.fp8 import fp8_activation_savings_bytes
+    from echo_tune.cost.kernels.fp8 import fp8_activation_savings_bytes
 
     trace = trace_moe_layer(SMALL, tensor_model_parallel_size=1, expert_model_parallel_size=4,
                             expert_tensor_parallel_size=1)

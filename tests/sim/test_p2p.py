@@ -7,7 +7,7 @@ import pytest
 import echo_tune as et
 from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.config.launch.megatron_args import parse_megatron_line, to_megatron_flags
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import default_profile
 from echo_tune.sim.schedule.passes import trace_pieces
 from echo_tune.sim.simulate import _stage_pair, p2p_time_s

@@ -204,7 +204,7 @@ def test_settings_that_take_the_gemm_or_the_communication_away_leave_the_collect
     """``--delay-wgrad-compute``: TE keeps the wgrad GEMM for later and waits for the dgrad reduce-scatter at the
     end of the backward (only the input re-gather still overlaps); ``--moe-shared-expert-overlap``: the shared
     expert's linears have no TP communication of their own (the block's gathers are blocking)."""
-    from echo_tune.cost.tp_overlap import async_pairs
+    from echo_tune.cost.collectives.tp_overlap import async_pairs
     from echo_tune.sim.schedule.costing import _runs_async
     from echo_tune.sim.step_setup import cost_context
     from echo_tune.workload import trace_moe_layer

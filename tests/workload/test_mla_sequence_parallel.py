@@ -60,8 +60,8 @@ def test_with_a_query_latent_both_latents_are_gathered():
 def test_only_the_gather_is_tagged_as_the_rope_key_gather():
     """The sub-region holds the gather alone: the down projection's backward GEMMs stay in "qkv" (FP8 under
     --fp8-format, FP8_REGIONS), and the blocking reduce-scatter pairs with no GEMM (cost/tp_overlap.async_pairs)."""
-    from echo_tune.cost.fp8 import is_fp8_gemm
-    from echo_tune.cost.tp_overlap import async_pairs
+    from echo_tune.cost.kernels.fp8 import is_fp8_gemm
+    from echo_tune.cost.collectives.tp_overlap import async_pairs
 
     m = et.load_model("deepseek-v3").replace(seq_length=4096)
     trace = trace_layer(m, tensor_model_parallel_size=2, sequence_parallel=True)

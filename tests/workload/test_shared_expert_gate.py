@@ -33,7 +33,7 @@ def test_the_gate_by_hand():
     tokens = DSV2.seq_length  # MBS 1, TP 1
     assert len(gemm) == 1 and gemm[0].flops == pytest.approx(2 * tokens * 2048)  # a GEMV to one logit per token
     assert any(op.kind == "memory" for op in gate)  # the sigmoid and the product
-    from echo_tune.cost.fp8 import is_fp8_gemm
+    from echo_tune.cost.kernels.fp8 import is_fp8_gemm
 
     assert not any(is_fp8_gemm(op) for op in gate)  # a torch linear, not a TE one
     plain = trace_pieces(DSV2, LAYOUT, check_compatible(DSV2, H100, 8, LAYOUT))["moe_layer"]

@@ -74,7 +74,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "apply_query_key_layer_scaling": ("--apply-query-key-layer-scaling", "flag"),
     "attention_output_gate": ("--attention-output-gate", "flag"),
     "use_transformer_engine_op_fuser": ("--use-transformer-engine-op-fuser", "flag"),
-    # the gated delta net layers (config/specs/linear_attention_fields.py, workload/gated_delta_net.py)
+    # the gated delta net layers (config/specs/linear_attention_fields.py, workload/attention/gated_delta_net.py)
     "experimental_attention_variant": ("--experimental-attention-variant", "str"),
     "linear_attention_freq": ("--linear-attention-freq", "freq"),
     "linear_conv_kernel_dim": ("--linear-conv-kernel-dim", "int"),
@@ -82,7 +82,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "linear_value_head_dim": ("--linear-value-head-dim", "int"),
     "linear_num_key_heads": ("--linear-num-key-heads", "int"),
     "linear_num_value_heads": ("--linear-num-value-heads", "int"),
-    # MoE dispatch kernels and routing options (cost/moe_dispatch.py, sim/features/moe_overlap.py)
+    # MoE dispatch kernels and routing options (cost/collectives/moe_dispatch.py, sim/features/moe_overlap.py)
     "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend", "str"),
     "moe_enable_deepep": ("--moe-enable-deepep", "flag"),
     "moe_flex_dispatcher_num_sms": ("--moe-flex-dispatcher-num-sms", "int"),

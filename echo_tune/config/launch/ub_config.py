@@ -5,7 +5,7 @@ Megatron-LM d98e8a64ddf3 training/initialize.py hands the file's contents to TE'
 entry for that GEMM: ``method`` (ring_exchange, pipeline, bulk), ``num_sm`` (SMs of the communication kernels; TE's
 default 1 for ring exchange, which copies with the copy engines, 16 otherwise), ``num_splits`` (the pipelined GEMM's
 chunks; default 4), ``set_sm_margin`` (the GEMM leaves the communication's SMs free; default on but for ring
-exchange) and ``aggregate`` (ring exchange: two received chunks per GEMM; default off). cost/tp_overlap.py prices
+exchange) and ``aggregate`` (ring exchange: two received chunks per GEMM; default off). cost/collectives/tp_overlap.py prices
 them. Other keys (``atomic_gemm``, ``use_ce``, ``cga_size``, ``fp8_buf``, the stream priorities) are not modelled:
 a file that sets one is refused by name; so is a method TE does not run for that GEMM (``external``, cuBLASMp's
 ring-exchange dgrad).

@@ -66,7 +66,7 @@ def _check_fp8(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig)
         require(not fp8_only, f"{fp8_only} need `fp8_format`, but got (fp8_format=None); add --fp8-format hybrid")
         return
     # FP8 GEMMs beside fp32 or fp16 parameters (Megatron allows both): activations, quantisation reads, GEMM outputs
-    # and saved inputs in the training precision (cost/fp8.py ACTIVATION_BYTES); an FP8 weight's fp32 main copy in
+    # and saved inputs in the training precision (cost/kernels/fp8.py ACTIVATION_BYTES); an FP8 weight's fp32 main copy in
     # fp32 training (sim/memory/stage.py fp8_main_copy_bytes_per_param)
     cluster.gpu.peak_tflops("fp8")  # refuses a GPU without FP8 tensor cores, by name
     require(parallel.fp8_recipe != "mxfp8" or cluster.gpu.peak_fp4_tflops is not None,

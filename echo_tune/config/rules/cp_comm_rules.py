@@ -5,7 +5,7 @@ Megatron-LM d98e8a64ddf3 hands the type to Transformer Engine's attention (core/
 (TE d0067d0 pytorch/attention/dot_product_attention/context_parallel.py ``attn_forward_func_with_cp``):
 
 - ``p2p``: ring attention, K/V chunks passed round the CP ring beside the attention kernels
-  (``AttnFuncWithCPAndKVP2P``; workload/attention.py);
+  (``AttnFuncWithCPAndKVP2P``; workload/attention/core_attention.py);
 - ``all_gather``: K and V all-gathered before attention, the exposed all-gather again in backward and dK/dV
   reduce-scattered (``AttnFuncWithCPAndKVAllGather``, "KV all-gather between CP ranks is exposed"; Llama 3,
   arXiv 2407.21783 section 3.3.2);
@@ -16,7 +16,7 @@ Megatron-LM d98e8a64ddf3 hands the type to Transformer Engine's attention (core/
   ``--hierarchical-context-parallel-sizes`` (neighbouring CP ranks, parallel_state.py ``create_hierarchical_groups``),
   the ring over the second (``AttnFuncWithCPAndKVP2P`` with ``cp_group = [a2a group, p2p group]``).
 
-workload/cp_attention.py traces them. A per-layer list of different types is not modelled (refused by name).
+workload/attention/cp_attention.py traces them. A per-layer list of different types is not modelled (refused by name).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Mechanics as in NVIDIA/Megatron-LM d98e8a64ddf3 (training/arguments.py, training/argument_utils.py,
 core/transformer/transformer_config.py, core/transformer/utils.py) and Transformer Engine's attention
 backend selection (NVIDIA/TransformerEngine d0067d0, pytorch/attention/dot_product_attention/utils.py
-``get_attention_backend``). Where they are costed: workload/window_attention.py (sliding window),
-workload/activations.py (MLP activations, unfused bias/activation kernels), workload/rotary.py (RoPE),
-workload/loss.py (cross-entropy fusion).
+``get_attention_backend``). Where they are costed: workload/attention/window_attention.py (sliding window),
+workload/mlp/activations.py (MLP activations, unfused bias/activation kernels), workload/attention/rotary.py (RoPE),
+workload/ends/loss.py (cross-entropy fusion).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class LayerFields:
 
     cross_entropy_loss_fusion: bool = False
     """``--cross-entropy-loss-fusion``: the vocabulary-parallel cross-entropy as fused kernels
-    (workload/loss.py) instead of Megatron's unfused torch ops."""
+    (workload/ends/loss.py) instead of Megatron's unfused torch ops."""
 
     cross_entropy_fusion_impl: str = "native"
     """``--cross-entropy-fusion-impl``: native (Megatron's jit-fused kernels) or te (TE's Triton
@@ -107,7 +107,7 @@ class LayerFields:
     transformer_impl: str = "transformer_engine"
     """``--transformer-impl``: transformer_engine (TE layers) or local (Megatron-Core's own layers,
     ``get_gpt_layer_local_spec``: unfused attention always, Apex / torch norms, SequentialMLP experts;
-    config/rules/local_spec.py, workload/scale_mask_softmax.py)."""
+    config/rules/local_spec.py, workload/attention/scale_mask_softmax.py)."""
 
     masked_softmax_fusion: bool = True
     """False is ``--no-masked-softmax-fusion``: the local spec's FusedScaleMaskSoftmax runs torch ops
@@ -125,11 +125,11 @@ class LayerFields:
     MLP becomes TEFusedMLP (norm, fc1, bias, activation, fc2: the kernels TE's modules run already, modelled
     unchanged); the MoE experts with ``moe_grouped_gemm`` become the fused grouped MLP over a GroupedTensor
     (moe/experts.py, TE >= 2.14 ``ops.GroupedLinear``): each grouped GEMM is one kernel over all local experts and
-    each quantisation one kernel for the group, not one per expert (cost/moe_grouped_gemm.py)."""
+    each quantisation one kernel for the group, not one per expert (cost/kernels/moe_grouped_gemm.py)."""
 
     attention_output_gate: bool = False
     """``--attention-output-gate``: the QKV projection also outputs a gate of the query's size, and the core
-    attention output is multiplied by its sigmoid before the output projection (workload/output_gate.py)."""
+    attention output is multiplied by its sigmoid before the output projection (workload/attention/output_gate.py)."""
 
     def _check_layer_variants(self) -> None:
         object.__setattr__(self, "window_size", parse_window_size(self.window_size))

@@ -3,7 +3,7 @@
 Megatron-LM d98e8a64ddf3: core/transformer/transformer_config.py (the fields, their defaults and checks),
 core/models/gpt/experimental_attention_variant_module_specs.py (``get_linear_attention_pattern``: the layers that run
 the gated delta net instead of self-attention; ``_DEPRECATED_ATTENTION_VARIANT_ALIASES``: gated_delta_net -> gdn),
-core/ssm/gated_delta_net/ (the layer; workload/gated_delta_net.py traces it).
+core/ssm/gated_delta_net/ (the layer; workload/attention/gated_delta_net.py traces it).
 """
 
 from __future__ import annotations

@@ -80,14 +80,14 @@ class MoEFields:
 
     moe_flex_dispatcher_backend: str = "deepep"
     """``--moe-flex-dispatcher-backend``: deepep (Megatron's default) or hybridep, the kernels of the flex
-    dispatcher (``cost/moe_dispatch.py``: de-duplicated copies, own bandwidth and SMs)."""
+    dispatcher (``cost/collectives/moe_dispatch.py``: de-duplicated copies, own bandwidth and SMs)."""
 
     moe_flex_dispatcher_num_sms: int | None = None
     """``--moe-flex-dispatcher-num-sms`` (deprecated spellings ``--moe-deepep-num-sms``, ``--moe-hybridep-num-sms``,
     routed to it by transformer_config.py __post_init__): SMs the flex dispatcher's dispatch / combine kernels
     occupy; None = the backend's default (DeepEP 20, token_dispatcher.py ``set_deepep_num_sms``; HybridEP its
     library default). They are taken from compute running beside the kernels and set the kernels' copy rate
-    (``cost/moe_dispatch.py``)."""
+    (``cost/collectives/moe_dispatch.py``)."""
 
     moe_enable_deepep: bool = False
     """``--moe-enable-deepep``: the deprecated spelling of ``--moe-flex-dispatcher-backend deepep`` (needs

@@ -157,7 +157,7 @@ class ParallelConfig(OptimizerFields):
     fp4_recipe: str = "nvfp4"
     """``--fp4-recipe``: nvfp4, TE's NVFP4BlockScaling (core/fp4_utils.py): 16-element blocks with E4M3 scales and a
     per-tensor scale, 16x16 blocks for weights, random Hadamard transforms on the wgrad GEMMs' inputs, stochastic
-    rounding of gradients (cost/fp8.py)."""
+    rounding of gradients (cost/kernels/fp8.py)."""
 
     reuse_grad_buf_for_mxfp8_param_ag: bool = False
     """``--reuse-grad-buf-for-mxfp8-param-ag``: MXFP8 parameters are all-gathered in bf16 into the (idle) gradient
@@ -267,7 +267,7 @@ class ParallelConfig(OptimizerFields):
 
     cp_comm_type: str = "p2p"
     """``--cp-comm-type``: how context parallelism communicates in attention: p2p (ring), all_gather, a2a (Ulysses) or
-    a2a+p2p (config/rules/cp_comm_rules.py, workload/cp_attention.py); one value per layer, repeated, reads as one."""
+    a2a+p2p (config/rules/cp_comm_rules.py, workload/attention/cp_attention.py); one value per layer, repeated, reads as one."""
 
     hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
     """``--hierarchical-context-parallel-sizes``: the CP levels of a2a+p2p (all-to-all inside the first, ring over

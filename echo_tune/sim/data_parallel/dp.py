@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from echo_tune.config.specs.layout import GroupPlacement
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.data_parallel.dp_instances import gradient_reduction_s, instance_groups
 from echo_tune.identity_cache import IdentityCache

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from echo_tune.config.specs.layout import GroupPlacement
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
 
 

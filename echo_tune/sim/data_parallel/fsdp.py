@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from echo_tune.config.specs.layout import GroupPlacement, Layout
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.schedule.costing import PhaseCost, _overlapped
 from echo_tune.sim.data_parallel.dp import OPTIMIZER_BYTES_PER_PARAM, StageTail, ddp_bucket_params, stage_tail

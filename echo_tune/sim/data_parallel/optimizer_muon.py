@@ -38,8 +38,8 @@ from echo_tune.config.specs.cluster import GPUSpec
 from echo_tune.config.specs.layout import Layout
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.workload.graph import Op
 
@@ -103,7 +103,7 @@ def ns_flops(rows: int, cols: int, steps: int) -> float:
 
 
 def ns_time_s(rows: int, cols: int, steps: int, profile: ClusterProfile, gpu: GPUSpec) -> float:
-    """Newton-Schulz time on one GPU: its bf16 GEMMs costed by cost/compute.py's GEMM model."""
+    """Newton-Schulz time on one GPU: its bf16 GEMMs costed by cost/kernels/compute.py's GEMM model."""
     total = 0.0
     for m, n, k in ns_gemms(rows, cols):
         op = Op(name="aten.addmm", kind="gemm", phase="bwd", region="optimizer", flops=2.0 * m * n * k,

@@ -2,10 +2,10 @@
 the graphs keep. Megatron-LM d98e8a64ddf3: core/transformer/cuda_graphs.py, transformer_layer.py,
 core/full_cuda_graph.py, docs/user-guide/features/cuda_graph.md.
 
-Time. Each compute op pays the profile's per-kernel overhead on the GPU (cost/compute.py: the gap behind the
-kernel before it, its ramp-up and tail) and one host launch (cost/host_bound.py). A kernel inside a captured graph
+Time. Each compute op pays the profile's per-kernel overhead on the GPU (cost/kernels/compute.py: the gap behind the
+kernel before it, its ramp-up and tail) and one host launch (cost/host/host_bound.py). A kernel inside a captured graph
 is replayed by the GPU: the host issues one launch per graph replayed instead of one per kernel, and the kernel
-starts closer behind the one before it, which saves ``GRAPH_REPLAY_SAVING_S`` (0.4 us, cost/compute.py) of its
+starts closer behind the one before it, which saves ``GRAPH_REPLAY_SAVING_S`` (0.4 us, cost/kernels/compute.py) of its
 per-kernel time, not all of it. ``capture_spec`` names the captured traced regions per piece, as a string (cost
 contexts are cached on plain values), and sim/schedule/costing.py ``phase_cost`` applies both (full_iteration: one graph per
 step, launched once, so no host launch per pass).

@@ -4,7 +4,7 @@ Megatron-LM d98e8a64ddf3 megatron/training/determinism.py ``apply_determinism_to
 - refuses ``--cross-entropy-loss-fusion`` and ``--tp-comm-overlap`` (ARG_VALUES_REQUIRED_FOR_DETERMINISM):
   a ConfigError from config/rules/determinism_rules.py, checked once with the layout;
 - sets NCCL_ALGO=Ring: every collective runs NCCL's ring, never the tree (modelled: the profile's
-  ``nccl_ring_only``, cost/comm.py);
+  ``nccl_ring_only``, cost/collectives/comm.py);
 - sets NVTE_ALLOW_NONDETERMINISTIC_ALGO=0: Transformer Engine picks a deterministic attention backward.
   For vanilla softmax on Hopper cuDNN's fused attention (sub-backend 1) and FlashAttention >= 2.4.1
   stay on (TE d0067d0 dot_product_attention/utils.py, "Filter: Determinism"); with attention sinks

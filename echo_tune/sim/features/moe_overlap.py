@@ -32,8 +32,8 @@ import dataclasses
 
 from dataclasses import dataclass
 
-from echo_tune.cost.moe_dispatch import sm_slowdown
-from echo_tune.cost.tp_overlap import DEFAULT_SM_COUNT, slowdown
+from echo_tune.cost.collectives.moe_dispatch import sm_slowdown
+from echo_tune.cost.collectives.tp_overlap import DEFAULT_SM_COUNT, slowdown
 from echo_tune.sim.schedule.costing import ZERO, CostContext, PhaseCost, phase_cost
 from echo_tune.workload.graph import Op, Trace
 
@@ -130,7 +130,7 @@ def _parts(ops: tuple[Op, ...], ctx: CostContext) -> tuple[PhaseCost, dict[str, 
 def layer_parts(trace: Trace, ctx: CostContext) -> LayerParts:
     """The schedule-plan nodes of a traced MoE layer. The dispatch / combine nodes' own compute (permutation)
     is counted with the compute node next to it on the compute stream. GPU time only: the whole passes carry
-    their wait on the host (cost/host_bound.py), not each node."""
+    their wait on the host (cost/host/host_bound.py), not each node."""
     ctx = dataclasses.replace(ctx, host_bound=False)
     pre_f, fwd = _parts(trace.forward, ctx)
     pre_b, bwd = _parts(trace.backward, ctx)

@@ -10,7 +10,7 @@ ends no earlier than
 
     (kernels of the forward + kernels of the backward) x h
 
-with h the host's time per kernel (``cost/host_bound.py``, ``ClusterProfile.host_time_per_kernel_s``).
+with h the host's time per kernel (``cost/host/host_bound.py``, ``ClusterProfile.host_time_per_kernel_s``).
 
 Each pass is first timed alone with its own wait on the host, against its serial GPU time, in which the EP
 all-to-alls count as GPU work the host runs ahead of; the overlap then takes the hidden all-to-all time off

@@ -13,8 +13,8 @@ training_config.py, copied into TransformerConfig by argument_utils.py ``core_tr
 
 So per self-attention layer and forward: 2 blocking all-gathers, 1 + 8 (dp + tp) kernels and 4 (dp + tp) host
 synchronisations. After each synchronisation the host's queue is empty, so every kernel of the block starts when the
-host issues it: the block runs at the host's pace, ``host_time_per_kernel_s`` per kernel (cost/host_bound.py,
-cost/host_time.py), plus the two all-gathers' time; the kernels' own GPU time (a few hundred elements) is below it.
+host issues it: the block runs at the host's pace, ``host_time_per_kernel_s`` per kernel (cost/host/host_bound.py,
+cost/host/host_time.py), plus the two all-gathers' time; the kernels' own GPU time (a few hundred elements) is below it.
 Test mode also forces the split QKV path (``not self.config.test_mode`` in ``split_qkv``), which differs only with
 ``fused_single_qkv_rope``, a config field with no flag at this commit (arguments.py leaves it off the command line):
 no change.
@@ -23,7 +23,7 @@ no change.
 from __future__ import annotations
 
 from echo_tune.config.specs.layout import Layout
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.schedule.costing import PhaseCost
 

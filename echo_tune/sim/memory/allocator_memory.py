@@ -27,7 +27,7 @@ Workspaces (each a ``torch.empty`` / caching-allocator block held from the first
 
 Loss working set: the output layer's bf16 logits [s/cp, b, v/tp] are held by the model's forward until
 the loss returns, beside the fp32 tensor the cross-entropy keeps for backward (counted in the traced
-activations, workload/heads.py and workload/loss.py): 2 more bytes per logit, in forward (logits + fp32
+activations, workload/ends/heads.py and workload/ends/loss.py): 2 more bytes per logit, in forward (logits + fp32
 copy) as in backward (fp32 softmax + the bf16 logits gradient). Megatron's unfused path
 (core/tensor_parallel/cross_entropy.py: ``.float()``, then in-place ops) and TE's fused kernel (one fp32
 gradient) stop there; the ``native`` fused path compiles ``calculate_predicted_logits`` with

@@ -35,7 +35,7 @@ micro-batches whose backward has not run yet under the stage's schedule (from th
 same count as theoretical_memory_usage.py's interleaved penalty). Full recompute keeps only each
 checkpoint's input, plus one recompute unit materialised at a time; selective recompute drops the
 tensors created and saved inside the recomputed regions (core attention by default;
-``--recompute-modules``); FP8 linear layers save their input in FP8 (``cost/fp8.py``), in MoE layers
+``--recompute-modules``); FP8 linear layers save their input in FP8 (``cost/kernels/fp8.py``), in MoE layers
 too (routed and shared experts), and TE's FP8 weight copies are counted on each layer's FP8 linear
 weights as traced (``Trace.linear_param_counts``: a MoE layer's local experts and shared expert, not
 its router or norms).
@@ -49,7 +49,8 @@ from echo_tune.config.specs.cluster import GPUSpec
 from echo_tune.config.specs.layout import Layout
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import STATE_DTYPE_BYTES, ParallelConfig
-from echo_tune.cost.fp8 import ACTIVATION_BYTES, fp8_activation_savings_bytes, fp8_linear_param_count, operand_bytes
+from echo_tune.cost.kernels.fp8 import (ACTIVATION_BYTES, fp8_activation_savings_bytes, fp8_linear_param_count,
+                                        operand_bytes)
 from echo_tune.sim.memory.allocator_memory import loss_working_bytes, workspace_bytes
 from echo_tune.sim.features.activation_offload import kept_back_bytes
 from echo_tune.sim.features.cpu_offload import kept_fraction
@@ -107,7 +108,7 @@ def master_param_bytes(parallel: ParallelConfig) -> float:
 
 def fp8_weight_bytes_per_param(parallel: ParallelConfig) -> float:
     """Extra bytes per linear-layer parameter under FP8 (see the module docstring); NVFP4: a row-wise and a
-    column-wise copy of 0.5 B and one E4M3 scale per 16x16 block each, beside the bf16 weight (cost/fp8.py)."""
+    column-wise copy of 0.5 B and one E4M3 scale per 16x16 block each, beside the bf16 weight (cost/kernels/fp8.py)."""
     if parallel.quantized_recipe == "nvfp4":
         return 2 * (0.5 + 1.0 / 256)
     if not parallel.fp8:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.config.specs.layout import Layout
-from echo_tune.cost.compute import is_measured, op_time_s
-from echo_tune.cost.fp8 import fp8_gemm_time_s, is_fp8_gemm
-from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
+from echo_tune.cost.kernels.compute import is_measured, op_time_s
+from echo_tune.cost.kernels.fp8 import fp8_gemm_time_s, is_fp8_gemm
+from echo_tune.cost.kernels.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
-from echo_tune.cost.optime_device import mismatch
+from echo_tune.cost.optime.optime_device import mismatch
 from echo_tune.workload.graph import Op, Trace
 
 
@@ -44,7 +44,7 @@ def measured_compute_share(pieces: dict[str, Trace], layout: Layout, stage: int,
                            cluster: ClusterSpec, precision: str, fp8: bool | str | None = False) -> float | None:
     """Share of the stage's compute time whose ops were measured; None without an op-time database.
 
-    With ``fp8`` (True, or the low-precision recipe's name), the linear GEMMs run in FP8 (or NVFP4) and are priced from the GPU's FP8 peak (``cost/fp8.py``), never
+    With ``fp8`` (True, or the low-precision recipe's name), the linear GEMMs run in FP8 (or NVFP4) and are priced from the GPU's FP8 peak (``cost/kernels/fp8.py``), never
     from the database (which holds plain-precision times): they count as not measured."""
     if profile.op_times is None:
         return None

@@ -3,7 +3,7 @@
 Inside a layer, Megatron's TP (and SP) collectives sit on the critical path: the next GEMM needs
 their result, except a column-parallel layer's backward ones, which NCCL runs beside one GEMM of the
 layer (``cost/tp_overlap.async_pairs``). With ``tp_comm_overlap`` each is paired with one GEMM of its linear layer as TE's
-userbuffers pair them (ring exchange, pipelined or bulk; ``cost/tp_overlap.py``): partly hidden, and
+userbuffers pair them (ring exchange, pipelined or bulk; ``cost/collectives/tp_overlap.py``): partly hidden, and
 the GEMM slowed by the SMs given to communication and by memory contention. CP ring-attention
 exchanges run beside the attention kernel. Where communication overlaps compute, the compute is
 slowed by the profile's ``compute_slowdown`` (Echo's third idea) and the communication by
@@ -16,15 +16,16 @@ from dataclasses import dataclass
 
 from echo_tune.config.specs.cluster import GPUSpec
 from echo_tune.config.specs.layout import GroupPlacement
-from echo_tune.cost.comm import collective_time_s
-from echo_tune.cost.compute import graph_replay_saving_s, is_measured, op_time_s
-from echo_tune.cost.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
-from echo_tune.cost.moe_dispatch import MoEKernels
-from echo_tune.cost.moe_fusion import fuse_memory_runs
-from echo_tune.cost.host_bound import host_wait_s
-from echo_tune.cost.fp8 import TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast, is_fp8_gemm
+from echo_tune.cost.collectives.comm import collective_time_s
+from echo_tune.cost.kernels.compute import graph_replay_saving_s, is_measured, op_time_s
+from echo_tune.cost.kernels.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
+from echo_tune.cost.collectives.moe_dispatch import MoEKernels
+from echo_tune.cost.kernels.moe_fusion import fuse_memory_runs
+from echo_tune.cost.host.host_bound import host_wait_s
+from echo_tune.cost.kernels.fp8 import (TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast,
+                                        is_fp8_gemm)
 from echo_tune.config.launch.ub_config import ub_settings
-from echo_tune.cost.tp_overlap import (DEFAULT_SM_COUNT, async_cost, async_pairs, overlapped_cost, pair_settings,
+from echo_tune.cost.collectives.tp_overlap import (DEFAULT_SM_COUNT, async_cost, async_pairs, overlapped_cost, pair_settings,
                                        slowdown)
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.sim.features.cuda_graphs import captured_graphs, graph_of
@@ -79,7 +80,7 @@ CP_RING_GROUPS = ("cp", "cp_p2p")
 def is_cp_ring(op: Op) -> bool:
     """A K/V exchange of ring attention (p2p, or a2a+p2p's ring level), which runs beside the attention kernels;
     the other CP collectives (all-gather / reduce-scatter of K/V, Ulysses all-to-alls) are on the critical path
-    (workload/cp_attention.py)."""
+    (workload/attention/cp_attention.py)."""
     return op.group in CP_RING_GROUPS and op.collective == "send_recv"
 
 
@@ -94,7 +95,7 @@ class CostContext:
     """A column-parallel layer's dgrad all-reduce runs beside its wgrad GEMM (``cost/tp_overlap.async_pairs``);
     False: ``--no-async-tensor-model-parallel-allreduce`` (Megatron-LM before 2021-09): it waits (``_runs_async``)."""
     fp8_recipe: str | None = None
-    """The FP8 recipe when the linear GEMMs run in FP8 (cost/fp8.py); None = bf16 GEMMs."""
+    """The FP8 recipe when the linear GEMMs run in FP8 (cost/kernels/fp8.py); None = bf16 GEMMs."""
     moe: MoEKernels | None = None
     """The MoE kernels (flex dispatcher, fused router / permutation); None = NCCL all-to-all, unfused."""
     overlap_moe_expert_parallel_comm: bool = False
@@ -104,11 +105,11 @@ class CostContext:
     graph_capture: str = ""
     """What CUDA graphs capture (``sim/features/cuda_graphs.py capture_spec``); "" = nothing."""
     moe_dispatch_syncs: bool = True
-    """The MoE dispatcher waits on the token counts once per forward (all but drop-and-pad; cost/host_bound.py)."""
+    """The MoE dispatcher waits on the token counts once per forward (all but drop-and-pad; cost/host/host_bound.py)."""
     ub_config: tuple = ()
     """``--tp-comm-overlap-cfg``'s entries (config/launch/ub_config.py ``read_ub_config``); empty: TE's defaults."""
     host_bound: bool = True
-    """Add the pass's wait on the host (cost/host_bound.py); False for the GPU-only parts of a pass the EP overlap
+    """Add the pass's wait on the host (cost/host/host_bound.py); False for the GPU-only parts of a pass the EP overlap
     pairs (sim/features/moe_overlap.py), whose whole passes carry the wait."""
 
 
@@ -132,7 +133,7 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
 def host_kernels(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> int:
     """Kernels the host issues for ``ops`` as ``phase_cost`` counts them (a GEMM and, under FP8, its
     quantisation kernels per local expert; one launch per collective; one per CUDA graph replayed, none for
-    its kernels): what ``cost/host_bound.py`` times at the host's time per kernel."""
+    its kernels): what ``cost/host/host_bound.py`` times at the host's time per kernel."""
     return _phase(ops, ctx, None, piece)[1]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from echo_tune.config.specs.layout import Layout
 from echo_tune.config.specs.model import ModelSpec
-from echo_tune.cost.flex_bandwidth import label as flex_bandwidth_label
+from echo_tune.cost.collectives.flex_bandwidth import label as flex_bandwidth_label
 from echo_tune.sim.features.determinism import NOTE
 
 
@@ -90,7 +90,7 @@ def moe_notes(model: ModelSpec, layout: Layout, gpu_name: str = "") -> tuple[str
              f"expert data-parallel {groups['edp'].size}; dispatch/combine time is ep_comm"]
     kernel = model.moe_dispatcher_kernel
     if kernel in ("deepep", "hybridep"):
-        notes.append(f"flex dispatcher: {kernel} kernels with de-duplicated copies (cost/moe_dispatch.py); "
+        notes.append(f"flex dispatcher: {kernel} kernels with de-duplicated copies (cost/collectives/moe_dispatch.py); "
                      f"{flex_bandwidth_label(gpu_name)}")
     if model.moe_router_group_topk:
         notes.append(f"group-limited routing: a token's experts come from {model.moe_router_group_topk} of "

@@ -1,7 +1,7 @@
 """The layers that run the gated delta net in place of self-attention (``--experimental-attention-variant gdn``).
 
 ``model.linear_attention_pattern`` (``--linear-attention-freq``; config/specs/linear_attention_fields.py) says which of the
-global layers they are; the traced "linear_layer" / "moe_linear_layer" pieces (workload/gated_delta_net.py) are those
+global layers they are; the traced "linear_layer" / "moe_linear_layer" pieces (workload/attention/gated_delta_net.py) are those
 layers with a dense or MoE MLP. Like the sliding-window layers (sim/schedule/layer_mix.py), a chunk is costed from its
 self-attention layers' pieces plus, per gated-delta-net layer, the difference (linear piece - attention piece):
 time (``linear_deltas``, added by chunk_passes.window_passes), parameters, weight-gradient tensors and activation

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from echo_tune.config.specs.layout import Layout
 from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
-from echo_tune.cost.moe_dispatch import MoEKernels
+from echo_tune.cost.collectives.moe_dispatch import MoEKernels
 from echo_tune.errors import ConfigError
 from echo_tune.sim.schedule.costing import ZERO, CostContext, PhaseCost, phase_cost, phase_cost_and_kernels
 from echo_tune.sim.features.determinism import deterministic_attention_model

@@ -74,7 +74,7 @@ def test_harmless_flags_are_reported_and_multi_value_flags_read():
     model, parallel, _, ignored = parse_megatron_line(
         "--num-layers 2 --moe-aux-loss-coeff 1e-2 1e-3 --recompute-modules core_attn moe --transformer-impl "
         "transformer_engine --moe-input-jitter-eps 0.01 --seed 3")
-    # --moe-aux-loss-coeff takes one value per balancing type (nargs='+'), read as one field (workload/moe_router.py)
+    # --moe-aux-loss-coeff takes one value per balancing type (nargs='+'), read as one field (workload/mlp/moe_router.py)
     assert model == {"num_layers": 2, "transformer_impl": "transformer_engine", "moe_aux_loss_coeff": "1e-2 1e-3"}
     assert parallel["recompute_modules"] == ("core_attn", "moe")
     assert ignored == ["--moe-input-jitter-eps", "--seed"]

@@ -1,5 +1,5 @@
 """--tp-comm-overlap-cfg: TE's userbuffer settings per GEMM read from the file, named as TE names them, and priced
-(config/launch/ub_config.py, cost/tp_overlap.py; issue 39)."""
+(config/launch/ub_config.py, cost/collectives/tp_overlap.py; issue 39)."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import echo_tune as et
 from echo_tune.config.launch.megatron_args import parse_megatron_line
 from echo_tune.config.launch.ub_config import UBSetting, read_ub_config, ub_settings
 from echo_tune.cost.profile import default_profile
-from echo_tune.cost.tp_overlap import overlapped_cost, pair_settings
+from echo_tune.cost.collectives.tp_overlap import overlapped_cost, pair_settings
 from echo_tune.errors import ConfigError
 from echo_tune.workload import trace_layer
 

@@ -6,7 +6,7 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config.rules.compatibility import GroupPlacement
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.sim.data_parallel.fsdp import Unit, pass_cost, unit_comm_s
 from echo_tune.sim.outputs.report import BREAKDOWN_PARTS

@@ -4,7 +4,7 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config.rules.compatibility import check_compatible
-from echo_tune.cost.compute import op_time_s
+from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.sim.schedule.costing import CostContext

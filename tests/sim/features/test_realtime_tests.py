@@ -8,7 +8,7 @@ import pytest
 import echo_tune as et
 from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.config.launch.megatron_args import parse_megatron_line
-from echo_tune.cost.comm import collective_time_s
+from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.sim.features.realtime_tests import checks_per_layer, gathered_bytes
 

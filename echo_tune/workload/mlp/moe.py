@@ -1,0 +1,325 @@
+"""A Megatron-Core MoE layer (the "moe" region), sharded as one rank holds it, on ``meta``.
+
+Follows megatron/core/transformer/moe/ (moe_layer.py, router.py, token_dispatcher.py, experts.py,
+shared_experts.py) at NVIDIA/Megatron-LM commit d98e8a64ddf3:
+
+- router: a replicated [E, h] linear on this rank's tokens (in fp32/fp64 with ``--moe-router-dtype``),
+  softmax and top-k over experts;
+- shared expert (``--moe-shared-expert-intermediate-size``): a dense MLP sharded over TP like ``_mlp``;
+- ``alltoall`` dispatcher: permute the top-k token copies by expert, all-to-all over EP, all-gather over
+  ETP when ETP > 1, experts, then the reverse (reduce-scatter over ETP, all-to-all, un-permute with the
+  routing probabilities);
+- ``flex`` (DeepEP / HybridEP): traced as ``alltoall``; the cost layer times its all-to-alls with the
+  flex kernels' de-duplicated traffic and own bandwidth (``cost/collectives/moe_dispatch.py``);
+- ``--moe-apply-probs-on-input`` (top-1 only): the routing probability weights the permuted tokens before the
+  dispatch instead of at the un-permute (experts.py);
+- ``allgather`` dispatcher: all-gather the tokens over the ETP x EP group, each rank gathers the tokens
+  of its local experts, experts, scatter back, reduce-scatter over the ETP x EP group;
+- experts: this rank's E/EP experts with fc1 / fc2 sharded over ETP; ``--moe-grouped-gemm`` runs them as
+  one batched GEMM, otherwise one GEMM per expert (SequentialMLP).
+
+Routing assumption (stated in reports): tokens are balanced over experts, times ``moe_routing_imbalance``
+for the busiest expert (whose rank sets the step: every rank waits for it at the combine all-to-all).
+With ``--moe-expert-capacity-factor`` the busiest expert holds at most that capacity, and exactly it
+with ``--moe-pad-expert-input-to-capacity``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.autograd import Function
+
+from echo_tune.workload.mlp.activations import activation
+from echo_tune.workload.recording.comm import column_parallel_linear, row_parallel_linear
+from echo_tune.workload.recording.context import active_hook, in_subregion, record_collective
+from echo_tune.workload.mlp.moe_router import SideGradient, route
+
+ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _received(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """A collective's output of ``rows`` rows shaped like ``x``'s: left empty when tracing (the tracer records
+    the collective, not its data); an active object that runs the layer for real (``emulate``, in-place
+    ``profile``: ``emulate/moe.py``) gives a buffer holding data, as the other ranks would have sent it."""
+    receive = active_hook("receive")
+    return receive(x, (rows, *x.shape[1:])) if receive is not None else x.new_empty((rows, *x.shape[1:]))
+
+
+def _token_rows(index: torch.Tensor, source_rows: int) -> torch.Tensor:
+    """Which of ``source_rows`` token rows each routed copy reads and is summed back into. Tracing keeps
+    ``index`` (meta tensors hold no values, only the shape matters); a real run gets the rows a balanced
+    router would pick from the active object (``spread_rows``, ``emulate/moe.py``), the routing ``simulate``
+    assumes, instead of the router's expert ids."""
+    spread = active_hook("spread_rows")
+    return spread(index, source_rows) if spread is not None else index
+
+
+class _AllToAll(Function):
+    """All-to-all over ``group`` forward and backward; with imbalance the busiest rank receives more than
+    it sends, so the size is the larger of its send and receive buffers (no record for one rank)."""
+
+    @staticmethod
+    def forward(ctx, x, group, size, out_rows):
+        ctx.group, ctx.size, ctx.rows = group, size, x.shape[0]
+        ctx.nbytes = max(x.shape[0], out_rows) * _nbytes(x[:1])  # the larger of send and receive
+        record_collective("all_to_all", group, ctx.nbytes, size)
+        return _received(x, out_rows)
+
+    @staticmethod
+    def backward(ctx, grad):
+        record_collective("all_to_all", ctx.group, ctx.nbytes, ctx.size)
+        return _received(grad, ctx.rows), None, None, None
+
+
+class _Gather(Function):
+    """All-gather over ``group`` forward, reduce-scatter backward (Megatron's
+    ``gather_from_sequence_parallel_region`` on the expert groups)."""
+
+    @staticmethod
+    def forward(ctx, x, group, size):
+        ctx.group, ctx.size = group, size
+        out = _received(x, x.shape[0] * size)
+        record_collective("all_gather", group, _nbytes(out), size)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        record_collective("reduce_scatter", ctx.group, _nbytes(grad), ctx.size)
+        return _received(grad, grad.shape[0] // ctx.size), None, None
+
+
+class _Scatter(Function):
+    """Reduce-scatter over ``group`` forward, all-gather backward."""
+
+    @staticmethod
+    def forward(ctx, x, group, size):
+        ctx.group, ctx.size = group, size
+        record_collective("reduce_scatter", group, _nbytes(x), size)
+        return _received(x, x.shape[0] // size)
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = _received(grad, grad.shape[0] * ctx.size)
+        record_collective("all_gather", ctx.group, _nbytes(out), ctx.size)
+        return out, None, None
+
+
+def _gather(x, group: str, size: int):
+    return _Gather.apply(x, group, size) if size > 1 else x
+
+
+def _scatter(x, group: str, size: int):
+    return _Scatter.apply(x, group, size) if size > 1 else x
+
+
+def local_experts(shard) -> int:
+    return shard.model.num_experts // shard.ep
+
+
+def busiest_share(model) -> float:
+    """Tokens of the busiest expert relative to a balanced share (see the module docstring)."""
+    capacity, share = model.moe_expert_capacity_factor, model.moe_effective_imbalance  # 1 when force-balanced
+    if capacity is None:
+        return share
+    return capacity if model.moe_pad_expert_input_to_capacity else min(share, capacity)
+
+
+def moe_params(shard) -> dict[str, dict[str, torch.Tensor]]:
+    """Router, this rank's local experts (sharded over ETP) and the shared expert (sharded over TP)."""
+    m, n = shard.model, local_experts(shard)
+    f = m.moe_ffn_size // shard.etp
+    fc1_out = 2 * f if m.swiglu else f
+    params = {"router": {"weight": shard.tensor(m.num_experts, m.hidden_size, grad=True),
+                         **({"expert_bias": shard.tensor(m.num_experts, dtype=torch.float32)}  # a buffer
+                            if m.moe_router_enable_expert_bias else {})},
+              "experts": {"fc1": shard.tensor(n, m.hidden_size, fc1_out, grad=True),
+                          "fc2": shard.tensor(n, f, m.hidden_size, grad=True)}}
+    if m.moe_shared_expert_intermediate_size:
+        fs = m.moe_shared_expert_intermediate_size // shard.tp
+        params["shared"] = {"fc1": shard.tensor(2 * fs if m.swiglu else fs, m.hidden_size, grad=True),
+                            "fc2": shard.tensor(m.hidden_size, fs, grad=True)}
+        if m.moe_shared_expert_gate:  # replicated over TP, as the router
+            params["shared_gate"] = {"weight": shard.tensor(1, m.hidden_size, grad=True)}
+    return params
+
+
+def _activation(x, shard):
+    """The experts' activation, as the dense MLP's (fused or unfused SwiGLU, GeLU, squared relu)."""
+    return activation(x, None, shard.model)
+
+
+def _router(tokens, params, shard):
+    """Router logits, then the routing of workload/mlp/moe_router.py: (probabilities [T, k], indices [T, k])."""
+    m, weight = shard.model, params["router"]["weight"]
+    dtype = ROUTER_DTYPES.get(m.moe_router_dtype)
+    if dtype is not None:
+        tokens, weight = tokens.to(dtype), weight.to(dtype)
+    logits = torch.matmul(tokens, weight.t())
+    bias = params["router"].get("expert_bias")
+    probs, indices = route(logits, m, bias)  # moe_router.py
+    return probs.to(shard.dtype), indices
+
+
+# The routing-probability weighting inside a fused weighted activation (Megatron-LM d98e8a64ddf3
+# core/fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction.forward``: ``save_for_backward(input, weights)``, one
+# kernel forward and one backward that also yields the probabilities' gradient): the activation's input is saved by
+# the activation already, so only the probabilities [rows, 1] are kept, and the product runs inside the activation's
+# own kernels (moe_router.SideGradient with fill 0: a view forward; backward the gradient passes through and the
+# probabilities' [rows, 1] gradient is a negligible fill).
+
+
+def _weighted_act(hidden, shard, probs):
+    act = _activation(hidden, shard)
+    if probs is None:
+        return act
+    if shard.model.swiglu and shard.model.bias_swiglu_fusion:
+        return SideGradient.apply(act, probs, 0.0)
+    return act * probs  # experts.py bias_act_func, unfused: ``intermediate_parallel * permuted_probs``
+
+
+def _expert_act(hidden, shard, probs=None):
+    """The experts' activation of fc1's output, as its own sub-region "expert_act" (nested in "experts"):
+    what ``--recompute-modules moe_act`` replays (experts.py ``bias_act_func`` under
+    ``CheckpointWithoutOutput``, Megatron-LM d98e8a64ddf3). fc1 is tagged first so the backward walk of
+    the activation stops at fc1's node (``context.in_subregion``: parts in forward order).
+
+    ``probs`` [rows, 1]: the permuted routing probabilities, which Megatron applies here, in the experts'
+    activation (experts.py ``TEGroupedMLP.forward`` ``bias_act_func(fc1_output, bias, permuted_probs)``),
+    not at the un-permute (token_dispatcher.py: every dispatcher's ``unpermute`` call passes no probs)."""
+    return in_subregion("expert_act", _weighted_act, hidden, shard, probs)
+
+
+class _PerExpertWeights(Function):
+    """Megatron's SequentialMLP holds each expert's weights as parameters of their own: its weight-gradient GEMM
+    writes each expert's gradient (into main_grad), with no kernel gathering them. Here one stacked tensor holds
+    them (its size is what the rest counts), so the per-expert slices come from this view, whose backward launches
+    nothing; slicing it with autograd's select would charge a zero-filled stacked gradient per expert and their
+    sums (select_backward and add: the stacked weights' bytes times the local experts, twice)."""
+
+    @staticmethod
+    def forward(ctx, stacked):
+        ctx.shape = stacked.shape
+        return tuple(stacked.unbind(0))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return grads[0].new_empty(ctx.shape)  # an allocation: the gradients are already in place
+
+
+def _experts(x, params, shard, probs=None):
+    """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert;
+    ``probs`` [M, 1] weight the activation (``_expert_act``)."""
+    n, fc1, fc2 = local_experts(shard), params["experts"]["fc1"], params["experts"]["fc2"]
+    rows = x.shape[0] // n  # a multiple of n by construction (_received_rows)
+    # the local spec always builds SequentialMLP (core/models/backends.py LocalSpecProvider.grouped_mlp_modules)
+    if (shard.model.moe_grouped_gemm and not shard.model.local_spec) or n == 1:
+        hidden = in_subregion("experts", torch.bmm, x.view(n, rows, -1), fc1)
+        weights = probs.view(n, rows, 1) if probs is not None else None
+        return torch.bmm(_expert_act(hidden, shard, weights), fc2).reshape(rows * n, -1)
+    # SequentialMLP (experts/experts.py): torch.split of the tokens by expert (its backward: one cat), one
+    # expert's fc1 / fc2 after another, torch.cat of their outputs
+    outs, tokens, fc1s, fc2s = [], x.split(rows), _PerExpertWeights.apply(fc1), _PerExpertWeights.apply(fc2)
+    splits = probs.split(rows) if probs is not None else [None] * n
+    for i in range(n):
+        hidden = in_subregion("experts", torch.mm, tokens[i], fc1s[i])
+        outs.append(torch.mm(_expert_act(hidden, shard, splits[i]), fc2s[i]))
+    return torch.cat(outs)
+
+
+def _received_rows(tokens: int, shard) -> int:
+    """Token copies that reach this rank's experts before the ETP gather: balanced x the busiest share,
+    rounded up to whole local experts."""
+    n = local_experts(shard)
+    return max(1, math.ceil(tokens * shard.model.moe_router_topk * busiest_share(shard.model) / n)) * n
+
+
+def _to_experts(rows, recv: int, shard):
+    """All-to-all over EP, all-gather over ETP, regroup by local expert (sort_chunks_by_idxs: a copy)."""
+    received = _gather(_AllToAll.apply(rows, "ep", shard.ep, recv), "etp", shard.etp)
+    return received.clone() if local_experts(shard) > 1 else received
+
+
+def _dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool):
+    """Permute the top-k copies by expert and send them to their experts; with them the permuted
+    probabilities (token_dispatcher.py ``MoEAlltoAllTokenDispatcher``: ``permute(..., probs=probs)`` and
+    the probs' own all-to-all): (expert input, their probabilities [M, 1], or None when applied here)."""
+    permuted = tokens.index_select(0, _token_rows(indices.reshape(-1), tokens.shape[0]))  # [T*k, h], by expert
+    if on_input:  # --moe-apply-probs-on-input: weight the copies before the experts
+        return _to_experts(permuted * probs.reshape(-1, 1), recv, shard), None
+    return _to_experts(permuted, recv, shard), _to_experts(probs.reshape(-1, 1), recv, shard)
+
+
+def _combine_alltoall(expert_out, tokens, indices, shard):
+    """Reduce-scatter over ETP, all-to-all back, un-permute: a plain sum of the copies, already weighted by
+    the experts (token_dispatcher.py ``combine_postprocess`` calls ``unpermute`` without probs)."""
+    flat = _token_rows(indices.reshape(-1), tokens.shape[0])
+    back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
+    return _scatter_add(tokens.new_zeros(tokens.shape), flat, back)
+
+
+class _UnpermuteSum(Function):
+    """Megatron's un-permute sum (moe_utils.py ``unpermute``, Megatron-LM d98e8a64ddf3: ``scatter_add_``
+    over the expanded index, or ``index_add_`` under deterministic algorithms; TE's fused un-permute
+    likewise): traced as one ``index_add`` forward and one ``index_select`` of the gradient backward, saving
+    only the index. Autograd's own ``index_add`` would also save ``src``, a [T*k, h] copy Megatron does not
+    keep."""
+
+    @staticmethod
+    def forward(ctx, out, index, src):
+        ctx.save_for_backward(index)
+        return out.index_add(0, index, src)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad, None, grad.index_select(0, index)
+
+
+def _scatter_add(out, index, src):
+    return _UnpermuteSum.apply(out, index, src)
+
+
+def _shared(x, params, shard):
+    p = params["shared"]
+    hidden = column_parallel_linear(x, p["fc1"], None, shard.tp, shard.sequence_parallel)
+    return row_parallel_linear(_activation(hidden, shard), p["fc2"], shard.tp, shard.sequence_parallel)
+
+
+def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
+    """One MoE MLP on this rank; ``x`` is the post-attention-norm hidden [seq_in, b, h].
+
+    Each part runs as a sub-region of "moe" (``context.in_subregion``), in forward order: "router",
+    "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP; their activation is
+    "expert_act", see ``_expert_act``), "combine" and "shared" (a TE-linear MLP)."""
+    m = shard.model
+    s, b, h = x.shape
+    tokens = x.reshape(s * b, h)
+    probs, indices = in_subregion("router", _router, tokens, params, shard)
+    recv = _received_rows(s * b, shard)
+    if m.moe_token_dispatcher_type in ("alltoall", "flex"):
+        expert_in, expert_probs = in_subregion("dispatch", _dispatch_alltoall, tokens, indices, recv, shard,
+                                               probs, m.moe_apply_probs_on_input)
+        expert_out = in_subregion("experts", _experts, expert_in, params, shard, expert_probs)
+        out = in_subregion("combine", _combine_alltoall, expert_out, tokens, indices, shard).view(s, b, h)
+    else:  # allgather: every rank of the ETP x EP group sees all of the group's tokens
+        group_size = shard.ep * shard.etp
+        rows = torch.zeros(recv * shard.etp, dtype=torch.int64, device=x.device)
+        gathered = in_subregion("dispatch", lambda t: _gather(t, "tpep", group_size), tokens)
+        rows = _token_rows(rows, gathered.shape[0])
+        expert_in = in_subregion("dispatch", lambda g: g.index_select(0, rows), gathered)
+        expert_out = in_subregion("experts", _experts, expert_in, params, shard)
+        out = in_subregion("combine", lambda g, e: _scatter(_scatter_add(g.new_zeros(g.shape), rows, e), "tpep",
+                                                             group_size), gathered, expert_out).view(s, b, h)
+    if "shared" in params:
+        shared = in_subregion("shared", _shared, x, params, shard)
+        if "shared_gate" in params:  # shared_experts.py: output * sigmoid(linear(hidden_states, gate_weight))
+            shared = in_subregion("shared_gate", lambda o: o * torch.sigmoid(
+                torch.nn.functional.linear(x, params["shared_gate"]["weight"])), shared)
+        out = out + shared
+    return out

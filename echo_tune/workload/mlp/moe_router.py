@@ -1,0 +1,91 @@
+"""The MoE router as Megatron-Core's TopKRouter runs it (megatron/core/transformer/moe/router.py, moe_utils.py at
+NVIDIA/Megatron-LM d98e8a64ddf3), on [tokens, experts] logits:
+
+- z-loss (``--moe-z-loss-coeff``): logsumexp of the logits, squared and averaged, its gradient attached to the logits
+  (``MoEAuxLossAutoScaler``: the loss's backward runs into the router);
+- scores (``topk_routing_with_score_function``): softmax, or sigmoid (DeepSeek-V3) / sqrt(softplus), whose chosen
+  scores are gathered and renormalised for k > 1; group-limited routing (``--moe-router-num-groups``) first keeps the
+  best groups (the sum of each group's top two scores, top groups, a mask); an expert bias
+  (``--moe-router-enable-expert-bias``) is added to the scores the top-k compares; a scaling factor multiplies the
+  chosen probabilities;
+- the load-balancing loss where a coefficient is above 0 (``compute_routing_scores_for_aux_loss`` and
+  ``switch_load_balancing_loss_func``): scores computed again over all experts, their top-k as a routing map, the
+  tokens per expert and the summed scores, multiplied and summed, attached to the probabilities;
+- the expert bias's tokens-per-expert count (no gradient).
+With ``--moe-router-fusion`` TE runs these chains as a few fused kernels (cost/kernels/moe_fusion.py folds the sub-region's
+memory-bound chains). Not traced: the aux loss's small all-reduce of tokens per expert over TP x CP, and the bias
+update after the optimizer step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd import Function
+
+
+class SideGradient(Function):
+    """Returns ``x`` (a view: no kernel); backward passes ``x``'s gradient through and gives ``side`` a gradient
+    filled with ``fill`` (one fill kernel). ``fill`` 1: ``MoEAuxLossAutoScaler`` attaching a loss to a tensor (the
+    loss's backward runs into the router); 0: a tensor whose use sits inside another op's kernels (moe.py)."""
+
+    @staticmethod
+    def forward(ctx, x, side, fill):
+        ctx.save_for_backward(side)
+        ctx.fill = fill
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (side,) = ctx.saved_tensors
+        return grad, torch.full_like(side, ctx.fill), None
+
+
+def _attach_loss(x: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    return SideGradient.apply(x, loss, 1.0)
+
+
+def _scores(logits: torch.Tensor, function: str) -> torch.Tensor:
+    if function == "sigmoid":
+        return torch.sigmoid(logits)
+    if function == "sqrtsoftplus":
+        return torch.sqrt(torch.nn.functional.softplus(logits))
+    return torch.softmax(logits, dim=-1)
+
+
+def _group_limited(scores: torch.Tensor, k: int, groups: int, group_topk: int) -> torch.Tensor:
+    """moe_utils.py ``group_limited_topk``: the scores outside the chosen groups masked out."""
+    t, e = scores.shape
+    group_scores = scores.view(t, groups, e // groups).topk(2, dim=-1)[0].sum(dim=-1)
+    group_idx = torch.topk(group_scores, k=group_topk, dim=-1, sorted=False)[1]
+    group_mask = torch.zeros_like(group_scores).scatter(1, group_idx, 1)
+    score_mask = group_mask.unsqueeze(-1).expand(t, groups, e // groups).reshape(t, e)
+    return scores.masked_fill(~score_mask.bool(), float("-inf"))
+
+
+def route(logits: torch.Tensor, model, expert_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(probabilities [T, k], expert indices [T, k]) of [T, E] router logits, with the losses attached;
+    ``expert_bias``: the router's [E] bias buffer (with ``--moe-router-enable-expert-bias``)."""
+    k, function = model.moe_router_topk, model.moe_router_score_function
+    if model.moe_z_loss_coeff is not None:
+        z = torch.logsumexp(logits, dim=-1)
+        logits = _attach_loss(logits, (z * z).mean())
+    scores = _scores(logits, function)
+    ranked = scores + expert_bias if expert_bias is not None else scores
+    if model.moe_router_num_groups and model.moe_router_group_topk:
+        ranked = _group_limited(ranked, k, model.moe_router_num_groups, model.moe_router_group_topk)
+    probs, indices = torch.topk(ranked, k, dim=-1)
+    if function != "softmax" or ranked is not scores:
+        probs = scores.gather(1, indices)  # the chosen scores without the bias / mask
+    if function != "softmax" and k > 1:
+        probs = probs / (probs.sum(dim=-1, keepdim=True) + 1e-20)
+    if model.moe_router_topk_scaling_factor:
+        probs = probs * model.moe_router_topk_scaling_factor
+    if model.moe_aux_loss_enabled:
+        aux_scores = _scores(logits, function)
+        aux_map = torch.zeros_like(aux_scores).scatter(1, torch.topk(aux_scores, k, dim=-1)[1], 1.0)
+        loss = (aux_map.sum(dim=0) * aux_scores.sum(dim=0)).sum()
+        probs = _attach_loss(probs, loss)
+    if expert_bias is not None:
+        with torch.no_grad():
+            torch.zeros_like(scores).scatter(1, indices, 1.0).sum(dim=0)  # tokens per expert for the bias update
+    return probs, indices

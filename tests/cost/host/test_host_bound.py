@@ -1,0 +1,121 @@
+"""The host-bound regime (cost/host/host_bound.py): the GPU waits on the host only where a pass's kernels run
+shorter than the host's time to issue one. After the MoE dispatcher's host synchronisation, worked by hand
+from the queue (kernel j issued j * h after the first, started at the later of its issue and the end of the
+kernel before it); elsewhere a pass waits for what its host time exceeds its GPU time."""
+
+import dataclasses
+
+import pytest
+
+import echo_tune as et
+from echo_tune.config import check_compatible
+from echo_tune.cost.host.host_bound import host_wait_s, queue_wait_s, steady_wait_s
+from echo_tune.cost.profile import profile_for
+from echo_tune.errors import ConfigError
+from echo_tune.sim.schedule.costing import CostContext, phase_cost
+from echo_tune.workload.graph import Op
+
+US = 1e-6
+H100 = et.load_cluster("h100-sxm")
+PROFILE = profile_for(H100)
+LAYOUT = check_compatible(et.ModelSpec(name="t", num_layers=2, hidden_size=256, num_attention_heads=4,
+                                       seq_length=128, vocab_size=1024), H100, 1, et.ParallelConfig(global_batch_size=1))
+
+
+def test_no_host_time_no_wait():
+    assert host_wait_s([(10, 50 * US)], 0.0, None) == host_wait_s([(10, 50 * US)], 0.0, 0) == 0.0
+
+
+def test_kernels_longer_than_the_host_time_never_wait():
+    # ten 100 us kernels, issued every 20 us: the host runs ahead, the GPU runs back to back
+    assert queue_wait_s([(1, 100 * US)] * 10, 20 * US) == 0.0
+
+
+def test_short_kernels_run_at_the_host_pace():
+    # ten 5 us kernels issued every 20 us: the last is issued at 180 us and ends at 185 us; the GPU worked 50 us
+    assert queue_wait_s([(10, 50 * US)], 20 * US) == pytest.approx(135 * US)
+    assert queue_wait_s([(1, 5 * US)] * 10, 20 * US) == pytest.approx(135 * US)  # one op or ten: the same queue
+    # with no synchronisation the host's lead carries over: the pass waits 10 x 20 - 50 = 150 us in all
+    assert steady_wait_s([(10, 50 * US)], 20 * US) == pytest.approx(150 * US)
+
+
+def test_a_long_kernel_lets_the_host_catch_up():
+    # a 1 ms GEMM first: the ten short kernels are all issued (by 200 us) before it ends, so none waits
+    assert queue_wait_s([(1, 1000 * US), (10, 50 * US)], 20 * US) == 0.0
+    # the short ones first: they wait 135 us, then the GEMM (issued at 200 us) starts at once after them
+    assert queue_wait_s([(10, 50 * US), (1, 1000 * US)], 20 * US) == pytest.approx(150 * US)
+    # host_wait_s starts the queue at the synchronisation: the ops before it close the window
+    assert host_wait_s([(10, 50 * US), (1, 1000 * US)], 20 * US, 1) == 0.0
+    assert host_wait_s([(1, 1000 * US), (10, 50 * US)], 20 * US, 1) == pytest.approx(150 * US)
+    assert steady_wait_s([(10, 50 * US), (1, 1000 * US)], 20 * US) == 0.0  # 220 us of host under 1.05 ms
+
+
+def test_kernels_replayed_from_a_cuda_graph_issue_nothing():
+    assert queue_wait_s([(0, 50 * US)] * 10, 20 * US) == 0.0
+
+
+def _fp8_free_ops(n, gemm_mnk, kind="gemm"):
+    m, nn, k = gemm_mnk
+    return tuple(Op(name="mm", kind=kind, phase="fwd", region="mlp", flops=2.0 * m * nn * k,
+                    bytes=2.0 * (m * k + k * nn + m * nn), gemm_mnk=gemm_mnk) for _ in range(n))
+
+
+def test_phase_cost_adds_the_wait_to_short_kernels_only():
+    fitted = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 60 * US}})
+    off = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 0.0}})  # 0: the GPU never waits
+    assert fitted.host_time_per_kernel_s == 60 * US and off.host_time_per_kernel_s == 0.0
+    plain = CostContext(profile=off, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups)
+    host = dataclasses.replace(plain, profile=fitted)
+    small = _fp8_free_ops(20, (256, 256, 256))  # a few us each: the host's 60 us per kernel sets the pace
+    per_kernel = phase_cost(small[:1], plain).compute_s
+    assert per_kernel < 60 * US
+    assert phase_cost(small, host).compute_s == pytest.approx(20 * 60 * US, rel=1e-9)  # no sync: host time
+    # a MoE forward: the dispatcher's all-to-all (after the host waited on the token counts) starts an empty queue;
+    # the all-to-all is one more launch, its time (0 here: one rank) the GPU busy
+    a2a = Op(name="all_to_all", kind="collective", phase="fwd", region="moe", subregion="dispatch",
+             collective="all_to_all", group="ep", size_bytes=1 << 20)
+    moe = small[:5] + (a2a,) + small[5:]
+    assert phase_cost(moe, host).compute_s == pytest.approx(20 * 60 * US + per_kernel, rel=1e-9)
+    unsynced = dataclasses.replace(host, moe_dispatch_syncs=False)  # drop-and-pad: no synchronisation
+    assert phase_cost(moe, unsynced).compute_s == pytest.approx(21 * 60 * US, rel=1e-9)
+    big = _fp8_free_ops(20, (8192, 8192, 8192))  # ~1.7 ms each: the GPU sets the pace
+    assert phase_cost(big, host).compute_s == pytest.approx(phase_cost(big, plain).compute_s, rel=1e-12)
+
+
+def test_a_bad_fitted_host_time_is_refused():
+    with pytest.raises(ConfigError, match="host_time_per_kernel_s"):
+        dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": float("nan")}})
+
+
+def test_a_profile_without_a_host_time_uses_the_one_fitted_on_the_published_runs():
+    """No datasheet gives the host's time per kernel; a profile that fits none takes the shipped fit's (the H100
+    rows of the three published-run sets, cost/host/host_time.py), says so in its label, and 0 turns it off."""
+    from echo_tune.cost.host.host_time import default_host_time_s, shipped_fit
+    from echo_tune.validate.compare import fitted_rows
+
+    fit = shipped_fit()
+    assert fit["parameters"] == ["host"] and fit["label"].startswith("fitted on published runs: ")
+    assert 20 * US < default_host_time_s() < 200 * US  # 38 us at the fit of 2026-12-04 (79 us before runs_bridge_2025)
+    assert PROFILE.host_time_per_kernel_s == default_host_time_s() and PROFILE.uses_default_host_time
+    assert f"host time per kernel {default_host_time_s() / US:.0f} us fitted on published runs" in PROFILE.label
+    assert len(fitted_rows(PROFILE)) == fit["errors"]["rows"] >= 40  # PROFILE fits nothing itself
+    assert all(row["name"].startswith(("row4", "dgxc", "nemo", "mb25", "mb26")) for row in fit["rows"])
+    own = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 0.0}})
+    assert own.host_time_per_kernel_s == 0.0 and not own.uses_default_host_time and "host time" not in own.label
+    with pytest.raises(ConfigError, match="host_time_per_kernel_s"):
+        dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": -1e-6}})
+
+
+def test_the_shipped_host_time_is_what_its_command_fits():
+    """Rerunning the command in the shipped file's header finds its value again (regenerate it when the model
+    changes: the header says how)."""
+    from echo_tune.calibrate.fit_runs import fit_runs
+    from echo_tune.cost.host.host_time import default_host_time_s, shipped_fit_path
+    from echo_tune.validate.datasets import DATASETS, published_runs
+    from echo_tune.validate.runs import read_runs
+
+    assert "--gpu h100-sxm --params host" in shipped_fit_path().read_text().splitlines()[2]
+    cases = [c for name in DATASETS for c in read_runs(published_runs(name))
+             if c.error is None and c.cluster.gpu.name == "h100-sxm"]
+    result = fit_runs(cases, profile_for(H100), H100.gpu, params=("host",))
+    assert result.params["host_time_per_kernel_s"] == pytest.approx(default_host_time_s(), rel=0.01)
