@@ -129,9 +129,10 @@ def default_global_batch_size(seq_length: int) -> int:
     return 2 ** max(0, round(math.log2(2**22 / seq_length)))
 
 
-def study_records(space: SearchSpace, storage, study_name: str) -> list[dict]:
+def study_records(space: SearchSpace, storage, study_name: str, read=trial_record) -> list[dict]:
+    """What ``read`` (``results.trial_record`` or ``untimed_record``) gives of each trial of the stored study."""
     study = optuna.load_study(study_name=study_name, storage=storage)
-    return [r for r in (trial_record(t) for t in study.get_trials(deepcopy=False)) if r is not None]
+    return [r for r in (read(t) for t in study.get_trials(deepcopy=False)) if r is not None]
 
 
 def untimed_records(space: SearchSpace, result) -> list[dict]:
@@ -140,8 +141,7 @@ def untimed_records(space: SearchSpace, result) -> list[dict]:
     if result.untimed is not None:
         return result.untimed
     store = open_storage(Path(result.results_dir), result.storage)
-    study = optuna.load_study(study_name=result.study_name, storage=store.storage)
-    return [r for r in (untimed_record(t) for t in study.get_trials(deepcopy=False)) if r is not None]
+    return study_records(space, store.storage, result.study_name, untimed_record)
 
 
 def _search(space: SearchSpace, opts: PlanOptions, progress) -> tuple[object, list[dict]]:

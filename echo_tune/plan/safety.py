@@ -23,7 +23,7 @@ from echo_tune.search.space.dominance import variants_near_best
 from echo_tune.search.space.labels import full_label
 from echo_tune.search.outputs.results import candidate_of, entry
 from echo_tune.search.space.search_space import space_profile
-from echo_tune.sim.memory.memory_band import PEAK_OVER_PREDICTION, over_limit_risk
+from echo_tune.sim.memory.memory_band import over_beyond_error, over_limit_risk
 from echo_tune.sim.simulate import simulate
 
 GIB = 2**30
@@ -165,8 +165,9 @@ def just_over(space, records: list[dict]) -> dict | None:
     ``fallback_at_risk``: the planner recommends one only where no candidate has a layout the search kept."""
     missed = [r for r in records if not r["fits_memory"]]
     within = [r for r in missed if r["peak_memory_bytes"] <= r["memory_capacity_bytes"]]
-    over = [r for r in missed if 0 < r["peak_memory_bytes"] - r["memory_capacity_bytes"]
-            <= PEAK_OVER_PREDICTION * r["peak_memory_bytes"]]  # the reserve only narrows it: checked below
+    over = [r for r in missed if r["peak_memory_bytes"] > r["memory_capacity_bytes"]
+            and not over_beyond_error(r["peak_memory_bytes"], r["memory_capacity_bytes"])]  # the reserve only narrows
+    # it (checked below); the search left those further over untimed (search/space/dominance.py)
     for group in (within, over):
         for record in sorted(group, key=lambda r: r["step_time_s"]):
             best = entry(space, -1, record, profile=space_profile(space))

@@ -65,17 +65,25 @@ def make_record(space: SearchSpace, candidate: Candidate, report) -> dict:
         "tokens_per_s": report.tokens_per_s,
         "model_tflops_per_gpu": report.model_tflops_per_gpu,
         "mfu": report.mfu,
-        "peak_memory_bytes": int(report.peak_memory_bytes),
-        "peak_memory_gib": report.peak_memory_bytes / GIB,
-        "memory_capacity_bytes": int(report.memory_capacity_bytes),
-        "fits_memory": fits,
-        "memory_overshoot_bytes": overshoot,
-        "memory_floor_bytes": int(max(m.floor_bytes for m in report.stage_memory)),  # search/space/dominance.py
-        "worst_stage": report.worst_stage.stage,
+        **_memory_keys(report, fits, overshoot),
         "critical_stage": report.critical_stage,
         "breakdown_s": dict(report.breakdown_s),
         "num_gpus": candidate.num_gpus,
         "cost_per_step": cost_per_step(report.step_time_s, candidate.num_gpus, space.gpu_hour_cost),
+    }
+
+
+def _memory_keys(memory, fits: bool, overshoot: int) -> dict:
+    """A record's memory keys from a StepReport or a ``StepMemory`` (the same attributes): peak, limit, ``fits`` and
+    ``overshoot`` as the record counts them, the floor (search/space/dominance.py) and the worst stage."""
+    return {
+        "peak_memory_bytes": int(memory.peak_memory_bytes),
+        "peak_memory_gib": memory.peak_memory_bytes / GIB,
+        "memory_capacity_bytes": int(memory.memory_capacity_bytes),
+        "fits_memory": fits,
+        "memory_overshoot_bytes": overshoot,
+        "memory_floor_bytes": int(max(m.floor_bytes for m in memory.stage_memory)),
+        "worst_stage": memory.worst_stage.stage,
     }
 
 
@@ -95,17 +103,8 @@ def memory_record(space: SearchSpace, candidate: Candidate, memory) -> dict:
     """What a trial keeps of a layout whose memory alone was computed (``sim/memory/step_memory.StepMemory``): the
     record's memory keys (``make_record``'s, the same numbers), no step time. Never fits: only a layout over its
     memory by more than the memory model's error is stored this way (``dominance.OVER_MEMORY``)."""
-    return {
-        "derived": {k: memory.derived[k] for k in DERIVED_KEYS if k in memory.derived},
-        "peak_memory_bytes": int(memory.peak_memory_bytes),
-        "peak_memory_gib": memory.peak_memory_bytes / GIB,
-        "memory_capacity_bytes": int(memory.memory_capacity_bytes),
-        "fits_memory": False,
-        "memory_overshoot_bytes": max(1, int(memory.memory_overshoot_bytes)),
-        "memory_floor_bytes": int(max(m.floor_bytes for m in memory.stage_memory)),
-        "worst_stage": memory.worst_stage.stage,
-        "num_gpus": candidate.num_gpus,
-    }
+    return {"derived": {k: memory.derived[k] for k in DERIVED_KEYS if k in memory.derived},
+            **_memory_keys(memory, False, max(1, int(memory.memory_overshoot_bytes))), "num_gpus": candidate.num_gpus}
 
 
 def evaluate_memory(space: SearchSpace, candidate: Candidate, *, profile=None):

@@ -129,13 +129,13 @@ def trial_row(space: SearchSpace, trial: FrozenTrial) -> dict:
         row[name] = config.get(name, "")
     row["global_batch_size"] = space.global_batch_size
     row["precision"] = space.precision
-    memory = None if record else untimed_record(trial)
-    if record or memory:  # a layout over memory beyond the band: its memory, no step time
+    memory = None if record else untimed_record(trial)  # a layout over memory beyond the band: no step time
+    if record or memory:
         row.update((record or memory)["derived"])
         for key in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "peak_memory_bytes",
                     "peak_memory_gib", "memory_capacity_bytes", "fits_memory", "memory_overshoot_bytes",
                     "worst_stage", "critical_stage", "cost_per_step"):
-            row[key] = (record or memory).get(key, "")
+            row[key] = record[key] if record else memory.get(key, "")
     if record:
         for part, seconds in record["breakdown_s"].items():
             row[f"{part}_s"] = seconds

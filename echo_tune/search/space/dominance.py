@@ -65,7 +65,7 @@ from collections.abc import Iterable, Iterator
 from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.search.space.layouts import Candidate, RejectedLayout, config_key, draw
 from echo_tune.search.engines.objective import evaluate, evaluate_memory, memory_record
-from echo_tune.sim.memory.memory_band import PEAK_OVER_PREDICTION
+from echo_tune.sim.memory.memory_band import over_beyond_error
 from echo_tune.search.space.search_space import SearchSpace, space_profile
 from echo_tune.sim.schedule.memo import profile_for_cluster
 
@@ -159,8 +159,7 @@ class Dominance:
         if not self.memory_rule:
             return None, None
         memory = evaluate_memory(space, candidate, profile=profile)
-        if memory is None or not memory.peak_memory_bytes - memory.memory_capacity_bytes \
-                > PEAK_OVER_PREDICTION * memory.peak_memory_bytes:
+        if memory is None or not over_beyond_error(memory.peak_memory_bytes, memory.memory_capacity_bytes):
             return None, memory
         return memory_record(space, candidate, memory), memory
 

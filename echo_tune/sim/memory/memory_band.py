@@ -61,6 +61,14 @@ def memory_band(*, peak_bytes: int, reserve_bytes: int, limit_bytes: int, stage:
     return MemoryBand(band="fits", spare_bytes=spare, text=f"fits, {spare / GIB:.1f} GiB spare: {where}")
 
 
+def over_beyond_error(peak_bytes: int, limit_bytes: int) -> bool:
+    """Whether a predicted peak is over its limit by more than the memory model's over-prediction
+    (``PEAK_OVER_PREDICTION`` of the whole peak): it does not fit under any reading of the prediction. The search sets
+    such a layout aside untimed (search/space/dominance.py); the planner's "at risk" fallback takes only layouts
+    over their limit by less (plan/safety.py ``just_over``)."""
+    return peak_bytes - limit_bytes > PEAK_OVER_PREDICTION * peak_bytes
+
+
 def over_limit_risk(peak_bytes: int, reserve_bytes: int, limit_bytes: int) -> str | None:
     """The "at risk" verdict of a layout predicted over its limit by less than ``PEAK_OVER_PREDICTION`` of its
     allocator bytes (``peak - reserve``); None when it fits as predicted or is further over."""
