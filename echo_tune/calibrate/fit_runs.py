@@ -160,7 +160,9 @@ def _solve(problem: _Problem, rows: list[int], x0, scale: float, iterations: int
         x_new = np.clip(x + step, problem.lower, problem.upper)
         r_new = problem.residuals(x_new, rows)
         if _loss(r_new, scale) < _loss(r, scale):
-            converged = np.max(np.abs(x_new - x)) < 1e-3
+            # a small step counts as converged only while the damping is light: after rejected steps (a start on a
+            # flat stretch, where the parameter does not yet bind) the damped steps are small however far the optimum is
+            converged = np.max(np.abs(x_new - x)) < 1e-3 and lam < 0.1
             x, r, lam = x_new, r_new, lam / 3
             if converged:
                 break
