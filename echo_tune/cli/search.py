@@ -17,7 +17,7 @@ from echo_tune.cli.common import add_clock_argument, human_bytes, human_time, mo
 from echo_tune.cli.progress import STOP, PlainProgress
 from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
-from echo_tune.plan.bands import band_or_none
+from echo_tune.plan.bands import band_or_none, kind_of
 from echo_tune.plan.explain import explain
 from echo_tune.plan.planner import study_records
 from echo_tune.plan.report import explanation_tables
@@ -231,7 +231,7 @@ def _run(args: argparse.Namespace) -> int:
         cfg = result.best["config"]
 
         used = load_profile(space.profile_path) if space.profile_path else profile_for(space.cluster)
-        band = band_or_none(used, space.cluster, space.model.is_moe,
+        band = band_or_none(used, space.cluster, kind_of(space.model),
                             "fp4" if cfg.get("fp4_format") else bool(cfg.get("fp8_format")), cfg["num_gpus"])
         result.best["error_band"] = band
         band = None if band["match"] == "none" else band

@@ -18,7 +18,7 @@ from echo_tune.sim.simulate import simulate
 from echo_tune.sim.outputs.trace_export import write_chrome_trace
 from echo_tune.errors import ConfigError
 from echo_tune.sim.memory.stage import DEFAULT_MEMORY_HEADROOM_GIB
-from echo_tune.plan.bands import band_or_none, precision_of
+from echo_tune.plan.bands import band_or_none, kind_of, precision_of
 
 if TYPE_CHECKING:
     from echo_tune.sim.outputs.report import StepReport
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
     # the bands come from validating the datasheet profiles; a measured or fitted profile has its own error
 
-    band = band_or_none(profile or profile_for(cluster), cluster, model.is_moe, precision_of(parallel), num_gpus)
+    band = band_or_none(profile or profile_for(cluster), cluster, kind_of(model), precision_of(parallel), num_gpus)
     if band["match"] == "none":
         notes.append(band["note"])
         band = None

@@ -1,6 +1,7 @@
 """Error bands: how far the simulator's step times were from measured runs of the same *family*, out of sample.
 
-A family is (GPU, dense or MoE, precision: bf16, fp8 or fp4 (NVFP4), scale: GPUs up to 64, up to 512, or more). The
+A family is (GPU, kind: dense, MoE or coarse MoE (at most 8 experts), precision: bf16, fp8 or fp4 (NVFP4), scale: GPUs up
+to 64, up to 512, or more). The
 table ``error_bands.json`` beside this module is built from ``echo-tune validate``'s rows on the shipped
 published-runs CSVs by::
 
@@ -18,12 +19,15 @@ rows, ``cost/host/host_time.py``) counts with its leave-one-source-out error (a 
 predicts it; the fit file stores it per row), every other row with its plain error.
 
 The band of a family of at least ``MIN_RUNS`` runs is the 5th..95th percentile of its errors, without its one run
-farthest from the median where it has five or more (one outlier row does not set the band), never narrower than
-the typical error of all runs (their median absolute error, ``min_half_width_pct``, on each side of the family's median). A
-family with fewer runs is *unvalidated* and gets the band of all runs (the same rule over every row), said so; a
-prediction whose family has no run takes another family of the same GPU and dense / MoE with enough runs
-(another precision or scale), else it is unvalidated too: no band is borrowed from another GPU, and a MoE
-prediction on a GPU with no validated MoE run says so.
+farthest from the median where it has five or more (one outlier row does not set the band), never narrower than the
+typical error of all runs (their median absolute error, ``min_half_width_pct``, on each side of the family's median).
+A prediction takes its own family's band where it has ``MIN_RUNS`` runs; else another family of the same GPU and kind
+with enough runs (another precision or scale); else the runs of its GPU and kind together (``pooled``: every precision
+and scale), where they are ``MIN_RUNS``; else it is *unvalidated* and gets the band of all runs, said so. No band is
+borrowed from another GPU or kind, and a MoE prediction on a GPU with no validated MoE run says so. Coarse MoE is a kind
+of its own (``kind_of``): the model's MoE error grows with many small experts per rank, and 8-expert runs (Grok-1 on
+H100: -6..-12%) say nothing of a 128-expert model's (Qwen3-30B-A3B on H100: -43% in sample, +14% and +116% out of
+sample).
 """
 
 from __future__ import annotations
@@ -53,10 +57,27 @@ def scale_of(num_gpus: int) -> str:
     raise AssertionError
 
 
-def family(gpu: str, moe: bool, fp8: bool | str, num_gpus: int) -> dict:
-    """``fp8``: whether the linears run in FP8, or the precision by name ("bf16", "fp8", "fp4": NVFP4)."""
+COARSE_MOE_EXPERTS = 8
+"""MoE models with at most this many experts (Mixtral 8x7B, Grok-1: top-2 of 8 large experts, one or two per rank)
+are "moe-coarse"; more experts (Qwen3, DeepSeek-V3, GPT-OSS: 128-256 small ones, a GEMM, a quantisation and a launch
+per local expert, the host-bound regime of docs/moe.md) are "moe". No published row lies between 8 and 128."""
+KIND_NAMES = {"dense": "dense", "moe": "MoE", "moe-coarse": f"coarse MoE (<= {COARSE_MOE_EXPERTS} experts)"}
+
+
+def kind_of(model) -> str:
+    """The band kind of a model: dense, moe or moe-coarse (``COARSE_MOE_EXPERTS``)."""
+    if not model.is_moe:
+        return "dense"
+    return "moe-coarse" if model.num_experts <= COARSE_MOE_EXPERTS else "moe"
+
+
+def family(gpu: str, kind: str, fp8: bool | str, num_gpus: int) -> dict:
+    """``kind``: ``kind_of`` the model; ``fp8``: whether the linears run in FP8, or the precision by name ("bf16",
+    "fp8", "fp4": NVFP4)."""
+    if kind not in KIND_NAMES:
+        raise ValueError(f"`kind` must be one of {sorted(KIND_NAMES)}, but got (kind={kind!r})")
     precision = fp8 if isinstance(fp8, str) else ("fp8" if fp8 else "bf16")
-    return {"gpu": gpu, "kind": "moe" if moe else "dense", "precision": precision, "scale": scale_of(num_gpus)}
+    return {"gpu": gpu, "kind": kind, "precision": precision, "scale": scale_of(num_gpus)}
 
 
 def precision_of(parallel) -> str:
@@ -66,6 +87,11 @@ def precision_of(parallel) -> str:
 
 def family_key(f: dict) -> str:
     return f"{f['gpu']}/{f['kind']}/{f['precision']}/{f['scale']}"
+
+
+def pool_key(f: dict) -> str:
+    """The runs of one GPU and kind, every precision and scale together (the last fallback before unvalidated)."""
+    return f"{f['gpu']}/{f['kind']}/all"
 
 
 MIN_RUNS = 3
@@ -145,14 +171,18 @@ def build_bands(paths: list[str]) -> dict:
     by_family: dict[str, list[float]] = {}
     families: dict[str, dict] = {}
     for (case, _), error in zip(simulated, errors):
-        fam = family(case.cluster.gpu.name, case.model.is_moe, precision_of(case.parallel), case.num_gpus)
+        fam = family(case.cluster.gpu.name, kind_of(case.model), precision_of(case.parallel), case.num_gpus)
         families[family_key(fam)] = fam
         by_family.setdefault(family_key(fam), []).append(error)
     min_half_width = _quantile([abs(e) for e in errors], 0.5)
+    pooled: dict[str, list[float]] = {}
+    for key, values in by_family.items():
+        pooled.setdefault(pool_key(families[key]), []).extend(values)
     return {"command": "python -m echo_tune.plan.bands " + " ".join(str(p) for p in paths),
             "sources": [Path(p).name for p in paths], "inputs_sha256": inputs_sha256(paths),
             "code": code_version(), "min_half_width_pct": min_half_width,
             "families": {k: {**families[k], **_summary(v, min_half_width)} for k, v in sorted(by_family.items())},
+            "pooled": {k: _summary(v, min_half_width) for k, v in sorted(pooled.items())},
             "all": _summary(errors)}
 
 
@@ -169,7 +199,7 @@ def no_band(note: str) -> dict:
             "measured_over_predicted": None, "text": "-", "note": note}
 
 
-def band_or_none(profile, cluster, moe: bool, fp8: bool | str, num_gpus: int) -> dict:
+def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int) -> dict:
     """``band_summary`` of the prediction's family where a band applies, else ``no_band``: the profile must be
     the datasheet one the bands validated, and the GPU one of the GPU presets; a user-described device (a CPU "cluster", a GPU not among the presets) gets
     none rather than another GPU's band."""
@@ -180,12 +210,12 @@ def band_or_none(profile, cluster, moe: bool, fp8: bool | str, num_gpus: int) ->
     if cluster.gpu.name not in gpus:
         return no_band(f"no error band: {cluster.gpu.name!r} is not a GPU preset ({', '.join(gpus)}); "
                        f"no validated run speaks for it")
-    return band_summary(band_for(cluster.gpu.name, moe, fp8, num_gpus))
+    return band_summary(band_for(cluster.gpu.name, kind, fp8, num_gpus))
 
 
 def band_note(band: dict) -> str | None:
     """The table note of a band that is not its family's own, or None."""
-    return {"nearest": f"band of {band['family']} (same GPU and dense/MoE)",
+    return {"nearest": f"band of {band['family']} (same GPU and kind)",
             "unvalidated": band["note"], "none": band["note"]}.get(band["match"])
 
 
@@ -193,11 +223,11 @@ def load_bands() -> dict:
     return json.loads(resources.files("echo_tune.plan").joinpath(BANDS_FILE).read_text())
 
 
-def band_for(gpu: str, moe: bool, fp8: bool | str, num_gpus: int, bands: dict | None = None) -> dict:
+def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | None = None) -> dict:
     """The error band of a prediction: its family's with at least ``MIN_RUNS`` runs, else another family of the
-    same GPU and dense / MoE with enough runs (nearest scale, then the most runs), else unvalidated (all runs)."""
+    same GPU and kind with enough runs (nearest scale, then the most runs), else unvalidated (all runs)."""
     bands = bands or load_bands()
-    want = family(gpu, moe, fp8, num_gpus)
+    want = family(gpu, kind, fp8, num_gpus)
     fams, key = bands["families"], family_key(want)
     if key in fams and fams[key]["n_runs"] >= MIN_RUNS:
         return {**fams[key], "family": key, "match": "exact", "note": f"validated family {key}"}
@@ -208,10 +238,16 @@ def band_for(gpu: str, moe: bool, fp8: bool | str, num_gpus: int, bands: dict | 
                                  abs(order.index(fams[k]["scale"]) - order.index(want["scale"])), -fams[k]["n_runs"], k))
         own = f"{fams[key]['n_runs']} validated run(s) of {key}" if key in fams else f"no validated run of {key}"
         return {**fams[near[0]], "family": near[0], "match": "nearest",
-                "note": f"{own}; band of {near[0]} (same GPU and dense/MoE)"}
-    kind = "MoE" if moe else "dense"
+                "note": f"{own}; band of {near[0]} (same GPU and kind)"}
+    pool = pool_key(want)
+    if bands.get("pooled", {}).get(pool, {}).get("n_runs", 0) >= MIN_RUNS:
+        own = f"{fams[key]['n_runs']} validated run(s) of {key}" if key in fams else f"no validated run of {key}"
+        return {**bands["pooled"][pool], "family": pool, "match": "nearest",
+                "note": f"{own}; band of the {bands['pooled'][pool]['n_runs']} runs of {pool} (same GPU and kind, "
+                        f"every precision and scale: no family of them has {MIN_RUNS})"}
+    name = KIND_NAMES[kind]
     seen = sum(f["n_runs"] for f in fams.values() if f["gpu"] == gpu and f["kind"] == want["kind"])
-    why = (f"only {seen} validated {kind} run(s) on {gpu}" if seen else f"no validated {kind} run on {gpu}")
+    why = (f"only {seen} validated {name} run(s) on {gpu}" if seen else f"no validated {name} run on {gpu}")
     return {**bands["all"], "family": "all", "match": "unvalidated",
             "note": f"unvalidated: {why} (fewer than {MIN_RUNS} in any family); band of all {bands['all']['n_runs']} "
                     f"validated runs"}

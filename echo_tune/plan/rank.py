@@ -40,7 +40,7 @@ from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.io import read_text
 from echo_tune.limits import check_number
-from echo_tune.plan.bands import band_or_none, precision_of
+from echo_tune.plan.bands import band_or_none, kind_of, precision_of
 from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project, sort_rows
 from echo_tune.safe_yaml import load_json
 from echo_tune.search.space.fields import MODEL_LAYOUT_FIELDS
@@ -236,7 +236,7 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
         fits = report.fits_memory
         seconds = tokens / report.tokens_per_s if fits else None  # a layout that does not fit has no time
-        band = band_or_none(profile or profile_for(c.cluster), c.cluster, c.model.is_moe, precision_of(c.parallel),
+        band = band_or_none(profile or profile_for(c.cluster), c.cluster, kind_of(c.model), precision_of(c.parallel),
                             c.num_gpus)
         proj = project(seconds, band, num_gpus=c.num_gpus, gpu_hour_price=c.gpu_hour_cost,
                        deadline_days=deadline_days, goodput=goodput) if fits else {}

@@ -30,19 +30,32 @@ def test_scales():
 
 
 def test_exact_nearest_and_unvalidated():
-    exact = band_for("h100-sxm", False, False, 32, BANDS)
+    exact = band_for("h100-sxm", "dense", False, 32, BANDS)
     assert exact["match"] == "exact" and exact["band_lo_pct"] == -15.0
-    other_scale = band_for("h100-sxm", False, False, 1024, BANDS)  # same GPU and kind, another scale
+    other_scale = band_for("h100-sxm", "dense", False, 1024, BANDS)  # same GPU and kind, another scale
     assert other_scale["match"] == "nearest" and other_scale["family"] == "h100-sxm/dense/bf16/<=64"
     # no band is borrowed from another GPU, even of the same architecture
     for gpu in ("h200-sxm", "b200"):
-        other = band_for(gpu, False, False, 1024, BANDS)
+        other = band_for(gpu, "dense", False, 1024, BANDS)
         assert other["match"] == "unvalidated" and f"no validated dense run on {gpu}" in other["note"]
         assert (other["band_lo_pct"], other["band_hi_pct"]) == (-20.0, 15.0)
     # a family of fewer than 3 runs is unvalidated: the band of all runs, never its own narrow one
-    moe = band_for("h100-sxm", True, False, 64, BANDS)
+    moe = band_for("h100-sxm", "moe", False, 64, BANDS)
     assert moe["match"] == "unvalidated" and "only 2 validated MoE run(s) on h100-sxm" in moe["note"]
     assert band_text(moe) == "unvalidated: all runs -1% (-20..+15%, n=14)"
+
+
+def test_runs_of_one_gpu_and_kind_are_pooled_before_unvalidated():
+    # two h100 MoE families of 2 runs each: neither is a band, their 4 runs together are
+    pooled = {**BANDS, "families": {**BANDS["families"],
+                                    "h100-sxm/moe/fp8/<=512": _fam("h100-sxm", "moe", "fp8", "<=512", 2, -8.0, 9.0, 1.0)},
+              "pooled": {"h100-sxm/moe/all": {**_fam("h100-sxm", "moe", "all", "all", 4, -12.0, 10.0, -2.0)}}}
+    band = band_for("h100-sxm", "moe", False, 64, pooled)
+    assert band["match"] == "nearest" and band["family"] == "h100-sxm/moe/all" and band["band_lo_pct"] == -12.0
+    assert "2 validated run(s) of h100-sxm/moe/bf16/<=64" in band["note"] and "every precision and scale" in band["note"]
+    # a pool of fewer than 3 runs is no band either
+    few = {**pooled, "pooled": {"h100-sxm/moe/all": {**pooled["pooled"]["h100-sxm/moe/all"], "n_runs": 2}}}
+    assert band_for("h100-sxm", "moe", False, 64, few)["match"] == "unvalidated"
 
 
 def test_band_text_and_ratios_share_one_sign_convention():
@@ -132,13 +145,13 @@ def test_shipped_table_is_what_its_command_rebuilds_from_the_shipped_runs():
 
 def test_a_band_only_where_it_was_validated():
     h100 = et.load_cluster("h100-sxm")
-    datasheet = band_or_none(default_profile(h100), h100, False, False, 8)
+    datasheet = band_or_none(default_profile(h100), h100, "dense", False, 8)
     assert datasheet["match"] == "exact" and datasheet["measured_over_predicted"]
     fitted = dataclasses.replace(default_profile(h100), name="fit", measured=True, gemm_max_efficiency=0.7)
-    none = band_or_none(fitted, h100, False, False, 8)
+    none = band_or_none(fitted, h100, "dense", False, 8)
     assert none["match"] == "none" and none["text"] == "-" and "'fit'" in none["note"]
     cpu = et.load_cluster(str(REPO / "tests" / "data" / "cpu-cluster.yaml"))
-    assert band_or_none(default_profile(cpu), cpu, False, False, 1)["match"] == "none"
+    assert band_or_none(default_profile(cpu), cpu, "dense", False, 1)["match"] == "none"
 
 
 def test_every_gpu_preset_gets_a_band_and_racks_have_their_own_runs():
@@ -147,9 +160,28 @@ def test_every_gpu_preset_gets_a_band_and_racks_have_their_own_runs():
     clusters = [et.load_cluster(name) for name in preset_names("clusters")]
     assert {c.gpu.name for c in clusters} == set(preset_names("gpus"))  # each GPU preset has a cluster preset
     for c in clusters:  # a GPU preset is one the bands speak for: a band of its own, a nearer one, or all runs'
-        assert band_or_none(default_profile(c), c, False, False, 8)["match"] in ("exact", "nearest", "unvalidated")
+        assert band_or_none(default_profile(c), c, "dense", False, 8)["match"] in ("exact", "nearest", "unvalidated")
     cluster = et.load_cluster("gb200-nvl72")
-    band = band_or_none(default_profile(cluster), cluster, False, True, 64)
+    band = band_or_none(default_profile(cluster), cluster, "dense", True, 64)
     assert band["match"] == "exact" and band["family"] == "gb200/dense/fp8/<=64"
     h200 = et.load_cluster("h200-sxm")  # no validated H200 run: unvalidated, not the H100 band
-    assert band_or_none(default_profile(h200), h200, False, False, 64)["match"] == "unvalidated"
+    assert band_or_none(default_profile(h200), h200, "dense", False, 64)["match"] == "unvalidated"
+
+
+def test_coarse_and_fine_grained_moe_are_families_apart():
+    # Grok-1 (8 experts) runs on H100 predicted -6..-12% must not vouch for a 128-expert model on H100, whose published
+    # rows miss by tens of percent: the kind of a model with more than 8 experts is "moe", with at most 8 "moe-coarse"
+    from echo_tune.plan.bands import kind_of
+
+    assert kind_of(et.load_model("qwen3-30b-a3b")) == "moe" and kind_of(et.load_model("mixtral-8x7b")) == "moe-coarse"
+    assert kind_of(et.load_model("llama3-8b")) == "dense"
+    shipped = load_bands()
+    coarse = [f for f in shipped["families"].values() if f["kind"] == "moe-coarse"]
+    assert coarse and {f["gpu"] for f in coarse} == {"h100-sxm"}  # the Grok-1 rows of runs_modern.csv
+    h100 = et.load_cluster("h100-sxm")
+    fine = band_or_none(default_profile(h100), h100, "moe", "bf16", 16)
+    assert fine["family"] != "h100-sxm/moe-coarse/bf16/<=64" and "moe-coarse" not in (fine["family"] or "")
+    grok = band_or_none(default_profile(h100), h100, "moe-coarse", "bf16", 8)
+    assert grok["match"] in ("exact", "nearest") and grok["family"].startswith("h100-sxm/moe-coarse/")
+    with pytest.raises(ValueError, match="`kind` must be one of"):
+        band_for("h100-sxm", True, False, 8, shipped)
