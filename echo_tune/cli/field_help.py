@@ -18,8 +18,10 @@ from echo_tune.config.specs import parallel as parallel_mod
 def field_docs() -> dict[str, str]:
     """Field name -> its docstring (the string literal right after the annotated field)."""
     docs: dict[str, str] = {}
-    for cls in (model_mod.ModelSpec, moe_fields.MoEFields, moe_fields.MLAFields, layer_fields.LayerFields,
-                parallel_mod.ParallelConfig):
+    # each spec and the field groups it is built from (ParallelConfig's precision, schedule, FSDP, optimizer rooms)
+    classes = [c for spec in (model_mod.ModelSpec, parallel_mod.ParallelConfig) for c in spec.__mro__
+               if c.__module__.startswith("echo_tune.") and "__dataclass_fields__" in vars(c)]
+    for cls in classes:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
         body = tree.body[0].body
         for node, nxt in zip(body, body[1:]):

@@ -23,7 +23,7 @@ from echo_tune.plan.planner import study_records
 from echo_tune.plan.report import explanation_tables
 from echo_tune.plan.safety import fit_hint, fit_hint_text, near_tie, near_tie_text
 from echo_tune.search.space.auto_space import CAPS_HELP, FP8_CHOICES, auto_space_dict, layout_overrides, write_space
-from echo_tune.search.space.dominance import closest_misses
+from echo_tune.search.space.dominance import closest_miss as closest_miss_record
 from echo_tune.search.space.labels import full_label
 from echo_tune.search.outputs.results import trial_record, untimed_record
 from echo_tune.search.space.search_space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
@@ -105,17 +105,20 @@ def add_parser(subparsers) -> None:
 
 
 def closest_miss(space, result) -> dict | None:
-    """The layout that overflows memory the least, when none fits: a simulated trial, or a recompute variant the
-    memory rule did not simulate (``dominance.closest_misses``, simulated now: ``trial`` None)."""
+    """The layout that overflows memory the least, when none fits (``dominance.closest_miss``): a stored trial, or
+    a recompute variant the memory rule did not simulate (simulated now: ``trial`` None)."""
     store = open_storage(Path(result.results_dir), result.storage)
     study = optuna.load_study(study_name=result.study_name, storage=store.storage)
-    over = [(t.number, r) for t in study.get_trials(deepcopy=False)
-            if (r := trial_record(t) or untimed_record(t)) is not None and not r["fits_memory"]]
-    if not over:
+    over, numbers = [], {}
+    for t in study.get_trials(deepcopy=False):
+        r = trial_record(t) or untimed_record(t)
+        if r is not None and not r["fits_memory"]:
+            over.append(r)
+            numbers[id(r)] = t.number
+    rec = closest_miss_record(space, over)
+    if rec is None:
         return None
-    over += [(None, r) for r in closest_misses(space, [r for _, r in over])]
-    number, rec = min(over, key=lambda nr: nr[1]["memory_overshoot_bytes"])
-    return {"trial": number, "layout": full_label(rec["config"], rec["derived"].get("data_parallel_size")),
+    return {"trial": numbers.get(id(rec)), "layout": full_label(rec["config"], rec["derived"].get("data_parallel_size")),
             "over_gib": rec["memory_overshoot_bytes"] / 2**30, "config": rec["config"], "record": rec}
 
 

@@ -40,7 +40,7 @@ from echo_tune.plan.projection import (SORT_KEYS, GOODPUT_DEFAULT, budget_status
 from echo_tune.search.space.labels import full_label
 from echo_tune.search.space.auto_space import auto_space_dict, fp8_layout_value, load_model_at
 from echo_tune.plan.safety import fit_hint, just_over, near_tie
-from echo_tune.search.space.dominance import closest_misses
+from echo_tune.search.space.dominance import closest_miss
 from echo_tune.search.outputs.results import megatron_flags, trial_record, untimed_record
 from echo_tune.search.space.search_space import SearchSpace, space_from_dict, space_profile, with_overrides
 from echo_tune.search.storage.study_storage import open_storage
@@ -168,9 +168,7 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
         precision_of({"fp8_format": space.choices.get("fp8_format", (None,))[0]})
     best = result.best or just_over(space, records)  # none fits: one just over its limit is at risk
     if best is None:
-        over = [r for r in records if not r["fits_memory"]] + untimed_records(space, result)
-        over += closest_misses(space, over)  # the recompute variants the memory rule did not simulate
-        miss = min(over, key=lambda r: r["memory_overshoot_bytes"]) if over else None
+        miss = closest_miss(space, [r for r in records if not r["fits_memory"]] + untimed_records(space, result))
         row.update(feasible=False, layout=None, step_time_s=None, tokens_per_s=None, mfu=None, days=None,
                    gpu_hours=None, cost=None, headroom_gib=None, meets_deadline=None, within_budget=None,
                    precision=None, near_tie=None,

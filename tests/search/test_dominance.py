@@ -301,6 +301,9 @@ def test_where_nothing_fits_the_closest_miss_is_the_one_every_layout_simulated_g
     assert simulated > least  # the closest miss was among the skipped variants: the check cannot pass empty
     assert min(r["memory_overshoot_bytes"] for r in over + extra) == least
     assert len(extra) < result.n_dominated  # a few, not every skipped layout
+    # the one rule search and plan name their closest miss by
+    from echo_tune.search.space.dominance import closest_miss
+    assert closest_miss(space, over)["memory_overshoot_bytes"] == least and closest_miss(space, []) is None
 
 
 def test_the_known_variants_are_found_without_keying_every_record(small_space):

@@ -203,6 +203,15 @@ def closest_misses(space: SearchSpace, records: list[dict]) -> list[dict]:
     return out
 
 
+def closest_miss(space: SearchSpace, over: list[dict]) -> dict | None:
+    """Where no layout fits: of the records over memory (simulated or untimed) and the recompute variants the memory
+    rule did not simulate (``closest_misses``, simulated now), the one that overflows the least; None without any.
+    The one rule of ``search``'s and ``plan``'s closest miss."""
+    if not over:
+        return None
+    return min([*over, *closest_misses(space, over)], key=lambda r: r["memory_overshoot_bytes"])
+
+
 def _unseen_variants(space: SearchSpace, record: dict, known: set[tuple], profile) -> Iterator[dict]:
     """The records of ``record``'s layout's recompute variants not in ``known`` (``config_key``s; each is added),
     simulated now; a variant a rule rejects is left out."""
