@@ -2,7 +2,7 @@
 
 ``measure_in_situ`` runs one micro-batch of a shape's pieces for real on the device (embedding, one
 transformer layer, one MoE layer when the model has them, output layer and loss; forward and backward
-through autograd, built by the tracer's own layer code) and times every op the tracer would record (``tracer.describe``: same filter, same
+through autograd, built by the tracer's own layer code) and times every op the tracer would record (``recording.recorder.describe``: same filter, same
 keys) as it runs: CUDA events around each op, or the thread's CPU time on a one-thread CPU. An op
 thus sees the cache and memory state of a real step: its inputs were just produced by other ops, its
 outputs go to freshly allocated memory. The median over occurrences and repeats is kept. The MoE layer
@@ -41,7 +41,7 @@ from echo_tune.sim.schedule.passes import trace_pieces
 from echo_tune.workload import layers
 from echo_tune.workload.recording import context
 from echo_tune.workload.ends import heads
-from echo_tune.workload.tracer import describe
+from echo_tune.workload.recording.recorder import describe
 
 def _clock(device: torch.device):
     single = device.type == "cpu" and torch.get_num_threads() == 1

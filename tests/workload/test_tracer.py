@@ -9,7 +9,7 @@ import pytest
 from echo_tune.config import load_model
 from echo_tune.errors import ConfigError
 from echo_tune.workload import OP_KINDS, trace_embedding, trace_layer, trace_output
-from echo_tune.workload.tracer import METADATA
+from echo_tune.workload.recording.recorder import METADATA
 
 GPT3 = load_model("gpt3-175b")  # h=12288, a=96, s=2048, ffn=4h, GeLU, LayerNorm, unfused attention
 B = 2  # micro-batch size used throughout

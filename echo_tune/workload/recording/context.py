@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 _ACTIVE: Any = None
-"""The recorder in use (a ``tracer.TraceRecorder``), or None."""
+"""The recorder in use (a ``recorder.TraceRecorder``), or None."""
 
 
 @contextmanager

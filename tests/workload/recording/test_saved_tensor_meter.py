@@ -1,8 +1,8 @@
-"""The saved-tensor meter counts what the autograd graph holds when the forward ends (workload/tracer.py)."""
+"""The saved-tensor meter counts what the autograd graph holds when the forward ends (workload/recording/recorder.py)."""
 
 import torch
 
-from echo_tune.workload.tracer import SavedTensorMeter, TraceRecorder
+from echo_tune.workload.recording.recorder import SavedTensorMeter, TraceRecorder
 
 
 def test_a_dropped_branch_saves_nothing_and_a_live_one_counts_once():
