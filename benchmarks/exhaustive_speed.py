@@ -51,7 +51,7 @@ def sample(name: str, every: int) -> dict:
     """CPU ms per layout of simulating and freezing every ``every``-th batch here (the workers' part)."""
     from echo_tune.search.engines.exhaustive import _evaluate_batch, _pieces_for, batches
     from echo_tune.search.space.dominance import Dominance
-    from echo_tune.search.space.layouts import check_space
+    from echo_tune.search.space.space_check import check_space
 
     space = build(name)
     parts = batches(check_space(space)[0], 2)[::every]

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from echo_tune.search.engines import auto  # noqa: E402
 from echo_tune.search.engines.feature_variants import core_space, has_features  # noqa: E402
 from echo_tune.search.space.labels import full_label  # noqa: E402
-from echo_tune.search.space.layouts import check_space  # noqa: E402
+from echo_tune.search.space.space_check import check_space  # noqa: E402
 from search_quality import build  # noqa: E402
 from stored_study import exhaustive_journal, read_study  # noqa: E402
 

@@ -7,7 +7,9 @@
     result.best["step_time_s"], result.best["config"]
 """
 
-from echo_tune.search.space.layouts import Candidate, RejectedLayout, baselines, check_space, draw, enumerate_layouts
+from echo_tune.search.space.layouts import Candidate, RejectedLayout, draw, enumerate_layouts
+from echo_tune.search.space.baselines import baselines
+from echo_tune.search.space.space_check import check_space
 from echo_tune.search.space.params import full_params, layout_of, search_distributions, suggest_layout
 from echo_tune.search.engines.objective import OBJECTIVE_KEYS, Evaluator, evaluate
 from echo_tune.search.engines.sampler import SAMPLERS, ValidLayoutSampler, register_sampler

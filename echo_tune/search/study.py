@@ -37,7 +37,8 @@ from echo_tune.search.engines.exhaustive import run_exhaustive
 from echo_tune.search.engines.workers import start_workers, worker_pool
 from echo_tune.search.engines.gc_pause import gc_paused
 from echo_tune.search.outputs.trials_csv import TrialsCsv
-from echo_tune.search.space.layouts import check_space, config_key
+from echo_tune.search.space.layouts import config_key
+from echo_tune.search.space.space_check import check_space
 from echo_tune.search.storage.resume import resume_notes, with_stored_best
 from echo_tune.search.options import SearchOptions, check_options
 from echo_tune.search.engines.sampler import DEFAULT_N_TRIALS, make_sampler

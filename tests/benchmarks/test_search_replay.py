@@ -9,7 +9,8 @@ from stored_study import exhaustive_journal, read_study
 
 from echo_tune.search import SearchOptions, load_space, run_search
 from echo_tune.search.space.dominance import config_group_key
-from echo_tune.search.space.layouts import check_space, config_key
+from echo_tune.search.space.layouts import config_key
+from echo_tune.search.space.space_check import check_space
 
 MIXTRAL = Path(__file__).resolve().parents[2] / "search_spaces" / "mixtral-8x7b-64xh100.yaml"
 

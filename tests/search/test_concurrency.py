@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from echo_tune.search import check_space, load_space
 from echo_tune.search.storage.claim import WORKER_ATTR
-from echo_tune.search.space.layouts import baselines
+from echo_tune.search.space.baselines import baselines
 from echo_tune.search.storage.study_storage import open_storage
 
 REPO = Path(__file__).resolve().parents[2]

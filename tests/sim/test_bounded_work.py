@@ -14,7 +14,7 @@ from echo_tune.config.load.loading import load_cluster, load_model
 from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.errors import ConfigError
 from echo_tune.limits import MAX_SIMULATED_MICRO_BATCHES
-from echo_tune.search.space import layouts as layouts_module
+from echo_tune.search.space import space_check as space_check_module
 from echo_tune.search import check_space, load_space
 from echo_tune.sim.simulate import simulate
 
@@ -61,6 +61,6 @@ def test_timeline_of_too_many_micro_batches_is_refused():
 def test_huge_space_is_refused_not_enumerated_silently(monkeypatch):
     space = load_space(Path(__file__).resolve().parents[2] / "search_spaces" / "small-gpt7b-16xa100.yaml")
     valid, _ = check_space(space)
-    monkeypatch.setattr(layouts_module, "MAX_VALID_LAYOUTS", len(valid) - 1)
+    monkeypatch.setattr(space_check_module, "MAX_VALID_LAYOUTS", len(valid) - 1)
     with pytest.raises(ConfigError, match=f"more than {len(valid) - 1} valid layouts"):
         check_space(space)

@@ -90,7 +90,7 @@ def test_pass_costs_in_two_parts_are_the_whole(monkeypatch):
     """Costs of one pass for two recompute module sets, the passes shared: each equals the costs computed
     with nothing cached."""
     from echo_tune.search.space.auto_space import auto_space
-    from echo_tune.search.space.layouts import check_space
+    from echo_tune.search.space.space_check import check_space
     from echo_tune.sim.step_setup import cost_context
     from echo_tune.sim.schedule.memo import profile_for_cluster
 

@@ -247,7 +247,7 @@ def test_tp_comm_overlap_does_not_reach_multi_latent_attention_models():
 
 def test_an_mla_space_holds_no_tp_comm_overlap_alias():
     from echo_tune.search.space.auto_space import auto_space
-    from echo_tune.search.space.layouts import check_space
+    from echo_tune.search.space.space_check import check_space
 
     valid, _ = check_space(auto_space(model="deepseek-v2-lite", cluster="h100", num_gpus=16, global_batch_size=64))
     assert valid and not any(c.parallel.tp_comm_overlap for c in valid)

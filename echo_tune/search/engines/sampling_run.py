@@ -17,7 +17,9 @@ from optuna.trial import TrialState
 
 from echo_tune.search.outputs import results as res
 from echo_tune.search.storage.claim import WORKER_ATTR, claim, die_with_parent, started_count, stop_requested, worker_id
-from echo_tune.search.space.layouts import RejectedLayout, baselines, check_space
+from echo_tune.search.space.layouts import RejectedLayout
+from echo_tune.search.space.baselines import baselines
+from echo_tune.search.space.space_check import check_space
 from echo_tune.search.storage.liveness import Reaper, heartbeat
 from echo_tune.search.engines.objective import (CONSTRAINTS_SYSTEM_ATTR, REJECTED_CONSTRAINTS, Evaluator, constraint_sequence,
                                        constraints, flat_attrs, told_values)

@@ -28,7 +28,8 @@ from echo_tune.search.engines.exhaustive import (FEED_EVERY, _cost, _evaluate_ba
 from echo_tune.search.engines.workers import dispatch
 from echo_tune.search.engines.gc_pause import gc_paused
 from echo_tune.search.space.layouts import (CHECK_AFTER, SHAPE_FIELDS, RejectedLayout, _check, completions, options,
-                                                shape_prefixes, unused_notes, used_values)
+                                             shape_prefixes)
+from echo_tune.search.space.space_check import unused_notes, used_values
 from echo_tune.search.space.search_space import FIELD_ORDER, SearchSpace
 
 SHAPES_PER_TASK = 16  # at most: Qwen3-30B-A3B's shapes hold 24 layouts (median), 48 at most

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from echo_tune.search.storage.accounting import account, duplicate_note, in_flight_note, missing_note
 from echo_tune.search.space.dominance import DOMINATED_BY_MEMORY, OVER_MEMORY
-from echo_tune.search.space.layouts import check_space
+from echo_tune.search.space.space_check import check_space
 from echo_tune.search.engines.objective import OBJECTIVE_KEYS
 from echo_tune.search.outputs.write import start_outputs, write_outputs
 from echo_tune.search.outputs.results import (SearchResult, best_of, entry, feasible_records, pareto_of, trial_record,

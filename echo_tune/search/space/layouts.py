@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from echo_tune.config.rules.compatibility import Layout, check_compatible
@@ -34,8 +33,6 @@ from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.config.rules.schedule_rules import userbuffers_reach_linears
 from echo_tune.errors import ConfigError
-from echo_tune.limits import MAX_VALID_LAYOUTS
-from echo_tune.search.engines.gc_pause import gc_paused
 from echo_tune.search.space.fields import MODEL_LAYOUT_FIELDS, MODULE_SET_FIELDS, module_choice, module_set
 from echo_tune.search.space.search_space import FIELD_ORDER, SearchSpace
 from echo_tune.search.space.features import FEATURE_FIELDS, feature_applies, model_of
@@ -298,93 +295,3 @@ def shape_prefixes(space: SearchSpace, stats: Counter | None = None) -> Iterator
 def completions(space: SearchSpace, prefix: dict, stats: Counter | None = None) -> Iterator[Candidate]:
     """The valid layouts that complete a ``shape_prefixes`` shape, in drawing order."""
     yield from _walk(space, prefix, len(SHAPE_FIELDS), stats)
-
-
-def rule_name(rule: str) -> str:
-    """The rule part of a check_compatible message (before the offending values)."""
-    return rule.split(", but got")[0].split(" (")[0]
-
-
-def check_space(space: SearchSpace) -> tuple[list[Candidate], list[str]]:
-    """All valid layouts and notes on the space; ConfigError if it holds no valid layout."""
-    stats: Counter = Counter()
-    with gc_paused():
-        valid = list(itertools.islice(enumerate_layouts(space, stats), MAX_VALID_LAYOUTS + 1))
-    if len(valid) > MAX_VALID_LAYOUTS:  # bounded work (issue 10): stop before minutes of silence
-        raise ConfigError(f"search space {space.source or space.name!r} holds more than {MAX_VALID_LAYOUTS} valid "
-                          f"layouts ({space.product_size} combinations); list fewer values instead of `auto` "
-                          f"(e.g. micro_batch_size, num_gpus) or split the space")
-    if not valid:
-        by_rule = Counter()
-        for rule, n in stats.items():
-            by_rule[rule_name(rule)] += n
-        top, n = by_rule.most_common(1)[0] if by_rule else ("(none)", 0)
-        example = next(r for r in stats if rule_name(r) == top) if by_rule else ""
-        raise ConfigError(f"search space {space.source or space.name!r} holds no valid layout; the rule broken "
-                          f"most often ({n} of {sum(stats.values())} rejections) is: {example}")
-    return valid, unused_notes(space, used_values(space, valid))
-
-
-def used_values(space: SearchSpace, candidates: Iterable[Candidate]) -> dict[str, set]:
-    """The values each searched setting takes in ``candidates``."""
-    # read off the settings (not ``c.config``: building 43k config dicts cost ~2 s of a 43k-layout space)
-    return {f: {setting(c, f) for c in candidates} for f in space.searched}
-
-
-def unused_notes(space: SearchSpace, used: dict[str, set]) -> list[str]:
-    """Notes on the searched values no valid layout takes (``used``: ``used_values`` of every valid layout)."""
-    notes = []
-    for field_name in space.searched:
-        unused = [v for v in space.choices[field_name] if v not in used[field_name]]
-        if unused:
-            notes.append(f"{field_name} value(s) {unused} appear in no valid layout")
-    return notes
-
-
-# Baselines: the layouts a practitioner would try first, so TPE starts from good points.
-_PREFERENCE = {
-    "num_gpus": lambda v: -v,
-    "context_parallel_size": lambda v: v,
-    "expert_model_parallel_size": lambda v: -v,
-    "expert_tensor_parallel_size": lambda v: 0 if v is None else v,
-    "decoder_first_pipeline_num_layers": lambda v: v is not None,
-    "decoder_last_pipeline_num_layers": lambda v: v is not None,
-    "account_for_embedding_in_pipeline_split": lambda v: bool(v),
-    "account_for_loss_in_pipeline_split": lambda v: bool(v),
-    "micro_batch_size": lambda v: v,
-    "virtual_pipeline_model_parallel_size": lambda v: 0 if v is None else v,
-    "num_layers_per_virtual_pipeline_stage": lambda v: v is not None,
-    "sequence_parallel": lambda v: not v,
-    "tp_comm_overlap": lambda v: bool(v),
-    "recompute_granularity": lambda v: {"selective": 0, None: 1, "full": 2}[v],
-    "recompute_method": lambda v: {"uniform": 0, "block": 1, None: 2}[v],
-    "recompute_num_layers": lambda v: 0 if v is None else v,
-    "use_distributed_optimizer": lambda v: not v,
-    "overlap_param_gather": lambda v: not v,
-    "overlap_grad_reduce": lambda v: not v,
-    "fp8_format": lambda v: v is None,
-    "fp8_param_gather": lambda v: not v,
-}
-
-
-def _preference_key(c: Candidate) -> tuple:
-    cfg = c.config
-    return tuple(rank(cfg[f]) for f, rank in _PREFERENCE.items())
-
-
-def baselines(space: SearchSpace, valid: list[Candidate], limit: int = 6) -> list[Candidate]:
-    """The obvious first tries: the largest TP inside a node with each pipeline depth, common settings.
-
-    Spread over the pipeline depths when there are more than ``limit``.
-    """
-    node = space.cluster.gpus_per_node
-    in_node = [c for c in valid if c.parallel.tensor_model_parallel_size <= node] or valid
-    tp = max(c.parallel.tensor_model_parallel_size for c in in_node)
-    best_per_pp: dict[int, Candidate] = {}
-    for c in sorted((c for c in in_node if c.parallel.tensor_model_parallel_size == tp), key=_preference_key):
-        best_per_pp.setdefault(c.parallel.pipeline_model_parallel_size, c)
-    picks = [best_per_pp[p] for p in sorted(best_per_pp)]
-    if len(picks) > limit:
-        step = (len(picks) - 1) / (limit - 1)
-        picks = [picks[round(i * step)] for i in range(limit)]
-    return picks

@@ -10,7 +10,7 @@ from echo_tune.search.engines.auto import groups, representatives, search_rounds
 from echo_tune.search.engines.feature_level import rebatch
 from echo_tune.search.engines.feature_variants import SWEEP_FIELDS, core_space, variants
 from echo_tune.search.space.auto_space import auto_space
-from echo_tune.search.space.layouts import check_space
+from echo_tune.search.space.space_check import check_space
 
 
 @pytest.fixture(scope="module")

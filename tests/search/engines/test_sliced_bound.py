@@ -11,7 +11,8 @@ import pytest
 from echo_tune.search.engines import sliced
 from echo_tune.search.space.auto_space import auto_space
 from echo_tune.search.space import layouts
-from echo_tune.search.space.layouts import SHAPE_FIELDS, check_space, shape_prefixes
+from echo_tune.search.space.layouts import SHAPE_FIELDS, shape_prefixes
+from echo_tune.search.space.space_check import check_space
 from echo_tune.search.space.search_space import FIELD_ORDER
 
 

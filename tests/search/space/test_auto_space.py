@@ -52,7 +52,7 @@ def test_missing_pieces_and_both_given_are_one_line_errors(capsys, tmp_path):
 
 
 def test_random_sampler_stops_when_every_layout_is_simulated(tmp_path):
-    from echo_tune.search.space.layouts import check_space
+    from echo_tune.search.space.space_check import check_space
     from echo_tune.search.space.search_space import load_space
     from echo_tune.search.study import SearchOptions, run_search
 

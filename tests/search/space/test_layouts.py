@@ -11,7 +11,8 @@ from optuna.trial import TrialState
 from echo_tune.config.rules.compatibility import check_compatible
 from echo_tune.errors import ConfigError
 from echo_tune.search import check_space, enumerate_layouts, space_from_dict, suggest_layout
-from echo_tune.search.space.layouts import RejectedLayout, applicable, baselines, off_value
+from echo_tune.search.space.layouts import RejectedLayout, applicable, off_value
+from echo_tune.search.space.baselines import baselines
 from echo_tune.search.space.params import full_params, layout_of
 from echo_tune.search.engines.sampler import ValidLayoutSampler
 from echo_tune.search.space.search_space import FIELD_ORDER

@@ -5,7 +5,8 @@ from collections import Counter
 import pytest
 
 from echo_tune.search.space.auto_space import auto_space, auto_space_dict
-from echo_tune.search.space.layouts import RejectedLayout, check_space, draw
+from echo_tune.search.space.layouts import RejectedLayout, draw
+from echo_tune.search.space.space_check import check_space
 from echo_tune.search.space.search_space import space_from_dict
 from echo_tune.search.space.uneven import EVEN, canonical_splits, split_vpp_values
 
