@@ -21,10 +21,10 @@ predicts it; the fit file stores it per row), every other row with its plain err
 The band of a family of at least ``MIN_RUNS`` runs is the 5th..95th percentile of its errors, without its one run
 farthest from the median where it has five or more (one outlier row does not set the band), never narrower than the
 typical error of all runs (their median absolute error, ``min_half_width_pct``, on each side of the family's median).
-A prediction takes its own family's band where it has ``MIN_RUNS`` runs; else another family of the same GPU and kind
-with enough runs (another precision or scale); else the runs of its GPU and kind together (``pooled``: every precision
-and scale), where they are ``MIN_RUNS``; else it is *unvalidated* and gets the band of all runs, said so. No band is
-borrowed from another GPU or kind, and a MoE prediction on a GPU with no validated MoE run says so. Coarse MoE is a kind
+A prediction takes its own family's band where it has ``MIN_RUNS`` runs; else the runs of its GPU and kind together
+(``pooled``: every precision and scale, its own family's runs among them), where they are ``MIN_RUNS``; else it is
+*unvalidated* and gets the band of all runs, said so. No band is borrowed from another family alone (a narrow band
+of another precision or scale), another GPU or another kind, and a MoE prediction on a GPU with no validated MoE run says so. Coarse MoE is a kind
 of its own (``kind_of``): the model's MoE error grows with many small experts per rank, and 8-expert runs (Grok-1 on
 H100: -6..-12%) say nothing of a 128-expert model's (Qwen3-30B-A3B on H100: -43% in sample, +14% and +116% out of
 sample).
@@ -142,7 +142,7 @@ def band_summary(band: dict) -> dict:
     """What a result carries of its band (``band_for``'s answer): family, match, note, run count, errors, the band
     in prediction error and as measured / predicted, and its text."""
     return {**{k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct", "mean_signed_error_pct")},
-            "validated": band["match"] in ("exact", "nearest"),
+            "validated": band["match"] in ("exact", "pooled"),
             "prediction_error_pct": [band["band_lo_pct"], band["band_hi_pct"]],
             "median_measured_over_predicted": median_ratio(band),
             "measured_over_predicted": list(measured_ratio_range(band)), "text": band_text(band)}
@@ -215,7 +215,7 @@ def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int) ->
 
 def band_note(band: dict) -> str | None:
     """The table note of a band that is not its family's own, or None."""
-    return {"nearest": f"band of {band['family']} (same GPU and kind)",
+    return {"pooled": band["note"],
             "unvalidated": band["note"], "none": band["note"]}.get(band["match"])
 
 
@@ -224,27 +224,19 @@ def load_bands() -> dict:
 
 
 def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | None = None) -> dict:
-    """The error band of a prediction: its family's with at least ``MIN_RUNS`` runs, else another family of the
-    same GPU and kind with enough runs (nearest scale, then the most runs), else unvalidated (all runs)."""
+    """The error band of a prediction: its family's with at least ``MIN_RUNS`` runs, else the runs of its GPU and kind
+    together (every precision and scale) where they are ``MIN_RUNS``, else unvalidated (all runs)."""
     bands = bands or load_bands()
     want = family(gpu, kind, fp8, num_gpus)
     fams, key = bands["families"], family_key(want)
     if key in fams and fams[key]["n_runs"] >= MIN_RUNS:
         return {**fams[key], "family": key, "match": "exact", "note": f"validated family {key}"}
-    order = [label for _, label in SCALES]
-    near = [k for k, f in fams.items() if f["gpu"] == gpu and f["kind"] == want["kind"] and f["n_runs"] >= MIN_RUNS]
-    if near:
-        near.sort(key=lambda k: (fams[k]["precision"] != want["precision"],
-                                 abs(order.index(fams[k]["scale"]) - order.index(want["scale"])), -fams[k]["n_runs"], k))
-        own = f"{fams[key]['n_runs']} validated run(s) of {key}" if key in fams else f"no validated run of {key}"
-        return {**fams[near[0]], "family": near[0], "match": "nearest",
-                "note": f"{own}; band of {near[0]} (same GPU and kind)"}
     pool = pool_key(want)
     if bands.get("pooled", {}).get(pool, {}).get("n_runs", 0) >= MIN_RUNS:
         own = f"{fams[key]['n_runs']} validated run(s) of {key}" if key in fams else f"no validated run of {key}"
-        return {**bands["pooled"][pool], "family": pool, "match": "nearest",
+        return {**bands["pooled"][pool], "family": pool, "match": "pooled",
                 "note": f"{own}; band of the {bands['pooled'][pool]['n_runs']} runs of {pool} (same GPU and kind, "
-                        f"every precision and scale: no family of them has {MIN_RUNS})"}
+                        f"every precision and scale)"}
     name = KIND_NAMES[kind]
     seen = sum(f["n_runs"] for f in fams.values() if f["gpu"] == gpu and f["kind"] == want["kind"])
     why = (f"only {seen} validated {name} run(s) on {gpu}" if seen else f"no validated {name} run on {gpu}")

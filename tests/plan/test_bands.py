@@ -29,11 +29,16 @@ def test_scales():
     assert [scale_of(n) for n in (8, 64, 65, 512, 513)] == ["<=64", "<=64", "<=512", "<=512", ">512"]
 
 
-def test_exact_nearest_and_unvalidated():
+def test_exact_pooled_and_unvalidated():
     exact = band_for("h100-sxm", "dense", False, 32, BANDS)
     assert exact["match"] == "exact" and exact["band_lo_pct"] == -15.0
-    other_scale = band_for("h100-sxm", "dense", False, 1024, BANDS)  # same GPU and kind, another scale
-    assert other_scale["match"] == "nearest" and other_scale["family"] == "h100-sxm/dense/bf16/<=64"
+    # another scale of the same GPU and kind: not the <=64 family's band alone, the GPU and kind's runs together
+    other_scale = band_for("h100-sxm", "dense", False, 1024, BANDS)
+    assert other_scale["match"] == "unvalidated"  # this table has no pooled runs
+    pooled = {**BANDS, "pooled": {"h100-sxm/dense/all": _fam("h100-sxm", "dense", "all", "all", 5, -18.0, 9.0, -4.0)}}
+    other_scale = band_for("h100-sxm", "dense", False, 1024, pooled)
+    assert other_scale["match"] == "pooled" and other_scale["family"] == "h100-sxm/dense/all"
+    assert other_scale["band_lo_pct"] == -18.0 and "no validated run of h100-sxm/dense/bf16/>512" in other_scale["note"]
     # no band is borrowed from another GPU, even of the same architecture
     for gpu in ("h200-sxm", "b200"):
         other = band_for(gpu, "dense", False, 1024, BANDS)
@@ -51,7 +56,7 @@ def test_runs_of_one_gpu_and_kind_are_pooled_before_unvalidated():
                                     "h100-sxm/moe/fp8/<=512": _fam("h100-sxm", "moe", "fp8", "<=512", 2, -8.0, 9.0, 1.0)},
               "pooled": {"h100-sxm/moe/all": {**_fam("h100-sxm", "moe", "all", "all", 4, -12.0, 10.0, -2.0)}}}
     band = band_for("h100-sxm", "moe", False, 64, pooled)
-    assert band["match"] == "nearest" and band["family"] == "h100-sxm/moe/all" and band["band_lo_pct"] == -12.0
+    assert band["match"] == "pooled" and band["family"] == "h100-sxm/moe/all" and band["band_lo_pct"] == -12.0
     assert "2 validated run(s) of h100-sxm/moe/bf16/<=64" in band["note"] and "every precision and scale" in band["note"]
     # a pool of fewer than 3 runs is no band either
     few = {**pooled, "pooled": {"h100-sxm/moe/all": {**pooled["pooled"]["h100-sxm/moe/all"], "n_runs": 2}}}
@@ -160,7 +165,7 @@ def test_every_gpu_preset_gets_a_band_and_racks_have_their_own_runs():
     clusters = [et.load_cluster(name) for name in preset_names("clusters")]
     assert {c.gpu.name for c in clusters} == set(preset_names("gpus"))  # each GPU preset has a cluster preset
     for c in clusters:  # a GPU preset is one the bands speak for: a band of its own, a nearer one, or all runs'
-        assert band_or_none(default_profile(c), c, "dense", False, 8)["match"] in ("exact", "nearest", "unvalidated")
+        assert band_or_none(default_profile(c), c, "dense", False, 8)["match"] in ("exact", "pooled", "unvalidated")
     cluster = et.load_cluster("gb200-nvl72")
     band = band_or_none(default_profile(cluster), cluster, "dense", True, 64)
     assert band["match"] == "exact" and band["family"] == "gb200/dense/fp8/<=64"
@@ -182,6 +187,6 @@ def test_coarse_and_fine_grained_moe_are_families_apart():
     fine = band_or_none(default_profile(h100), h100, "moe", "bf16", 16)
     assert fine["family"] != "h100-sxm/moe-coarse/bf16/<=64" and "moe-coarse" not in (fine["family"] or "")
     grok = band_or_none(default_profile(h100), h100, "moe-coarse", "bf16", 8)
-    assert grok["match"] in ("exact", "nearest") and grok["family"].startswith("h100-sxm/moe-coarse/")
+    assert grok["match"] in ("exact", "pooled") and grok["family"].startswith("h100-sxm/moe-coarse/")
     with pytest.raises(ValueError, match="`kind` must be one of"):
         band_for("h100-sxm", True, False, 8, shipped)
