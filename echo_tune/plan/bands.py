@@ -24,10 +24,10 @@ typical error of all runs (their median absolute error, ``min_half_width_pct``, 
 A prediction takes its own family's band where it has ``MIN_RUNS`` runs; else the runs of its GPU and kind together
 (``pooled``: every precision and scale, its own family's runs among them), where they are ``MIN_RUNS``; else it is
 *unvalidated* and gets the band of all runs, said so. No band is borrowed from another family alone (a narrow band
-of another precision or scale), another GPU or another kind, and a MoE prediction on a GPU with no validated MoE run says so. Coarse MoE is a kind
-of its own (``kind_of``): the model's MoE error grows with many small experts per rank, and 8-expert runs (Grok-1 on
-H100: -6..-12%) say nothing of a 128-expert model's (Qwen3-30B-A3B on H100: -43% in sample, +14% and +116% out of
-sample).
+of another precision or scale), another GPU or another kind, and a MoE prediction on a GPU with no validated MoE run
+says so. Coarse MoE is a kind of its own (``kind_of``): the model's MoE error grows with many small experts per rank,
+and 8-expert runs (Grok-1 on H100: -6..-12%) say nothing of a 128-expert model's (Qwen3-30B-A3B on H100: -43% in
+sample, +14% and +116% out of sample).
 """
 
 from __future__ import annotations
