@@ -12,6 +12,7 @@ from echo_tune.config.specs import model as model_mod
 from echo_tune.config.specs import layer_fields
 from echo_tune.config.specs import moe_fields
 from echo_tune.config.specs import parallel as parallel_mod
+from echo_tune.config.specs import precision_fields
 
 
 @functools.cache
@@ -39,7 +40,7 @@ CHOICES = {
     "moe_flex_dispatcher_backend": moe_fields.FLEX_BACKENDS,
     "recompute_granularity": tuple(c for c in parallel_mod.RECOMPUTE_GRANULARITIES if c),
     "recompute_method": tuple(c for c in parallel_mod.RECOMPUTE_METHODS if c),
-    "fp8_format": tuple(c for c in parallel_mod.FP8_FORMATS if c), "fp8_recipe": parallel_mod.FP8_RECIPES,
+    "fp8_format": tuple(c for c in precision_fields.FP8_FORMATS if c), "fp8_recipe": precision_fields.FP8_RECIPES,
     "softmax_type": layer_fields.SOFTMAX_TYPES, "cross_entropy_fusion_impl": layer_fields.CROSS_ENTROPY_FUSION_IMPLS,
     "transformer_impl": layer_fields.TRANSFORMER_IMPLS,
 }

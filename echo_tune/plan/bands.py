@@ -1,9 +1,8 @@
 """Error bands: how far the simulator's step times were from measured runs of the same *family*, out of sample.
 
-A family is (GPU, kind: dense, MoE or coarse MoE (at most 8 experts), precision: bf16, fp8 or fp4 (NVFP4), scale: GPUs up
-to 64, up to 512, or more). The
-table ``error_bands.json`` beside this module is built from ``echo-tune validate``'s rows on the shipped
-published-runs CSVs by::
+A family is (GPU, kind: dense, MoE or coarse MoE (at most 8 experts), precision: bf16, fp8 or fp4 (NVFP4), scale:
+GPUs up to 64, up to 512, or more). The table ``error_bands.json`` beside this module is built from ``echo-tune
+validate``'s rows on the shipped published-runs CSVs by::
 
     python -m echo_tune.plan.bands calibration/published-runs/runs_megatron.csv \
         calibration/published-runs/runs_modern.csv calibration/published-runs/runs_bridge.csv \
@@ -95,7 +94,7 @@ def pool_key(f: dict) -> str:
 
 
 MIN_RUNS = 3
-"""A family with fewer validated runs is unvalidated: it gets the band of all runs."""
+"""A family (or a GPU and kind's pooled runs) with fewer validated runs gives no band of its own (``band_for``)."""
 QUANTILES = (0.05, 0.95)
 """The band of a family: these quantiles of its runs' errors (linear interpolation between ranks)."""
 TRIM_FROM_RUNS = 5

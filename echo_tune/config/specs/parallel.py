@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from echo_tune.config._checks import require, require_choice, require_positive
 from echo_tune.config.specs.fsdp_fields import FsdpFields
 from echo_tune.config.specs.optimizer_fields import OptimizerFields
-from echo_tune.config.specs.precision_fields import (FP4_FORMATS, FP4_RECIPES, FP8_FORMATS,  # noqa: F401 (re-exported)
-                                                     FP8_RECIPES, PrecisionFields)
-from echo_tune.config.specs.schedule_fields import CUDA_GRAPH_IMPLS, ScheduleFields  # noqa: F401 (re-exported)
+from echo_tune.config.specs.precision_fields import PrecisionFields
+from echo_tune.config.specs.schedule_fields import ScheduleFields
 
 RECOMPUTE_GRANULARITIES = (None, "full", "selective")
 RECOMPUTE_METHODS = (None, "uniform", "block")
