@@ -16,8 +16,8 @@ import sys
 import timeit
 from pathlib import Path
 
-from echo_tune.calibrate.check import check_log
-from echo_tune.calibrate.fit import fit_profile
+from echo_tune.calibrate.fit.check import check_log
+from echo_tune.calibrate.fit.fit_profile import fit_profile
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.collectives.comm import collective_time_s

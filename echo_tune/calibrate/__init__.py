@@ -1,10 +1,8 @@
-"""Calibration: measure a cluster and fit the cost models' coefficients (issue #4).
+"""Calibration: measure a cluster and fit the cost models' coefficients into a cluster profile.
 
-* ``microbench`` (+ ``bench_compute``, ``bench_comm``, ``plans``, ``raw``): ``echo-tune bench``,
-  torch microbenchmarks launched by torchrun, writing ``calibration/<name>/raw/``.
-* ``nccl_tests``: a parser for every nccl-tests output layout.
-* ``fit`` (+ ``fit_comm``, ``fit_compute``, ``results``): ``echo-tune calibrate fit``, least squares
-  of the models in ``cost/collectives/comm.py`` and ``cost/kernels/compute.py``, written as a profile YAML.
-* ``check``: ``echo-tune calibrate check``, a profile against a log it was not fitted on.
+* ``bench/``: ``echo-tune bench``, torch microbenchmarks launched by torchrun, writing ``calibration/<name>/raw/``.
+* ``logs/``: measurements read from others' logs: nccl-tests outputs and Megatron-LM training logs.
+* ``fit/``: ``echo-tune calibrate fit`` (least squares of the models in ``cost/collectives/comm.py`` and
+  ``cost/kernels/compute.py``, or named physical parameters on training runs) and ``calibrate check``.
 * ``datasheet``: the shipped, datasheet-derived (not measured) profiles in ``profiles/``.
 """

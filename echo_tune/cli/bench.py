@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from echo_tune.calibrate.bench_args import add_bench_arguments
-from echo_tune.calibrate.raw import check_bench_name
+from echo_tune.calibrate.bench.bench_args import add_bench_arguments
+from echo_tune.calibrate.bench.raw import check_bench_name
 from echo_tune.cli.common import print_json
 from echo_tune.errors import CalibrationError
 
@@ -45,7 +45,7 @@ def _report(args: argparse.Namespace, out) -> None:
 
 def _torchrun_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            str(args.nproc_per_node), "-m", "echo_tune.calibrate.microbench", *argv]
+            str(args.nproc_per_node), "-m", "echo_tune.calibrate.bench.microbench", *argv]
 
 
 def _forwarded_argv(args: argparse.Namespace) -> list[str]:
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if code == 0 and args.json:
             _report(args, Path(args.output_root) / args.name)
         return code
-    from echo_tune.calibrate.microbench import run_bench  # imports torch
+    from echo_tune.calibrate.bench.microbench import run_bench  # imports torch
 
     out = run_bench(args)
     if int(os.environ.get("RANK", "0")) == 0:

@@ -13,8 +13,8 @@ from echo_tune.cli.common import print_json
 from echo_tune.console import make_console
 from rich.table import Table
 
-from echo_tune.calibrate.check import check_log, extrapolation_warnings, placement_for, predict_us
-from echo_tune.calibrate.results import FitResult
+from echo_tune.calibrate.fit.check import check_log, extrapolation_warnings, placement_for, predict_us
+from echo_tune.calibrate.fit.results import FitResult
 from echo_tune.cli.calibrate_runs import add_run_arguments, run_fit_runs, wants_runs
 from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.collectives.comm import COLLECTIVES, bus_factor
@@ -114,7 +114,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if not args.cluster:
         raise ConfigError("`calibrate fit` needs --cluster (the cluster the bench or nccl-tests logs ran on)")
     cluster = load_cluster(args.cluster)
-    from echo_tune.calibrate.fit import fit_profile, write_residuals  # scipy: loaded by `fit` alone
+    from echo_tune.calibrate.fit.fit_profile import fit_profile, write_residuals  # scipy: loaded by `fit` alone
 
     outcome = fit_profile(cluster, nccl_logs=args.nccl_tests, bench_dir=args.bench, name=args.name,
                           max_tiers=args.max_tiers, allow_gpu_mismatch=args.allow_gpu_mismatch,

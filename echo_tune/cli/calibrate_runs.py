@@ -10,7 +10,7 @@ import dataclasses
 
 from rich.table import Table
 
-from echo_tune.calibrate.megatron_log import read_logs
+from echo_tune.calibrate.logs.megatron_log import read_logs
 from echo_tune.cli.common import print_json
 from echo_tune.console import make_console
 from echo_tune.cost.profile import load_cluster_profile, save_profile
@@ -18,7 +18,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.validate.runs import read_runs
 from echo_tune.validate.datasets import is_published
 
-HEADER = ("# Fitted by echo-tune calibrate fit on measured training runs (echo_tune/calibrate/fit_runs.py).\n"
+HEADER = ("# Fitted by echo-tune calibrate fit on measured training runs (echo_tune/calibrate/fit/fit_runs.py).\n"
           "# Rerun with:\n#   {command}\n# {label}\n")
 
 
@@ -90,7 +90,7 @@ def _command(args: argparse.Namespace) -> str:
 
 def run_fit_runs(args: argparse.Namespace) -> int:
     # lazy: loads numpy (~0.2 s), which importing cli.calibrate_runs does not
-    from echo_tune.calibrate.fit_runs import fit_runs, sha256
+    from echo_tune.calibrate.fit.fit_runs import fit_runs, sha256
 
     if Path(args.out).is_symlink():  # never write through a link into another file (issue 20)
         raise ConfigError(f"--out {args.out!r} is a symbolic link; give a plain file path (the profile is not "
@@ -116,7 +116,7 @@ def run_fit_runs(args: argparse.Namespace) -> int:
 
 def unfitted_sources(rows: list[dict], n_params: int) -> dict[str, int]:
     """The sources whose leave-one-source-out error is the unfitted profile's, each with the rows of other sources
-    left when it is held out: fewer than parameters + 2, too few to refit (``calibrate/fit_runs.py``)."""
+    left when it is held out: fewer than parameters + 2, too few to refit (``calibrate/fit/fit_runs.py``)."""
     keys = [r["source_key"] for r in rows]
     return {k: len(keys) - keys.count(k) for k in dict.fromkeys(keys) if len(keys) - keys.count(k) < n_params + 2}
 

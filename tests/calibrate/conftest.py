@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from echo_tune.calibrate.fit import fit_profile
+from echo_tune.calibrate.fit.fit_profile import fit_profile
 from echo_tune.config.load.loading import load_cluster
 
 REPO = Path(__file__).resolve().parents[2]

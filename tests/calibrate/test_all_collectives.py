@@ -12,9 +12,9 @@ import math
 
 import pytest
 
-from echo_tune.calibrate.check import check_log
-from echo_tune.calibrate.fit import fit_profile
-from echo_tune.calibrate.nccl_tests import parse_nccl_tests
+from echo_tune.calibrate.fit.check import check_log
+from echo_tune.calibrate.fit.fit_profile import fit_profile
+from echo_tune.calibrate.logs.nccl_tests import parse_nccl_tests
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.collectives.comm import bus_factor, collective_time_s

@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-from echo_tune.calibrate import raw
-from echo_tune.calibrate.fit import fit_profile
+from echo_tune.calibrate.bench import raw
+from echo_tune.calibrate.fit.fit_profile import fit_profile
 from echo_tune.cli.main import main
 from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.profile import load_profile, profile_for
@@ -86,7 +86,7 @@ def test_two_process_bench_then_fit_then_profile(tmp_path):
 
 def test_four_processes_as_two_nodes_fit_the_inter_node_scope(tmp_path):
     _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-          "-m", "echo_tune.calibrate.microbench", "--quick", "--name", "fake-2node", "--output-root", str(tmp_path),
+          "-m", "echo_tune.calibrate.bench.microbench", "--quick", "--name", "fake-2node", "--output-root", str(tmp_path),
           "--ranks-per-node", "2", "--skip", "gemm,attention,memory,interference"])
     directory = tmp_path / "fake-2node" / "raw"
     rows = _check_columns(directory, ("collectives",))["collectives"]
@@ -124,7 +124,7 @@ def test_attention_writes_no_backward_row_when_the_timings_leave_none():
     # (20,971 TFLOP/s) and calibrate fit took it; now both are timed again, and without a backward no row
     import torch
 
-    from echo_tune.calibrate.bench_compute import SweepPlan, attention_rows
+    from echo_tune.calibrate.bench.bench_compute import SweepPlan, attention_rows
 
     class Noisy:
         def __init__(self, times):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from echo_tune.calibrate.check import check_log, placement_for, predict_us
-from echo_tune.calibrate.fit_comm import NCCL_NET_STEP_LATENCY_S
+from echo_tune.calibrate.fit.check import check_log, placement_for, predict_us
+from echo_tune.calibrate.fit.fit_comm import NCCL_NET_STEP_LATENCY_S
 from echo_tune.cost.collectives.comm import bus_factor
 from echo_tune.cost.profile import load_profile
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo_tune.calibrate.check import check_log
+from echo_tune.calibrate.fit.check import check_log
 from echo_tune.cost.profile import load_profile
 
 from .conftest import A100_DIR, LOGS

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from echo_tune.calibrate.fit import fit_profile
-from echo_tune.calibrate.log_checks import check_log_for_cluster, gpu_mismatch
-from echo_tune.calibrate.nccl_tests import parse_nccl_tests
+from echo_tune.calibrate.fit.fit_profile import fit_profile
+from echo_tune.calibrate.logs.log_checks import check_log_for_cluster, gpu_mismatch
+from echo_tune.calibrate.logs.nccl_tests import parse_nccl_tests
 from echo_tune.cli.main import main
 from echo_tune.config.load.loading import load_cluster
 from echo_tune.errors import CalibrationError

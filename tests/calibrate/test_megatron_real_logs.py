@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from echo_tune.calibrate.fit_runs import BOUNDS, fit_runs
-from echo_tune.calibrate.megatron_log import parse_log, read_logs
+from echo_tune.calibrate.fit.fit_runs import BOUNDS, fit_runs
+from echo_tune.calibrate.logs.megatron_log import parse_log, read_logs
 from echo_tune.cli.main import main
 from echo_tune.config.load.loading import build, load_cluster
 from echo_tune.config.launch.megatron_args import parse_megatron_line

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo_tune.calibrate.nccl_tests import collective_from_name, parse_nccl_tests
+from echo_tune.calibrate.logs.nccl_tests import collective_from_name, parse_nccl_tests
 from echo_tune.errors import CalibrationError
 
 from .conftest import LOGS

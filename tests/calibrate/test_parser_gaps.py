@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echo_tune.calibrate.nccl_tests import parse_nccl_tests
+from echo_tune.calibrate.logs.nccl_tests import parse_nccl_tests
 from echo_tune.errors import CalibrationError
 
 from .conftest import LOGS

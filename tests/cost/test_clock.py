@@ -68,7 +68,7 @@ def test_simulate_uses_cluster_clock_over_preset():
 def test_bench_gemm_fit_is_against_the_peak_clock():
     """A bench times kernels for a moment, at the boost clock: 95% of datasheet peak fits e_max 0.95 (not
     0.95 / clock_factor > 1), and the simulator then applies the sustained clock on top."""
-    from echo_tune.calibrate.fit_compute import fit_gemm
+    from echo_tune.calibrate.fit.fit_compute import fit_gemm
 
     cluster = load_cluster("h100-sxm")
     gpu, profile = cluster.gpu, default_profile(cluster)

@@ -5,7 +5,7 @@ Every number here is fixed in NCCL's code, not measured on a cluster. Source: NC
 at commit 5067397c2676 of github.com/NVIDIA/nccl: ``ncclTunerConstantsDefaults``,
 ``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``. Only ratios and shapes are taken from NCCL; the
 cluster-dependent terms (link bandwidths, per-hop latencies, per-call latencies) are fitted
-(``calibrate/fit_comm.py``), because NCCL's absolute defaults are a tuner's guesses for choosing
+(``calibrate/fit/fit_comm.py``), because NCCL's absolute defaults are a tuner's guesses for choosing
 an algorithm, not a time prediction.
 """
 

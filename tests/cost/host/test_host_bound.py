@@ -109,7 +109,7 @@ def test_a_profile_without_a_host_time_uses_the_one_fitted_on_the_published_runs
 def test_the_shipped_host_time_is_what_its_command_fits():
     """Rerunning the command in the shipped file's header finds its value again (regenerate it when the model
     changes: the header says how)."""
-    from echo_tune.calibrate.fit_runs import fit_runs
+    from echo_tune.calibrate.fit.fit_runs import fit_runs
     from echo_tune.cost.host.host_time import default_host_time_s, shipped_fit_path
     from echo_tune.validate.datasets import DATASETS, published_runs
     from echo_tune.validate.runs import read_runs

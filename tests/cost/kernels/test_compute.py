@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from echo_tune.calibrate.fit_compute import fit_attention
+from echo_tune.calibrate.fit.fit_compute import fit_attention
 from echo_tune.config.load.loading import load_cluster
 from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import default_profile, profile_from_dict

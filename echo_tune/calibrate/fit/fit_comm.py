@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from echo_tune.calibrate.results import FitResult, PointResidual
+from echo_tune.calibrate.fit.results import FitResult, PointResidual
 from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.collectives.comm import collective_time_s

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from echo_tune.calibrate.results import POOR_FIT_MAX, POOR_FIT_RMS
+from echo_tune.calibrate.fit.results import POOR_FIT_MAX, POOR_FIT_RMS
 from echo_tune.cost.profile import ClusterProfile
 from echo_tune.errors import ConfigError
 from echo_tune.sim.simulate import simulate
@@ -55,7 +55,7 @@ BOUNDS = {"sustained_clock_mhz": ("peak", 0.5, 1.1), "comm_time_factor": ("start
 # nn.Linear forward (one cuBLAS kernel) on a DGX H100's Xeon 8480C (NVIDIA/TransformerEngine issue 2053, CPU vs
 # GPU time per Linear forward); TE's modules take ~2.7x torch's there, Megatron's MoE path more Python per kernel.
 HOST_TIME_START_S = 13.5e-6
-PUBLISHED_RUNS_DIR = Path(__file__).resolve().parents[2] / "calibration" / "published-runs"
+PUBLISHED_RUNS_DIR = Path(__file__).resolve().parents[3] / "calibration" / "published-runs"
 
 
 def source_key(source: str) -> str:

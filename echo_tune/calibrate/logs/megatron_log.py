@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from echo_tune.calibrate import megatron_dump
+from echo_tune.calibrate.logs import megatron_dump
 from echo_tune.errors import ConfigError
 from echo_tune.io import os_error_message
 from echo_tune.validate.runs import MODEL_FIELDS, PARALLEL_FIELDS, case_from_row

@@ -1,4 +1,4 @@
-"""Calibrating from training runs (calibrate/fit_runs.py): recovery of known parameters, refusals, warnings,
+"""Calibrating from training runs (calibrate/fit/fit_runs.py): recovery of known parameters, refusals, warnings,
 the profile round trip, and validate's in-sample marking."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from echo_tune.calibrate.fit_compute import fit_interference
-from echo_tune.calibrate.fit_runs import fit_runs, source_key, with_params
+from echo_tune.calibrate.fit.fit_compute import fit_interference
+from echo_tune.calibrate.fit.fit_runs import fit_runs, source_key, with_params
 from echo_tune.cli.main import main
 from echo_tune.cost.profile import load_profile, profile_for, save_profile
 from echo_tune.errors import ConfigError
 from echo_tune.sim.simulate import simulate
 from echo_tune.validate import read_runs, validate
 
-RUNS = Path(__file__).resolve().parents[2] / "calibration" / "published-runs" / "runs_megatron.csv"
+RUNS = Path(__file__).resolve().parents[3] / "calibration" / "published-runs" / "runs_megatron.csv"
 A100 = [c for c in read_runs(RUNS) if c.error is None and c.cluster.gpu.name == "a100-80gb"][:8]
 BASE = profile_for(A100[0].cluster)
 GPU = A100[0].cluster.gpu
@@ -197,7 +197,7 @@ def test_the_solver_does_not_stop_on_a_damped_step_far_from_the_optimum():
     steps overshoot to the range edge and are rejected, the damping grows, and the first accepted step lands short of
     the optimum. A small step under that heavy damping is not convergence (it stopped at 1.11 of 1.30 here, and the
     host-time recovery above at 45 of 50 us once GPT-OSS's expert MLP made its start flat)."""
-    from echo_tune.calibrate.fit_runs import _Problem, _solve
+    from echo_tune.calibrate.fit.fit_runs import _Problem, _solve
 
     class Flat(_Problem):
         def __init__(self):

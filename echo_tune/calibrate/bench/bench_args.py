@@ -8,7 +8,7 @@ PARTS = ("gemm", "attention", "memory", "collectives", "interference")
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``echo-tune bench`` and ``python -m echo_tune.calibrate.microbench``."""
+    """Options shared by ``echo-tune bench`` and ``python -m echo_tune.calibrate.bench.microbench``."""
     parser.add_argument("--name", default="local", help="cluster name: results go to <output-root>/<name>/raw/")
     parser.add_argument("--output-root", default="calibration", help="root folder of calibration data")
     parser.add_argument("--quick", action="store_true", help="a smaller sweep (under 1 minute per node)")

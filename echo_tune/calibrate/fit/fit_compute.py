@@ -23,7 +23,7 @@ import statistics
 import numpy as np
 from scipy.optimize import least_squares
 
-from echo_tune.calibrate.results import FitResult, PointResidual
+from echo_tune.calibrate.fit.results import FitResult, PointResidual
 from echo_tune.config.specs.cluster import GPUSpec
 from echo_tune.cost.kernels.compute import op_time_s
 from echo_tune.cost.profile import ClusterProfile

@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from echo_tune.calibrate.log_checks import check_rank_numbers, check_rows_match_collective, check_single_run
-from echo_tune.calibrate.nccl_tests_log import NcclTestsLog, NcclTestsRow, RankInfo
+from echo_tune.calibrate.logs.log_checks import check_rank_numbers, check_rows_match_collective, check_single_run
+from echo_tune.calibrate.logs.nccl_tests_log import NcclTestsLog, NcclTestsRow, RankInfo
 from echo_tune.cost.collectives.comm import bus_factor
 from echo_tune.errors import CalibrationError
 

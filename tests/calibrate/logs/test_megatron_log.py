@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from echo_tune.calibrate.megatron_log import parse_log, read_logs, run_row
+from echo_tune.calibrate.logs.megatron_log import parse_log, read_logs, run_row
 from echo_tune.cli.main import main
 from echo_tune.config.load.loading import _preset_table, load_cluster
 from echo_tune.cost.profile import load_profile

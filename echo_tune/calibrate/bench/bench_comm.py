@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from echo_tune.calibrate.bench_compute import DTYPES, Timer
+from echo_tune.calibrate.bench.bench_compute import DTYPES, Timer
 from echo_tune.cost.collectives.comm import bus_factor
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")

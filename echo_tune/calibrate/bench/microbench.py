@@ -1,8 +1,8 @@
 """``echo-tune bench``: short microbenchmarks that calibrate a cluster, launched by torchrun.
 
-    torchrun --standalone --nproc-per-node 8 -m echo_tune.calibrate.microbench --name my-cluster
+    torchrun --standalone --nproc-per-node 8 -m echo_tune.calibrate.bench.microbench --name my-cluster
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST0:29500 \\
-        -m echo_tune.calibrate.microbench --name my-cluster
+        -m echo_tune.calibrate.bench.microbench --name my-cluster
 
 CUDA uses the nccl backend and CUDA events; CPU uses gloo and the wall clock (so the whole path
 runs on a laptop). Global rank 0 writes ``<output-root>/<name>/raw/``: gemm, attention, memory,
@@ -23,9 +23,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from echo_tune.calibrate import bench_comm, bench_compute, raw
-from echo_tune.calibrate.bench_args import PARTS, add_bench_arguments  # noqa: F401  (re-exported)
-from echo_tune.calibrate.plans import comm_plan, compute_plan
+from echo_tune.calibrate.bench import bench_comm
+from echo_tune.calibrate.bench import bench_compute
+from echo_tune.calibrate.bench import raw
+from echo_tune.calibrate.bench.bench_args import PARTS, add_bench_arguments  # noqa: F401  (re-exported)
+from echo_tune.calibrate.bench.plans import comm_plan, compute_plan
 from echo_tune.errors import CalibrationError
 
 
@@ -191,7 +193,7 @@ def run_bench(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="echo_tune.calibrate.microbench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="echo_tune.calibrate.bench.microbench", description=__doc__.splitlines()[0])
     add_bench_arguments(parser)
     args = parser.parse_args(argv)
     out = run_bench(args)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from echo_tune.calibrate.nccl_tests_log import NcclTestsLog
+from echo_tune.calibrate.logs.nccl_tests_log import NcclTestsLog
 from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.errors import CalibrationError
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from echo_tune.calibrate.bench_comm import CommPlan
-from echo_tune.calibrate.bench_compute import DTYPES, SweepPlan
+from echo_tune.calibrate.bench.bench_comm import CommPlan
+from echo_tune.calibrate.bench.bench_compute import DTYPES, SweepPlan
 from echo_tune.errors import CalibrationError
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30

@@ -11,8 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from echo_tune.calibrate.log_checks import check_log_for_cluster
-from echo_tune.calibrate.nccl_tests import parse_nccl_tests
+from echo_tune.calibrate.logs.log_checks import check_log_for_cluster
+from echo_tune.calibrate.logs.nccl_tests import parse_nccl_tests
 from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.collectives.comm import collective_time_s

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import csv
 
-from echo_tune.calibrate import fit_comm, fit_compute, raw
-from echo_tune.calibrate.check import on_fabric
-from echo_tune.calibrate.fit_comm import CommSample
-from echo_tune.calibrate.log_checks import check_log_for_cluster
-from echo_tune.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
-from echo_tune.calibrate.results import FitResult
+from echo_tune.calibrate.fit import fit_comm
+from echo_tune.calibrate.fit import fit_compute
+from echo_tune.calibrate.bench import raw
+from echo_tune.calibrate.fit.check import on_fabric
+from echo_tune.calibrate.fit.fit_comm import CommSample
+from echo_tune.calibrate.logs.log_checks import check_log_for_cluster
+from echo_tune.calibrate.logs.nccl_tests import NcclTestsLog, parse_nccl_tests
+from echo_tune.calibrate.fit.results import FitResult
 from echo_tune.config.specs.cluster import ClusterSpec
 from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.profile import ClusterProfile, LinkCoefficients, default_profile
