@@ -15,12 +15,12 @@ from importlib import resources
 from pathlib import Path
 
 from echo_tune.config.load.loading import PRESET_ALIASES, load_cluster, preset_names
-from echo_tune.cost import profile as profile_module
+from echo_tune.cost import datasheet_efficiencies as efficiencies_module
 from echo_tune.cost.profile import ClusterProfile, default_profile, save_profile
 
 
 def _assumptions() -> dict:
-    return {name: getattr(profile_module, name) for name in dir(profile_module) if name.startswith("DATASHEET_")}
+    return {name: getattr(efficiencies_module, name) for name in dir(efficiencies_module) if name.startswith("DATASHEET_")}
 
 
 def datasheet_profile(gpu_preset: str) -> ClusterProfile:
@@ -30,7 +30,7 @@ def datasheet_profile(gpu_preset: str) -> ClusterProfile:
     provenance = {
         "label": "datasheet-derived, NOT measured: replace with `echo-tune calibrate fit` on your cluster",
         "sources": [f"GPU: {cluster.gpu.source}", f"node and fabric: {cluster.source}",
-                    "efficiency assumptions: echo_tune/cost/profile.py (DATASHEET_*), each with its source"],
+                    "efficiency assumptions: echo_tune/cost/datasheet_efficiencies.py (DATASHEET_*), each with its source"],
         "assumptions": _assumptions(), **profile.provenance}
     return dataclasses.replace(profile, name=f"{gpu_preset}-datasheet", provenance=provenance)
 

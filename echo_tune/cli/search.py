@@ -13,7 +13,7 @@ from echo_tune.console import make_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 import optuna
 
-from echo_tune.cli.common import add_clock_argument, human_bytes, human_time, model_header, print_json
+from echo_tune.cli.common import add_clock_argument, human_time, model_header, print_json
 from echo_tune.cli.progress import STOP, PlainProgress
 from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
@@ -26,14 +26,15 @@ from echo_tune.search.space.auto_space import CAPS_HELP, FP8_CHOICES, auto_space
 from echo_tune.search.space.dominance import closest_miss as closest_miss_record
 from echo_tune.search.space.labels import full_label
 from echo_tune.search.outputs.results import trial_record, untimed_record
-from echo_tune.search.space.search_space import AUTO_CAPS, OBJECTIVES, load_space, space_from_dict, with_overrides
+from echo_tune.search.space.auto_values import AUTO_CAPS
+from echo_tune.search.space.search_space import OBJECTIVES, load_space, space_from_dict, with_overrides
 from echo_tune.search.engines.sampler import SAMPLERS
 from echo_tune.search.engines.auto import AUTO_BUDGET
 from echo_tune.search.engines.sampler import DEFAULT_SAMPLER
 from echo_tune.search.engines.gc_pause import gc_paused
 from echo_tune.search.storage.study_storage import open_storage
 from echo_tune.search.study import DEFAULT_N_TRIALS, SearchOptions, run_search
-from echo_tune.cli.search_report import layout_label, print_result, result_tables  # noqa: F401 (imported from here)
+from echo_tune.cli.search_report import print_result
 from echo_tune.tables import add_format_arguments, output_format, print_table
 
 

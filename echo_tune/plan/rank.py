@@ -44,7 +44,7 @@ from echo_tune.plan.bands import band_or_none, kind_of, precision_of
 from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project, sort_rows
 from echo_tune.safe_yaml import load_json
 from echo_tune.search.space.fields import MODEL_LAYOUT_FIELDS
-from echo_tune.search.space.search_space import load_cluster_ref, load_model_ref, resolve_ref
+from echo_tune.search.space.space_values import load_cluster_ref, load_model_ref, resolve_ref
 from echo_tune.sim.simulate import simulate
 from echo_tune.sim.step_setup import clock_note_for
 

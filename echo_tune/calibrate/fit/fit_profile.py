@@ -233,7 +233,7 @@ def fit_profile(cluster: ClusterSpec, *, nccl_logs: list[str | Path] = (), bench
                             (s.get("hardware") or {}).get("cpu") or "unknown" for s in sources}),
         "coverage": _coverage(samples), "measured": measured,
         "not_measured": "every coefficient not fitted above keeps the datasheet-derived value of "
-                        f"default_profile({cluster.name}) (cost/profile.py DATASHEET_*)",
+                        f"default_profile({cluster.name}) (cost/datasheet_efficiencies.py)",
         "fits": {r.quantity: r.summary() for r in results}}
     profile = dataclasses.replace(rounded_profile(profile), name=name or f"{cluster.name}-fitted",
                                   measured=bool(measured), provenance=provenance, measured_on=measured_on)

@@ -33,89 +33,11 @@ from torch.autograd import Function
 
 from echo_tune.workload.mlp.activations import activation
 from echo_tune.workload.recording.comm import column_parallel_linear, row_parallel_linear
-from echo_tune.workload.recording.context import active_hook, in_subregion, record_collective
+from echo_tune.workload.recording.context import in_subregion
+from echo_tune.workload.mlp.moe_comm import AllToAll, gather, scatter, token_rows
 from echo_tune.workload.mlp.moe_router import SideGradient, route
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def _received(x: torch.Tensor, rows: int) -> torch.Tensor:
-    """A collective's output of ``rows`` rows shaped like ``x``'s: left empty when tracing (the tracer records
-    the collective, not its data); an active object that runs the layer for real (``emulate``, in-place
-    ``profile``: ``emulate/moe.py``) gives a buffer holding data, as the other ranks would have sent it."""
-    receive = active_hook("receive")
-    return receive(x, (rows, *x.shape[1:])) if receive is not None else x.new_empty((rows, *x.shape[1:]))
-
-
-def _token_rows(index: torch.Tensor, source_rows: int) -> torch.Tensor:
-    """Which of ``source_rows`` token rows each routed copy reads and is summed back into. Tracing keeps
-    ``index`` (meta tensors hold no values, only the shape matters); a real run gets the rows a balanced
-    router would pick from the active object (``spread_rows``, ``emulate/moe.py``), the routing ``simulate``
-    assumes, instead of the router's expert ids."""
-    spread = active_hook("spread_rows")
-    return spread(index, source_rows) if spread is not None else index
-
-
-class _AllToAll(Function):
-    """All-to-all over ``group`` forward and backward; with imbalance the busiest rank receives more than
-    it sends, so the size is the larger of its send and receive buffers (no record for one rank)."""
-
-    @staticmethod
-    def forward(ctx, x, group, size, out_rows):
-        ctx.group, ctx.size, ctx.rows = group, size, x.shape[0]
-        ctx.nbytes = max(x.shape[0], out_rows) * _nbytes(x[:1])  # the larger of send and receive
-        record_collective("all_to_all", group, ctx.nbytes, size)
-        return _received(x, out_rows)
-
-    @staticmethod
-    def backward(ctx, grad):
-        record_collective("all_to_all", ctx.group, ctx.nbytes, ctx.size)
-        return _received(grad, ctx.rows), None, None, None
-
-
-class _Gather(Function):
-    """All-gather over ``group`` forward, reduce-scatter backward (Megatron's
-    ``gather_from_sequence_parallel_region`` on the expert groups)."""
-
-    @staticmethod
-    def forward(ctx, x, group, size):
-        ctx.group, ctx.size = group, size
-        out = _received(x, x.shape[0] * size)
-        record_collective("all_gather", group, _nbytes(out), size)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        record_collective("reduce_scatter", ctx.group, _nbytes(grad), ctx.size)
-        return _received(grad, grad.shape[0] // ctx.size), None, None
-
-
-class _Scatter(Function):
-    """Reduce-scatter over ``group`` forward, all-gather backward."""
-
-    @staticmethod
-    def forward(ctx, x, group, size):
-        ctx.group, ctx.size = group, size
-        record_collective("reduce_scatter", group, _nbytes(x), size)
-        return _received(x, x.shape[0] // size)
-
-    @staticmethod
-    def backward(ctx, grad):
-        out = _received(grad, grad.shape[0] * ctx.size)
-        record_collective("all_gather", ctx.group, _nbytes(out), ctx.size)
-        return out, None, None
-
-
-def _gather(x, group: str, size: int):
-    return _Gather.apply(x, group, size) if size > 1 else x
-
-
-def _scatter(x, group: str, size: int):
-    return _Scatter.apply(x, group, size) if size > 1 else x
 
 
 def local_experts(shard) -> int:
@@ -241,7 +163,7 @@ def _received_rows(tokens: int, shard) -> int:
 
 def _to_experts(rows, recv: int, shard):
     """All-to-all over EP, all-gather over ETP, regroup by local expert (sort_chunks_by_idxs: a copy)."""
-    received = _gather(_AllToAll.apply(rows, "ep", shard.ep, recv), "etp", shard.etp)
+    received = gather(AllToAll.apply(rows, "ep", shard.ep, recv), "etp", shard.etp)
     return received.clone() if local_experts(shard) > 1 else received
 
 
@@ -249,7 +171,7 @@ def _dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool)
     """Permute the top-k copies by expert and send them to their experts; with them the permuted
     probabilities (token_dispatcher.py ``MoEAlltoAllTokenDispatcher``: ``permute(..., probs=probs)`` and
     the probs' own all-to-all): (expert input, their probabilities [M, 1], or None when applied here)."""
-    permuted = tokens.index_select(0, _token_rows(indices.reshape(-1), tokens.shape[0]))  # [T*k, h], by expert
+    permuted = tokens.index_select(0, token_rows(indices.reshape(-1), tokens.shape[0]))  # [T*k, h], by expert
     if on_input:  # --moe-apply-probs-on-input: weight the copies before the experts
         return _to_experts(permuted * probs.reshape(-1, 1), recv, shard), None
     return _to_experts(permuted, recv, shard), _to_experts(probs.reshape(-1, 1), recv, shard)
@@ -258,8 +180,8 @@ def _dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool)
 def _combine_alltoall(expert_out, tokens, indices, shard):
     """Reduce-scatter over ETP, all-to-all back, un-permute: a plain sum of the copies, already weighted by
     the experts (token_dispatcher.py ``combine_postprocess`` calls ``unpermute`` without probs)."""
-    flat = _token_rows(indices.reshape(-1), tokens.shape[0])
-    back = _AllToAll.apply(_scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
+    flat = token_rows(indices.reshape(-1), tokens.shape[0])
+    back = AllToAll.apply(scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
     return _scatter_add(tokens.new_zeros(tokens.shape), flat, back)
 
 
@@ -310,11 +232,11 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     else:  # allgather: every rank of the ETP x EP group sees all of the group's tokens
         group_size = shard.ep * shard.etp
         rows = torch.zeros(recv * shard.etp, dtype=torch.int64, device=x.device)
-        gathered = in_subregion("dispatch", lambda t: _gather(t, "tpep", group_size), tokens)
-        rows = _token_rows(rows, gathered.shape[0])
+        gathered = in_subregion("dispatch", lambda t: gather(t, "tpep", group_size), tokens)
+        rows = token_rows(rows, gathered.shape[0])
         expert_in = in_subregion("dispatch", lambda g: g.index_select(0, rows), gathered)
         expert_out = in_subregion("experts", _experts, expert_in, params, shard)
-        out = in_subregion("combine", lambda g, e: _scatter(_scatter_add(g.new_zeros(g.shape), rows, e), "tpep",
+        out = in_subregion("combine", lambda g, e: scatter(_scatter_add(g.new_zeros(g.shape), rows, e), "tpep",
                                                              group_size), gathered, expert_out).view(s, b, h)
     if "shared" in params:
         shared = in_subregion("shared", _shared, x, params, shard)

@@ -4,7 +4,8 @@ import pytest
 
 import echo_tune as et
 from echo_tune.cost.kernels import gemm_benchmarks
-from echo_tune.cost.profile import DATASHEET_FP8_GEMM_EFFICIENCY, DATASHEET_GEMM_EFFICIENCY, profile_for
+from echo_tune.cost.datasheet_efficiencies import DATASHEET_FP8_GEMM_EFFICIENCY, DATASHEET_GEMM_EFFICIENCY
+from echo_tune.cost.profile import profile_for
 from echo_tune.errors import ConfigError
 
 
