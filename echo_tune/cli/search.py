@@ -18,6 +18,7 @@ from echo_tune.cli.progress import STOP, PlainProgress
 from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.plan.bands import band_or_none, kind_of
+from echo_tune.plan.host_share import record_host_share
 from echo_tune.plan.explain import explain
 from echo_tune.plan.planner import study_records
 from echo_tune.plan.report import explanation_tables
@@ -236,7 +237,8 @@ def _run(args: argparse.Namespace) -> int:
 
         used = load_profile(space.profile_path) if space.profile_path else profile_for(space.cluster)
         band = band_or_none(used, space.cluster, kind_of(space.model),
-                            "fp4" if cfg.get("fp4_format") else bool(cfg.get("fp8_format")), cfg["num_gpus"])
+                            "fp4" if cfg.get("fp4_format") else bool(cfg.get("fp8_format")), cfg["num_gpus"],
+                            host_share=record_host_share(space, result.best))
         result.best["error_band"] = band
         band = None if band["match"] == "none" else band
     header = model_header(space.model, args.model if args.space is None else None, args.seq_length)

@@ -19,6 +19,7 @@ from echo_tune.sim.outputs.trace_export import write_chrome_trace
 from echo_tune.errors import ConfigError
 from echo_tune.sim.memory.stage import DEFAULT_MEMORY_HEADROOM_GIB
 from echo_tune.plan.bands import band_or_none, kind_of, precision_of
+from echo_tune.plan.host_share import host_share
 
 if TYPE_CHECKING:
     from echo_tune.sim.outputs.report import StepReport
@@ -76,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
     # the bands come from validating the datasheet profiles; a measured or fitted profile has its own error
 
-    band = band_or_none(profile or profile_for(cluster), cluster, kind_of(model), precision_of(parallel), num_gpus)
+    share = host_share(model, cluster, num_gpus, parallel, profile=profile, step_time_s=report.step_time_s,
+                       memory_headroom_bytes=int(headroom * 2**30))
+    band = band_or_none(profile or profile_for(cluster), cluster, kind_of(model), precision_of(parallel), num_gpus,
+                        host_share=share)
     if band["match"] == "none":
         notes.append(band["note"])
         band = None

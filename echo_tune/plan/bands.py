@@ -22,7 +22,11 @@ farthest from the median where it has five or more (one outlier row does not set
 typical error of all runs (their median absolute error, ``min_half_width_pct``, on each side of the family's median).
 A prediction takes its own family's band where it has ``MIN_RUNS`` runs; else the runs of its GPU and kind together
 (``pooled``: every precision and scale, its own family's runs among them), where they are ``MIN_RUNS``; else it is
-*unvalidated* and gets the band of all runs, said so. No band is borrowed from another family alone (a narrow band
+*unvalidated* and gets the band of all runs, said so; a pooled or unvalidated band is widened to cover its own
+family's runs (the nearest runs are never trimmed as an outlier). Every band also covers what the family's runs
+erred with the host time per kernel at 0, scaled to the share of this prediction's step the fitted host time
+carries (``plan/host_share.py``): a layout that leans less on that fit than its validated runs did does not inherit
+their agreement. No band is borrowed from another family alone (a narrow band
 of another precision or scale), another GPU or another kind, and a MoE prediction on a GPU with no validated MoE run
 says so. Coarse MoE is a kind of its own (``kind_of``): the model's MoE error grows with many small experts per rank,
 and 8-expert runs (Grok-1 on H100: -6..-12%) say nothing of a 128-expert model's (Qwen3-30B-A3B on H100: -43% in
@@ -40,6 +44,8 @@ import hashlib
 from echo_tune.code_version import code_version
 from echo_tune.config.load.loading import preset_names  # what the table was computed by (plan.planner reads it here)
 from echo_tune.cost.profile import default_profile
+from echo_tune.plan.host_share import gpu_side_low_pct, without_host
+from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.validate.compare import simulate_case
 from echo_tune.validate.errata import errata_path_for
 from echo_tune.validate.held_out import out_of_sample_errors
@@ -108,10 +114,10 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[i] + (ordered[min(i + 1, len(ordered) - 1)] - ordered[i]) * (pos - i)
 
 
-def _summary(errors: list[float], min_half_width: float | None = None) -> dict:
+def _summary(errors: list[float], min_half_width: float | None = None, gpu_side: list[float] | None = None) -> dict:
     """A family's numbers; its band (``band_lo_pct`` .. ``band_hi_pct``): the quantiles of its errors (without the
     one farthest from the median, from ``TRIM_FROM_RUNS`` runs), widened to at least ``min_half_width`` on each side
-    of the median."""
+    of the median. ``gpu_side``: the runs' errors with the host time per kernel at 0 (plan/host_share.py)."""
     median = _quantile(errors, 0.5)
     rest = list(errors)
     if len(rest) >= TRIM_FROM_RUNS:  # one outlier row does not set the band
@@ -122,7 +128,8 @@ def _summary(errors: list[float], min_half_width: float | None = None) -> dict:
     return {"n_runs": len(errors), "mean_abs_error_pct": sum(abs(e) for e in errors) / len(errors),
             "mean_signed_error_pct": sum(errors) / len(errors), "max_abs_error_pct": max(abs(e) for e in errors),
             "min_signed_error_pct": min(errors), "max_signed_error_pct": max(errors),
-            "median_signed_error_pct": median, "band_lo_pct": lo, "band_hi_pct": hi}
+            "median_signed_error_pct": median, "band_lo_pct": lo, "band_hi_pct": hi,
+            **({"gpu_side_min_signed_error_pct": min(gpu_side)} if gpu_side else {})}
 
 
 def median_ratio(band: dict) -> float:
@@ -167,12 +174,16 @@ def build_bands(paths: list[str]) -> dict:
     simulated = [(case, simulate_case(case)) for path in paths for case in read_runs(path)]
     simulated = [(c, r) for c, r in simulated if r.error_pct is not None and c.cluster is not None]
     errors = out_of_sample_errors(simulated)
+    gpu_side = [simulate_case(c, {c.cluster.gpu.name: without_host(profile_for_cluster(c.cluster))}).error_pct
+                for c, _ in simulated]
     by_family: dict[str, list[float]] = {}
+    gpu_by_family: dict[str, list[float]] = {}
     families: dict[str, dict] = {}
-    for (case, _), error in zip(simulated, errors):
+    for (case, _), error, gpu_error in zip(simulated, errors, gpu_side):
         fam = family(case.cluster.gpu.name, kind_of(case.model), precision_of(case.parallel), case.num_gpus)
         families[family_key(fam)] = fam
         by_family.setdefault(family_key(fam), []).append(error)
+        gpu_by_family.setdefault(family_key(fam), []).append(gpu_error)
     min_half_width = _quantile([abs(e) for e in errors], 0.5)
     pooled: dict[str, list[float]] = {}
     for key, values in by_family.items():
@@ -180,7 +191,8 @@ def build_bands(paths: list[str]) -> dict:
     return {"command": "python -m echo_tune.plan.bands " + " ".join(str(p) for p in paths),
             "sources": [Path(p).name for p in paths], "inputs_sha256": inputs_sha256(paths),
             "code": code_version(), "min_half_width_pct": min_half_width,
-            "families": {k: {**families[k], **_summary(v, min_half_width)} for k, v in sorted(by_family.items())},
+            "families": {k: {**families[k], **_summary(v, min_half_width, gpu_by_family[k])}
+                         for k, v in sorted(by_family.items())},
             "pooled": {k: _summary(v, min_half_width) for k, v in sorted(pooled.items())},
             "all": _summary(errors)}
 
@@ -198,7 +210,7 @@ def no_band(note: str) -> dict:
             "measured_over_predicted": None, "text": "-", "note": note}
 
 
-def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int) -> dict:
+def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int, host_share: float | None = None) -> dict:
     """``band_summary`` of the prediction's family where a band applies, else ``no_band``: the profile must be
     the datasheet one the bands validated, and the GPU one of the GPU presets; a user-described device (a CPU "cluster", a GPU not among the presets) gets
     none rather than another GPU's band."""
@@ -209,7 +221,7 @@ def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int) ->
     if cluster.gpu.name not in gpus:
         return no_band(f"no error band: {cluster.gpu.name!r} is not a GPU preset ({', '.join(gpus)}); "
                        f"no validated run speaks for it")
-    return band_summary(band_for(cluster.gpu.name, kind, fp8, num_gpus))
+    return band_summary(band_for(cluster.gpu.name, kind, fp8, num_gpus, host_share=host_share))
 
 
 def band_note(band: dict) -> str | None:
@@ -222,26 +234,57 @@ def load_bands() -> dict:
     return json.loads(resources.files("echo_tune.plan").joinpath(BANDS_FILE).read_text())
 
 
-def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | None = None) -> dict:
+def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | None = None,
+             host_share: float | None = None) -> dict:
     """The error band of a prediction: its family's with at least ``MIN_RUNS`` runs, else the runs of its GPU and kind
-    together (every precision and scale) where they are ``MIN_RUNS``, else unvalidated (all runs)."""
+    together (every precision and scale) where they are ``MIN_RUNS``, else unvalidated (all runs). A pooled or
+    unvalidated band covers its own family's runs; with ``host_share`` (plan/host_share.py) every band covers the
+    error the family's runs had on their GPU side alone, scaled to that share."""
     bands = bands or load_bands()
     want = family(gpu, kind, fp8, num_gpus)
     fams, key = bands["families"], family_key(want)
-    if key in fams and fams[key]["n_runs"] >= MIN_RUNS:
-        return {**fams[key], "family": key, "match": "exact", "note": f"validated family {key}"}
-    pool = pool_key(want)
-    if bands.get("pooled", {}).get(pool, {}).get("n_runs", 0) >= MIN_RUNS:
-        own = f"{fams[key]['n_runs']} validated run(s) of {key}" if key in fams else f"no validated run of {key}"
-        return {**bands["pooled"][pool], "family": pool, "match": "pooled",
-                "note": f"{own}; band of the {bands['pooled'][pool]['n_runs']} runs of {pool} (same GPU and kind, "
-                        f"every precision and scale)"}
-    name = KIND_NAMES[kind]
-    seen = sum(f["n_runs"] for f in fams.values() if f["gpu"] == gpu and f["kind"] == want["kind"])
-    why = (f"only {seen} validated {name} run(s) on {gpu}" if seen else f"no validated {name} run on {gpu}")
-    return {**bands["all"], "family": "all", "match": "unvalidated",
-            "note": f"unvalidated: {why} (fewer than {MIN_RUNS} in any family); band of all {bands['all']['n_runs']} "
-                    f"validated runs"}
+    own = fams.get(key)
+    if own is not None and own["n_runs"] >= MIN_RUNS:
+        band = {**own, "family": key, "match": "exact", "note": f"validated family {key}"}
+    elif bands.get("pooled", {}).get(pool_key(want), {}).get("n_runs", 0) >= MIN_RUNS:
+        pool = pool_key(want)
+        band = {**bands["pooled"][pool], "family": pool, "match": "pooled"}
+        band["note"] = (f"{_own_runs(own, key)}; band of the {band['n_runs']} runs of {pool} (same GPU and kind, every "
+                        f"precision and scale){_cover(band, own)}")
+    else:
+        name = KIND_NAMES[kind]
+        seen = sum(f["n_runs"] for f in fams.values() if f["gpu"] == gpu and f["kind"] == want["kind"])
+        why = (f"only {seen} validated {name} run(s) on {gpu}" if seen else f"no validated {name} run on {gpu}")
+        band = {**bands["all"], "family": "all", "match": "unvalidated"}
+        band["note"] = (f"unvalidated: {why} (fewer than {MIN_RUNS} in any family); band of all "
+                        f"{bands['all']['n_runs']} validated runs{_cover(band, own)}")
+    if host_share is not None and own is not None and "gpu_side_min_signed_error_pct" in own:
+        worst = own["gpu_side_min_signed_error_pct"]
+        low = gpu_side_low_pct(worst, host_share)
+        if low < band["band_lo_pct"]:
+            band["band_lo_pct"] = low
+            band["note"] += (f"; low end {low:+.0f}%: the host time per kernel carries {host_share:.0%} of this step, "
+                             f"and the GPU side alone of the runs of {key} erred down to {worst:+.0f}% "
+                             f"(plan/host_share.py)")
+    return band
+
+
+def _own_runs(own: dict | None, key: str) -> str:
+    if own is None:
+        return f"no validated run of {key}"
+    return f"{own['n_runs']} validated run(s) of {key}"
+
+
+def _cover(band: dict, own: dict | None) -> str:
+    """Widen ``band`` in place to cover its own family's runs (the nearest runs are never trimmed as the band's
+    outlier); what to add to its note."""
+    if own is None:
+        return ""
+    lo, hi = own["min_signed_error_pct"], own["max_signed_error_pct"]
+    if lo >= band["band_lo_pct"] and hi <= band["band_hi_pct"]:
+        return ""
+    band.update(band_lo_pct=min(lo, band["band_lo_pct"]), band_hi_pct=max(hi, band["band_hi_pct"]))
+    return f", widened to cover its own family's runs ({lo:+.0f}..{hi:+.0f}%)"
 
 
 def main(argv: list[str]) -> int:

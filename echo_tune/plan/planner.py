@@ -33,6 +33,7 @@ from echo_tune.config.load.loading import load_cluster
 from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.cost.profile import profile_for
 from echo_tune.plan.bands import band_or_none, code_version, kind_of
+from echo_tune.plan.host_share import record_host_share
 from echo_tune.plan.candidates import (PRECISION_WORDS, PlanCandidate, bad_row, parse_candidate,  # noqa: F401
                                        parse_candidates)  # re-exported
 from echo_tune.plan.projection import (SORT_KEYS, GOODPUT_DEFAULT, budget_status, check_goodput,  # noqa: F401
@@ -163,7 +164,8 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
            "n_dominated_memory": result.n_dominated_memory}
     best = result.best["config"] if result.best else {}
     fp8 = "fp4" if best.get("fp4_format") else bool(best.get("fp8_format"))
-    row["error_band"] = band_or_none(profile_for(space.cluster), space.cluster, kind_of(model), fp8, c.num_gpus)
+    row["error_band"] = band_or_none(profile_for(space.cluster), space.cluster, kind_of(model), fp8, c.num_gpus,
+                                     host_share=record_host_share(space, result.best) if result.best else None)
     row["precision_searched"] = "bf16+fp8" if len(space.choices.get("fp8_format", (None,))) > 1 else \
         precision_of({"fp8_format": space.choices.get("fp8_format", (None,))[0]})
     best = result.best or just_over(space, records)  # none fits: one just over its limit is at risk

@@ -12,9 +12,12 @@ from echo_tune.plan.bands import (band_for, band_or_none, band_summary, band_tex
                                   inputs_sha256, load_bands, measured_ratio_range, median_ratio, scale_of)
 
 REPO = Path(__file__).resolve().parents[2]
-def _fam(gpu, kind, precision, scale, n, lo, hi, median):
+def _fam(gpu, kind, precision, scale, n, lo, hi, median, runs=None):
+    """A family whose runs erred ``runs`` (lowest, highest; default: its band's ends)."""
+    low, high = runs or (lo, hi)
     return {"gpu": gpu, "kind": kind, "precision": precision, "scale": scale, "n_runs": n, "mean_abs_error_pct": 9.0,
-            "mean_signed_error_pct": median, "median_signed_error_pct": median, "band_lo_pct": lo, "band_hi_pct": hi}
+            "mean_signed_error_pct": median, "median_signed_error_pct": median, "band_lo_pct": lo, "band_hi_pct": hi,
+            "min_signed_error_pct": low, "max_signed_error_pct": high}
 
 
 BANDS = {"families": {
@@ -61,6 +64,44 @@ def test_runs_of_one_gpu_and_kind_are_pooled_before_unvalidated():
     # a pool of fewer than 3 runs is no band either
     few = {**pooled, "pooled": {"h100-sxm/moe/all": {**pooled["pooled"]["h100-sxm/moe/all"], "n_runs": 2}}}
     assert band_for("h100-sxm", "moe", False, 64, few)["match"] == "unvalidated"
+
+
+def test_a_pooled_band_covers_the_predictions_own_family_runs():
+    # the H100 fine-grained MoE FP8 family's two runs erred +14% and +116%; the pool of six trimmed +116% as its
+    # outlier and says -12..+11%: the prediction's nearest runs are never trimmed away
+    own = _fam("h100-sxm", "moe", "fp8", "<=64", 2, 19.0, 111.0, 65.0, runs=(14.0, 116.0))
+    table = {**BANDS, "families": {**BANDS["families"], "h100-sxm/moe/fp8/<=64": own},
+             "pooled": {"h100-sxm/moe/all": _fam("h100-sxm", "moe", "all", "all", 6, -12.0, 11.0, -2.0)}}
+    band = band_for("h100-sxm", "moe", True, 16, table)
+    assert band["match"] == "pooled" and (band["band_lo_pct"], band["band_hi_pct"]) == (-12.0, 116.0)
+    assert "2 validated run(s) of h100-sxm/moe/fp8/<=64;" in band["note"]
+    assert band["note"].endswith("widened to cover its own family's runs (+14..+116%)")
+    assert band_text(band) == "-2% (-12..+116%, n=6)"
+    # runs inside the pool's band leave it as it is
+    inside = {**table, "families": {**table["families"],
+                                    "h100-sxm/moe/fp8/<=64": {**own, "min_signed_error_pct": -5.0,
+                                                              "max_signed_error_pct": 4.0}}}
+    band = band_for("h100-sxm", "moe", True, 16, inside)
+    assert (band["band_lo_pct"], band["band_hi_pct"]) == (-12.0, 11.0) and "widened" not in band["note"]
+
+
+def test_a_band_covers_the_gpu_side_error_of_its_runs_at_the_predictions_host_share():
+    # three runs agree within -12..+11% with the fitted host time, but their GPU side alone erred down to -65%:
+    # a layout whose step the host carries none of gets that low end; one as host-bound as the runs keeps the band
+    fam = {**_fam("h100-sxm", "moe", "fp8", "<=64", 3, -12.0, 11.0, -2.0), "gpu_side_min_signed_error_pct": -65.0}
+    table = {**BANDS, "families": {**BANDS["families"], "h100-sxm/moe/fp8/<=64": fam}}
+    gpu_bound = band_for("h100-sxm", "moe", True, 16, table, host_share=0.0)
+    assert gpu_bound["match"] == "exact" and gpu_bound["band_lo_pct"] == pytest.approx(-65.0)
+    assert "carries 0% of this step" in gpu_bound["note"] and "erred down to -65%" in gpu_bound["note"]
+    half = band_for("h100-sxm", "moe", True, 16, table, host_share=0.5)  # (1 - 0.65) / 0.5 - 1 = -30%
+    assert half["band_lo_pct"] == pytest.approx(-30.0)
+    like_the_runs = band_for("h100-sxm", "moe", True, 16, table, host_share=0.62)
+    assert like_the_runs["band_lo_pct"] == -12.0 and "host time" not in like_the_runs["note"]
+    assert band_for("h100-sxm", "moe", True, 16, table)["band_lo_pct"] == -12.0  # no share given: the band alone
+    # a family without GPU-side errors (an older table) is left as it is
+    plain = {**BANDS, "families": {**BANDS["families"], "h100-sxm/moe/fp8/<=64": _fam("h100-sxm", "moe", "fp8",
+                                                                                       "<=64", 3, -12.0, 11.0, -2.0)}}
+    assert band_for("h100-sxm", "moe", True, 16, plain, host_share=0.0)["band_lo_pct"] == -12.0
 
 
 def test_band_text_and_ratios_share_one_sign_convention():
