@@ -18,6 +18,7 @@ from echo_tune.cli.progress import STOP, PlainProgress
 from echo_tune.cost.profile import load_profile, profile_for
 from echo_tune.errors import ConfigError
 from echo_tune.plan.bands import band_or_none, kind_of
+from echo_tune.plan.anchors import anchor, anchor_text
 from echo_tune.plan.host_share import record_host_share
 from echo_tune.plan.explain import explain
 from echo_tune.plan.planner import study_records
@@ -241,6 +242,10 @@ def _run(args: argparse.Namespace) -> int:
                             host_share=record_host_share(space, result.best))
         result.best["error_band"] = band
         band = None if band["match"] == "none" else band
+        measured = anchor(space.model, space.cluster.gpu.name, cfg["num_gpus"], space.global_batch_size,
+                          result.best["step_time_s"])
+        if measured is not None:
+            result.best["measured_anchor"] = measured
     header = model_header(space.model, args.model if args.space is None else None, args.seq_length)
     if fmt == "json":
         print_json({**result.to_dict(), "model_header": header,
@@ -254,6 +259,9 @@ def _run(args: argparse.Namespace) -> int:
             if band is not None:
                 console.print(f"error band (prediction error, predicted - measured, out of sample): {band['text']} "
                               f"({band['note']})", highlight=False, markup=False)
+            if result.best is not None and "measured_anchor" in result.best:
+                console.print(anchor_text(result.best["measured_anchor"]), highlight=False,
+                              markup=False)
             if tie is not None:
                 console.print(near_tie_text(tie, args.near_tie_pct), highlight=False, markup=False)
             if miss is not None:

@@ -19,6 +19,7 @@ from echo_tune.sim.outputs.trace_export import write_chrome_trace
 from echo_tune.errors import ConfigError
 from echo_tune.sim.memory.stage import DEFAULT_MEMORY_HEADROOM_GIB
 from echo_tune.plan.bands import band_or_none, kind_of, precision_of
+from echo_tune.plan.anchors import anchor, anchor_text
 from echo_tune.plan.host_share import host_share
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         lo, hi = band["measured_over_predicted"]
         band["step_time_s"] = report.step_time_s * band["median_measured_over_predicted"]
         band["step_time_s_band"] = [report.step_time_s * lo, report.step_time_s * hi]
+    measured = anchor(model, cluster.gpu.name, num_gpus, parallel.global_batch_size,
+                      report.step_time_s) if report.fits_memory else None
     if args.json:
         data = report.to_dict()
         data["notes"] = header[1:] + list(report.notes) + notes
@@ -98,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
             data.update(tokens_per_s=None, model_tflops_per_gpu=None, mfu=None, search_hint=SEARCH_HINT)
         if band is not None:
             data["error_band"] = band
+        if measured is not None:
+            data["measured_anchor"] = measured
         print_json(data)
     else:
         print_report(report, header[1:] + notes)
@@ -105,10 +110,12 @@ def run(args: argparse.Namespace) -> int:
             step = "" if "step_time_s" not in band else (
                 f"; step with the family's median applied: {band['step_time_s']:.3f} s "
                 f"({band['step_time_s_band'][0]:.3f}-{band['step_time_s_band'][1]:.3f} s)")
+            said = band["match"] != "exact" or band["widened_for_host_share"]  # an exact family's note is its name
             make_console().print(f"[dim]error band (prediction error of {band['family']}'s runs, predicted - "
                                  f"measured, out of sample): {band['text']}"
-                                 f"{'' if band['match'] == 'exact' else ' (' + band['note'] + ')'}{step}[/dim]",
-                                 highlight=False)
+                                 f"{' (' + band['note'] + ')' if said else ''}{step}[/dim]", highlight=False)
+        if measured is not None:
+            make_console().print(anchor_text(measured), highlight=False, markup=False)
     return 0
 
 

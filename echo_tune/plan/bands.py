@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import json
 import sys
-from importlib import resources
 from pathlib import Path
 import hashlib
 
 from echo_tune.code_version import code_version
 from echo_tune.config.load.loading import preset_names  # what the table was computed by (plan.planner reads it here)
 from echo_tune.cost.profile import default_profile
+from echo_tune.plan.anchors import anchor_run
+from echo_tune.plan.bands_table import BANDS_FILE, load_bands
 from echo_tune.plan.host_share import gpu_side_low_pct, without_host
 from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.validate.compare import simulate_case
@@ -52,9 +53,6 @@ from echo_tune.validate.held_out import out_of_sample_errors
 from echo_tune.validate.runs import read_runs
 
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
-BANDS_FILE = "error_bands.json"  # left out of the sources digest (code_version.DIGEST_EXCLUDES)
-
-
 def scale_of(num_gpus: int) -> str:
     for limit, label in SCALES:
         if limit is None or num_gpus <= limit:
@@ -107,6 +105,10 @@ TRIM_FROM_RUNS = 5
 """A family of this many runs or more leaves out its one run farthest from its median before the quantiles."""
 
 
+SAID_WIDENING_PCT = 5.0
+"""A band widened for its host share by more than this many points says why in its note (less is widened silently)."""
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     pos = q * (len(ordered) - 1)
@@ -149,6 +151,7 @@ def band_summary(band: dict) -> dict:
     in prediction error and as measured / predicted, and its text."""
     return {**{k: band[k] for k in ("family", "match", "note", "n_runs", "mean_abs_error_pct", "mean_signed_error_pct")},
             "validated": band["match"] in ("exact", "pooled"),
+            "widened_for_host_share": bool(band.get("gpu_side_widened")),
             "prediction_error_pct": [band["band_lo_pct"], band["band_hi_pct"]],
             "median_measured_over_predicted": median_ratio(band),
             "measured_over_predicted": list(measured_ratio_range(band)), "text": band_text(band)}
@@ -194,7 +197,7 @@ def build_bands(paths: list[str]) -> dict:
             "families": {k: {**families[k], **_summary(v, min_half_width, gpu_by_family[k])}
                          for k, v in sorted(by_family.items())},
             "pooled": {k: _summary(v, min_half_width) for k, v in sorted(pooled.items())},
-            "all": _summary(errors)}
+            "all": _summary(errors), "runs": [anchor_run(case) for case, _ in simulated]}
 
 
 def band_applies(profile, cluster) -> bool:
@@ -206,8 +209,8 @@ def band_applies(profile, cluster) -> bool:
 def no_band(note: str) -> dict:
     """What a result carries where no band applies (``band_summary``'s keys, no numbers)."""
     return {"family": None, "match": "none", "n_runs": 0, "mean_abs_error_pct": None, "mean_signed_error_pct": None,
-            "validated": False, "prediction_error_pct": None, "median_measured_over_predicted": None,
-            "measured_over_predicted": None, "text": "-", "note": note}
+            "validated": False, "widened_for_host_share": False, "prediction_error_pct": None,
+            "median_measured_over_predicted": None, "measured_over_predicted": None, "text": "-", "note": note}
 
 
 def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int, host_share: float | None = None) -> dict:
@@ -225,13 +228,11 @@ def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int, ho
 
 
 def band_note(band: dict) -> str | None:
-    """The table note of a band that is not its family's own, or None."""
+    """The table note of a band that is not its family's own or was widened for its host share, or None."""
+    if band.get("widened_for_host_share"):
+        return band["note"]
     return {"pooled": band["note"],
             "unvalidated": band["note"], "none": band["note"]}.get(band["match"])
-
-
-def load_bands() -> dict:
-    return json.loads(resources.files("echo_tune.plan").joinpath(BANDS_FILE).read_text())
 
 
 def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | None = None,
@@ -261,11 +262,12 @@ def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | 
     if host_share is not None and own is not None and "gpu_side_min_signed_error_pct" in own:
         worst = own["gpu_side_min_signed_error_pct"]
         low = gpu_side_low_pct(worst, host_share)
-        if low < band["band_lo_pct"]:
-            band["band_lo_pct"] = low
+        if low < band["band_lo_pct"] - SAID_WIDENING_PCT:
+            band["gpu_side_widened"] = True
             band["note"] += (f"; low end {low:+.0f}%: the host time per kernel carries {host_share:.0%} of this step, "
                              f"and the GPU side alone of the runs of {key} erred down to {worst:+.0f}% "
                              f"(plan/host_share.py)")
+        band["band_lo_pct"] = min(low, band["band_lo_pct"])
     return band
 
 

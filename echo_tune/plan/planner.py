@@ -33,6 +33,7 @@ from echo_tune.config.load.loading import load_cluster
 from echo_tune.errors import ConfigError, EchoTuneError
 from echo_tune.cost.profile import profile_for
 from echo_tune.plan.bands import band_or_none, code_version, kind_of
+from echo_tune.plan.anchors import anchor
 from echo_tune.plan.host_share import record_host_share
 from echo_tune.plan.candidates import (PRECISION_WORDS, PlanCandidate, bad_row, parse_candidate,  # noqa: F401
                                        parse_candidates)  # re-exported
@@ -206,6 +207,8 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
                near_tie=near_tie(records, opts.near_tie_pct, space))
     if row["near_tie"] is not None:
         row["near_tie"]["megatron_args"] = " ".join(megatron_flags(space, {"config": row["near_tie"]["config"]}))
+    row["measured_anchor"] = anchor(model, space.cluster.gpu.name, c.num_gpus, space.global_batch_size,
+                                    best["step_time_s"])
     return row
 
 

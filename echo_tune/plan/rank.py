@@ -41,6 +41,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.io import read_text
 from echo_tune.limits import check_number
 from echo_tune.plan.bands import band_or_none, kind_of, precision_of
+from echo_tune.plan.anchors import anchor
 from echo_tune.plan.host_share import host_share
 from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project, sort_rows
 from echo_tune.safe_yaml import load_json
@@ -248,7 +249,9 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
                "gpu_hour_cost": c.gpu_hour_cost, "cost": proj.get("cost"),
                **{k: proj.get(k) for k in ("days_band", "gpu_hours_band", "cost_band", "goodput", "deadline")},
                "headroom_gib": (c.cluster.gpu.memory_bytes - report.peak_memory_bytes) / 2**30,
-               "error_band": band, "clock_note": _clock_note(c, profile, report)}
+               "error_band": band, "clock_note": _clock_note(c, profile, report),
+               "measured_anchor": anchor(c.model, c.cluster.gpu.name, c.num_gpus, c.parallel.global_batch_size,
+                                         report.step_time_s) if fits else None}
         rows.append(row)
     for r in rows:  # the planner's sort keys: the expected days and cost shown (band median and goodput applied)
         r["feasible"], r["days"] = r["fits_memory"], r["time_to_train_days"]

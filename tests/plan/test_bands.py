@@ -98,6 +98,11 @@ def test_a_band_covers_the_gpu_side_error_of_its_runs_at_the_predictions_host_sh
     like_the_runs = band_for("h100-sxm", "moe", True, 16, table, host_share=0.62)
     assert like_the_runs["band_lo_pct"] == -12.0 and "host time" not in like_the_runs["note"]
     assert band_for("h100-sxm", "moe", True, 16, table)["band_lo_pct"] == -12.0  # no share given: the band alone
+    # a widening of a few points is made but not narrated
+    close = {**table, "families": {"h100-sxm/moe/fp8/<=64": {**fam, "gpu_side_min_signed_error_pct": -15.0}}}
+    quiet = band_for("h100-sxm", "moe", True, 16, close, host_share=0.0)
+    assert quiet["band_lo_pct"] == pytest.approx(-15.0) and "host time" not in quiet["note"]
+    assert not band_summary(quiet)["widened_for_host_share"] and band_summary(gpu_bound)["widened_for_host_share"]
     # a family without GPU-side errors (an older table) is left as it is
     plain = {**BANDS, "families": {**BANDS["families"], "h100-sxm/moe/fp8/<=64": _fam("h100-sxm", "moe", "fp8",
                                                                                        "<=64", 3, -12.0, 11.0, -2.0)}}
