@@ -23,8 +23,8 @@ typical error of all runs (their median absolute error, ``min_half_width_pct``, 
 A prediction takes its own family's band where it has ``MIN_RUNS`` runs; else the runs of its GPU and kind together
 (``pooled``: every precision and scale, its own family's runs among them), where they are ``MIN_RUNS``; else it is
 *unvalidated* and gets the band of all runs, said so; a pooled or unvalidated band is widened to cover its own
-family's runs (the nearest runs are never trimmed as an outlier). Every band also covers what the family's runs
-erred with the host time per kernel at 0, scaled to the share of this prediction's step the fitted host time
+family's runs (the nearest runs are never trimmed as an outlier). Every band also covers what its runs (a pooled
+band's: the pool's; an unvalidated one's: its own family's) erred with the host time per kernel at 0, scaled to the share of this prediction's step the fitted host time
 carries (``plan/host_share.py``): a layout that leans less on that fit than its validated runs did does not inherit
 their agreement. No band is borrowed from another family alone (a narrow band
 of another precision or scale), another GPU or another kind, and a MoE prediction on a GPU with no validated MoE run
@@ -189,14 +189,16 @@ def build_bands(paths: list[str]) -> dict:
         gpu_by_family.setdefault(family_key(fam), []).append(gpu_error)
     min_half_width = _quantile([abs(e) for e in errors], 0.5)
     pooled: dict[str, list[float]] = {}
+    gpu_pooled: dict[str, list[float]] = {}
     for key, values in by_family.items():
         pooled.setdefault(pool_key(families[key]), []).extend(values)
+        gpu_pooled.setdefault(pool_key(families[key]), []).extend(gpu_by_family[key])
     return {"command": "python -m echo_tune.plan.bands " + " ".join(str(p) for p in paths),
             "sources": [Path(p).name for p in paths], "inputs_sha256": inputs_sha256(paths),
             "code": code_version(), "min_half_width_pct": min_half_width,
             "families": {k: {**families[k], **_summary(v, min_half_width, gpu_by_family[k])}
                          for k, v in sorted(by_family.items())},
-            "pooled": {k: _summary(v, min_half_width) for k, v in sorted(pooled.items())},
+            "pooled": {k: _summary(v, min_half_width, gpu_pooled[k]) for k, v in sorted(pooled.items())},
             "all": _summary(errors), "runs": [anchor_run(case) for case, _ in simulated]}
 
 
@@ -240,7 +242,7 @@ def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | 
     """The error band of a prediction: its family's with at least ``MIN_RUNS`` runs, else the runs of its GPU and kind
     together (every precision and scale) where they are ``MIN_RUNS``, else unvalidated (all runs). A pooled or
     unvalidated band covers its own family's runs; with ``host_share`` (plan/host_share.py) every band covers the
-    error the family's runs had on their GPU side alone, scaled to that share."""
+    error its runs had on their GPU side alone, scaled to that share."""
     bands = bands or load_bands()
     want = family(gpu, kind, fp8, num_gpus)
     fams, key = bands["families"], family_key(want)
@@ -259,13 +261,15 @@ def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | 
         band = {**bands["all"], "family": "all", "match": "unvalidated"}
         band["note"] = (f"unvalidated: {why} (fewer than {MIN_RUNS} in any family); band of all "
                         f"{bands['all']['n_runs']} validated runs{_cover(band, own)}")
-    if host_share is not None and own is not None and "gpu_side_min_signed_error_pct" in own:
-        worst = own["gpu_side_min_signed_error_pct"]
+    # the runs the band is of (a pooled band: the pool's; an unvalidated one: its own family's, if any)
+    runs, runs_key = (bands["pooled"][band["family"]], band["family"]) if band["match"] == "pooled" else (own, key)
+    if host_share is not None and runs is not None and "gpu_side_min_signed_error_pct" in runs:
+        worst = runs["gpu_side_min_signed_error_pct"]
         low = gpu_side_low_pct(worst, host_share)
         if low < band["band_lo_pct"] - SAID_WIDENING_PCT:
             band["gpu_side_widened"] = True
             band["note"] += (f"; low end {low:+.0f}%: the host time per kernel carries {host_share:.0%} of this step, "
-                             f"and the GPU side alone of the runs of {key} erred down to {worst:+.0f}% "
+                             f"and the GPU side alone of the runs of {runs_key} erred down to {worst:+.0f}% "
                              f"(plan/host_share.py)")
         band["band_lo_pct"] = min(low, band["band_lo_pct"])
     return band

@@ -109,6 +109,17 @@ def test_a_band_covers_the_gpu_side_error_of_its_runs_at_the_predictions_host_sh
     assert band_for("h100-sxm", "moe", True, 16, plain, host_share=0.0)["band_lo_pct"] == -12.0
 
 
+def test_a_pooled_band_takes_the_gpu_side_error_of_the_pool():
+    # a BF16 layout of a model whose host-bound runs are FP8: its own family (one GPT-OSS run) is not the band, the
+    # pool is, and the pool's GPU side erred down to -65%
+    own = {**_fam("h100-sxm", "moe", "bf16", "<=64", 1, -17.0, -7.0, -12.0), "gpu_side_min_signed_error_pct": -35.0}
+    pool = {**_fam("h100-sxm", "moe", "all", "all", 6, -12.0, 11.0, -2.0), "gpu_side_min_signed_error_pct": -65.0}
+    table = {**BANDS, "families": {"h100-sxm/moe/bf16/<=64": own}, "pooled": {"h100-sxm/moe/all": pool}}
+    band = band_for("h100-sxm", "moe", False, 16, table, host_share=0.0)
+    assert band["match"] == "pooled" and band["band_lo_pct"] == pytest.approx(-65.0)
+    assert "the GPU side alone of the runs of h100-sxm/moe/all erred down to -65%" in band["note"]
+
+
 def test_band_text_and_ratios_share_one_sign_convention():
     # every run of a family predicted too fast (prediction errors -15.5 .. -5.7%): measured took 6..18% longer
     biased = {"n_runs": 5, "mean_abs_error_pct": 11.0, "mean_signed_error_pct": -11.0, "median_signed_error_pct": -9.0,
