@@ -20,7 +20,8 @@ from echo_tune.cost.profile import ClusterProfile, default_profile, save_profile
 
 
 def _assumptions() -> dict:
-    return {name: getattr(efficiencies_module, name) for name in dir(efficiencies_module) if name.startswith("DATASHEET_")}
+    module = efficiencies_module
+    return {name: getattr(module, name) for name in dir(module) if name.startswith("DATASHEET_")}
 
 
 def datasheet_profile(gpu_preset: str) -> ClusterProfile:
@@ -30,7 +31,8 @@ def datasheet_profile(gpu_preset: str) -> ClusterProfile:
     provenance = {
         "label": "datasheet-derived, NOT measured: replace with `echo-tune calibrate fit` on your cluster",
         "sources": [f"GPU: {cluster.gpu.source}", f"node and fabric: {cluster.source}",
-                    "efficiency assumptions: echo_tune/cost/datasheet_efficiencies.py (DATASHEET_*), each with its source"],
+                    "efficiency assumptions: echo_tune/cost/datasheet_efficiencies.py (DATASHEET_*), each with its "
+                    "source"],
         "assumptions": _assumptions(), **profile.provenance}
     return dataclasses.replace(profile, name=f"{gpu_preset}-datasheet", provenance=provenance)
 

@@ -223,7 +223,8 @@ def default_profile(cluster: ClusterSpec) -> ClusterProfile:
         comm={"intra_node": {"default": intra}, "inter_node": {"default": inter}},
         compute_slowdown=DATASHEET_COMPUTE_SLOWDOWN, comm_slowdown=DATASHEET_COMM_SLOWDOWN,
         provenance={"source": f"datasheet numbers of {gpu.name} ({gpu.source}) and {cluster.name} "
-                              f"({cluster.source}) times the DATASHEET_* efficiencies in cost/datasheet_efficiencies.py",
+                              f"({cluster.source}) times the DATASHEET_* efficiencies in "
+                              f"cost/datasheet_efficiencies.py",
                     **({"gemm_benchmarks": benchmark_note} if benchmark_note else {})})
 
 

@@ -35,12 +35,18 @@ def per_token_gpu_s(step_time_s: float, num_gpus: int, global_batch_size: int, s
 
 def anchor_run(case) -> dict:
     """What ``error_bands.json`` keeps of a validated published run for anchors."""
-    return {"name": case.name, "source": case.source.split()[0] if case.source else "", "gpu": case.cluster.gpu.name,
+    return {"name": case.name, "source": _short(case.source or ""), "gpu": case.cluster.gpu.name,
             "arch": arch_key(case.model), "num_gpus": case.num_gpus,
             "precision": "fp4" if getattr(case.parallel, "fp4_format", None) else (
                 "fp8" if case.parallel.fp8_format else "bf16"),
             "per_token_gpu_s": per_token_gpu_s(case.measured_step_time_s, case.num_gpus,
                                                case.parallel.global_batch_size, case.model.seq_length)}
+
+
+def _short(source: str, width: int = 110) -> str:
+    """A run's source up to its first ';' (the table and section it came from), at most ``width`` characters."""
+    head = source.split(";")[0].strip()
+    return head if len(head) <= width else head[:width - 3] + "..."
 
 
 def anchor(model, gpu: str, num_gpus: int, global_batch_size: int, step_time_s: float,
@@ -55,7 +61,8 @@ def anchor(model, gpu: str, num_gpus: int, global_batch_size: int, step_time_s: 
     best = min(same, key=lambda r: r["per_token_gpu_s"])
     mine = per_token_gpu_s(step_time_s, num_gpus, global_batch_size, model.seq_length)
     return {"gpu": gpu, "run": best["name"], "source": best["source"], "run_num_gpus": best["num_gpus"],
-            "run_precision": best["precision"], "n_runs": len(same), "measured_per_token_gpu_s": best["per_token_gpu_s"],
+            "run_precision": best["precision"], "n_runs": len(same),
+            "measured_per_token_gpu_s": best["per_token_gpu_s"],
             "predicted_per_token_gpu_s": mine, "ratio": mine / best["per_token_gpu_s"]}
 
 

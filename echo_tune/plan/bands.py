@@ -24,13 +24,13 @@ A prediction takes its own family's band where it has ``MIN_RUNS`` runs; else th
 (``pooled``: every precision and scale, its own family's runs among them), where they are ``MIN_RUNS``; else it is
 *unvalidated* and gets the band of all runs, said so; a pooled or unvalidated band is widened to cover its own
 family's runs (the nearest runs are never trimmed as an outlier). Every band also covers what its runs (a pooled
-band's: the pool's; an unvalidated one's: its own family's) erred with the host time per kernel at 0, scaled to the share of this prediction's step the fitted host time
-carries (``plan/host_share.py``): a layout that leans less on that fit than its validated runs did does not inherit
-their agreement. No band is borrowed from another family alone (a narrow band
-of another precision or scale), another GPU or another kind, and a MoE prediction on a GPU with no validated MoE run
-says so. Coarse MoE is a kind of its own (``kind_of``): the model's MoE error grows with many small experts per rank,
-and 8-expert runs (Grok-1 on H100: -6..-12%) say nothing of a 128-expert model's (Qwen3-30B-A3B on H100: -43% in
-sample, +14% and +116% out of sample).
+band's: the pool's; an unvalidated one's: its own family's) erred with the host time per kernel at 0, scaled to the
+share of this prediction's step the fitted host time carries (``plan/host_share.py``): a layout that leans less on
+that fit than its validated runs did does not inherit their agreement. No band is borrowed from another family alone
+(a narrow band of another precision or scale), another GPU or another kind, and a MoE prediction on a GPU with no
+validated MoE run says so. Coarse MoE is a kind of its own (``kind_of``): the model's MoE error grows with many
+small experts per rank, and 8-expert runs (Grok-1 on H100: -6..-12%) say nothing of a 128-expert model's
+(Qwen3-30B-A3B on H100: -43% in sample, +14% and +116% out of sample).
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ from echo_tune.validate.held_out import out_of_sample_errors
 from echo_tune.validate.runs import read_runs
 
 SCALES = ((64, "<=64"), (512, "<=512"), (None, ">512"))
+
+
 def scale_of(num_gpus: int) -> str:
     for limit, label in SCALES:
         if limit is None or num_gpus <= limit:

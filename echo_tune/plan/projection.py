@@ -102,8 +102,8 @@ def legend(rows: list[dict]) -> str:
     return ("error band: the prediction error of the validated runs of the prediction's family, out of sample "
             "(predicted - measured, in % of measured: negative = predicted too fast), median (5th..95th percentile, n "
             "runs; a family of fewer than 3 runs takes its GPU and kind's runs together, 'pooled', widened to cover "
-            "its own runs, and where they are fewer too 'unvalidated', the band of all runs); days, GPU-hours and cost: the predicted "
-            f"training time corrected by that median / goodput {goodput} (share of wall time spent training; Llama 3 "
+            "its own runs, and where they are fewer too 'unvalidated', the band of all runs); days, GPU-hours and "
+            f"cost: the predicted training time corrected by that median / goodput {goodput} (share of wall time spent training; Llama 3 "
             "405B: >90%), in brackets the band applied; free HBM: HBM less the peak (\"spare\" in notes: under HBM "
             "less the headroom)")
 

@@ -1,10 +1,10 @@
 """Maximum GEMM efficiencies of a datasheet profile from public kernel benchmarks (``data/gemm-benchmarks.yaml``).
 
-The ``DATASHEET_*`` GEMM efficiencies of cost/datasheet_efficiencies.py (0.80 bf16, 0.70 FP8) are A100 / H100 benchmark rates
-over their datasheet peaks. A GPU whose own public benchmarks read differently takes its own, derived the same
-way: each listed rate over the GPU's datasheet dense peak and the size saturation at its shape (cost/kernels/compute.py),
-averaged per precision. B200 reads 0.69 (bf16: 0.71 in vLLM's harness, in which H100 reads 0.77, 0.66-0.69 in
-pytorch/ao's) and 0.60 (FP8).
+The ``DATASHEET_*`` GEMM efficiencies of cost/datasheet_efficiencies.py (0.80 bf16, 0.70 FP8) are A100 / H100
+benchmark rates over their datasheet peaks. A GPU whose own public benchmarks read differently takes its own,
+derived the same way: each listed rate over the GPU's datasheet dense peak and the size saturation at its shape
+(cost/kernels/compute.py), averaged per precision. B200 reads 0.69 (bf16: 0.71 in vLLM's harness, in which H100
+reads 0.77, 0.66-0.69 in pytorch/ao's) and 0.60 (FP8).
 GPUs without entries keep the defaults; a measured profile (``echo-tune calibrate``) replaces both.
 """
 
