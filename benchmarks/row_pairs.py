@@ -13,7 +13,6 @@ GPU), the simulated ratio with the default profiles, and the simulated ratio wit
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from echo_tune.cost.host.host_time import without_host  # noqa: E402
 from echo_tune.sim.schedule.memo import profile_for_cluster  # noqa: E402
 from echo_tune.sim.simulate import simulate  # noqa: E402
 from echo_tune.validate.datasets import DATASETS, published_runs  # noqa: E402
@@ -59,10 +59,7 @@ def _cases() -> dict:
 
 
 def _without_host(case):
-    profile = profile_for_cluster(case.cluster)
-    fitted = dict(profile.fitted)
-    fitted["params"] = {**(fitted.get("params") or {}), "host_time_per_kernel_s": 0.0}
-    return dataclasses.replace(profile, fitted=fitted)
+    return without_host(profile_for_cluster(case.cluster))
 
 
 def _per_token_s(case, step_s: float) -> float:

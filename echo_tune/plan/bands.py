@@ -45,9 +45,8 @@ from echo_tune.config.load.loading import preset_names  # what the table was com
 from echo_tune.cost.profile import default_profile
 from echo_tune.plan.anchors import anchor_run
 from echo_tune.plan.bands_table import BANDS_FILE, load_bands
-from echo_tune.plan.host_share import gpu_side_low_pct, without_host
-from echo_tune.sim.schedule.memo import profile_for_cluster
-from echo_tune.validate.compare import simulate_case
+from echo_tune.plan.host_share import gpu_side_low_pct
+from echo_tune.validate.compare import simulate_case, simulate_gpu_side
 from echo_tune.validate.errata import errata_path_for
 from echo_tune.validate.held_out import out_of_sample_errors
 from echo_tune.validate.runs import read_runs
@@ -179,8 +178,7 @@ def build_bands(paths: list[str]) -> dict:
     simulated = [(case, simulate_case(case)) for path in paths for case in read_runs(path)]
     simulated = [(c, r) for c, r in simulated if r.error_pct is not None and c.cluster is not None]
     errors = out_of_sample_errors(simulated)
-    gpu_side = [simulate_case(c, {c.cluster.gpu.name: without_host(profile_for_cluster(c.cluster))}).error_pct
-                for c, _ in simulated]
+    gpu_side = [simulate_gpu_side(c).error_pct for c, _ in simulated]
     by_family: dict[str, list[float]] = {}
     gpu_by_family: dict[str, list[float]] = {}
     families: dict[str, dict] = {}

@@ -15,9 +15,7 @@ negative = too fast) and this layout's share s, the low end is at most (1 + g) /
 
 from __future__ import annotations
 
-import dataclasses
-
-from echo_tune.cost.host.host_time import PARAM
+from echo_tune.cost.host.host_time import without_host
 from echo_tune.search.outputs.results import candidate_of
 from echo_tune.search.space.search_space import space_profile
 from echo_tune.sim.schedule.memo import profile_for_cluster
@@ -25,13 +23,6 @@ from echo_tune.sim.simulate import simulate
 
 MAX_SHARE = 0.95
 """A share above this is taken as this (the bound 1 / (1 - s) grows without limit as s nears 1)."""
-
-
-def without_host(profile):
-    """``profile`` with the host time per kernel at 0: the GPU side alone."""
-    fitted = dict(profile.fitted or {})
-    fitted["params"] = {**(fitted.get("params") or {}), PARAM: 0.0}
-    return dataclasses.replace(profile, fitted=fitted)
 
 
 def host_share(model, cluster, num_gpus: int, parallel, *, profile=None, step_time_s: float | None = None,

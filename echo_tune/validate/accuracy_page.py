@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from echo_tune.validate.held_out import out_of_sample_errors
-from echo_tune.validate.compare import simulate_case
+from echo_tune.validate.compare import simulate_case, simulate_gpu_side
 from echo_tune.validate.datasets import DATASETS, published_runs
 from echo_tune.validate.runs import read_runs
 
@@ -29,6 +29,8 @@ class Row:
     in_sample_pct: float
     out_of_sample_pct: float
     fits_memory: bool
+    gpu_side_pct: float | None = None
+    """The error with the host time per kernel at 0 (the GPU side alone)."""
 
     @property
     def fitted(self) -> bool:
@@ -51,7 +53,8 @@ def collect_rows() -> tuple[list[Row], list[tuple[str, str, str]]]:
                 continue
             (held_out,) = out_of_sample_errors([(case, result)])
             rows.append(Row(dataset=dataset, name=case.name, family=family_of(case), in_sample_pct=result.error_pct,
-                            out_of_sample_pct=held_out, fits_memory=bool(result.fits_memory)))
+                            out_of_sample_pct=held_out, fits_memory=bool(result.fits_memory),
+                            gpu_side_pct=simulate_gpu_side(case).error_pct))
     return rows, refused
 
 
@@ -100,12 +103,16 @@ def page(rows: list[Row], refused: list[tuple[str, str, str]]) -> str:
            "fast. Default profiles (datasheet peaks, GEMM efficiencies from public kernel benchmarks, the host time "
            "per kernel fitted on the H100 rows). *Out of sample*: the "
            f"{fitted} rows that host time was fitted on count with their leave-one-source-out error; the other "
-           f"{len(rows) - fitted} rows were fitted on nothing, so both columns agree for them.", "",
+           f"{len(rows) - fitted} rows were fitted on nothing, so both columns agree for them. *Host time 0*: the same "
+           "row with that fitted host time at 0, its GPU side alone; where it differs from the error, the fit carries "
+           "the difference (the error bands use it: plan/host_share.py).", "",
            "## By GPU and dense / MoE", "", *family_table(rows, lambda r: r.family), "",
            "## By data set", "", *family_table(rows, lambda r: r.dataset), "",
-           "## Every row", "", "| data set | run | family | error | out of sample | fits |", "| --- | --- | --- | --- | --- | --- |"]
+           "## Every row", "", "| data set | run | family | error | out of sample | host time 0 | fits |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     out += [f"| {r.dataset} | {r.name} | {r.family} | {r.in_sample_pct:+.1f}% | {r.out_of_sample_pct:+.1f}% | "
-            f"{'yes' if r.fits_memory else 'no'} |" for r in rows]
+            f"{'-' if r.gpu_side_pct is None else f'{r.gpu_side_pct:+.1f}%'} | {'yes' if r.fits_memory else 'no'} |"
+            for r in rows]
     if refused:
         out += ["", "## Rows that do not simulate", ""] + [f"- {d} {n}: {why}" for d, n, why in refused]
     out += ["", "## How we got here", "",

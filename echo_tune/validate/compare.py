@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_tune.config.flags.unmodelled import UnmodelledError
-from echo_tune.cost.host.host_time import shipped_fit
+from echo_tune.cost.host.host_time import shipped_fit, without_host
 from echo_tune.errors import EchoTuneError
 from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.sim.simulate import simulate
@@ -69,6 +69,14 @@ def simulate_case(case: RunCase, profiles: dict | None = None) -> RowResult:
     except EchoTuneError as exc:
         return RowResult(**common, error=str(exc))
     return RowResult(**common, predicted_step_time_s=report.step_time_s, fits_memory=report.fits_memory)
+
+
+def simulate_gpu_side(case: RunCase) -> RowResult:
+    """``simulate_case`` with the host time per kernel at 0: the row's GPU side alone, what is left of its
+    prediction without the fitted host time (docs/accuracy.md's "host time 0", plan/bands.py)."""
+    if case.error or case.cluster is None:
+        return simulate_case(case)
+    return simulate_case(case, {case.cluster.gpu.name: without_host(profile_for_cluster(case.cluster))})
 
 
 def _ranks(values: list[float]) -> list[float]:

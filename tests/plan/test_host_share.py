@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 import echo_tune as et
-from echo_tune.plan.host_share import MAX_SHARE, gpu_side_low_pct, host_share, without_host
+from echo_tune.cost.host.host_time import without_host
+from echo_tune.plan.host_share import MAX_SHARE, gpu_side_low_pct, host_share
 from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.validate.datasets import published_runs
 from echo_tune.validate.runs import read_runs

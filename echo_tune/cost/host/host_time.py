@@ -15,6 +15,7 @@ the preset's. A profile overrides it with its own ``fitted.params.host_time_per_
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -54,3 +55,11 @@ def default_label() -> str:
         return ""
     return f"host time per kernel {value * 1e6:.0f} us {shipped_fit().get('label', 'fitted')} (H100 rows)"
 
+
+
+def without_host(profile):
+    """``profile`` with the host time per kernel at 0: the GPU side alone (what the fit stands in for shows as the
+    difference; plan/host_share.py, docs/accuracy.md)."""
+    fitted = dict(profile.fitted or {})
+    fitted["params"] = {**(fitted.get("params") or {}), PARAM: 0.0}
+    return dataclasses.replace(profile, fitted=fitted)
