@@ -33,14 +33,16 @@ def per_token_gpu_s(step_time_s: float, num_gpus: int, global_batch_size: int, s
     return step_time_s * num_gpus / (global_batch_size * seq_length)
 
 
-def anchor_run(case) -> dict:
-    """What ``error_bands.json`` keeps of a validated published run for anchors."""
+def anchor_run(case, error_pct: float) -> dict:
+    """What ``error_bands.json`` keeps of a validated published run for anchors (``error_pct``: the simulator's error
+    on it, out of sample)."""
     return {"name": case.name, "source": _short(case.source or ""), "gpu": case.cluster.gpu.name,
             "arch": arch_key(case.model), "num_gpus": case.num_gpus,
             "precision": "fp4" if getattr(case.parallel, "fp4_format", None) else (
                 "fp8" if case.parallel.fp8_format else "bf16"),
             "per_token_gpu_s": per_token_gpu_s(case.measured_step_time_s, case.num_gpus,
-                                               case.parallel.global_batch_size, case.model.seq_length)}
+                                               case.parallel.global_batch_size, case.model.seq_length),
+            "error_pct": error_pct}
 
 
 def _short(source: str, width: int = 110) -> str:
@@ -62,15 +64,20 @@ def anchor(model, gpu: str, num_gpus: int, global_batch_size: int, step_time_s: 
     mine = per_token_gpu_s(step_time_s, num_gpus, global_batch_size, model.seq_length)
     return {"gpu": gpu, "run": best["name"], "source": best["source"], "run_num_gpus": best["num_gpus"],
             "run_precision": best["precision"], "n_runs": len(same),
-            "measured_per_token_gpu_s": best["per_token_gpu_s"],
+            "measured_per_token_gpu_s": best["per_token_gpu_s"], "run_error_pct": best.get("error_pct"),
             "predicted_per_token_gpu_s": mine, "ratio": mine / best["per_token_gpu_s"]}
+
+
+def _simulated(a: dict) -> str:
+    error = a.get("run_error_pct")
+    return "" if error is None else f" (simulated {error:+.0f}% out of sample)"
 
 
 def anchor_text(a: dict) -> str:
     """One line: the fastest measured run of the model on the GPU, and this prediction against it."""
     text = (f"measured anchor: the fastest of {a['n_runs']} published run(s) of this model on {a['gpu']} "
             f"({a['run']}, {a['run_num_gpus']} GPUs, {a['run_precision']}; {a['source']}) took "
-            f"{a['measured_per_token_gpu_s'] * 1e6:.1f} us per token per GPU; this prediction "
+            f"{a['measured_per_token_gpu_s'] * 1e6:.1f} us per token per GPU{_simulated(a)}; this prediction "
             f"{a['predicted_per_token_gpu_s'] * 1e6:.1f} us ({a['ratio']:.2f}x)")
     if a["ratio"] < FASTER_THAN_MEASURED:
         text += (f": {1 / a['ratio']:.1f}x faster than any measured run of it on this GPU, a layout the published "

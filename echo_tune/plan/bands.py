@@ -199,7 +199,8 @@ def build_bands(paths: list[str]) -> dict:
             "families": {k: {**families[k], **_summary(v, min_half_width, gpu_by_family[k])}
                          for k, v in sorted(by_family.items())},
             "pooled": {k: _summary(v, min_half_width, gpu_pooled[k]) for k, v in sorted(pooled.items())},
-            "all": _summary(errors), "runs": [anchor_run(case) for case, _ in simulated]}
+            "all": _summary(errors),
+            "runs": [anchor_run(case, error) for (case, _), error in zip(simulated, errors)]}
 
 
 def band_applies(profile, cluster) -> bool:
