@@ -19,10 +19,11 @@ def test_the_committed_page_and_readme_table_are_the_generated_ones():
 
 def test_tables_by_hand():
     rows = [Row(dataset="a.csv", name="x", family="h100-sxm dense", in_sample_pct=-4.0, out_of_sample_pct=-6.0,
-                fits_memory=True),
+                fits_memory=True, gpu_side_pct=-10.0),
             Row(dataset="a.csv", name="y", family="h100-sxm dense", in_sample_pct=2.0, out_of_sample_pct=2.0,
-                fits_memory=False)]
+                fits_memory=False, gpu_side_pct=0.0)]
     assert readme_table(rows)[2] == "| h100-sxm dense | 2 | -2.0% | 4.0% | -6.0% (x) | 1 |"
     text = page(rows, [("a.csv", "z", "refused: --foo")])
-    assert "| h100-sxm dense | 2 | -1.0% | 3.0% | -4.0% | -2.0% | 4.0% | -6.0% | 1 |" in text
+    assert "| h100-sxm dense | 2 | -1.0% | 3.0% | -4.0% | -2.0% | 4.0% | -6.0% | -5.0% | 1 |" in text
+    assert "| a.csv | x | h100-sxm dense | -4.0% | -6.0% | -10.0% | yes |" in text
     assert "1 rows that host time was fitted on" in text and "- a.csv z: refused: --foo" in text
