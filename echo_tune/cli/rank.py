@@ -13,7 +13,7 @@ from echo_tune.cli.checked_args import currency
 from echo_tune.cli.common import add_clock_argument, human_time, print_json, with_clock
 from echo_tune.console import make_console
 from echo_tune.errors import ConfigError
-from echo_tune.plan.anchors import FASTER_THAN_MEASURED, anchor_text
+from echo_tune.plan.anchors import anchor_text, faster_than_measured
 from echo_tune.plan.bands import band_note
 from echo_tune.plan.projection import GOODPUT_DEFAULT, deadline_note, legend
 from echo_tune.plan.rank import load_rank_file, parse_tokens, rank
@@ -150,7 +150,7 @@ def print_ranking(rows: list[dict], tokens: float, console: Console | None = Non
         if note:
             line(Text(f"{r['name']}: {note}", style=style("yellow")))
         measured = None if r.get("refused") else r.get("measured_anchor")
-        if measured is not None and measured["ratio"] < FASTER_THAN_MEASURED:
+        if faster_than_measured(measured):
             line(Text(f"{r['name']}: {anchor_text(measured)}", style=style("yellow")))
     for note in dict.fromkeys(r["clock_note"] for r in rows if r.get("clock_note")):  # once per GPU
         line(Text(note, style=style("yellow")))

@@ -239,7 +239,7 @@ def _run(args: argparse.Namespace) -> int:
         used = load_profile(space.profile_path) if space.profile_path else profile_for(space.cluster)
         band = band_or_none(used, space.cluster, kind_of(space.model),
                             "fp4" if cfg.get("fp4_format") else bool(cfg.get("fp8_format")), cfg["num_gpus"],
-                            host_share=record_host_share(space, result.best))
+                            host_share=lambda: record_host_share(space, result.best))
         result.best["error_band"] = band
         band = None if band["match"] == "none" else band
         measured = anchor(space.model, space.cluster.gpu.name, cfg["num_gpus"], space.global_batch_size,

@@ -18,7 +18,7 @@ from echo_tune.sim.simulate import simulate
 from echo_tune.sim.outputs.trace_export import write_chrome_trace
 from echo_tune.errors import ConfigError
 from echo_tune.sim.memory.stage import DEFAULT_MEMORY_HEADROOM_GIB
-from echo_tune.plan.bands import band_or_none, kind_of, precision_of
+from echo_tune.plan.bands import band_note, band_or_none, kind_of, precision_of
 from echo_tune.plan.anchors import anchor, anchor_text
 from echo_tune.plan.host_share import host_share
 
@@ -78,10 +78,10 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
     # the bands come from validating the datasheet profiles; a measured or fitted profile has its own error
 
-    share = host_share(model, cluster, num_gpus, parallel, profile=profile, step_time_s=report.step_time_s,
-                       memory_headroom_bytes=int(headroom * 2**30))
     band = band_or_none(profile or profile_for(cluster), cluster, kind_of(model), precision_of(parallel), num_gpus,
-                        host_share=share)
+                        host_share=lambda: host_share(model, cluster, num_gpus, parallel, profile=profile,
+                                                      step_time_s=report.step_time_s,
+                                                      memory_headroom_bytes=int(headroom * 2**30)))
     if band["match"] == "none":
         notes.append(band["note"])
         band = None
@@ -110,10 +110,10 @@ def run(args: argparse.Namespace) -> int:
             step = "" if "step_time_s" not in band else (
                 f"; step with the family's median applied: {band['step_time_s']:.3f} s "
                 f"({band['step_time_s_band'][0]:.3f}-{band['step_time_s_band'][1]:.3f} s)")
-            said = band["match"] != "exact" or band["widened_for_host_share"]  # an exact family's note is its name
+            note = band_note(band)  # an exact family's own note is only its name
             make_console().print(f"[dim]error band (prediction error of {band['family']}'s runs, predicted - "
                                  f"measured, out of sample): {band['text']}"
-                                 f"{' (' + band['note'] + ')' if said else ''}{step}[/dim]", highlight=False)
+                                 f"{'' if note is None else ' (' + note + ')'}{step}[/dim]", highlight=False)
         if measured is not None:
             make_console().print(anchor_text(measured), highlight=False, markup=False)
     return 0

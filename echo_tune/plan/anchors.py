@@ -68,6 +68,12 @@ def anchor(model, gpu: str, num_gpus: int, global_batch_size: int, step_time_s: 
             "predicted_per_token_gpu_s": mine, "ratio": mine / best["per_token_gpu_s"]}
 
 
+def faster_than_measured(a: dict | None) -> bool:
+    """Whether a prediction is faster per token than every measured run of its model on its GPU by more than
+    ``FASTER_THAN_MEASURED`` allows (``plan`` / ``rank`` note it)."""
+    return a is not None and a["ratio"] < FASTER_THAN_MEASURED
+
+
 def _simulated(a: dict) -> str:
     error = a.get("run_error_pct")
     return "" if error is None else f" (simulated {error:+.0f}% out of sample)"
@@ -79,7 +85,7 @@ def anchor_text(a: dict) -> str:
             f"({a['run']}, {a['run_num_gpus']} GPUs, {a['run_precision']}; {a['source']}) took "
             f"{a['measured_per_token_gpu_s'] * 1e6:.1f} us per token per GPU{_simulated(a)}; this prediction "
             f"{a['predicted_per_token_gpu_s'] * 1e6:.1f} us ({a['ratio']:.2f}x)")
-    if a["ratio"] < FASTER_THAN_MEASURED:
+    if faster_than_measured(a):
         text += (f": {1 / a['ratio']:.1f}x faster than any measured run of it on this GPU, a layout the published "
                  f"recipes did not run; weigh it with the error band")
     return text

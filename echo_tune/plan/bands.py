@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 import hashlib
 
@@ -216,10 +217,12 @@ def no_band(note: str) -> dict:
             "median_measured_over_predicted": None, "measured_over_predicted": None, "text": "-", "note": note}
 
 
-def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int, host_share: float | None = None) -> dict:
+def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int,
+                 host_share: Callable[[], float] | None = None) -> dict:
     """``band_summary`` of the prediction's family where a band applies, else ``no_band``: the profile must be
-    the datasheet one the bands validated, and the GPU one of the GPU presets; a user-described device (a CPU "cluster", a GPU not among the presets) gets
-    none rather than another GPU's band."""
+    the datasheet one the bands validated, and the GPU one of the GPU presets; a user-described device (a CPU
+    "cluster", a GPU not among the presets) gets none rather than another GPU's band. ``host_share``: computes the
+    prediction's host share (plan/host_share.py, a second simulation), called only where a band applies."""
     if not band_applies(profile, cluster):
         return no_band(f"no error band: profile {profile.name!r} is not the datasheet profile the bands were "
                        f"validated with; its own fit error applies")
@@ -227,7 +230,8 @@ def band_or_none(profile, cluster, kind: str, fp8: bool | str, num_gpus: int, ho
     if cluster.gpu.name not in gpus:
         return no_band(f"no error band: {cluster.gpu.name!r} is not a GPU preset ({', '.join(gpus)}); "
                        f"no validated run speaks for it")
-    return band_summary(band_for(cluster.gpu.name, kind, fp8, num_gpus, host_share=host_share))
+    share = None if host_share is None else host_share()
+    return band_summary(band_for(cluster.gpu.name, kind, fp8, num_gpus, host_share=share))
 
 
 def band_note(band: dict) -> str | None:

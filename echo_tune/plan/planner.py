@@ -165,8 +165,9 @@ def _row(c: PlanCandidate, space: SearchSpace, result, records: list[dict], opts
            "n_dominated_memory": result.n_dominated_memory}
     best = result.best["config"] if result.best else {}
     fp8 = "fp4" if best.get("fp4_format") else bool(best.get("fp8_format"))
+    share = (lambda: record_host_share(space, result.best)) if result.best else None
     row["error_band"] = band_or_none(profile_for(space.cluster), space.cluster, kind_of(model), fp8, c.num_gpus,
-                                     host_share=record_host_share(space, result.best) if result.best else None)
+                                     host_share=share)
     row["precision_searched"] = "bf16+fp8" if len(space.choices.get("fp8_format", (None,))) > 1 else \
         precision_of({"fp8_format": space.choices.get("fp8_format", (None,))[0]})
     best = result.best or just_over(space, records)  # none fits: one just over its limit is at risk

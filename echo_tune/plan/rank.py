@@ -238,10 +238,10 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
         fits = report.fits_memory
         seconds = tokens / report.tokens_per_s if fits else None  # a layout that does not fit has no time
-        share = host_share(c.model, c.cluster, c.num_gpus, c.parallel, profile=profile, step_time_s=report.step_time_s,
-                           memory_headroom_bytes=int(memory_headroom_gib * 2**30))
         band = band_or_none(profile or profile_for(c.cluster), c.cluster, kind_of(c.model), precision_of(c.parallel),
-                            c.num_gpus, host_share=share)
+                            c.num_gpus, host_share=lambda: host_share(
+                                c.model, c.cluster, c.num_gpus, c.parallel, profile=profile,
+                                step_time_s=report.step_time_s, memory_headroom_bytes=int(memory_headroom_gib * 2**30)))
         proj = project(seconds, band, num_gpus=c.num_gpus, gpu_hour_price=c.gpu_hour_cost,
                        deadline_days=deadline_days, goodput=goodput) if fits else {}
         row = {"name": c.name, **report.to_dict(), "tokens": tokens, "time_to_train_s": seconds,

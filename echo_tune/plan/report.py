@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from echo_tune.console import make_console
-from echo_tune.plan.anchors import FASTER_THAN_MEASURED
+from echo_tune.plan.anchors import faster_than_measured
 from echo_tune.plan.bands import band_note
 from echo_tune.plan.projection import budget_note, deadline_note, legend
 from echo_tune.plan.safety import fit_hint_text, near_tie_text
@@ -50,7 +50,7 @@ def _row_notes(r: dict) -> list[str]:
     if r.get("near_tie"):
         notes.append("a near-tie leaves more memory free (below)")
     measured = r.get("measured_anchor")
-    if measured is not None and measured["ratio"] < FASTER_THAN_MEASURED:
+    if faster_than_measured(measured):
         notes.append(f"predicted {1 / measured['ratio']:.1f}x faster per token than the fastest published run of "
                      f"this model on this GPU ({measured['run']})")
     return notes

@@ -214,6 +214,12 @@ def test_a_band_only_where_it_was_validated():
     assert none["match"] == "none" and none["text"] == "-" and "'fit'" in none["note"]
     cpu = et.load_cluster(str(REPO / "tests" / "data" / "cpu-cluster.yaml"))
     assert band_or_none(default_profile(cpu), cpu, "dense", False, 1)["match"] == "none"
+    # the host share (a second simulation) is computed only where a band applies
+    calls = []
+    share = lambda: calls.append(1) or 0.0  # noqa: E731
+    assert band_or_none(fitted, h100, "dense", False, 8, host_share=share)["match"] == "none" and not calls
+    assert band_or_none(default_profile(h100), h100, "dense", False, 8, host_share=share)["match"] == "exact"
+    assert calls == [1]
 
 
 def test_every_gpu_preset_gets_a_band_and_racks_have_their_own_runs():
