@@ -2,11 +2,11 @@
 
 A family is (GPU, kind: dense, MoE or coarse MoE (at most 8 experts), precision: bf16, fp8 or fp4 (NVFP4), scale:
 GPUs up to 64, up to 512, or more). The table ``error_bands.json`` beside this module is built from ``echo-tune
-validate``'s rows on the shipped published-runs CSVs by::
+validate``'s rows on the developers' sets (``validate/datasets.py DATASETS``) by::
 
     python -m echo_tune.plan.bands calibration/published-runs/runs_megatron.csv \
         calibration/published-runs/runs_modern.csv calibration/published-runs/runs_bridge.csv \
-        calibration/published-runs/runs_bridge_2025.csv
+        calibration/published-runs/runs_bridge_2025.csv calibration/collected-runs/runs_bridge_prs.csv
 
 (the command and the simulator's version are stored in the file).
 
@@ -46,7 +46,7 @@ from echo_tune.config.load.loading import preset_names  # what the table was com
 from echo_tune.cost.profile import default_profile
 from echo_tune.plan.anchors import anchor_run
 from echo_tune.plan.bands_table import BANDS_FILE, load_bands
-from echo_tune.plan.host_share import gpu_side_low_pct
+from echo_tune.plan.host_share import gpu_side_floor, gpu_side_low_pct
 from echo_tune.validate.compare import simulate_case, simulate_gpu_side
 from echo_tune.validate.errata import errata_path_for
 from echo_tune.validate.held_out import out_of_sample_errors
@@ -118,10 +118,12 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[i] + (ordered[min(i + 1, len(ordered) - 1)] - ordered[i]) * (pos - i)
 
 
-def _summary(errors: list[float], min_half_width: float | None = None, gpu_side: list[float] | None = None) -> dict:
+def _summary(errors: list[float], min_half_width: float | None = None, gpu_side: list[float] | None = None,
+             shares: list[float] | None = None) -> dict:
     """A family's numbers; its band (``band_lo_pct`` .. ``band_hi_pct``): the quantiles of its errors (without the
     one farthest from the median, from ``TRIM_FROM_RUNS`` runs), widened to at least ``min_half_width`` on each side
-    of the median. ``gpu_side``: the runs' errors with the host time per kernel at 0 (plan/host_share.py)."""
+    of the median. ``gpu_side``: the runs' errors with the host time per kernel at 0, ``shares`` their host shares
+    (plan/host_share.py), kept as pairs for ``gpu_side_floor``."""
     median = _quantile(errors, 0.5)
     rest = list(errors)
     if len(rest) >= TRIM_FROM_RUNS:  # one outlier row does not set the band
@@ -133,7 +135,9 @@ def _summary(errors: list[float], min_half_width: float | None = None, gpu_side:
             "mean_signed_error_pct": sum(errors) / len(errors), "max_abs_error_pct": max(abs(e) for e in errors),
             "min_signed_error_pct": min(errors), "max_signed_error_pct": max(errors),
             "median_signed_error_pct": median, "band_lo_pct": lo, "band_hi_pct": hi,
-            **({"gpu_side_min_signed_error_pct": min(gpu_side)} if gpu_side else {})}
+            **({"gpu_side_min_signed_error_pct": min(gpu_side)} if gpu_side else {}),
+            **({"gpu_side_by_host_share": [[round(h, 4), round(g, 3)] for h, g in sorted(zip(shares, gpu_side))]}
+               if gpu_side and shares else {})}
 
 
 def median_ratio(band: dict) -> float:
@@ -180,26 +184,32 @@ def build_bands(paths: list[str]) -> dict:
     simulated = [(c, r) for c, r in simulated if r.error_pct is not None and c.cluster is not None]
     errors = out_of_sample_errors(simulated)
     gpu_side = [simulate_gpu_side(c).error_pct for c, _ in simulated]
+    # a run's host share from its own two predictions: 1 - (GPU side alone) / (with the host) (plan/host_share.py)
+    shares = [max(0.0, 1.0 - (1.0 + g / 100.0) / (1.0 + r.error_pct / 100.0)) for (_, r), g in zip(simulated, gpu_side)]
     by_family: dict[str, list[float]] = {}
     gpu_by_family: dict[str, list[float]] = {}
+    share_by_family: dict[str, list[float]] = {}
     families: dict[str, dict] = {}
-    for (case, _), error, gpu_error in zip(simulated, errors, gpu_side):
+    for (case, _), error, gpu_error, share in zip(simulated, errors, gpu_side, shares):
         fam = family(case.cluster.gpu.name, kind_of(case.model), precision_of(case.parallel), case.num_gpus)
         families[family_key(fam)] = fam
         by_family.setdefault(family_key(fam), []).append(error)
         gpu_by_family.setdefault(family_key(fam), []).append(gpu_error)
+        share_by_family.setdefault(family_key(fam), []).append(share)
     min_half_width = _quantile([abs(e) for e in errors], 0.5)
     pooled: dict[str, list[float]] = {}
     gpu_pooled: dict[str, list[float]] = {}
+    share_pooled: dict[str, list[float]] = {}
     for key, values in by_family.items():
         pooled.setdefault(pool_key(families[key]), []).extend(values)
         gpu_pooled.setdefault(pool_key(families[key]), []).extend(gpu_by_family[key])
+        share_pooled.setdefault(pool_key(families[key]), []).extend(share_by_family[key])
     return {"command": "python -m echo_tune.plan.bands " + " ".join(str(p) for p in paths),
             "sources": [Path(p).name for p in paths], "inputs_sha256": inputs_sha256(paths),
             "code": code_version(), "min_half_width_pct": min_half_width,
-            "families": {k: {**families[k], **_summary(v, min_half_width, gpu_by_family[k])}
+            "families": {k: {**families[k], **_summary(v, min_half_width, gpu_by_family[k], share_by_family[k])}
                          for k, v in sorted(by_family.items())},
-            "pooled": {k: _summary(v, min_half_width, gpu_pooled[k]) for k, v in sorted(pooled.items())},
+            "pooled": {k: _summary(v, min_half_width, gpu_pooled[k], share_pooled[k]) for k, v in sorted(pooled.items())},
             "all": _summary(errors),
             "runs": [anchor_run(case, error) for (case, _), error in zip(simulated, errors)]}
 
@@ -269,12 +279,12 @@ def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | 
     # the runs the band is of (a pooled band: the pool's; an unvalidated one: its own family's, if any)
     runs, runs_key = (bands["pooled"][band["family"]], band["family"]) if band["match"] == "pooled" else (own, key)
     if host_share is not None and runs is not None and "gpu_side_min_signed_error_pct" in runs:
-        worst = runs["gpu_side_min_signed_error_pct"]
+        worst, which = gpu_side_floor(runs, host_share, MIN_RUNS)
         low = gpu_side_low_pct(worst, host_share)
         if low < band["band_lo_pct"] - SAID_WIDENING_PCT:
             band["gpu_side_widened"] = True
             band["note"] += (f"; low end {low:+.0f}%: the host time per kernel carries {host_share:.0%} of this step, "
-                             f"and the GPU side alone of the runs of {runs_key} erred down to {worst:+.0f}% "
+                             f"and the GPU side alone of {which} of {runs_key} erred down to {worst:+.0f}% "
                              f"(plan/host_share.py)")
         band["band_lo_pct"] = min(low, band["band_lo_pct"])
     return band

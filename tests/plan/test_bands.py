@@ -120,6 +120,36 @@ def test_a_pooled_band_takes_the_gpu_side_error_of_the_pool():
     assert "the GPU side alone of the runs of h100-sxm/moe/all erred down to -65%" in band["note"]
 
 
+def test_the_gpu_side_floor_comes_from_runs_as_gpu_bound_as_the_prediction_where_there_are_enough():
+    # the pool of the test above, its runs' (host share, GPU-side error) kept: two host-bound FP8 runs erred -65 / -60%
+    # with the host time at 0; three runs at host share 0 erred -8 / -12 / -21% (measured at 0 host share)
+    pairs = [[0.0, -8.0], [0.0, -12.0], [0.05, -21.0], [0.39, -65.0], [0.62, -60.0]]
+    own = {**_fam("h100-sxm", "moe", "fp8", "<=64", 2, -5.0, 104.0, 50.0), "gpu_side_min_signed_error_pct": -65.0}
+    pool = {**_fam("h100-sxm", "moe", "all", "all", 5, -21.0, 104.0, -8.0), "gpu_side_min_signed_error_pct": -65.0,
+            "gpu_side_by_host_share": pairs}
+    table = {**BANDS, "families": {"h100-sxm/moe/fp8/<=64": own}, "pooled": {"h100-sxm/moe/all": pool}}
+    gpu_bound = band_for("h100-sxm", "moe", True, 16, table, host_share=0.0)
+    assert gpu_bound["band_lo_pct"] == pytest.approx(-21.0) and not gpu_bound.get("gpu_side_widened")
+    # as host-bound as the first FP8 run: every run at most that host-bound is in its regime, the floor is theirs
+    mid = band_for("h100-sxm", "moe", True, 16, table, host_share=0.35)  # shares <= 45%: -65% at 35% -> -46%
+    assert mid["band_lo_pct"] == pytest.approx(100 * (0.35 / 0.65 - 1))
+    assert "its 4 runs at most as host-bound (host share <= 45%) of h100-sxm/moe/all erred down to -65%" in mid["note"]
+    # fewer than MIN_RUNS runs in the prediction's regime: every run's floor (the conservative reading)
+    few = {**table, "pooled": {"h100-sxm/moe/all": {**pool, "gpu_side_by_host_share": pairs[2:]}}}
+    fallback = band_for("h100-sxm", "moe", True, 16, few, host_share=0.0)
+    assert fallback["band_lo_pct"] == pytest.approx(-65.0)
+    assert "the GPU side alone of the runs of h100-sxm/moe/all erred down to -65%" in fallback["note"]
+
+
+def test_shipped_bands_keep_each_runs_host_share_beside_its_gpu_side_error():
+    pool = load_bands()["pooled"]["h100-sxm/moe/all"]
+    pairs = pool["gpu_side_by_host_share"]
+    assert len(pairs) == pool["n_runs"]
+    assert min(g for _, g in pairs) == pytest.approx(pool["gpu_side_min_signed_error_pct"], abs=1e-3)
+    # Qwen3-30B-A3B's FP8 rows of the 2025-26 tables lean on the host time; the BF16 layouts of the same job do not
+    assert sum(h > 0.3 for h, _ in pairs) == 2 and sum(h < 0.1 for h, _ in pairs) >= 10
+
+
 def test_band_text_and_ratios_share_one_sign_convention():
     # every run of a family predicted too fast (prediction errors -15.5 .. -5.7%): measured took 6..18% longer
     biased = {"n_runs": 5, "mean_abs_error_pct": 11.0, "mean_signed_error_pct": -11.0, "median_signed_error_pct": -9.0,
@@ -166,6 +196,8 @@ def test_host_fitted_rows_count_out_of_sample():
 def test_shipped_table_is_consistent_and_names_its_command():
     bands = load_bands()
     assert bands["command"].startswith("python -m echo_tune.plan.bands")
+    from echo_tune.validate.datasets import DATASETS
+    assert bands["sources"] == list(DATASETS)  # every developers' set, the collected ones included
     assert sum(f["n_runs"] for f in bands["families"].values()) == bands["all"]["n_runs"] > 0
     for key, fam in bands["families"].items():
         assert key == family_key(fam) and fam["mean_abs_error_pct"] >= abs(fam["mean_signed_error_pct"]) - 1e-9

@@ -99,7 +99,7 @@ def test_a_profile_without_a_host_time_uses_the_one_fitted_on_the_published_runs
     assert PROFILE.host_time_per_kernel_s == default_host_time_s() and PROFILE.uses_default_host_time
     assert f"host time per kernel {default_host_time_s() / US:.0f} us fitted on published runs" in PROFILE.label
     assert len(fitted_rows(PROFILE)) == fit["errors"]["rows"] >= 40  # PROFILE fits nothing itself
-    assert all(row["name"].startswith(("row4", "dgxc", "nemo", "mb25", "mb26")) for row in fit["rows"])
+    assert all(row["name"].startswith(("row4", "dgxc", "nemo", "mb25", "mb26", "prs")) for row in fit["rows"])
     own = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 0.0}})
     assert own.host_time_per_kernel_s == 0.0 and not own.uses_default_host_time and "host time" not in own.label
     with pytest.raises(ConfigError, match="host_time_per_kernel_s"):
