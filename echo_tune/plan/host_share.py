@@ -71,3 +71,31 @@ def gpu_side_floor(runs: dict, host_share: float, min_runs: int) -> tuple[float,
     if len(alike) >= min_runs:
         return min(alike), f"its {len(alike)} runs at most as host-bound (host share <= {host_share + SAME_REGIME_SHARE:.0%})"
     return runs["gpu_side_min_signed_error_pct"], "the runs"
+
+
+HOST_BOUND_SHARE = 0.20
+"""A step the host carries at least this share of is called host-bound in reports (``host_bound_note``)."""
+
+
+def host_bound_note(share: float, model, parallel, host_time_per_kernel_s: float) -> str | None:
+    """What a report says of a host-bound step (``share`` >= ``HOST_BOUND_SHARE``): how much of it is the GPU
+    waiting on the host, and the settings that issue fewer kernels per token in this model (cost/host/host_bound.py:
+    each kernel costs the host its time whatever its size; sim/schedule/costing.py counts them). None below it."""
+    if share < HOST_BOUND_SHARE:
+        return None
+    levers = [f"a larger --micro-batch-size (now {parallel.micro_batch_size}: more work per kernel)"]
+    if parallel.cuda_graph_impl == "none":
+        levers.append("CUDA graphs (--cuda-graph-impl: a captured layer costs the host one launch)")
+    if model.is_moe:
+        local = model.num_experts // parallel.expert_model_parallel_size
+        levers.append(f"fewer local experts per GPU (a larger --expert-model-parallel-size; now {local}, each a GEMM "
+                      f"and its quantisations per grouped GEMM)")
+        if parallel.quantized_recipe == "tensorwise":
+            levers.append("one quantisation kernel per expert and GEMM (--fp8-recipe delayed, or mxfp8 on Blackwell) "
+                          "instead of current scaling's three")
+        if not model.moe_pad_expert_input_to_capacity and parallel.expert_model_parallel_size > 1:
+            levers.append("drop-and-pad routing (--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity: "
+                          "no host synchronisation per layer, but tokens over capacity are dropped)")
+    return (f"host-bound: the GPU waits on the host for {share:.0%} of this step (host time per kernel "
+            f"{host_time_per_kernel_s * 1e6:.0f} us, fitted on published runs; cost/host/host_bound.py). Fewer kernels "
+            f"per token shorten it in this model: " + "; ".join(levers) + ". `echo-tune search` weighs them against memory")

@@ -250,3 +250,27 @@ def test_a_megatron_line_may_begin_with_a_flag_and_its_value_joined(capsys):
                                line.replace("--num-layers=4", "--num-layers 4")])
     assert joined["config"]["model_spec"]["num_layers"] == 4
     assert joined["step_time_s"] == spaced["step_time_s"]
+
+
+QWEN3_2602_H100 = ["simulate", "--model", "qwen3-30b-a3b", "--cluster", "h100", "--num-gpus", "16",
+                   "--global-batch-size", "1024", "--micro-batch-size", "1", "--pipeline-model-parallel-size", "2",
+                   "--num-virtual-stages-per-pipeline-rank", "12", "--expert-model-parallel-size", "8",
+                   "--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep",
+                   "--moe-permute-fusion", "--moe-router-fusion", "--moe-router-force-load-balancing",
+                   "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--use-distributed-optimizer",
+                   "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+
+
+def test_a_host_bound_step_says_so_and_what_issues_fewer_kernels(capsys):
+    """Megatron-Bridge 26.02's Qwen3-30B-A3B recipe on 16 H100 (FP8 current scaling, 16 local experts, micro-batch 1):
+    most of its step is the GPU waiting on the host; the report says how much and names the settings that issue
+    fewer kernels per token. A GPU-bound dense step says nothing of the kind."""
+    data = run_json(capsys, QWEN3_2602_H100)
+    assert 0.5 < data["host_share"] < 0.7
+    note = next(n for n in data["notes"] if n.startswith("host-bound:"))
+    assert f"for {data['host_share']:.0%} of this step" in note
+    for lever in ("--micro-batch-size (now 1", "--cuda-graph-impl", "--expert-model-parallel-size; now 16",
+                  "current scaling's three", "tokens over capacity are dropped"):
+        assert lever in note, lever
+    dense = run_json(capsys, ISSUE_LINE)
+    assert not any(n.startswith("host-bound:") for n in dense["notes"])

@@ -38,3 +38,20 @@ def test_host_bound_moe_run_and_a_dense_layout():
     # no host time, no share
     off = without_host(profile_for_cluster(row.cluster))
     assert host_share(row.model, row.cluster, row.num_gpus, row.parallel, profile=off) == 0.0
+
+
+def test_host_bound_note_names_only_the_levers_a_layout_has():
+    from echo_tune.plan.host_share import HOST_BOUND_SHARE, host_bound_note
+    from echo_tune.config.specs.parallel import ParallelConfig
+    moe = et.load_model("qwen3-30b-a3b")
+    parallel = ParallelConfig(expert_model_parallel_size=8, micro_batch_size=2, global_batch_size=512,
+                              fp8_format="hybrid", fp8_recipe="mxfp8")
+    assert host_bound_note(HOST_BOUND_SHARE - 0.01, moe, parallel, 38e-6) is None
+    note = host_bound_note(0.6, moe, parallel, 38e-6)
+    assert note.startswith("host-bound: the GPU waits on the host for 60% of this step (host time per kernel 38 us")
+    assert "now 2" in note and "now 16, each a GEMM" in note and "drop-and-pad" in note
+    assert "current scaling's three" not in note  # MXFP8 already quantises once per expert
+    graphed = parallel.replace(cuda_graph_impl="transformer_engine")
+    assert "--cuda-graph-impl" not in host_bound_note(0.6, moe, graphed, 38e-6)
+    dense = host_bound_note(0.3, et.load_model("llama3-8b"), ParallelConfig(global_batch_size=64), 38e-6)
+    assert "expert" not in dense and "--micro-batch-size" in dense
