@@ -13,7 +13,7 @@ the host carries in this prediction: with the worst such error g (a fraction, ne
 share s, the low end is at most (1 + g) / (1 - s) - 1. At s = 0 that is g (the GPU side is all there is); at the
 share the host-bound runs had it is their own error, inside the band. Which runs' g (``gpu_side_floor``): those as
 GPU-bound as the prediction where the band has enough of them (their GPU side measured in its regime: Qwen3-30B-A3B's
-BF16 layouts on 16 H100, host share 0, err -5..-21%), else every run's.
+BF16 layouts on 16 H100, host share 0, err -5..-18%), else every run's.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def gpu_side_floor(runs: dict, host_share: float, min_runs: int) -> tuple[float,
     carries in it as much as how wrong the GPU side is, so only where the band has too few runs like the
     prediction does the floor fall back to every run's (the conservative reading: the fitted host time stands for
     GPU work the model lacks; plan/bands.py band_for). Runs measured at 0% host share of the same GPU and kind are what showed the
-    difference: Qwen3-30B-A3B's BF16 layouts on 16 H100 (calibration/collected-runs/) err -5..-21% where its
+    difference: Qwen3-30B-A3B's BF16 layouts on 16 H100 (calibration/collected-runs/) err -5..-18% where its
     host-bound FP8 rows' GPU side alone erred -60..-65%."""
     pairs = runs.get("gpu_side_by_host_share") or []
     alike = [g for h, g in pairs if h <= host_share + SAME_REGIME_SHARE]

@@ -16,7 +16,9 @@ the dispatch backward starts after the expert data gradients alone (``layer_pair
 saves over running both passes one after the other is the communication hidden; echo-tune takes it off the
 pair's ``ep_comm`` (shared by the two passes as their EP communication) and adds the compute slowed beside it:
 SM sharing by DeepEP / HybridEP (``cost/moe_dispatch.sm_slowdown``) or the profile's interference curve for
-NCCL. Assumptions: the expert weight gradients are half of the experts' backward GEMM time (one data- and
+NCCL. The all-to-alls themselves run slower beside compute, by the profile's comm curve, as every overlapped
+collective does in echo-tune (``_comm_slowdown``; until 2026-12-05 they did not, and the EP overlap of the
+all-to-all dispatcher on 16 H100 saved 35% of the step where Megatron-Bridge #3862 measured 24%; now 32%). Assumptions: the expert weight gradients are half of the experts' backward GEMM time (one data- and
 one weight-gradient GEMM of equal FLOPs per linear); the permute kernels stay on the compute stream
 (Megatron runs them on the communication stream: conservative); a pass pairs with a layer of its own kind;
 warm-up forwards and cool-down backwards run unpaired (``paired_fraction``).
@@ -81,9 +83,14 @@ def layer_pair_s(parts: LayerParts, delay_wgrad_compute: bool) -> float:
     return max(combine_f, pre_b)
 
 
-def ep_overlap_hidden_s(parts: LayerParts, delay_wgrad_compute: bool) -> float:
-    """EP communication of one layer pair hidden behind the other micro-batch's compute."""
-    return max(0.0, parts.serial_s - layer_pair_s(parts, delay_wgrad_compute))
+def ep_overlap_hidden_s(parts: LayerParts, delay_wgrad_compute: bool, comm_slowdown: float = 1.0) -> float:
+    """EP communication of one layer pair hidden behind the other micro-batch's compute: the pair run one pass after
+    the other, less the pair overlapped with its all-to-alls ``comm_slowdown`` times as long beside the other pass's
+    compute (as every collective echo-tune overlaps with compute: the profile's comm curve, ``_comm_slowdown``)."""
+    k = comm_slowdown
+    beside = dataclasses.replace(parts, dispatch_fwd_s=k * parts.dispatch_fwd_s, combine_fwd_s=k * parts.combine_fwd_s,
+                                 dispatch_bwd_s=k * parts.dispatch_bwd_s, combine_bwd_s=k * parts.combine_bwd_s)
+    return max(0.0, parts.serial_s - layer_pair_s(beside, delay_wgrad_compute))
 
 
 def shared_overlap_hidden_s(shared_s: float, ep_comm_s: float) -> float:
@@ -148,6 +155,13 @@ def layer_parts(trace: Trace, ctx: CostContext) -> LayerParts:
                       combine_bwd_s=bwd["combine"].ep_comm_s)
 
 
+def _comm_slowdown(trace: Trace, ctx: CostContext) -> float:
+    """The EP all-to-alls' slowdown beside compute: the profile's comm curve at their message size (datasheet profiles:
+    ``DATASHEET_COMM_SLOWDOWN``; ``echo-tune calibrate`` measures it), the same for NCCL and the flex kernels."""
+    sizes = [op.size_bytes for op in trace.forward if op.kind == "collective" and op.group == "ep"]
+    return slowdown(ctx.profile, "comm", max(sizes, default=0), "gemm")
+
+
 def _slowdown(trace: Trace, ctx: CostContext) -> float:
     sizes = [op.size_bytes for op in trace.forward if op.kind == "collective" and op.group == "ep"]
     kernel = ctx.moe.dispatcher if ctx.moe is not None else "alltoall"
@@ -175,7 +189,7 @@ def ep_overlap_deltas(trace: Trace, ctx: CostContext, delay_wgrad_compute: bool)
     parts = layer_parts(trace, ctx)
     if parts.comm_s <= 0:
         return ZERO, ZERO
-    hidden = ep_overlap_hidden_s(parts, delay_wgrad_compute)
+    hidden = ep_overlap_hidden_s(parts, delay_wgrad_compute, comm_slowdown=_comm_slowdown(trace, ctx))
     fwd = hidden * (parts.dispatch_fwd_s + parts.combine_fwd_s) / parts.comm_s
     factor = _slowdown(trace, ctx) - 1.0
     return (PhaseCost(ep_comm_s=-fwd, interference_s=fwd * factor),

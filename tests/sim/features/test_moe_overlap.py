@@ -37,6 +37,20 @@ def test_comm_heavy_pair_hides_the_overlappable_compute():
     assert ep_overlap_hidden_s(p, True) == pytest.approx(6)
 
 
+def test_all_to_alls_slowed_beside_compute_hide_less():
+    # the comm-heavy pair above with its all-to-alls 1.2x as long beside compute (6 each): comm 24 from 0 to 24, the
+    # compute still inside it; the pair ends at 24 of the serial 26 (unslowed: nothing runs beside it), 2 hidden
+    p = parts(pre_fwd_s=1, dispatch_fwd_s=5, experts_fwd_s=1, combine_fwd_s=5, pre_bwd_s=2, dispatch_bwd_s=5,
+              experts_dgrad_s=1, experts_wgrad_s=1, combine_bwd_s=5)
+    assert ep_overlap_hidden_s(p, True, comm_slowdown=1.2) == pytest.approx(2)
+    assert ep_overlap_hidden_s(p, True, comm_slowdown=1.0) == pytest.approx(6)
+    assert ep_overlap_hidden_s(p, True, comm_slowdown=2.0) == 0.0  # slower than running the passes apart: none
+    # a compute-rich pair hides all of its slower comm still
+    rich = parts(pre_fwd_s=10, dispatch_fwd_s=1, experts_fwd_s=10, combine_fwd_s=1, pre_bwd_s=10, dispatch_bwd_s=1,
+                 experts_dgrad_s=10, experts_wgrad_s=10, combine_bwd_s=1)
+    assert ep_overlap_hidden_s(rich, True, comm_slowdown=1.2) == pytest.approx(4)
+
+
 def test_delayed_wgrad_lets_the_dispatch_backward_hide_behind_the_weight_gradients():
     p = parts(pre_fwd_s=1, combine_bwd_s=1, dispatch_fwd_s=1, experts_dgrad_s=1, experts_wgrad_s=4,
               dispatch_bwd_s=4, experts_fwd_s=1, combine_fwd_s=1, pre_bwd_s=1)
