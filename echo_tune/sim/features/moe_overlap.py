@@ -16,16 +16,17 @@ the dispatch backward starts after the expert data gradients alone (``layer_pair
 saves over running both passes one after the other is the communication hidden; echo-tune takes it off the
 pair's ``ep_comm`` (shared by the two passes as their EP communication) and adds the compute slowed beside it:
 SM sharing by DeepEP / HybridEP (``cost/moe_dispatch.sm_slowdown``) or the profile's interference curve for
-NCCL. The all-to-alls themselves run slower beside compute, by the profile's comm curve, as every overlapped
-collective does in echo-tune (``_comm_slowdown``; until 2026-12-05 they did not, and the EP overlap of the
-all-to-all dispatcher on 16 H100 saved 35% of the step where Megatron-Bridge #3862 measured 24%; now 32%). Assumptions: the expert weight gradients are half of the experts' backward GEMM time (one data- and
+NCCL. The all-to-alls themselves run slower while compute runs beside them, by the profile's comm curve, as every
+overlapped collective does in echo-tune (``_comm_slowdown``, ``slowed_hidden_s``; until 2026-12-05 they did not, and
+the EP overlap of the all-to-all dispatcher on 16 H100 saved 35% of the step where Megatron-Bridge #3862 measured 24%). Assumptions: the expert weight gradients are half of the experts' backward GEMM time (one data- and
 one weight-gradient GEMM of equal FLOPs per linear); the permute kernels stay on the compute stream
 (Megatron runs them on the communication stream: conservative); a pass pairs with a layer of its own kind;
 warm-up forwards and cool-down backwards run unpaired (``paired_fraction``).
 
 **Shared-expert overlap** (``--moe-shared-expert-overlap``; megatron/core/transformer/moe/shared_experts.py):
 the shared expert's fc1 and fc2 run on a side stream beside the dispatch and combine, forward and backward:
-min(shared-expert time, dispatch + combine) is hidden in each pass.
+min(shared-expert time, dispatch + combine) is hidden in each pass, the all-to-alls slowed beside it by the profile's
+comm curve (``_comm_slowdown``).
 """
 
 from __future__ import annotations
@@ -84,18 +85,29 @@ def layer_pair_s(parts: LayerParts, delay_wgrad_compute: bool) -> float:
 
 
 def ep_overlap_hidden_s(parts: LayerParts, delay_wgrad_compute: bool, comm_slowdown: float = 1.0) -> float:
-    """EP communication of one layer pair hidden behind the other micro-batch's compute: the pair run one pass after
-    the other, less the pair overlapped with its all-to-alls ``comm_slowdown`` times as long beside the other pass's
-    compute (as every collective echo-tune overlaps with compute: the profile's comm curve, ``_comm_slowdown``)."""
-    k = comm_slowdown
-    beside = dataclasses.replace(parts, dispatch_fwd_s=k * parts.dispatch_fwd_s, combine_fwd_s=k * parts.combine_fwd_s,
-                                 dispatch_bwd_s=k * parts.dispatch_bwd_s, combine_bwd_s=k * parts.combine_bwd_s)
-    return max(0.0, parts.serial_s - layer_pair_s(beside, delay_wgrad_compute))
+    """EP communication of one layer pair hidden behind the other micro-batch's compute: what the two-stream schedule
+    hides (``layer_pair_s``), at most the pair's compute over ``comm_slowdown`` (``slowed_hidden_s``)."""
+    hidden = max(0.0, parts.serial_s - layer_pair_s(parts, delay_wgrad_compute))
+    return slowed_hidden_s(hidden, parts.serial_s - parts.comm_s, comm_slowdown)
 
+
+def slowed_hidden_s(hidden_s: float, compute_s: float, comm_slowdown: float) -> float:
+    """Communication hidden when it runs ``comm_slowdown`` (k) times slower while compute runs beside it (the profile's
+    comm curve, as every collective echo-tune overlaps): ``hidden_s`` at full speed, but ``compute_s`` of compute
+    beside it moves only compute_s / k of it; what no compute is beside runs at full speed, exposed. So a pair whose
+    compute outlasts its slowed communication still hides all of it, and a communication-bound one hides 1 / k of
+    the compute beside it, never less than nothing (a feature switched on is never slower for it)."""
+    return min(hidden_s, compute_s / max(comm_slowdown, 1.0))
 
 def shared_overlap_hidden_s(shared_s: float, ep_comm_s: float) -> float:
     """Shared-expert compute run beside the dispatch and combine of the same pass: the smaller is hidden."""
     return min(shared_s, ep_comm_s)
+
+
+def shared_overlap_comm_change_s(shared_s: float, ep_comm_s: float, comm_slowdown: float = 1.0) -> float:
+    """Change to a pass's exposed EP communication when its shared expert runs beside the dispatch and combine, the
+    all-to-alls ``comm_slowdown`` times as slow beside it (``slowed_hidden_s``): -min(s / k, c)."""
+    return -slowed_hidden_s(shared_overlap_hidden_s(shared_s, ep_comm_s), shared_s, comm_slowdown)
 
 
 def compute_slowdown(kernel: str, size_bytes: float, profile, sm_count: int | None,
@@ -172,13 +184,14 @@ def _slowdown(trace: Trace, ctx: CostContext) -> float:
 def shared_overlap_costs(trace: Trace, ctx: CostContext, forward: PhaseCost,
                          backward: PhaseCost) -> tuple[PhaseCost, PhaseCost]:
     """The MoE layer's passes with the shared expert run beside their dispatch and combine."""
-    factor = _slowdown(trace, ctx) - 1.0
+    factor, k = _slowdown(trace, ctx) - 1.0, _comm_slowdown(trace, ctx)
     out = []
     gpu_only = dataclasses.replace(ctx, host_bound=False)  # the shared expert's GPU time hides the EP comm
     for ops, cost in ((trace.forward, forward), (trace.backward, backward)):
         shared = phase_cost(tuple(op for op in ops if op.region == "moe" and op.subregion == "shared"), gpu_only)
-        hidden = shared_overlap_hidden_s(shared.total_s, cost.ep_comm_s)
-        out.append(cost + PhaseCost(ep_comm_s=-hidden, interference_s=hidden * factor))
+        hidden = -shared_overlap_comm_change_s(shared.total_s, cost.ep_comm_s, k)
+        beside = min(shared.total_s, k * hidden)  # the shared expert's time beside the (slowed) all-to-alls
+        out.append(cost + PhaseCost(ep_comm_s=-hidden, interference_s=beside * factor))
     return out[0], out[1]
 
 

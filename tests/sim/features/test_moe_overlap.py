@@ -6,7 +6,8 @@ import pytest
 
 import echo_tune as et
 from echo_tune.sim.features.moe_overlap import (LayerParts, ep_overlap_hidden_s, layer_pair_s, paired_fraction,
-                                       shared_overlap_hidden_s)
+                                       shared_overlap_comm_change_s, shared_overlap_hidden_s,
+                                       slowed_hidden_s)
 from echo_tune.sim.outputs.report import BREAKDOWN_PARTS
 from echo_tune.sim.outputs.trace_tracks import COMM_TRACK
 
@@ -38,17 +39,17 @@ def test_comm_heavy_pair_hides_the_overlappable_compute():
 
 
 def test_all_to_alls_slowed_beside_compute_hide_less():
-    # the comm-heavy pair above with its all-to-alls 1.2x as long beside compute (6 each): comm 24 from 0 to 24, the
-    # compute still inside it; the pair ends at 24 of the serial 26 (unslowed: nothing runs beside it), 2 hidden
+    # the comm-heavy pair above (all 6 of its compute beside its all-to-alls): at 1.2x slower beside compute the
+    # 6 of compute move 5 of communication, at 2x 3; a compute-rich pair (50 of compute, 4 of comm) still hides all 4
     p = parts(pre_fwd_s=1, dispatch_fwd_s=5, experts_fwd_s=1, combine_fwd_s=5, pre_bwd_s=2, dispatch_bwd_s=5,
               experts_dgrad_s=1, experts_wgrad_s=1, combine_bwd_s=5)
-    assert ep_overlap_hidden_s(p, True, comm_slowdown=1.2) == pytest.approx(2)
+    assert ep_overlap_hidden_s(p, True, comm_slowdown=1.2) == pytest.approx(5)
+    assert ep_overlap_hidden_s(p, True, comm_slowdown=2.0) == pytest.approx(3)
     assert ep_overlap_hidden_s(p, True, comm_slowdown=1.0) == pytest.approx(6)
-    assert ep_overlap_hidden_s(p, True, comm_slowdown=2.0) == 0.0  # slower than running the passes apart: none
-    # a compute-rich pair hides all of its slower comm still
     rich = parts(pre_fwd_s=10, dispatch_fwd_s=1, experts_fwd_s=10, combine_fwd_s=1, pre_bwd_s=10, dispatch_bwd_s=1,
                  experts_dgrad_s=10, experts_wgrad_s=10, combine_bwd_s=1)
     assert ep_overlap_hidden_s(rich, True, comm_slowdown=1.2) == pytest.approx(4)
+    assert slowed_hidden_s(4.0, 50.0, 0.9) == 4.0  # a "slowdown" below 1 is read as none
 
 
 def test_delayed_wgrad_lets_the_dispatch_backward_hide_behind_the_weight_gradients():
@@ -70,6 +71,11 @@ def test_paired_fraction_leaves_out_warmup_forwards():
 
 def test_shared_expert_overlap_hides_the_smaller():
     assert shared_overlap_hidden_s(3.0, 5.0) == 3.0 and shared_overlap_hidden_s(7.0, 5.0) == 5.0
+    # the all-to-alls 1.2x as slow beside the shared expert: a 3 shared expert moves 2.5 of the 5 of comm; a 7 one
+    # (at least 6 = 1.2 x 5) hides all 5, as without the slowdown
+    assert shared_overlap_comm_change_s(3.0, 5.0, 1.2) == pytest.approx(-2.5)
+    assert shared_overlap_comm_change_s(7.0, 5.0, 1.2) == pytest.approx(-5.0)
+    assert shared_overlap_comm_change_s(3.0, 5.0) == pytest.approx(-3.0)  # no slowdown: the smaller is hidden
 
 
 H100 = et.load_cluster("h100-sxm")
