@@ -15,6 +15,7 @@ from echo_tune.console import make_console
 from echo_tune.errors import ConfigError
 from echo_tune.plan.anchors import anchor_text, faster_than_measured
 from echo_tune.plan.bands import band_note
+from echo_tune.plan.host_share import host_bound_line
 from echo_tune.plan.projection import GOODPUT_DEFAULT, deadline_note, legend
 from echo_tune.plan.rank import load_rank_file, parse_tokens, rank
 from echo_tune.plan.safety import promote_over_limit_rows
@@ -149,6 +150,9 @@ def print_ranking(rows: list[dict], tokens: float, console: Console | None = Non
                                               (band_note(r["error_band"]) if r["error_band"]["match"] == "none" else None))
         if note:
             line(Text(f"{r['name']}: {note}", style=style("yellow")))
+        host = None if r.get("refused") else host_bound_line(r.get("host_share"))
+        if host:
+            line(Text(f"{r['name']}: {host}", style=style("yellow")))
         measured = None if r.get("refused") else r.get("measured_anchor")
         if faster_than_measured(measured):
             line(Text(f"{r['name']}: {anchor_text(measured)}", style=style("yellow")))

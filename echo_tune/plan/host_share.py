@@ -99,3 +99,11 @@ def host_bound_note(share: float, model, parallel, host_time_per_kernel_s: float
     return (f"host-bound: the GPU waits on the host for {share:.0%} of this step (host time per kernel "
             f"{host_time_per_kernel_s * 1e6:.0f} us, fitted on published runs; cost/host/host_bound.py). Fewer kernels "
             f"per token shorten it in this model: " + "; ".join(levers) + ". `echo-tune search` weighs them against memory")
+
+
+def host_bound_line(share: float | None) -> str | None:
+    """The one-line form of ``host_bound_note`` for a table of layouts (``rank``, ``plan``); None below the share."""
+    if share is None or share < HOST_BOUND_SHARE:
+        return None
+    return (f"host-bound: the GPU waits on the host for {share:.0%} of its step; `echo-tune simulate` of the layout names "
+            f"the settings that issue fewer kernels per token")

@@ -238,10 +238,17 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
         fits = report.fits_memory
         seconds = tokens / report.tokens_per_s if fits else None  # a layout that does not fit has no time
-        band = band_or_none(profile or profile_for(c.cluster), c.cluster, kind_of(c.model), precision_of(c.parallel),
-                            c.num_gpus, host_share=lambda: host_share(
-                                c.model, c.cluster, c.num_gpus, c.parallel, profile=profile,
-                                step_time_s=report.step_time_s, memory_headroom_bytes=int(memory_headroom_gib * 2**30)))
+        shares: list[float] = []  # the host share, simulated once (band and row)
+
+        def share(c=c, report=report, profile=profile, shares=shares) -> float:
+            if not shares:
+                shares.append(host_share(c.model, c.cluster, c.num_gpus, c.parallel, profile=profile,
+                                         step_time_s=report.step_time_s,
+                                         memory_headroom_bytes=int(memory_headroom_gib * 2**30)))
+            return shares[0]
+
+        used = profile or profile_for(c.cluster)
+        band = band_or_none(used, c.cluster, kind_of(c.model), precision_of(c.parallel), c.num_gpus, host_share=share)
         proj = project(seconds, band, num_gpus=c.num_gpus, gpu_hour_price=c.gpu_hour_cost,
                        deadline_days=deadline_days, goodput=goodput) if fits else {}
         row = {"name": c.name, **report.to_dict(), "tokens": tokens, "time_to_train_s": seconds,
@@ -250,6 +257,7 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
                **{k: proj.get(k) for k in ("days_band", "gpu_hours_band", "cost_band", "goodput", "deadline")},
                "headroom_gib": (c.cluster.gpu.memory_bytes - report.peak_memory_bytes) / 2**30,
                "error_band": band, "clock_note": _clock_note(c, profile, report),
+               "host_share": share() if fits and used.host_time_per_kernel_s > 0 else None,
                "measured_anchor": anchor(c.model, c.cluster.gpu.name, c.num_gpus, c.parallel.global_batch_size,
                                          report.step_time_s) if fits else None}
         rows.append(row)

@@ -124,3 +124,19 @@ def test_a_layout_that_does_not_fit_shows_no_throughput_or_mfu(capsys, tmp_path,
     assert cells[1] == "nofit" and "no" in cells
     assert cells[4:6] == ["-", "-"]  # tokens/s and MFU (days, GPU-hours and cost too)
     assert cells.count("-") >= 5
+
+
+def test_nvidias_qwen3_recipes_rank_in_their_measured_order_and_the_host_bound_one_says_so(capsys):
+    """search_spaces/rank/qwen3-30b-a3b-h100-recipes.yaml: Megatron-Bridge's Qwen3-30B-A3B recipes for 16 H100, measured
+    at 20.99 s (HybridEP, EP overlap), 41.25 s (EP16 all-to-all) and 51.27 s (26.02: PP2 VP12 EP8 DeepEP, FP8 current
+    scaling); the last is the one the host carries most of."""
+    path = str(REPO / "search_spaces" / "rank" / "qwen3-30b-a3b-h100-recipes.yaml")
+    rows = rank_json(capsys, path)
+    assert [r["name"].split(",")[0] for r in rows] == ["July 2026", "May 2026", "26.02 recipe"]
+    shares = [r["host_share"] for r in rows]
+    assert shares[0] < 0.2 and shares[1] < 0.2 and shares[2] > 0.5
+    assert main(["rank", path]) == 0
+    out = capsys.readouterr().out
+    assert "26.02 recipe, PP2 VP12 EP8 DeepEP, FP8 current scaling: host-bound: the GPU waits on the host for" in \
+        " ".join(out.split())
+    assert "July 2026, EP16 HybridEP + EP overlap, BF16: host-bound" not in " ".join(out.split())
