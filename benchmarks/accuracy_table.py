@@ -3,7 +3,7 @@
     python benchmarks/accuracy_table.py            # print the README table (out of sample, per GPU and dense / MoE)
     python benchmarks/accuracy_table.py --write    # rewrite docs/accuracy.md and the README's table
 
-Simulates every row of the shipped published-run sets (calibration/published-runs/, errata applied, default
+Simulates every row of the developers' sets (calibration/published-runs/ and collected-runs/, errata applied, default
 profiles). tests/validate/test_accuracy_page.py fails when the committed page is not what this writes.
 """
 

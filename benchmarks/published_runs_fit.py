@@ -15,8 +15,8 @@ collective times (0.95: no call for it; it made leave-one-source-out error worse
 A parameter a GPU's rows push to the edge of its physical range (fit_runs.BOUNDS), or that moves none of its
 rows (A100: no pass of those runs waits on the host), is dropped for that GPU and the fit rerun without it.
 
-For every GPU type of the shipped published-run sets (calibration/published-runs/, DATASETS) with enough rows, runs
-`echo-tune calibrate fit --runs <the three sets> --gpu <gpu> --out <out>/<gpu>.yaml` (the command is in each
+For every GPU type of the developers' sets (calibration/published-runs/ and collected-runs/, DATASETS) with enough
+rows, runs `echo-tune calibrate fit --runs <the sets> --gpu <gpu> --out <out>/<gpu>.yaml` (the command is in each
 profile's header; a GPU with fewer rows than parameters + 2 keeps its datasheet preset and is listed).
 Then scores all rows together: each row's leave-one-source-out error (a fit that never saw the row's source
 predicts it; rows of a GPU without a fit, or whose source is its GPU's only one, get the unfitted prediction),

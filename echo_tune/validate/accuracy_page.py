@@ -120,8 +120,8 @@ def page(rows: list[Row], refused: list[tuple[str, str, str]]) -> str:
     if refused:
         out += ["", "## Rows that do not simulate", ""] + [f"- {d} {n}: {why}" for d, n, why in refused]
     out += ["", "## How we got here", "",
-            "The data sets and where each row's settings come from: calibration/published-runs/ (SOURCE_README.md) and "
-            "the errata beside echo_tune/validate/. How the model reached these numbers, change by change, is the "
+            "The data sets and where each row's settings come from: calibration/published-runs/ (SOURCE_README.md), "
+            "calibration/collected-runs/ (README.md) and the errata beside echo_tune/validate/. How the model reached these numbers, change by change, is the "
             "project's git history and the session notes; docs/clocks_and_run_calibration.md keeps the reasoning "
             "behind the clocks and the fitted host time, docs/moe.md the MoE mechanisms.", ""]
     return "\n".join(out)
