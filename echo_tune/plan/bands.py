@@ -279,13 +279,13 @@ def band_for(gpu: str, kind: str, fp8: bool | str, num_gpus: int, bands: dict | 
     # the runs the band is of (a pooled band: the pool's; an unvalidated one: its own family's, if any)
     runs, runs_key = (bands["pooled"][band["family"]], band["family"]) if band["match"] == "pooled" else (own, key)
     if host_share is not None and runs is not None and "gpu_side_min_signed_error_pct" in runs:
-        worst, which = gpu_side_floor(runs, host_share, MIN_RUNS)
+        pool = pool_key(want)
+        worst, which = gpu_side_floor(runs, host_share, MIN_RUNS, runs_key, bands.get("pooled", {}).get(pool), pool)
         low = gpu_side_low_pct(worst, host_share)
         if low < band["band_lo_pct"] - SAID_WIDENING_PCT:
             band["gpu_side_widened"] = True
             band["note"] += (f"; low end {low:+.0f}%: the host time per kernel carries {host_share:.0%} of this step, "
-                             f"and the GPU side alone of {which} of {runs_key} erred down to {worst:+.0f}% "
-                             f"(plan/host_share.py)")
+                             f"and the GPU side alone of {which} erred down to {worst:+.0f}% (plan/host_share.py)")
         band["band_lo_pct"] = min(low, band["band_lo_pct"])
     return band
 

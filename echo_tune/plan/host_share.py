@@ -55,23 +55,25 @@ def gpu_side_low_pct(gpu_side_error_pct: float, share: float) -> float:
     return 100.0 * ((1.0 + gpu_side_error_pct / 100.0) / (1.0 - share) - 1.0)
 
 
-def gpu_side_floor(runs: dict, host_share: float, min_runs: int) -> tuple[float, str]:
+def gpu_side_floor(runs: dict, host_share: float, min_runs: int, key: str,
+                   wider: dict | None = None, wider_key: str = "") -> tuple[float, str]:
     """The worst GPU-side error (%) the low end of a prediction at ``host_share`` answers to, and which runs gave it.
 
-    Where at least ``min_runs`` of the band's runs lean on the fitted host time no more than the prediction does
-    (host share at most ``host_share + SAME_REGIME_SHARE``), their GPU side was measured in the prediction's own
-    regime: theirs is the floor. A run the host carries more of says, with the host time at 0, how much the host
-    carries in it as much as how wrong the GPU side is, so only where the band has too few runs like the
-    prediction does the floor fall back to every run's (the conservative reading: the fitted host time stands for
-    GPU work the model lacks; plan/bands.py band_for). Runs measured at 0% host share of the same GPU and kind are what showed the
-    difference: Qwen3-30B-A3B's BF16 layouts on 16 H100 (calibration/collected-runs/) err -5..-18% where its
-    host-bound FP8 rows' GPU side alone erred -60..-65%."""
-    pairs = runs.get("gpu_side_by_host_share") or []
-    alike = [g for h, g in pairs if h <= host_share + SAME_REGIME_SHARE]
-    if len(alike) >= min_runs:
-        return min(alike), f"its {len(alike)} runs at most as host-bound (host share <= {host_share + SAME_REGIME_SHARE:.0%})"
-    return runs["gpu_side_min_signed_error_pct"], "the runs"
-
+    Where at least ``min_runs`` of the band's runs (``runs``, named ``key``) lean on the fitted host time no more than
+    the prediction does (host share at most ``host_share + SAME_REGIME_SHARE``), their GPU side was measured in the
+    prediction's own regime: theirs is the floor; else, where ``wider`` (the runs of the same GPU and kind, every
+    precision and scale) has that many, theirs. A run the host carries more of says, with the host time at 0, how
+    much the host carries in it as much as how wrong the GPU side is, so only where neither has enough runs like the
+    prediction does the floor fall back to every run's of the band (the conservative reading: the fitted host time
+    stands for GPU work the model lacks; plan/bands.py band_for). Runs measured at 0% host share of the same GPU and
+    kind are what showed the difference: Qwen3-30B-A3B's BF16 layouts on 16 H100 (calibration/collected-runs/) err
+    -5..-18% where its host-bound FP8 rows' GPU side alone erred -60..-65%."""
+    limit = host_share + SAME_REGIME_SHARE
+    for table, name in ((runs, key), (wider, wider_key)):
+        alike = [g for h, g in (table or {}).get("gpu_side_by_host_share") or [] if h <= limit]
+        if len(alike) >= min_runs:
+            return min(alike), f"its {len(alike)} runs at most as host-bound (host share <= {limit:.0%}) of {name}"
+    return runs["gpu_side_min_signed_error_pct"], f"the runs of {key}"
 
 HOST_BOUND_SHARE = 0.20
 """A step the host carries at least this share of is called host-bound in reports (``host_bound_note``)."""

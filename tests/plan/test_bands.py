@@ -141,6 +141,23 @@ def test_the_gpu_side_floor_comes_from_runs_as_gpu_bound_as_the_prediction_where
     assert "the GPU side alone of the runs of h100-sxm/moe/all erred down to -65%" in fallback["note"]
 
 
+def test_a_family_without_enough_runs_like_the_prediction_takes_its_gpu_and_kinds():
+    # an exact family of three host-bound runs (GPU side alone -59%) and its GPU and kind's pool with three runs at
+    # host share 0 (-6, -11, -34%): a GPU-bound prediction answers to the pool's, named as such
+    own = {**_fam("b200", "moe", "fp8", "<=64", 3, -10.0, 7.0, 1.0), "gpu_side_min_signed_error_pct": -59.0,
+           "gpu_side_by_host_share": [[0.5, -50.0], [0.6, -59.0], [0.6, -57.0]]}
+    pool = {**_fam("b200", "moe", "all", "all", 6, -30.0, 20.0, -3.0), "gpu_side_min_signed_error_pct": -59.0,
+            "gpu_side_by_host_share": [[0.0, -6.0], [0.0, -11.0], [0.05, -34.0], [0.5, -50.0], [0.6, -59.0],
+                                       [0.6, -57.0]]}
+    table = {**BANDS, "families": {"b200/moe/fp8/<=64": own}, "pooled": {"b200/moe/all": pool}}
+    band = band_for("b200", "moe", True, 8, table, host_share=0.0)
+    assert band["match"] == "exact" and band["band_lo_pct"] == pytest.approx(-34.0)
+    assert "its 3 runs at most as host-bound (host share <= 10%) of b200/moe/all erred down to -34%" in band["note"]
+    # without the pool's runs at hand: the family's own, every run (-59%)
+    alone = band_for("b200", "moe", True, 8, {**table, "pooled": {}}, host_share=0.0)
+    assert alone["band_lo_pct"] == pytest.approx(-59.0) and "the runs of b200/moe/fp8/<=64" in alone["note"]
+
+
 def test_shipped_bands_keep_each_runs_host_share_beside_its_gpu_side_error():
     pool = load_bands()["pooled"]["h100-sxm/moe/all"]
     pairs = pool["gpu_side_by_host_share"]
