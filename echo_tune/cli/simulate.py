@@ -20,7 +20,7 @@ from echo_tune.errors import ConfigError
 from echo_tune.sim.memory.stage import DEFAULT_MEMORY_HEADROOM_GIB
 from echo_tune.plan.bands import band_note, band_or_none, kind_of, precision_of
 from echo_tune.plan.anchors import anchor, anchor_text
-from echo_tune.plan.host_share import host_bound_note, host_share
+from echo_tune.plan.host_share import host_bound_note, host_share_once
 
 if TYPE_CHECKING:
     from echo_tune.sim.outputs.report import StepReport
@@ -78,17 +78,10 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"timeline written to {args.trace} (open in https://ui.perfetto.dev)")
     # the bands come from validating the datasheet profiles; a measured or fitted profile has its own error
 
-    shares: list[float] = []  # the host share, simulated once (a second simulation with the host time at 0)
-
-    def share() -> float:
-        if not shares:
-            shares.append(host_share(model, cluster, num_gpus, parallel, profile=profile, step_time_s=report.step_time_s,
-                                     memory_headroom_bytes=int(headroom * 2**30)))
-        return shares[0]
-
-    band = band_or_none(profile or profile_for(cluster), cluster, kind_of(model), precision_of(parallel), num_gpus,
-                        host_share=share)
+    share = host_share_once(model, cluster, num_gpus, parallel, profile=profile, step_time_s=report.step_time_s,
+                            memory_headroom_bytes=int(headroom * 2**30))
     used = profile or profile_for(cluster)
+    band = band_or_none(used, cluster, kind_of(model), precision_of(parallel), num_gpus, host_share=share)
     host_note = host_bound_note(share(), model, parallel, used.host_time_per_kernel_s) if report.fits_memory and \
         used.host_time_per_kernel_s > 0 else None
     if host_note is not None:
@@ -114,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
             data["error_band"] = band
         if measured is not None:
             data["measured_anchor"] = measured
-        if shares:
-            data["host_share"] = shares[0]
+        if share.cache_info().currsize:  # simulated for the band or the note
+            data["host_share"] = share()
         print_json(data)
     else:
         print_report(report, header[1:] + notes)

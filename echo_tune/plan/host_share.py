@@ -18,6 +18,9 @@ BF16 layouts on 16 H100, host share 0, err -5..-18%), else every run's.
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Callable
+
 from echo_tune.cost.host.host_time import without_host
 from echo_tune.search.outputs.results import candidate_of
 from echo_tune.search.space.search_space import space_profile
@@ -40,6 +43,12 @@ def host_share(model, cluster, num_gpus: int, parallel, *, profile=None, step_ti
                                                                 **simulate_kwargs).step_time_s
     gpu_side = simulate(model, cluster, num_gpus, parallel, profile=without_host(base), **simulate_kwargs).step_time_s
     return max(0.0, (step - gpu_side) / step) if step > 0 else 0.0
+
+
+def host_share_once(model, cluster, num_gpus: int, parallel, **kwargs) -> Callable[[], float]:
+    """``host_share`` as a callable that simulates at most once (a report's band and its host-bound note both ask;
+    ``cache_info().currsize`` says whether it has)."""
+    return cache(lambda: host_share(model, cluster, num_gpus, parallel, **kwargs))
 
 
 def record_host_share(space, record: dict) -> float:

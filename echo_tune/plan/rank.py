@@ -42,7 +42,7 @@ from echo_tune.io import read_text
 from echo_tune.limits import check_number
 from echo_tune.plan.bands import band_or_none, kind_of, precision_of
 from echo_tune.plan.anchors import anchor
-from echo_tune.plan.host_share import host_share
+from echo_tune.plan.host_share import host_share_once
 from echo_tune.plan.projection import GOODPUT_DEFAULT, check_goodput, project, sort_rows
 from echo_tune.safe_yaml import load_json
 from echo_tune.search.space.fields import MODEL_LAYOUT_FIELDS
@@ -238,15 +238,8 @@ def rank(candidates: list[RankCandidate], tokens: float, memory_headroom_gib: fl
             raise ConfigError(f"candidate {c.name!r}: {exc}") from None
         fits = report.fits_memory
         seconds = tokens / report.tokens_per_s if fits else None  # a layout that does not fit has no time
-        shares: list[float] = []  # the host share, simulated once (band and row)
-
-        def share(c=c, report=report, profile=profile, shares=shares) -> float:
-            if not shares:
-                shares.append(host_share(c.model, c.cluster, c.num_gpus, c.parallel, profile=profile,
-                                         step_time_s=report.step_time_s,
-                                         memory_headroom_bytes=int(memory_headroom_gib * 2**30)))
-            return shares[0]
-
+        share = host_share_once(c.model, c.cluster, c.num_gpus, c.parallel, profile=profile,
+                                step_time_s=report.step_time_s, memory_headroom_bytes=int(memory_headroom_gib * 2**30))
         used = profile or profile_for(c.cluster)
         band = band_or_none(used, c.cluster, kind_of(c.model), precision_of(c.parallel), c.num_gpus, host_share=share)
         proj = project(seconds, band, num_gpus=c.num_gpus, gpu_hour_price=c.gpu_hour_cost,

@@ -170,14 +170,17 @@ def layer_parts(trace: Trace, ctx: CostContext) -> LayerParts:
 def _comm_slowdown(trace: Trace, ctx: CostContext) -> float:
     """The EP all-to-alls' slowdown beside compute: the profile's comm curve at their message size (datasheet profiles:
     ``DATASHEET_COMM_SLOWDOWN``; ``echo-tune calibrate`` measures it), the same for NCCL and the flex kernels."""
-    sizes = [op.size_bytes for op in trace.forward if op.kind == "collective" and op.group == "ep"]
-    return slowdown(ctx.profile, "comm", max(sizes, default=0), "gemm")
+    return slowdown(ctx.profile, "comm", _ep_message_bytes(trace), "gemm")
+
+
+def _ep_message_bytes(trace: Trace) -> float:
+    """The largest EP all-to-all message of the layer's forward (what the interference curves are read at)."""
+    return max((op.size_bytes for op in trace.forward if op.kind == "collective" and op.group == "ep"), default=0)
 
 
 def _slowdown(trace: Trace, ctx: CostContext) -> float:
-    sizes = [op.size_bytes for op in trace.forward if op.kind == "collective" and op.group == "ep"]
     kernel = ctx.moe.dispatcher if ctx.moe is not None else "alltoall"
-    return compute_slowdown(kernel, max(sizes, default=0), ctx.profile, ctx.gpu.sm_count,
+    return compute_slowdown(kernel, _ep_message_bytes(trace), ctx.profile, ctx.gpu.sm_count,
                             ctx.moe.num_sms if ctx.moe is not None else None)
 
 
@@ -189,7 +192,7 @@ def shared_overlap_costs(trace: Trace, ctx: CostContext, forward: PhaseCost,
     gpu_only = dataclasses.replace(ctx, host_bound=False)  # the shared expert's GPU time hides the EP comm
     for ops, cost in ((trace.forward, forward), (trace.backward, backward)):
         shared = phase_cost(tuple(op for op in ops if op.region == "moe" and op.subregion == "shared"), gpu_only)
-        hidden = -shared_overlap_comm_change_s(shared.total_s, cost.ep_comm_s, k)
+        hidden = slowed_hidden_s(shared_overlap_hidden_s(shared.total_s, cost.ep_comm_s), shared.total_s, k)
         beside = min(shared.total_s, k * hidden)  # the shared expert's time beside the (slowed) all-to-alls
         out.append(cost + PhaseCost(ep_comm_s=-hidden, interference_s=beside * factor))
     return out[0], out[1]
