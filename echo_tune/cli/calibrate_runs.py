@@ -30,7 +30,9 @@ def add_run_arguments(fit: argparse.ArgumentParser) -> None:
                        help="Megatron-LM training logs (rank 0's whole argument dump and its 'elapsed time per "
                             "iteration (ms)' lines; torchrun [default0]: and srun labels are read; each dump in a "
                             "file is one run, the same run given twice counts once); their cluster is --cluster")
-    group.add_argument("--gpu", help="fit the rows on this GPU preset only (runs CSVs may mix GPU types)")
+    group.add_argument("--gpu", help="fit the rows on this GPU preset only (runs CSVs may mix GPU types); several, "
+                                     "comma-separated (h100-sxm,b200), for --params host alone: GPUs on the same "
+                                     "kind of host")
     group.add_argument("--params", default="clock,comm,launch",
                        help="parameters to fit, 1-3 of clock (sustained SM clock of compute-bound kernels), comm "
                             "(factor on collective times), launch (time added to every kernel), host (host time to "
@@ -60,11 +62,14 @@ def _cases(args: argparse.Namespace):
     cases = [c for c in cases if not c.error]
     gpus = sorted({c.cluster.gpu.name for c in cases})
     if args.gpu:
-        cases = [c for c in cases if c.cluster.gpu.name == args.gpu]
-        if not cases:
-            raise ConfigError(f"no row runs on GPU {args.gpu!r}; the rows' GPUs are {gpus}")
+        wanted = [g.strip() for g in args.gpu.split(",") if g.strip()]
+        absent = [g for g in wanted if g not in gpus]
+        if absent:
+            raise ConfigError(f"no row runs on GPU {', '.join(map(repr, absent))}; the rows' GPUs are {gpus}")
+        cases = [c for c in cases if c.cluster.gpu.name in wanted]
     elif len(gpus) > 1:
-        raise ConfigError(f"a profile is fitted for one GPU type, but the rows run on {gpus}; pick one with --gpu")
+        raise ConfigError(f"a profile is fitted for one GPU type, but the rows run on {gpus}; pick one with --gpu "
+                          f"(several, comma-separated, for --params host alone)")
     if not cases:
         first = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         raise ConfigError(f"no row to fit: every row was refused or invalid{first}")
@@ -98,6 +103,10 @@ def run_fit_runs(args: argparse.Namespace) -> int:
     cases, skipped, notes = _cases(args)
     cluster = cases[0].cluster
     base = load_cluster_profile(cluster)
+    bases = {}
+    for case in cases:  # each GPU type's rows run with its own profile (several only for a host-time fit)
+        bases.setdefault(case.cluster.gpu.name, base if case.cluster.gpu.name == cluster.gpu.name
+                         else load_cluster_profile(case.cluster))
     inputs = [{"path": str(p), "sha256": sha256(p)} for p in dict.fromkeys((*args.runs, *args.megatron_log))]
     published = bool(args.runs) and not args.megatron_log and all(is_published(p) for p in args.runs)
     command = _command(args)
@@ -105,7 +114,7 @@ def run_fit_runs(args: argparse.Namespace) -> int:
     if not 0 <= args.robust_scale <= 10:
         raise ConfigError(f"`0 <= --robust-scale <= 10` must hold, but got ({args.robust_scale})")
     result = fit_runs(cases, base, cluster.gpu, params=params, robust_scale=args.robust_scale, inputs=inputs,
-                      command=command, published=published)
+                      command=command, published=published, bases=bases)
     profile = result.profile
     if args.name:
         profile = dataclasses.replace(profile, name=args.name)

@@ -1,11 +1,11 @@
 """How much of a predicted step the fitted host time per kernel carries, and what the bands make of it.
 
-The host time per kernel is fitted on the H100 rows (``cost/host/host_time.py``). The validated fine-grained runs of
-the 2025-26 Megatron-Bridge tables (Qwen3-30B-A3B on H100 and B200) are host-bound in the model (40-60% of their step)
-and, with the host time at 0, predicted 57-65% too fast (docs/moe.md): either the host is what slows them, or the
-fitted host time stands in for GPU work the model lacks. A layout that issues fewer kernels (an FP8 recipe of one
-quantisation kernel instead of three, HybridEP with eight local experts, a larger micro-batch) is predicted mostly by
-its GPU side, so it does not inherit those runs' agreement.
+The host time per kernel is fitted on the rows of x86 hosts, H100 and B200 (``cost/host/host_time.py``). The
+validated fine-grained runs of the 2025-26 Megatron-Bridge tables (Qwen3-30B-A3B on H100 and B200) are host-bound in
+the model (40-60% of their step) and, with the host time at 0, predicted 57-65% too fast (docs/moe.md): either the
+host is what slows them, or the fitted host time stands in for GPU work the model lacks. A layout that issues fewer
+kernels (HybridEP with eight local experts, a larger micro-batch, CUDA graphs) is predicted mostly by its GPU side, so
+it does not inherit those runs' agreement.
 
 ``host_share`` re-simulates a layout with the host time at 0: (step - step without host) / step. The band of a
 prediction (``plan/bands.py band_for``) then covers the error runs had on their GPU side alone, scaled to the share
@@ -91,7 +91,8 @@ HOST_BOUND_SHARE = 0.20
 def host_bound_note(share: float, model, parallel, host_time_per_kernel_s: float) -> str | None:
     """What a report says of a host-bound step (``share`` >= ``HOST_BOUND_SHARE``): how much of it is the GPU
     waiting on the host, and the settings that issue fewer kernels per token in this model (cost/host/host_bound.py:
-    each kernel costs the host its time whatever its size; sim/schedule/costing.py counts them). None below it."""
+    each kernel issued from Python costs the host its time whatever its size, a quantisation TE's C++ launches only
+    the launch; sim/schedule/costing.py counts them). None below it."""
     if share < HOST_BOUND_SHARE:
         return None
     levers = [f"a larger --micro-batch-size (now {parallel.micro_batch_size}: more work per kernel)"]
@@ -100,10 +101,7 @@ def host_bound_note(share: float, model, parallel, host_time_per_kernel_s: float
     if model.is_moe:
         local = model.num_experts // parallel.expert_model_parallel_size
         levers.append(f"fewer local experts per GPU (a larger --expert-model-parallel-size; now {local}, each a GEMM "
-                      f"and its quantisations per grouped GEMM)")
-        if parallel.quantized_recipe == "tensorwise":
-            levers.append("one quantisation kernel per expert and GEMM (--fp8-recipe delayed, or mxfp8 on Blackwell) "
-                          "instead of current scaling's three")
+                      f"issued from Python per grouped GEMM)")
         if not model.moe_pad_expert_input_to_capacity and parallel.expert_model_parallel_size > 1:
             levers.append("drop-and-pad routing (--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity: "
                           "no host synchronisation per layer, but tokens over capacity are dropped)")

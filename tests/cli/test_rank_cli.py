@@ -134,7 +134,7 @@ def test_nvidias_qwen3_recipes_rank_in_their_measured_order_and_the_host_bound_o
     rows = rank_json(capsys, path)
     assert [r["name"].split(",")[0] for r in rows] == ["July 2026", "May 2026", "26.02 recipe"]
     shares = [r["host_share"] for r in rows]
-    assert shares[0] < 0.2 and shares[1] < 0.2 and shares[2] > 0.5
+    assert shares[2] > 0.4 and shares[2] > max(shares[:2]) + 0.2
     assert main(["rank", path]) == 0
     out = capsys.readouterr().out
     assert "26.02 recipe, PP2 VP12 EP8 DeepEP, FP8 current scaling: host-bound: the GPU waits on the host for" in \

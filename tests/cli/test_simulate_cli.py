@@ -266,11 +266,11 @@ def test_a_host_bound_step_says_so_and_what_issues_fewer_kernels(capsys):
     most of its step is the GPU waiting on the host; the report says how much and names the settings that issue
     fewer kernels per token. A GPU-bound dense step says nothing of the kind."""
     data = run_json(capsys, QWEN3_2602_H100)
-    assert 0.5 < data["host_share"] < 0.7
+    assert 0.4 < data["host_share"] < 0.7
     note = next(n for n in data["notes"] if n.startswith("host-bound:"))
     assert f"for {data['host_share']:.0%} of this step" in note
     for lever in ("--micro-batch-size (now 1", "--cuda-graph-impl", "--expert-model-parallel-size; now 16",
-                  "current scaling's three", "tokens over capacity are dropped"):
+                  "tokens over capacity are dropped"):
         assert lever in note, lever
     dense = run_json(capsys, ISSUE_LINE)
     assert not any(n.startswith("host-bound:") for n in dense["notes"])

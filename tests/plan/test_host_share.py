@@ -31,10 +31,11 @@ def test_host_bound_moe_run_and_a_dense_layout():
                if c.name == "mb2602-qwen3-30b-a3b-fp8cs-16xh100")
     # Qwen3-30B-A3B FP8 current scaling on 16 H100 at MBS 1: host-bound in the model (docs/moe.md)
     share = host_share(row.model, row.cluster, row.num_gpus, row.parallel)
-    assert 0.5 < share < 0.8
-    # the same layout in BF16 issues no quantisation kernels per expert: its step is its GPU side
+    assert 0.4 < share < 0.8
+    # the same layout in BF16 issues the same kernels from Python (TE's C++ launches the quantisations, each at the
+    # launch's cost alone): about as host-bound
     bf16 = dataclasses.replace(row.parallel, fp8_format=None, fp8_param_gather=False)
-    assert host_share(row.model, row.cluster, row.num_gpus, bf16) < 0.1
+    assert abs(host_share(row.model, row.cluster, row.num_gpus, bf16) - share) < 0.05
     # no host time, no share
     off = without_host(profile_for_cluster(row.cluster))
     assert host_share(row.model, row.cluster, row.num_gpus, row.parallel, profile=off) == 0.0
@@ -50,7 +51,7 @@ def test_host_bound_note_names_only_the_levers_a_layout_has():
     note = host_bound_note(0.6, moe, parallel, 38e-6)
     assert note.startswith("host-bound: the GPU waits on the host for 60% of this step (host time per kernel 38 us")
     assert "now 2" in note and "now 16, each a GEMM" in note and "drop-and-pad" in note
-    assert "current scaling's three" not in note  # MXFP8 already quantises once per expert
+    assert "quantisation" not in note  # TE's C++ launches them: a launch each, not a kernel issued from Python
     graphed = parallel.replace(cuda_graph_impl="transformer_engine")
     assert "--cuda-graph-impl" not in host_bound_note(0.6, moe, graphed, 38e-6)
     dense = host_bound_note(0.3, et.load_model("llama3-8b"), ParallelConfig(global_batch_size=64), 38e-6)

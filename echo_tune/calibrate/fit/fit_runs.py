@@ -101,10 +101,13 @@ def with_params(base: ClusterProfile, values: dict[str, float], fitted: dict | N
 
 
 class _Problem:
-    """Rows, base profile and the names fitted; ``predict(x)`` simulates every row at log-parameters x."""
+    """Rows, base profile (one per GPU type: ``bases``) and the names fitted; ``predict(x)`` simulates every row at
+    log-parameters x."""
 
-    def __init__(self, cases, base: ClusterProfile, names: list[str], start: dict[str, float], peak_clock_mhz):
+    def __init__(self, cases, base: ClusterProfile, names: list[str], start: dict[str, float], peak_clock_mhz,
+                 bases: dict[str, ClusterProfile] | None = None):
         self.cases, self.base, self.names, self.start = cases, base, names, start
+        self.bases = bases or {}
         self.measured = np.array([c.measured_step_time_s for c in cases])
         ref = {"peak": peak_clock_mhz or 1.0}
         self.lower = np.array([math.log(ref.get(BOUNDS[n][0], start[n]) * BOUNDS[n][1] / start[n]) for n in names])
@@ -117,10 +120,13 @@ class _Problem:
         return out
 
     def predict(self, x, rows=None) -> np.ndarray:
-        profile = with_params(self.base, self.values(x))
+        values = self.values(x)
+        profile = with_params(self.base, values)
+        own = {gpu: with_params(base, values) for gpu, base in self.bases.items()}
         rows = range(len(self.cases)) if rows is None else rows
         return np.array([simulate(self.cases[i].model, self.cases[i].cluster, self.cases[i].num_gpus,
-                                  self.cases[i].parallel, profile=profile).step_time_s for i in rows])
+                                  self.cases[i].parallel, profile=own.get(self.cases[i].cluster.gpu.name, profile)
+                                  ).step_time_s for i in rows])
 
     def residuals(self, x, rows=None) -> np.ndarray:
         rows = list(range(len(self.cases))) if rows is None else list(rows)
@@ -199,8 +205,10 @@ def collapse_duplicates(cases) -> tuple[list, list[str]]:
 
 def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("clock", "comm", "launch"),
              robust_scale: float = 0.10, inputs: list[dict] | None = None, command: str = "",
-             published: bool = False) -> RunFit:
-    """Fit ``params`` to the measured step times of ``cases`` (RunCases that simulate, one GPU type)."""
+             published: bool = False, bases: dict[str, ClusterProfile] | None = None) -> RunFit:
+    """Fit ``params`` to the measured step times of ``cases`` (RunCases that simulate, one GPU type; or several,
+    each run with its own GPU's profile from ``bases``, for ``host`` alone: the host's time per kernel is the
+    host's, not the GPU's, so rows of GPUs on the same kind of host fit one value)."""
     unknown = [p for p in params if p not in PARAMETERS]
     if unknown or not params or len(set(params)) != len(params) or len(params) > 3:
         raise ConfigError(f"`--params` must be 1-3 distinct names of {sorted(PARAMETERS)}, but got ({','.join(params)})")
@@ -211,6 +219,14 @@ def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("cl
     if "clock" in params and overridden:
         raise ConfigError(f"rows {overridden} run on a cluster that fixes sustained_clock_mhz, which a fitted clock "
                           f"cannot change; drop the key from their cluster file or leave 'clock' out of --params")
+    gpus = sorted({c.cluster.gpu.name for c in cases})
+    if len(gpus) > 1 and tuple(params) != ("host",):
+        raise ConfigError(f"`--params host` must be the only parameter fitted on rows of several GPU types (a clock, "
+                          f"network factor or launch time is a GPU's), but got (GPUs={','.join(gpus)}, "
+                          f"params={','.join(params)}); fit one GPU at a time or only host")
+    missing = [g for g in gpus if len(gpus) > 1 and g not in (bases or {})]
+    if missing:
+        raise ConfigError(f"rows of several GPU types need a base profile for each, but got none for {missing}")
     names = [PARAMETERS[p] for p in params]
     given = len(cases)
     cases, duplicate_warnings = collapse_duplicates(cases)
@@ -218,7 +234,7 @@ def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("cl
         distinct = "" if given == len(cases) else f" distinct (of {given} given: duplicates count once)"
         raise ConfigError(f"`rows >= parameters + 2` must hold, but got (rows={len(cases)}{distinct}, "
                           f"parameters={len(names)}); give more runs or fewer --params")
-    problem = _Problem(cases, base, names, start_values(base, gpu), gpu.peak_clock_mhz)
+    problem = _Problem(cases, base, names, start_values(base, gpu), gpu.peak_clock_mhz, bases if len(gpus) > 1 else None)
     everything = list(range(len(cases)))
     unfitted = problem.predict(np.zeros(len(names)))
     x, r, J = _solve(problem, everything, np.zeros(len(names)), robust_scale)
@@ -285,7 +301,7 @@ def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("cl
                          "loso_by_source_mape_pct": {k: round(v, 3) for k, v in loso_by.items()}},
               "rows": [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()} for row in rows]}
     profile = with_params(base, {n: values[n] for n in names}, fitted)
-    profile = dataclasses.replace(profile, name=f"{gpu.name}-fitted-on-runs")
+    profile = dataclasses.replace(profile, name=f"{'+'.join(gpus) if len(gpus) > 1 else gpu.name}-fitted-on-runs")
     return RunFit(profile=profile, params={n: values[n] for n in names}, rows=rows, in_sample_mape_pct=mape(r),
                   loo_mape_pct=mape(loo), loso_mape_pct=mape(loso), loso_by_source=loso_by, warnings=warnings)
 

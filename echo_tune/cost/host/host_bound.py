@@ -2,12 +2,23 @@
 
 CUDA kernel launches are asynchronous: the host enqueues kernels and the GPU runs them from its queue, so
 the GPU idles only when the queue runs dry (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution";
-PyTorch "CUDA semantics": GPU operations are asynchronous, the CPU queues more work while the GPU runs). With
-``h`` the host time to issue one kernel (Python, PyTorch dispatch, Transformer Engine and Megatron code
-between two launches):
+PyTorch "CUDA semantics": GPU operations are asynchronous, the CPU queues more work while the GPU runs). What each
+kernel costs the host depends on who launches it:
 
-- after a host synchronisation the queue is empty: kernel j after it is issued ``j * h`` after the first and
-  starts at the later of its issue and the end of the kernel before it (``queue_wait_s``). Megatron's MoE
+- a kernel the framework issues from Python (one per traced op; one per local expert and GEMM of a grouped GEMM,
+  which Transformer Engine's ``GroupedLinear`` runs expert by expert): ``h``, the Python, PyTorch dispatch,
+  Transformer Engine and Megatron code between two such launches;
+- a kernel TE's C++ launches inside that call (an FP8 GEMM's quantisations: ``HOST_LAUNCH_S``, the CUDA launch
+  path alone). Two pairs of published rows measure the difference: FP8 current scaling (three quantisation kernels)
+  against MXFP8 (one), same recipe and layout, no synchronisation, no CUDA graphs, 64 / 256 B200
+  (``benchmarks/row_pairs.py``): measured 1.04 and 0.95 per token; charged ``h`` per quantisation kernel the model
+  said 1.76 and 1.84, charged the launch it says 1.07 and 1.06.
+
+How the host's time turns into GPU idle time:
+
+- after a host synchronisation the queue is empty: kernel j after it is issued when the host's time for the j
+  before it has passed and starts at the later of its issue and the end of the kernel before it
+  (``queue_wait_s``). Megatron's MoE
   layer synchronises once per forward: the all-to-all dispatcher copies the token counts to the host and
   waits for them before the expert-parallel all-to-all (Megatron-LM d98e8a64ddf3 moe/token_dispatcher.py
   ``_maybe_dtoh_and_synchronize``: ``self.d2h_event.synchronize()`` at ``cuda_sync_point``
@@ -18,8 +29,8 @@ between two launches):
   GPU time (``steady_wait_s``).
 
 ``h`` is ``ClusterProfile.host_time_per_kernel_s``: a parameter fitted on training runs
-(``calibrate fit --runs --params ...,host``); a profile that fits none uses the one fitted on the published runs
-(``cost/host/host_time.py``, 38 us); 0 in a profile leaves every pass at its GPU time.
+(``calibrate fit --runs --params ...,host``); a profile that fits none uses the one fitted on the published runs of
+x86 hosts (``cost/host/host_time.py``); 0 in a profile leaves every pass at its GPU time.
 Not modelled: the ``torch.cuda.synchronize()`` Megatron runs after each batched pipeline send/receive of the
 non-interleaved schedule (p2p_communication.py, ``batch_p2p_sync``), which empties the queue once per chunk: timing
 each pass's first layer from an empty queue (``queue_wait_s``) adds at most 0.3% to any non-interleaved published row
@@ -28,42 +39,46 @@ each pass's first layer from an empty queue (``queue_wait_s``) adds at most 0.3%
 
 from __future__ import annotations
 
+HOST_LAUNCH_S = 3.8e-6
+"""The host's time to launch one kernel from C++ (no Python, no PyTorch dispatch between two launches): NVIDIA's
+"Getting Started with CUDA Graphs" (A. Gray, NVIDIA Technical Blog, 2019) launched ~2.9 us kernels back-to-back into
+a stream at 3.8 us each, the launch path setting the pace. What a kernel costs the host when Transformer Engine's C++
+launches it inside a call the host already paid for: the quantisations of an FP8 GEMM's operands (``tex.quantize`` /
+``tex.split_quantize``; current scaling's amax, scale and cast kernels, NVIDIA/TransformerEngine@ad3f651f1dad
+``transformer_engine/pytorch/csrc/quantizer.cpp`` ``Float8CurrentScalingQuantizer::quantize_impl``)."""
 
-def queue_wait_s(kernels: list[tuple[float, float]], host_per_kernel_s: float) -> float:
+
+def queue_wait_s(kernels: list[tuple[int, float, float]]) -> float:
     """Time the GPU waits on the host over a window that starts with an empty queue: (window end) - (sum of
     GPU times).
 
-    ``kernels``: (number of kernels issued, their GPU time together) per op in issue order, an op's kernels
-    taken as equally long (a grouped GEMM: one GEMM and its quantisations per expert); an op replayed from
-    a CUDA graph issues none (0, its time), the first op of each graph one (the graph's launch). The first kernel is issued at 0; closed form per op of n kernels
-    of g each, its first issued at s, the GPU free at f: the op ends at max(f + n g, s + n g, s + (n - 1) h + g).
+    ``kernels``: (kernels issued, the host's time to issue them, their GPU time) per op in issue order, an op's
+    kernels taken as equally long and issued evenly over its host time (a grouped GEMM: one GEMM per expert and its
+    quantisations); an op replayed from a CUDA graph issues none (0, 0, its time), the first op of each graph one
+    (the graph's launch). The first kernel is issued at 0; closed form per op of n kernels of g each and host time H,
+    its first issued at s, the GPU free at f: the op ends at max(f + n g, s + n g, s + H (n - 1) / n + g).
     """
-    if host_per_kernel_s <= 0.0:
-        return 0.0
-    h = host_per_kernel_s
     issue = gpu_free = busy = 0.0
-    for n, t in kernels:
+    for n, host_s, t in kernels:
         busy += t
         if n <= 0:  # replayed inside a CUDA graph: runs as soon as the GPU is free and the host got there
             gpu_free = max(gpu_free, issue) + t
             continue
-        g = t / n
-        gpu_free = max(gpu_free + t, issue + t, issue + (n - 1) * h + g)
-        issue += n * h
+        gpu_free = max(gpu_free + t, issue + t, issue + host_s * (n - 1) / n + t / n)
+        issue += host_s
     return max(0.0, gpu_free - busy)
 
 
-def steady_wait_s(kernels: list[tuple[float, float]], host_per_kernel_s: float) -> float:
+def steady_wait_s(kernels: list[tuple[int, float, float]]) -> float:
     """Time a pass with no host synchronisation waits on the host: its host time over its GPU time, if any."""
-    issued = sum(n for n, _ in kernels)
-    return max(0.0, issued * host_per_kernel_s - sum(t for _, t in kernels))
+    return max(0.0, sum(h for _, h, _ in kernels) - sum(t for _, _, t in kernels))
 
 
-def host_wait_s(kernels: list[tuple[float, float]], host_per_kernel_s: float, sync_at: int | None) -> float:
+def host_wait_s(kernels: list[tuple[int, float, float]], sync_at: int | None) -> float:
     """The pass's wait on the host: a queue from empty from ``sync_at`` (the index in ``kernels`` of the first op
     after the host synchronisation; the ops before it close the window, as the next layer's), else steady."""
-    if host_per_kernel_s <= 0.0:
+    if not any(h > 0.0 for _, h, _ in kernels):
         return 0.0
     if sync_at is None:
-        return steady_wait_s(kernels, host_per_kernel_s)
-    return queue_wait_s(kernels[sync_at:] + kernels[:sync_at], host_per_kernel_s)
+        return steady_wait_s(kernels)
+    return queue_wait_s(kernels[sync_at:] + kernels[:sync_at])

@@ -8,16 +8,17 @@ communication streams. The overlap shortens the pair's GPU time (the EP all-to-a
 pass's compute, ``sim/features/moe_overlap.py``) but not the time the host takes to issue the pair's kernels, so a pair
 ends no earlier than
 
-    (kernels of the forward + kernels of the backward) x h
+    host time of the forward's kernels + host time of the backward's kernels
 
-with h the host's time per kernel (``cost/host/host_bound.py``, ``ClusterProfile.host_time_per_kernel_s``).
+(``cost/host/host_bound.py``: the host time per kernel ``ClusterProfile.host_time_per_kernel_s`` for each kernel
+issued from Python, the C++ launch for each quantisation kernel; ``sim/schedule/costing.py host_issue_s``).
 
 Each pass is first timed alone with its own wait on the host, against its serial GPU time, in which the EP
 all-to-alls count as GPU work the host runs ahead of; the overlap then takes the hidden all-to-all time off
 the pass: time in which the host was issuing kernels. ``with_pair_host_floor`` puts the floor back: when the
 pair's two passes, with the overlap's change, come to less than the host's issue time of their kernels, the
 difference is added as compute (the GPU idle, waiting on the host), split between the two passes by their
-kernels. It is a lower bound: the forward's synchronisation at the dispatch (the host waits for the router's
+host time. It is a lower bound: the forward's synchronisation at the dispatch (the host waits for the router's
 token counts before the all-to-all, moe/token_dispatcher.py) can only add to it. NVIDIA's own account of the
 schedule says the same (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization/
 deepseek-v3-gb200-optimization.md at eb0783b6d3, section 3.2: the 1F1B all-to-all overlap "divides the forward
@@ -27,30 +28,29 @@ stages, which aggravates the CPU overhead"). With h = 0 (no host time fitted) no
 
 from __future__ import annotations
 
-from echo_tune.sim.schedule.costing import CostContext, PhaseCost, host_kernels
+from echo_tune.sim.schedule.costing import CostContext, PhaseCost, host_issue_s
 from echo_tune.workload.graph import Trace
 
 
-def pair_host_wait_s(kernels_forward: int, kernels_backward: int, host_per_kernel_s: float, pair_s: float) -> float:
+def pair_host_wait_s(host_forward_s: float, host_backward_s: float, pair_s: float) -> float:
     """What a layer pair of ``pair_s`` (its two passes with the overlap's change) waits on the host that
-    issues its ``kernels_forward + kernels_backward`` kernels at ``host_per_kernel_s`` each."""
-    return max(0.0, (kernels_forward + kernels_backward) * host_per_kernel_s - pair_s)
+    takes ``host_forward_s + host_backward_s`` to issue its kernels."""
+    return max(0.0, host_forward_s + host_backward_s - pair_s)
 
 
 def with_pair_host_floor(trace: Trace, ctx: CostContext, forward: PhaseCost, backward: PhaseCost,
                          deltas: tuple[PhaseCost, PhaseCost], piece: str = "moe_layer",
-                         kernels: tuple[int, int] | None = None) -> tuple[PhaseCost, PhaseCost]:
+                         host_s: tuple[float, float] | None = None) -> tuple[PhaseCost, PhaseCost]:
     """The EP overlap's change to one MoE layer's (forward, backward) pass, ``deltas``, with the host's floor
     under the pair added (``forward`` / ``backward``: the passes as timed alone, with their own host wait).
-    ``kernels``: ``host_kernels`` of the trace's forward and backward, where the caller has them already."""
-    h = ctx.profile.host_time_per_kernel_s
-    if h <= 0.0:
+    ``host_s``: ``host_issue_s`` of the trace's forward and backward, where the caller has them already."""
+    if ctx.profile.host_time_per_kernel_s <= 0.0:
         return deltas
-    n_fwd, n_bwd = kernels or (host_kernels(trace.forward, ctx, piece=piece),
-                               host_kernels(trace.backward, ctx, piece=piece))
+    h_fwd, h_bwd = host_s or (host_issue_s(trace.forward, ctx, piece=piece),
+                              host_issue_s(trace.backward, ctx, piece=piece))
     pair_s = forward.total_s + backward.total_s + deltas[0].total_s + deltas[1].total_s
-    wait = pair_host_wait_s(n_fwd, n_bwd, h, pair_s)
+    wait = pair_host_wait_s(h_fwd, h_bwd, pair_s)
     if wait <= 0.0:
         return deltas
-    share = n_fwd / (n_fwd + n_bwd)
+    share = h_fwd / (h_fwd + h_bwd)
     return (deltas[0] + PhaseCost(compute_s=wait * share), deltas[1] + PhaseCost(compute_s=wait * (1.0 - share)))

@@ -21,7 +21,7 @@ from echo_tune.cost.kernels.compute import graph_replay_saving_s, is_measured, o
 from echo_tune.cost.kernels.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.collectives.moe_dispatch import MoEKernels
 from echo_tune.cost.kernels.moe_fusion import fuse_memory_runs
-from echo_tune.cost.host.host_bound import host_wait_s
+from echo_tune.cost.host.host_bound import HOST_LAUNCH_S, host_wait_s
 from echo_tune.cost.kernels.fp8 import (TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast,
                                         is_fp8_gemm)
 from echo_tune.config.launch.ub_config import ub_settings
@@ -130,15 +130,15 @@ def phase_cost(ops: tuple[Op, ...], ctx: CostContext, *, region: str | None = No
     return _phase(ops, ctx, region, piece)[0]
 
 
-def host_kernels(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> int:
-    """Kernels the host issues for ``ops`` as ``phase_cost`` counts them (a GEMM and, under FP8, its
-    quantisation kernels per local expert; one launch per collective; one per CUDA graph replayed, none for
-    its kernels): what ``cost/host/host_bound.py`` times at the host's time per kernel."""
+def host_issue_s(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> float:
+    """The host's time to issue ``ops`` as ``phase_cost`` counts it (``cost/host/host_bound.py``): the host time per
+    kernel for each kernel issued from Python (an op; a GEMM per local expert; one launch per collective; one per
+    CUDA graph replayed, none for its kernels), the C++ launch for each quantisation kernel of an FP8 GEMM."""
     return _phase(ops, ctx, None, piece)[1]
 
 
-def phase_cost_and_kernels(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> tuple[PhaseCost, int]:
-    """``phase_cost`` and ``host_kernels`` of ``ops`` from one pass over them."""
+def phase_cost_and_host_s(ops: tuple[Op, ...], ctx: CostContext, *, piece: str = "") -> tuple[PhaseCost, float]:
+    """``phase_cost`` and ``host_issue_s`` of ``ops`` from one pass over them."""
     return _phase(ops, ctx, None, piece)
 
 
@@ -160,7 +160,7 @@ def _runs_async(op: Op, ctx: CostContext) -> bool:
                 and ctx.moe.shared_expert_overlap)
 
 
-def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str) -> tuple[PhaseCost, int]:
+def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str) -> tuple[PhaseCost, float]:
     if region is not None:  # a region, or a tagged sub-region as "region/subregion" (e.g. "moe/expert_act")
         ops = tuple(op for op in ops if op.region == region or (op.subregion and f"{op.region}/{op.subregion}" == region))
     if ctx.moe is not None and ctx.moe.fused:
@@ -168,7 +168,8 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
     fp8 = ctx.fp8_recipe is not None
     graphs = captured_graphs(ctx.graph_capture, piece) if ctx.graph_capture else ()
     replayed: set[int] = set()
-    times, sizes, issued = [], [], []  # issued: (kernels the host issues, their GPU time) per op
+    h = ctx.profile.host_time_per_kernel_s
+    times, sizes, issued = [], [], []  # issued: (kernels the host issues, its time to issue them, their GPU time) per op
     sync_at = None  # index in ``issued`` where the host resumes after the MoE dispatcher's synchronisation
     compute_s = attention_s = cast_s = 0.0
     cp_comm_s = cp_size = ep_comm_s = 0.0
@@ -198,7 +199,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             # one NCCL launch; the GPU busy for its time where it sits on the compute stream's path (EP, and TP
             # unless overlapped with a GEMM), none where it runs beside compute (CP ring, TP overlap)
             serial = op.group in EXPERT_GROUPS or (not is_cp_ring(op) and not ctx.tp_comm_overlap)
-            issued.append((1, t if serial else 0.0))
+            issued.append((1, h, t if serial else 0.0))
             continue
         cast = 0.0
         # TE's GroupedLinear: one GEMM (and, under FP8, one quantisation) per local expert (moe_grouped_gemm.py)
@@ -210,16 +211,18 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             t = groups * fp8_gemm_time_s(one, ctx.profile, ctx.gpu, ctx.fp8_recipe, ctx.precision)
             cast, casts = group_cast(one, groups, ctx.fp8_recipe, ctx.profile, ctx.gpu, ctx.precision)
             cast_s += cast
-            kernels = groups + casts  # the GEMMs and their quantisation kernels
+            kernels = groups + casts  # the GEMMs and their quantisation kernels, which TE's C++ launches
+            host_s = groups * h + casts * HOST_LAUNCH_S if h > 0.0 else 0.0
         else:
             t = groups * op_time_s(one, ctx.profile, ctx.gpu, ctx.precision)
-            kernels = groups
+            kernels, host_s = groups, groups * h
         g = -1 if graphs is None else (graph_of(op, graphs) if graphs else None)
         if g is not None:  # replayed from a CUDA graph: a shorter gap behind the kernel before, and the host
             t -= kernels * graph_replay_saving_s(one, ctx.profile)  # issues one launch per graph (none per step's)
             kernels = 0 if g in replayed or g == -1 else 1
+            host_s = kernels * h
             replayed.add(g)
-        issued.append((kernels, t + cast))
+        issued.append((kernels, host_s, t + cast))
         times.append(t)
         sizes.append(0)
         compute_s += t
@@ -237,7 +240,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
         g, method = paired[i]
         if method == "async":  # the compute stream waits for the part its GEMM did not cover
             e, x = async_cost(times[i], times[g], sizes[i], ctx.profile)
-            issued[i] = (1, e)
+            issued[i] = (1, h, e)
         else:
             kw = {} if isinstance(method, str) else dict(num_sm=method.num_sm, num_splits=method.num_splits,
                                                          set_sm_margin=method.set_sm_margin, aggregate=method.aggregate)
@@ -246,7 +249,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
         exposed += e
         extra += x
     if ctx.host_bound:  # the GPU idle, waiting on the host
-        compute_s += host_wait_s(issued, ctx.profile.host_time_per_kernel_s, sync_at)
+        compute_s += host_wait_s(issued, sync_at)
     cost = PhaseCost(compute_s=compute_s + cast_s, ep_comm_s=ep_comm_s) + \
         _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
-    return cost + PhaseCost(comm_exposed_s=exposed, interference_s=extra), int(sum(n for n, _ in issued))
+    return cost + PhaseCost(comm_exposed_s=exposed, interference_s=extra), sum(host for _, host, _ in issued)

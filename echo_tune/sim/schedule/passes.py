@@ -10,7 +10,7 @@ from echo_tune.config.specs.model import ModelSpec
 from echo_tune.config.specs.parallel import ParallelConfig
 from echo_tune.cost.collectives.moe_dispatch import MoEKernels
 from echo_tune.errors import ConfigError
-from echo_tune.sim.schedule.costing import ZERO, CostContext, PhaseCost, phase_cost, phase_cost_and_kernels
+from echo_tune.sim.schedule.costing import ZERO, CostContext, PhaseCost, phase_cost, phase_cost_and_host_s
 from echo_tune.sim.features.determinism import deterministic_attention_model
 from echo_tune.sim.schedule import trace_cache
 from echo_tune.identity_cache import IdentityCache
@@ -176,8 +176,8 @@ def _pass_costs(pieces: dict[str, Trace], ctx: CostContext) -> dict[str, PhaseCo
     moe = {}
     if "moe_layer" in pieces:
         t = pieces["moe_layer"]
-        fwd_bwd = (phase_cost_and_kernels(t.forward, ctx, piece="moe_layer"),
-                   phase_cost_and_kernels(t.backward, ctx, piece="moe_layer"))
+        fwd_bwd = (phase_cost_and_host_s(t.forward, ctx, piece="moe_layer"),
+                   phase_cost_and_host_s(t.backward, ctx, piece="moe_layer"))
         fwd, bwd = fwd_bwd[0][0], fwd_bwd[1][0]
         if ctx.moe is not None and ctx.moe.shared_expert_overlap:
             fwd, bwd = shared_overlap_costs(t, ctx, fwd, bwd)
@@ -185,9 +185,9 @@ def _pass_costs(pieces: dict[str, Trace], ctx: CostContext) -> dict[str, PhaseCo
         if ctx.overlap_moe_expert_parallel_comm:
             deltas = ep_overlap_deltas(t, ctx, ctx.delay_wgrad_compute)
             # one host issues both passes of a pair: the overlap cannot end it before their kernels are issued
-            # (the kernels counted by the passes' own pass over their ops: ``host_kernels``)
+            # (the host time counted by the passes' own pass over their ops: ``host_issue_s``)
             moe["moe_ep_overlap_forward"], moe["moe_ep_overlap_backward"] = with_pair_host_floor(
-                t, ctx, fwd, bwd, deltas, kernels=(fwd_bwd[0][1], fwd_bwd[1][1]))
+                t, ctx, fwd, bwd, deltas, host_s=(fwd_bwd[0][1], fwd_bwd[1][1]))
     return dict(**moe,
                 layer_forward=phase_cost(layer.forward, ctx, piece="layer"),
                 layer_backward=phase_cost(layer.backward, ctx, piece="layer"),

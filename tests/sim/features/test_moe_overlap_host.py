@@ -8,7 +8,7 @@ import pytest
 
 import echo_tune as et
 from echo_tune.config.rules.compatibility import check_compatible
-from echo_tune.sim.schedule.costing import host_kernels, phase_cost
+from echo_tune.sim.schedule.costing import host_issue_s, phase_cost
 from echo_tune.sim.schedule.memo import profile_for_cluster
 from echo_tune.sim.features.moe_overlap import ep_overlap_deltas
 from echo_tune.sim.features.moe_overlap_host import pair_host_wait_s, with_pair_host_floor
@@ -25,9 +25,9 @@ LAYOUT = et.ParallelConfig(pipeline_model_parallel_size=2, virtual_pipeline_mode
 
 def test_pair_waits_for_the_host_to_issue_both_passes():
     # 100 + 150 kernels at 80 us: the host needs 20 ms; a 15 ms pair waits 5 ms, a 25 ms pair not at all
-    assert pair_host_wait_s(100, 150, 80 * US, 15e-3) == pytest.approx(5e-3)
-    assert pair_host_wait_s(100, 150, 80 * US, 25e-3) == 0.0
-    assert pair_host_wait_s(100, 150, 0.0, 1e-3) == 0.0
+    assert pair_host_wait_s(100 * 80 * US, 150 * 80 * US, 15e-3) == pytest.approx(5e-3)
+    assert pair_host_wait_s(100 * 80 * US, 150 * 80 * US, 25e-3) == 0.0
+    assert pair_host_wait_s(0.0, 0.0, 1e-3) == 0.0
 
 
 def _context(host_s: float):
@@ -51,14 +51,14 @@ def test_host_bound_pair_takes_the_hosts_issue_time():
     fwd, bwd = phase_cost(trace.forward, ctx, piece="moe_layer"), phase_cost(trace.backward, ctx, piece="moe_layer")
     deltas = ep_overlap_deltas(trace, ctx, True)
     assert deltas[0].ep_comm_s < 0  # the overlap hides EP communication on the GPU
-    n_fwd, n_bwd = host_kernels(trace.forward, ctx, piece="moe_layer"), host_kernels(trace.backward, ctx, piece="moe_layer")
-    assert n_fwd > 0 and n_bwd > 0
+    h_fwd, h_bwd = host_issue_s(trace.forward, ctx, piece="moe_layer"), host_issue_s(trace.backward, ctx, piece="moe_layer")
+    assert h_fwd > 0 and h_bwd > 0
     floored = with_pair_host_floor(trace, ctx, fwd, bwd, deltas)
     pair_s = fwd.total_s + bwd.total_s + floored[0].total_s + floored[1].total_s
-    assert pair_s == pytest.approx((n_fwd + n_bwd) * 2000 * US)
-    # the wait is split by kernels and counted as compute; the hidden communication stays hidden
+    assert pair_s == pytest.approx(h_fwd + h_bwd)
+    # the wait is split by host time and counted as compute; the hidden communication stays hidden
     added_f, added_b = floored[0].compute_s - deltas[0].compute_s, floored[1].compute_s - deltas[1].compute_s
-    assert added_f > 0 and added_f / (added_f + added_b) == pytest.approx(n_fwd / (n_fwd + n_bwd))
+    assert added_f > 0 and added_f / (added_f + added_b) == pytest.approx(h_fwd / (h_fwd + h_bwd))
     assert floored[0].ep_comm_s == deltas[0].ep_comm_s
 
 
