@@ -7,8 +7,8 @@ to issue one kernel; host: the GPU waits on it only in passes of kernels shorter
 is fitted, and the one with the lowest leave-one-source-out MAPE is kept (fewer parameters on a tie, to 0.1%;
 every candidate's error is listed in the README written): what generalises to a source the fit never saw, not
 what fits best in-sample (H100: clock+host fits better in-sample, host alone predicts held-out sources better).
-After the preset clocks, the H100 rows' residuals run from -64% (Qwen3-30B-A3B: 16 experts per rank, a GEMM and three quantisation kernels each,
-~24 us of GPU work per kernel) to +33% (large dense models). A time added to every kernel (launch) moves the
+After the preset clocks, the H100 rows' residuals run from -64% (Qwen3-30B-A3B: 16 experts per rank, a GEMM issued
+from Python per expert, ~24 us of GPU work per kernel) to +33% (large dense models). A time added to every kernel (launch) moves the
 dense rows too: fitted with the host time it takes 16.7 us and the clock 1,690 MHz, and the held-out fits
 fall into another minimum (launch 22 us, clock 1,773 MHz, no host time), so it is left out; so is a factor on
 collective times (0.95: no call for it; it made leave-one-source-out error worse, 12.2% vs 10.7%).
