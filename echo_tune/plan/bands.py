@@ -14,7 +14,7 @@ Sign convention, everywhere (README table, ``validate``, bands): the prediction 
 / measured in percent; negative = predicted too fast. A band says which errors the family's runs had.
 
 Out of sample only: a row that a shipped fit was fitted on (the default host time per kernel, fitted on the H100
-rows, ``cost/host/host_time.py``) counts with its leave-one-source-out error (a fit that never saw the row's source
+and B200 rows, ``cost/host/host_time.py``) counts with its leave-one-source-out error (a fit that never saw the row's source
 predicts it; the fit file stores it per row), every other row with its plain error.
 
 The band of a family of at least ``MIN_RUNS`` runs is the 5th..95th percentile of its errors, without its one run

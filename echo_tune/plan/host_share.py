@@ -105,8 +105,8 @@ def host_bound_note(share: float, model, parallel, host_time_per_kernel_s: float
         if not model.moe_pad_expert_input_to_capacity and parallel.expert_model_parallel_size > 1:
             levers.append("drop-and-pad routing (--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity: "
                           "no host synchronisation per layer, but tokens over capacity are dropped)")
-    return (f"host-bound: the GPU waits on the host for {share:.0%} of this step (host time per kernel "
-            f"{host_time_per_kernel_s * 1e6:.0f} us, fitted on published runs; cost/host/host_bound.py). Fewer kernels "
+    return (f"host-bound: the GPU waits on the host for {share:.0%} of this step (host time per kernel issued from "
+            f"Python {host_time_per_kernel_s * 1e6:.0f} us, fitted on published runs; cost/host/host_bound.py). Fewer kernels "
             f"per token shorten it in this model: " + "; ".join(levers) + ". `echo-tune search` weighs them against memory")
 
 

@@ -49,7 +49,8 @@ def test_host_bound_note_names_only_the_levers_a_layout_has():
                               fp8_format="hybrid", fp8_recipe="mxfp8")
     assert host_bound_note(HOST_BOUND_SHARE - 0.01, moe, parallel, 38e-6) is None
     note = host_bound_note(0.6, moe, parallel, 38e-6)
-    assert note.startswith("host-bound: the GPU waits on the host for 60% of this step (host time per kernel 38 us")
+    assert note.startswith("host-bound: the GPU waits on the host for 60% of this step (host time per kernel issued "
+                           "from Python 38 us")
     assert "now 2" in note and "now 16, each a GEMM" in note and "drop-and-pad" in note
     assert "quantisation" not in note  # TE's C++ launches them: a launch each, not a kernel issued from Python
     graphed = parallel.replace(cuda_graph_impl="transformer_engine")
