@@ -74,6 +74,14 @@ def chunk_pattern_mix(pattern: tuple[int, ...] | None, moe: tuple[int, ...],
     return tuple(mix)
 
 
+LEARNED_ROUTER_LOAD = ("one public measurement of a learned router in training: the busiest EP rank 1.7-2.0x a "
+                       "balanced share, the average rank 1.2-1.3x, the step 2.1x the force-balanced one "
+                       "(marin-community/marin issue 7668: 64 GB200, EP 64, auxiliary-loss-free routing)")
+"""What the routing note says of skew where the layout does not force balance: a measured reference for
+``moe_routing_imbalance`` (EP-rank overload worst / average 1.971 / 1.338 at the start of training, 1.724 / 1.212 after
+18 steps; 18.39 s against 8.69 s per step force-balanced, the issue's p50s), not a default: one run, one router."""
+
+
 def moe_notes(model: ModelSpec, layout: Layout, gpu_name: str = "") -> tuple[str, ...]:
     """The MoE assumptions a report states (routing, dispatcher and where its bandwidths come from for ``gpu_name``,
     expert groups)."""
@@ -85,7 +93,8 @@ def moe_notes(model: ModelSpec, layout: Layout, gpu_name: str = "") -> tuple[str
         else "balanced"
     notes = [f"MoE routing assumed {balanced if share == 1 else f'imbalanced: busiest expert x{share:g}'}"
              f"{f', capacity factor {model.moe_expert_capacity_factor:g}' if model.moe_expert_capacity_factor else ''}"
-             f" (set moe_routing_imbalance for skewed routing; the busiest rank sets the step)",
+             f" (set moe_routing_imbalance for skewed routing; the busiest rank sets the step"
+             f"{'' if model.moe_router_force_load_balancing or share != 1 else '; ' + LEARNED_ROUTER_LOAD})",
              f"expert groups: EP {groups['ep'].size} over {groups['ep'].num_nodes} node(s), ETP {groups['etp'].size}, "
              f"expert data-parallel {groups['edp'].size}; dispatch/combine time is ep_comm"]
     kernel = model.moe_dispatcher_kernel
