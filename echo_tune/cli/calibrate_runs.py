@@ -165,7 +165,8 @@ def _report(args, result, skipped, notes=(), defaults: dict | None = None) -> No
                     "skipped": [{"name": n, "error": e} for n, e in skipped]})
         return
 
-    table = Table(title=f"fit on {len(result.rows)} runs ({result.profile.gpu})")
+    gpus = args.gpu if args.gpu and "," in args.gpu else result.profile.gpu  # a host fit over several GPUs names them
+    table = Table(title=f"fit on {len(result.rows)} runs ({gpus})")
     columns = ("run", "source", "measured s", "predicted s", "error", "leave-one-out") + (() if hide else
                                                                                          ("leave-source-out",))
     for col in columns:

@@ -144,6 +144,12 @@ def test_cli_gpu_lists_several_gpus_for_a_host_fit_only(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "`--params host` must be the only parameter" in err and "GPUs=a100-80gb,h100-sxm" in err
     assert not out.exists()
+    # host alone over two GPUs: each row with its own GPU's preset, one value written for both
+    assert main(["calibrate", "fit", "--runs", str(RUNS), "--gpu", "a100-80gb,h100-sxm", "--params", "host",
+                 "--out", str(out)]) == 0
+    assert "runs (a100-80gb,h100-sxm)" in " ".join(capsys.readouterr().out.split())
+    assert load_profile(out).name == "a100-80gb+h100-sxm-fitted-on-runs"
+    assert "--gpu a100-80gb,h100-sxm --params host" in out.read_text().splitlines()[2]
 
 
 def test_cli_fit_refuses_to_write_through_a_symlink(tmp_path, capsys):
