@@ -91,3 +91,27 @@ def test_calibration_cluster_file_points_at_the_fitted_profile():
     profile = profile_for(load_cluster(A100_DIR / "cluster.yaml"))
     assert profile.measured and profile.name == "azure-ndv4-a100-40gb"
     assert profile.provenance["coverage"]["num_nodes"] == [1, 2]
+
+
+def test_a_bandwidth_no_sample_binds_stays_inside_the_profiles_range():
+    """Times that do not grow with the message (a CPU bench's latency-bound gloo calls can be all latency) leave the
+    bus bandwidth unbound: the fit ends at the edge of what a profile accepts (limits.py), never past it, so the
+    profile is written and validates (a gloo bench once fitted 99,992 GB/s and the profile was refused)."""
+    import dataclasses
+
+    from echo_tune.calibrate.fit.fit_comm import CommSample, fit_intra
+    from echo_tune.config.load.loading import load_cluster
+    from echo_tune.config.rules.compatibility import GroupPlacement
+    from echo_tune.cost.profile import profile_for
+    from echo_tune.limits import PROFILE_LIMITS
+
+    base = profile_for(load_cluster("a100-40gb"))
+    place = GroupPlacement(size=2, ranks_per_node=2, num_nodes=1)
+    samples = [CommSample(collective="all_reduce", size_bytes=float(size), time_s=120e-6, place=place, source="flat")
+               for size in (1 << 10, 1 << 14, 1 << 18, 1 << 22) for _ in range(2)]
+    link, _ = fit_intra(samples, base)
+    high = PROFILE_LIMITS["bus_bandwidth_gbyte_s"].high
+    assert all(t.bus_bandwidth_gbyte_s <= high for t in link.tiers().values())
+    comm = {scope: dict(table) for scope, table in base.comm.items()}
+    comm["intra_node"]["all_reduce"] = link
+    dataclasses.replace(base, comm=comm)  # validates (cost/profile_bounds.py) without a ConfigError

@@ -34,13 +34,17 @@ from echo_tune.config.rules.compatibility import GroupPlacement
 from echo_tune.cost.collectives.comm import collective_time_s
 from echo_tune.cost.collectives.nccl_tuning import NCCL_SOURCE, NET_RING_HOP_LATENCY_S
 from echo_tune.cost.profile import ClusterProfile, LinkCoefficients
+from echo_tune.limits import PROFILE_LIMITS
 
 # Network per-hop latency of a ring by protocol, NCCL's default (cost/collectives/nccl_tuning.py).
 NCCL_NET_STEP_LATENCY_S = NET_RING_HOP_LATENCY_S
 TIER_NAMES = {1: ("simple",), 2: ("simple", "ll"), 3: ("simple", "ll128", "ll")}
+_BW = PROFILE_LIMITS["bus_bandwidth_gbyte_s"]
 _LOG_BOUNDS = {"base": (math.log(1e-9), math.log(1e-1)), "lat": (math.log(1e-10), math.log(1e-2)),
-               "bw": (math.log(1e-4), math.log(1e5)), "tree": (math.log(0.25), math.log(4.0)),
-               "scale": (math.log(0.05), math.log(20.0))}
+               # the range a profile accepts (limits.py), a hair inside: a bandwidth the samples do not bind (every
+               # time latency, as a CPU bench's can be) ends at the edge and the profile is still written
+               "bw": (math.log(_BW.low * (1 + 1e-9)), math.log(_BW.high * (1 - 1e-9))),
+               "tree": (math.log(0.25), math.log(4.0)), "scale": (math.log(0.05), math.log(20.0))}
 
 
 @dataclass(frozen=True, kw_only=True)
