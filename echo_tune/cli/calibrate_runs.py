@@ -103,10 +103,10 @@ def run_fit_runs(args: argparse.Namespace) -> int:
     cases, skipped, notes = _cases(args)
     cluster = cases[0].cluster
     base = load_cluster_profile(cluster)
-    bases = {}
+    bases = {cluster.gpu.name: base}
     for case in cases:  # each GPU type's rows run with its own profile (several only for a host-time fit)
-        bases.setdefault(case.cluster.gpu.name, base if case.cluster.gpu.name == cluster.gpu.name
-                         else load_cluster_profile(case.cluster))
+        if case.cluster.gpu.name not in bases:
+            bases[case.cluster.gpu.name] = load_cluster_profile(case.cluster)
     inputs = [{"path": str(p), "sha256": sha256(p)} for p in dict.fromkeys((*args.runs, *args.megatron_log))]
     published = bool(args.runs) and not args.megatron_log and all(is_published(p) for p in args.runs)
     command = _command(args)

@@ -46,7 +46,7 @@ from echo_tune.config.load.loading import preset_names  # what the table was com
 from echo_tune.cost.profile import default_profile
 from echo_tune.plan.anchors import anchor_run
 from echo_tune.plan.bands_table import BANDS_FILE, load_bands
-from echo_tune.plan.host_share import gpu_side_floor, gpu_side_low_pct
+from echo_tune.plan.host_share import gpu_side_floor, gpu_side_low_pct, share_of
 from echo_tune.validate.compare import simulate_case, simulate_gpu_side
 from echo_tune.validate.errata import errata_path_for
 from echo_tune.validate.held_out import out_of_sample_errors
@@ -183,33 +183,29 @@ def build_bands(paths: list[str]) -> dict:
     simulated = [(case, simulate_case(case)) for path in paths for case in read_runs(path)]
     simulated = [(c, r) for c, r in simulated if r.error_pct is not None and c.cluster is not None]
     errors = out_of_sample_errors(simulated)
-    gpu_side = [simulate_gpu_side(c).error_pct for c, _ in simulated]
-    # a run's host share from its own two predictions: 1 - (GPU side alone) / (with the host) (plan/host_share.py)
-    shares = [max(0.0, 1.0 - (1.0 + g / 100.0) / (1.0 + r.error_pct / 100.0)) for (_, r), g in zip(simulated, gpu_side)]
-    by_family: dict[str, list[float]] = {}
-    gpu_by_family: dict[str, list[float]] = {}
-    share_by_family: dict[str, list[float]] = {}
+    # per run: its out-of-sample error, its GPU side alone, and the host share of its own two predictions
+    runs = [(error, gpu, share_of(1.0 + r.error_pct / 100.0, 1.0 + gpu / 100.0))
+            for (_, r), error, gpu in zip(simulated, errors, (simulate_gpu_side(c).error_pct for c, _ in simulated))]
+    by_family: dict[str, list[tuple[float, float, float]]] = {}
     families: dict[str, dict] = {}
-    for (case, _), error, gpu_error, share in zip(simulated, errors, gpu_side, shares):
+    for (case, _), run in zip(simulated, runs):
         fam = family(case.cluster.gpu.name, kind_of(case.model), precision_of(case.parallel), case.num_gpus)
         families[family_key(fam)] = fam
-        by_family.setdefault(family_key(fam), []).append(error)
-        gpu_by_family.setdefault(family_key(fam), []).append(gpu_error)
-        share_by_family.setdefault(family_key(fam), []).append(share)
+        by_family.setdefault(family_key(fam), []).append(run)
     min_half_width = _quantile([abs(e) for e in errors], 0.5)
-    pooled: dict[str, list[float]] = {}
-    gpu_pooled: dict[str, list[float]] = {}
-    share_pooled: dict[str, list[float]] = {}
-    for key, values in by_family.items():
-        pooled.setdefault(pool_key(families[key]), []).extend(values)
-        gpu_pooled.setdefault(pool_key(families[key]), []).extend(gpu_by_family[key])
-        share_pooled.setdefault(pool_key(families[key]), []).extend(share_by_family[key])
+    pooled: dict[str, list[tuple[float, float, float]]] = {}
+    for key, members in by_family.items():
+        pooled.setdefault(pool_key(families[key]), []).extend(members)
+
+    def summary(members: list[tuple[float, float, float]]) -> dict:
+        errs, gpu_side, shares = (list(column) for column in zip(*members))
+        return _summary(errs, min_half_width, gpu_side, shares)
+
     return {"command": "python -m echo_tune.plan.bands " + " ".join(str(p) for p in paths),
             "sources": [Path(p).name for p in paths], "inputs_sha256": inputs_sha256(paths),
             "code": code_version(), "min_half_width_pct": min_half_width,
-            "families": {k: {**families[k], **_summary(v, min_half_width, gpu_by_family[k], share_by_family[k])}
-                         for k, v in sorted(by_family.items())},
-            "pooled": {k: _summary(v, min_half_width, gpu_pooled[k], share_pooled[k]) for k, v in sorted(pooled.items())},
+            "families": {k: {**families[k], **summary(v)} for k, v in sorted(by_family.items())},
+            "pooled": {k: summary(v) for k, v in sorted(pooled.items())},
             "all": _summary(errors),
             "runs": [anchor_run(case, error) for (case, _), error in zip(simulated, errors)]}
 

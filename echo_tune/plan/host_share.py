@@ -42,7 +42,12 @@ def host_share(model, cluster, num_gpus: int, parallel, *, profile=None, step_ti
     step = step_time_s if step_time_s is not None else simulate(model, cluster, num_gpus, parallel, profile=profile,
                                                                 **simulate_kwargs).step_time_s
     gpu_side = simulate(model, cluster, num_gpus, parallel, profile=without_host(base), **simulate_kwargs).step_time_s
-    return max(0.0, (step - gpu_side) / step) if step > 0 else 0.0
+    return share_of(step, gpu_side)
+
+
+def share_of(step_s: float, gpu_side_s: float) -> float:
+    """The share of a step the host carries: (step - its GPU side alone) / step, 0 where the host adds nothing."""
+    return max(0.0, (step_s - gpu_side_s) / step_s) if step_s > 0 else 0.0
 
 
 def host_share_once(model, cluster, num_gpus: int, parallel, **kwargs) -> Callable[[], float]:
@@ -83,6 +88,7 @@ def gpu_side_floor(runs: dict, host_share: float, min_runs: int, key: str,
         if len(alike) >= min_runs:
             return min(alike), f"its {len(alike)} runs at most as host-bound (host share <= {limit:.0%}) of {name}"
     return runs["gpu_side_min_signed_error_pct"], f"the runs of {key}"
+
 
 HOST_BOUND_SHARE = 0.20
 """A step the host carries at least this share of is called host-bound in reports (``host_bound_note``)."""

@@ -224,7 +224,7 @@ def fit_runs(cases, base: ClusterProfile, gpu, *, params: tuple[str, ...] = ("cl
         raise ConfigError(f"`--params host` must be the only parameter fitted on rows of several GPU types (a clock, "
                           f"network factor or launch time is a GPU's), but got (GPUs={','.join(gpus)}, "
                           f"params={','.join(params)}); fit one GPU at a time or only host")
-    missing = [g for g in gpus if len(gpus) > 1 and g not in (bases or {})]
+    missing = [g for g in gpus if g not in (bases or {})] if len(gpus) > 1 else []
     if missing:
         raise ConfigError(f"rows of several GPU types need a base profile for each, but got none for {missing}")
     names = [PARAMETERS[p] for p in params]

@@ -18,8 +18,9 @@ pair's ``ep_comm`` (shared by the two passes as their EP communication) and adds
 SM sharing by DeepEP / HybridEP (``cost/moe_dispatch.sm_slowdown``) or the profile's interference curve for
 NCCL. The all-to-alls themselves run slower while compute runs beside them, by the profile's comm curve, as every
 overlapped collective does in echo-tune (``_comm_slowdown``, ``slowed_hidden_s``; until 2026-12-05 they did not, and
-the EP overlap of the all-to-all dispatcher on 16 H100 saved 35% of the step where Megatron-Bridge #3862 measured 24%). Assumptions: the expert weight gradients are half of the experts' backward GEMM time (one data- and
-one weight-gradient GEMM of equal FLOPs per linear); the permute kernels stay on the compute stream
+the EP overlap of the all-to-all dispatcher on 16 H100 saved 35% of the step where Megatron-Bridge #3862 measured
+24%). Assumptions: the expert weight gradients are half of the experts' backward GEMM time (one data- and one
+weight-gradient GEMM of equal FLOPs per linear); the permute kernels stay on the compute stream
 (Megatron runs them on the communication stream: conservative); a pass pairs with a layer of its own kind;
 warm-up forwards and cool-down backwards run unpaired (``paired_fraction``).
 
@@ -98,6 +99,7 @@ def slowed_hidden_s(hidden_s: float, compute_s: float, comm_slowdown: float) -> 
     compute outlasts its slowed communication still hides all of it, and a communication-bound one hides 1 / k of
     the compute beside it, never less than nothing (a feature switched on is never slower for it)."""
     return min(hidden_s, compute_s / max(comm_slowdown, 1.0))
+
 
 def shared_overlap_hidden_s(shared_s: float, ep_comm_s: float) -> float:
     """Shared-expert compute run beside the dispatch and combine of the same pass: the smaller is hidden."""
