@@ -43,6 +43,24 @@ def test_alltoall_dispatch_is_traced_with_megatron_sizes():
     assert expert_flops == pytest.approx(512 * 2 * 2 * 3 * 4096 * 14336, rel=1e-9)
 
 
+def test_tokens_are_regrouped_by_local_expert_and_back_both_ways():
+    # token_dispatcher.py (Megatron-LM d98e8a64ddf3): dispatch_postprocess sorts the received tokens by local expert
+    # and combine_preprocess restores their order (sort_chunks_by_idxs), each a [T k, h] copy forward and one of
+    # its gradient backward; with one local expert there is nothing to regroup.
+    rows_bytes = 512 * 2 * 4096 * 2  # T k rows of h in bf16, read and written
+
+    def copies(ep):
+        t = trace_moe_layer(SMALL, tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=ep,
+                            expert_tensor_parallel_size=1)
+        return [[op for op in ops if op.name == "aten.clone" and op.region == "moe" and op.bytes == 2 * rows_bytes]
+                for ops in (t.forward, t.backward)]
+
+    fwd, bwd = copies(4)  # 2 local experts
+    assert [op.subregion for op in fwd] == ["dispatch", "combine"]
+    assert sorted(op.subregion for op in bwd) == ["combine", "dispatch"]
+    assert copies(8) == [[], []]  # 1 local expert
+
+
 def test_sequential_experts_run_one_gemm_each_and_allgather_dispatcher_gathers():
     loop = SMALL.replace(moe_grouped_gemm=False)
     t = trace_moe_layer(loop, tensor_model_parallel_size=1, expert_model_parallel_size=2)

@@ -161,27 +161,50 @@ def _received_rows(tokens: int, shard) -> int:
     return max(1, math.ceil(tokens * shard.model.moe_router_topk * busiest_share(shard.model) / n)) * n
 
 
-def _to_experts(rows, recv: int, shard):
-    """All-to-all over EP, all-gather over ETP, regroup by local expert (sort_chunks_by_idxs: a copy)."""
-    received = gather(AllToAll.apply(rows, "ep", shard.ep, recv), "etp", shard.etp)
-    return received.clone() if local_experts(shard) > 1 else received
+class _SortChunks(Function):
+    """Megatron's regrouping of the received tokens (and their probabilities) by local expert, and its reverse
+    before the combine (token_dispatcher.py ``dispatch_postprocess`` / ``combine_preprocess``:
+    ``sort_chunks_by_idxs``, TE's ``moe_sort_chunks_by_index(_with_probs)`` under ``--moe-permute-fusion``; with
+    drop-and-pad a ``transpose().contiguous()``; NVIDIA/Megatron-LM d98e8a64ddf3), only where this rank holds more
+    than one expert: a copy forward, and a copy of the gradient backward (TE's backward sorts by the inverse index;
+    unfused, ``torch.split``'s backward concatenates)."""
+
+    @staticmethod
+    def forward(ctx, *tensors):
+        return tuple(t.clone() for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return tuple(None if g is None else g.clone() for g in grads)
+
+
+def _sort_chunks(shard, *tensors):
+    return _SortChunks.apply(*tensors) if local_experts(shard) > 1 else tensors
+
+
+def _received(rows, recv: int, shard):
+    """All-to-all over EP, all-gather over ETP."""
+    return gather(AllToAll.apply(rows, "ep", shard.ep, recv), "etp", shard.etp)
 
 
 def _dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool):
     """Permute the top-k copies by expert and send them to their experts; with them the permuted
     probabilities (token_dispatcher.py ``MoEAlltoAllTokenDispatcher``: ``permute(..., probs=probs)`` and
-    the probs' own all-to-all): (expert input, their probabilities [M, 1], or None when applied here)."""
+    the probs' own all-to-all), then regroup both by local expert: (expert input, their probabilities [M, 1], or
+    None when applied here)."""
     permuted = tokens.index_select(0, token_rows(indices.reshape(-1), tokens.shape[0]))  # [T*k, h], by expert
     if on_input:  # --moe-apply-probs-on-input: weight the copies before the experts
-        return _to_experts(permuted * probs.reshape(-1, 1), recv, shard), None
-    return _to_experts(permuted, recv, shard), _to_experts(probs.reshape(-1, 1), recv, shard)
+        (expert_in,) = _sort_chunks(shard, _received(permuted * probs.reshape(-1, 1), recv, shard))
+        return expert_in, None
+    return _sort_chunks(shard, _received(permuted, recv, shard), _received(probs.reshape(-1, 1), recv, shard))
 
 
 def _combine_alltoall(expert_out, tokens, indices, shard):
-    """Reduce-scatter over ETP, all-to-all back, un-permute: a plain sum of the copies, already weighted by
-    the experts (token_dispatcher.py ``combine_postprocess`` calls ``unpermute`` without probs)."""
+    """Restore the order by source rank (a copy), reduce-scatter over ETP, all-to-all back, un-permute: a plain
+    sum of the copies, already weighted by the experts (token_dispatcher.py ``combine_postprocess`` calls ``unpermute`` without probs)."""
     flat = token_rows(indices.reshape(-1), tokens.shape[0])
-    back = AllToAll.apply(scatter(expert_out, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
+    (restored,) = _sort_chunks(shard, expert_out)
+    back = AllToAll.apply(scatter(restored, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
     return _scatter_add(tokens.new_zeros(tokens.shape), flat, back)
 
 
