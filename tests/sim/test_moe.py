@@ -61,6 +61,28 @@ def test_tokens_are_regrouped_by_local_expert_and_back_both_ways():
     assert copies(8) == [[], []]  # 1 local expert
 
 
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
+def test_flex_dispatch_permutes_inside_its_kernels(backend):
+    # MoEFlexTokenDispatcher (Megatron-LM d98e8a64ddf3): one dispatch and one combine call each way, the tokens'
+    # probabilities sent with them, the top-k copies made and summed inside the kernels. DeepEP's received tokens are
+    # then regrouped by local expert and back (permute / unpermute: a copy each way, forward and backward);
+    # HybridEP's dispatch_with_permute does it where its plain dispatch copies out of its buffer.
+    rows_bytes = 512 * 2 * 4096 * 2
+    t = trace_moe_layer(SMALL.replace(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=backend),
+                        tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=4,
+                        expert_tensor_parallel_size=1)
+    a2a = collectives(t, "ep")
+    assert len(a2a) == 4 and {op.size_bytes for op in a2a} == {rows_bytes}
+    routed = [op for op in t.forward + t.backward if op.region == "moe" and op.subregion in ("dispatch", "combine")
+              and op.kind == "memory" and op.bytes >= rows_bytes]  # the probabilities' own copies are [T k, 1]
+    if backend == "hybridep":
+        assert routed == []
+    else:
+        assert [(op.phase, op.subregion, op.bytes) for op in routed] == [
+            ("fwd", "dispatch", 2 * rows_bytes), ("fwd", "combine", 2 * rows_bytes),
+            ("bwd", "combine", 2 * rows_bytes), ("bwd", "dispatch", 2 * rows_bytes)]
+
+
 def test_sequential_experts_run_one_gemm_each_and_allgather_dispatcher_gathers():
     loop = SMALL.replace(moe_grouped_gemm=False)
     t = trace_moe_layer(loop, tensor_model_parallel_size=1, expert_model_parallel_size=2)

@@ -9,8 +9,10 @@ shared_experts.py) at NVIDIA/Megatron-LM commit d98e8a64ddf3:
 - ``alltoall`` dispatcher: permute the top-k token copies by expert, all-to-all over EP, all-gather over
   ETP when ETP > 1, experts, then the reverse (reduce-scatter over ETP, all-to-all, un-permute with the
   routing probabilities);
-- ``flex`` (DeepEP / HybridEP): traced as ``alltoall``; the cost layer times its all-to-alls with the
-  flex kernels' de-duplicated traffic and own bandwidth (``cost/collectives/moe_dispatch.py``);
+- ``flex`` (DeepEP / HybridEP): one dispatch and one combine call, each an all-to-all that permutes (sums) the
+  copies inside its kernel, the probabilities sent with the tokens; DeepEP's received tokens are regrouped by
+  local expert and back (a copy each), HybridEP's inside its dispatch and combine calls; the cost layer times the all-to-alls with
+  the flex kernels' de-duplicated traffic and own bandwidth (``cost/collectives/moe_dispatch.py``);
 - ``--moe-apply-probs-on-input`` (top-1 only): the routing probability weights the permuted tokens before the
   dispatch instead of at the un-permute (experts.py);
 - ``allgather`` dispatcher: all-gather the tokens over the ETP x EP group, each rank gathers the tokens
@@ -34,7 +36,7 @@ from torch.autograd import Function
 from echo_tune.workload.mlp.activations import activation
 from echo_tune.workload.recording.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.recording.context import in_subregion
-from echo_tune.workload.mlp.moe_comm import AllToAll, gather, scatter, token_rows
+from echo_tune.workload.mlp.moe_comm import AllToAll, gather, received, scatter, token_rows
 from echo_tune.workload.mlp.moe_router import SideGradient, route
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
@@ -199,6 +201,58 @@ def _dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool)
     return _sort_chunks(shard, _received(permuted, recv, shard), _received(probs.reshape(-1, 1), recv, shard))
 
 
+class _InKernel(Function):
+    """Rows the flex dispatcher's kernels move inside their dispatch / combine call, with no kernel of their own: the
+    permutation into per-destination copies and the sum of the returned copies (fused_a2a.py; DeepEP's and
+    HybridEP's dispatch / combine kernels). ``received`` gives an empty buffer when tracing (no kernel), the data
+    when run for real."""
+
+    @staticmethod
+    def forward(ctx, x, rows):
+        ctx.rows = x.shape[0]
+        return received(x, rows)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return received(grad, ctx.rows), None
+
+
+def _local_permute(shard, *tensors):
+    """DeepEP's received tokens regrouped by local expert, and back before the combine: a copy each way, as
+    ``_SortChunks`` (Megatron's ``permute`` / ``unpermute``: ``_DeepepManager.get_permuted_hidden_states_by_experts``
+    / ``get_restored_hidden_states_by_experts``). HybridEP's ``dispatch_with_permute`` runs its permute kernel
+    where its plain ``dispatch`` copies the received tokens out of the communication buffer ("dispatch =
+    dispatch_kernel + permute_kernel" against "dispatch_kernel + d2d", deepseek-ai/DeepEP hybrid-ep
+    ``tests/test_hybrid_ep.py``), and the bandwidths echo-tune times it with were measured through that plain call
+    (``cost/data/flex-dispatch-nvlink.yaml``): no copy of its own."""
+    return _SortChunks.apply(*tensors) if shard.model.moe_flex_dispatcher_backend == "deepep" else tensors
+
+
+def _dispatch_flex(tokens, recv: int, shard, probs, on_input: bool):
+    """The flex dispatcher (token_dispatcher.py ``MoEFlexTokenDispatcher``, Megatron-LM d98e8a64ddf3): one
+    dispatch call sends the tokens with their probabilities, permuted inside the kernel; the all-to-all is timed
+    from its de-duplicated traffic (``cost/collectives/moe_dispatch.py``)."""
+    k = shard.model.moe_router_topk
+    copies = _InKernel.apply(tokens, tokens.shape[0] * k)
+    if on_input:  # --moe-apply-probs-on-input (top-1): weighted before the dispatch
+        copies = copies * probs.reshape(-1, 1)
+    expert_in = _received(copies, recv, shard)
+    expert_probs = None if on_input else _InKernel.apply(probs.reshape(-1, 1), recv * shard.etp)
+    if expert_probs is None:
+        (expert_in,) = _local_permute(shard, expert_in)
+        return expert_in, None
+    return _local_permute(shard, expert_in, expert_probs)
+
+
+def _combine_flex(expert_out, tokens, shard):
+    """Back through DeepEP's un-permutation (a copy) or straight into HybridEP's combine, one call that sums each
+    token's returned copies."""
+    (restored,) = _local_permute(shard, expert_out)
+    back = AllToAll.apply(scatter(restored, "etp", shard.etp), "ep", shard.ep,
+                          tokens.shape[0] * shard.model.moe_router_topk)
+    return _InKernel.apply(back, tokens.shape[0])
+
+
 def _combine_alltoall(expert_out, tokens, indices, shard):
     """Restore the order by source rank (a copy), reduce-scatter over ETP, all-to-all back, un-permute: a plain
     sum of the copies, already weighted by the experts (token_dispatcher.py ``combine_postprocess`` calls ``unpermute`` without probs)."""
@@ -247,11 +301,16 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     tokens = x.reshape(s * b, h)
     probs, indices = in_subregion("router", _router, tokens, params, shard)
     recv = _received_rows(s * b, shard)
-    if m.moe_token_dispatcher_type in ("alltoall", "flex"):
+    if m.moe_token_dispatcher_type == "alltoall":
         expert_in, expert_probs = in_subregion("dispatch", _dispatch_alltoall, tokens, indices, recv, shard,
                                                probs, m.moe_apply_probs_on_input)
         expert_out = in_subregion("experts", _experts, expert_in, params, shard, expert_probs)
         out = in_subregion("combine", _combine_alltoall, expert_out, tokens, indices, shard).view(s, b, h)
+    elif m.moe_token_dispatcher_type == "flex":
+        expert_in, expert_probs = in_subregion("dispatch", _dispatch_flex, tokens, recv, shard, probs,
+                                               m.moe_apply_probs_on_input)
+        expert_out = in_subregion("experts", _experts, expert_in, params, shard, expert_probs)
+        out = in_subregion("combine", _combine_flex, expert_out, tokens, shard).view(s, b, h)
     else:  # allgather: every rank of the ETP x EP group sees all of the group's tokens
         group_size = shard.ep * shard.etp
         rows = torch.zeros(recv * shard.etp, dtype=torch.int64, device=x.device)
