@@ -21,20 +21,27 @@ File format::
             quote: "GPT_OSS_120B_H100_BF16_BASE_CONFIG: micro_batch_size=1 (from the base config)"
             corrects: "micro_batch_size"   # only where the row contradicts itself: overrides that column
             reason: "why the CSV's value cannot be what ran (its own columns disagree), in one sentence"
+          - flags: "--quick-geglu"
+            config: {swiglu: false, activation_func_clamp_value: 7.0}   # optional: model fields no flag states
+            quote: "GPTOSSProvider: activation_func = quick_gelu; activation_func_clamp_value: 7.0"
+            corrects: "swiglu"
+            reason: "..."
     rows:
       <row name>: [<source id>, ...]
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from echo_tune.config.load.loading import read_yaml
 from echo_tune.config.launch.megatron_args import parse_megatron_line
+from echo_tune.config.specs.model import ModelSpec
 from echo_tune.errors import ConfigError
 
 ERRATA_DIR = Path(__file__).resolve().parent / "errata"
+MODEL_FIELDS = frozenset(f.name for f in fields(ModelSpec)) - {"name"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +50,9 @@ class Erratum:
 
     flags: str
     """The Megatron-LM flag(s), as on a launch line (``--hidden-dropout 0.0``)."""
+    config: tuple[tuple[str, object], ...] = ()
+    """Model fields no flag can state, by TransformerConfig name: a field Megatron-LM has no flag for at
+    d98e8a64ddf3 (``activation_func_clamp_value``: model providers set it), or a flag's absence (``swiglu: false``)."""
     source: str
     """``owner/repo@commit path`` of the file that states it."""
     quote: str
@@ -57,9 +67,17 @@ class Erratum:
 
     def describe(self) -> str:
         if self.corrects:
-            return (f"{self.flags} corrects {', '.join(self.corrects)} ({self.source}: {self.quote}; "
+            return (f"{self.flags}{self._config_text()} corrects {', '.join(self.corrects)} ({self.source}: {self.quote}; "
                     f"{self.reason})")
-        return f"{self.flags} ({self.source}: {self.quote})"
+        return f"{self.flags}{self._config_text()} ({self.source}: {self.quote})"
+
+    def _config_text(self) -> str:
+        return "".join(f" {k}={v}" for k, v in self.config)
+
+
+def _parse(flags: str):
+    """An erratum's flags as a launch line's fields (none for an erratum that only states ``config``)."""
+    return parse_megatron_line(flags) if flags.strip() else ({}, {}, None, [])
 
 
 def errata_path_for(csv_path: str | Path) -> Path | None:
@@ -99,10 +117,15 @@ def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
                      and isinstance(setting.get("quote"), str), path,
                      f"each setting of {key!r} needs `flags` and `quote` (text)")
             # an unknown or malformed flag is a ConfigError here; one that sets no field would be dropped
-            model, parallel, precision, ignored = parse_megatron_line(setting["flags"])
-            _require((model or parallel) and precision is None and not ignored, path,
+            model, parallel, precision, ignored = _parse(setting["flags"])
+            config = setting.get("config") or {}
+            _require(isinstance(config, dict) and all(k in MODEL_FIELDS for k in config), path,
+                     f"`config` of {key!r} must map model fields (TransformerConfig names) to values, but got "
+                     f"{config!r}")
+            _require((model or parallel or config) and precision is None and not ignored, path,
                      f"flags {setting['flags']!r} of {key!r} must set model or layout fields only, but "
                      f"{ignored or 'none'} set nothing")
+            model = {**model, **config}
             corrects = setting.get("corrects") or ()
             _require(isinstance(corrects, (str, list, tuple)), path,
                      f"`corrects` of {key!r} must be a field name or a list of them, but got {corrects!r}")
@@ -114,7 +137,8 @@ def load_errata(path: str | Path) -> dict[str, tuple[Erratum, ...]]:
             _require(not corrects or (isinstance(setting.get("reason"), str) and setting["reason"].strip()), path,
                      f"a correction of {key!r} ({list(corrects)!r}) needs a `reason`: why the CSV's value "
                      f"cannot be what ran")
-            items.append(Erratum(flags=setting["flags"], source=entry["source"], quote=setting["quote"],
+            items.append(Erratum(flags=setting["flags"], config=tuple(config.items()), source=entry["source"],
+                                 quote=setting["quote"],
                                  note=str(setting.get("note") or ""), corrects=corrects,
                                  reason=str(setting.get("reason") or "")))
         sources[key] = tuple(items)
@@ -132,7 +156,8 @@ def errata_settings(errata: tuple[Erratum, ...], taken: set[str]) -> tuple[dict,
     field in ``taken`` (set by a CSV column or by the row's assumptions) except those a correction names."""
     model, parallel, applied = {}, {}, []
     for erratum in errata:
-        m, p, _, _ = parse_megatron_line(erratum.flags)
+        m, p, _, _ = _parse(erratum.flags)
+        m = {**m, **dict(erratum.config)}
         m = {k: v for k, v in m.items() if k not in taken or k in erratum.corrects}
         p = {k: v for k, v in p.items() if k not in taken or k in erratum.corrects}
         if m or p:

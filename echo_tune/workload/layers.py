@@ -146,7 +146,7 @@ def _linear_params(shard: Shard, out_features: int, in_features: int, bias: bool
 def layer_params(shard: Shard) -> dict[str, dict[str, torch.Tensor]]:
     """This rank's parameters of one layer (column-parallel outputs and row-parallel inputs sharded)."""
     m, d = shard.model, shard.model.head_dim
-    fc1_out = 2 * shard.ffn if m.swiglu else shard.ffn
+    fc1_out = 2 * shard.ffn if m.gated_linear_unit else shard.ffn
     params = {"input_norm": norm_params(shard)}
     if shard.linear:  # the gated delta net's parameters in place of the attention's
         params.update(gated_delta_net.gdn_params(shard))

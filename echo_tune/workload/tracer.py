@@ -95,6 +95,8 @@ def _canonical(piece: str, model: ModelSpec) -> ModelSpec:
                  attention_backend="auto", use_flash_attn=model.flash_attention)
     if not piece.startswith("moe_"):  # MoE settings shape only the MoE layers
         fixed.update(num_experts=None, moe_ffn_hidden_size=None, moe_shared_expert_intermediate_size=None)
+        if model.quick_geglu:  # a dense MLP runs quick-GeGLU unfused only (layer_fields.py refuses it fused)
+            fixed.update(bias_gelu_fusion=False)
     # the window shapes only the window pieces (which layers have it: layer_mix), the loss only the output
     fixed.update(window_attn_skip_freq=None)
     # the gated delta net's settings shape only its pieces (which layers: sim/schedule/linear_layers.py); one layer of it there

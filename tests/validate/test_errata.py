@@ -83,6 +83,25 @@ def test_a_broken_errata_file_is_one_line_naming_the_problem(tmp_path, text, nam
     assert named in str(err.value) and "\n" not in str(err.value)
 
 
+def test_config_states_model_fields_no_flag_can(tmp_path):
+    # TransformerConfig fields Megatron-LM has no flag for (activation_func_clamp_value: providers set it), or a
+    # flag's absence; validated like any model field and listed with the erratum
+    path, errata = write(tmp_path, [ROW])
+    errata.write_text(ERRATA.replace('      - flags: "--grad-reduce-in-bf16"',
+                                     '      - flags: "--quick-geglu --no-bias-gelu-fusion"\n        config: {activation_func_clamp_value: 7.0, '
+                                     'glu_linear_offset: 1.0}\n        quote: "provider"\n'
+                                     '      - flags: "--grad-reduce-in-bf16"'))
+    (case,) = read_runs(path, errata)
+    assert case.error is None and case.model.activation_func_clamp_value == 7.0 and case.model.quick_geglu
+    assert any("--quick-geglu --no-bias-gelu-fusion activation_func_clamp_value=7.0 glu_linear_offset=1.0" in e
+               for e in case.errata)
+    errata.write_text(ERRATA.replace('      - flags: "--grad-reduce-in-bf16"',
+                                     '      - flags: ""\n        config: {no_such_field: 1}\n        quote: "q"\n'
+                                     '      - flags: "--grad-reduce-in-bf16"'))
+    with pytest.raises(ConfigError, match="`config` of 'recipe' must map model fields"):
+        read_runs(path, errata)
+
+
 def test_a_correction_overrides_its_column_and_says_why(tmp_path):
     path, errata = write(tmp_path, [ROW])
     errata.write_text(ERRATA.replace('quote: "micro_batch_size: 4"', 'quote: "micro_batch_size: 4"\n'

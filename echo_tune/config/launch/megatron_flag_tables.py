@@ -61,6 +61,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "rotary_interleaved": ("--rotary-interleaved", "flag"),
     "apply_layernorm_1p": ("--apply-layernorm-1p", "flag"),
     "squared_relu": ("--squared-relu", "flag"),
+    "quick_geglu": ("--quick-geglu", "flag"),
     "apply_rope_fusion": ("--no-rope-fusion", "not_flag"),
     "bias_gelu_fusion": ("--no-bias-gelu-fusion", "not_flag"),
     "bias_swiglu_fusion": ("--no-bias-swiglu-fusion", "not_flag"),

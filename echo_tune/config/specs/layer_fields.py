@@ -10,6 +10,7 @@ workload/ends/loss.py (cross-entropy fusion).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from echo_tune.config._checks import require, require_choice
@@ -76,6 +77,21 @@ class LayerFields:
 
     squared_relu: bool = False
     """``--squared-relu``: relu(x)^2 activation (non-gated, ``activations.squared_relu``) instead of GeLU."""
+
+    quick_geglu: bool = False
+    """``--quick-geglu``: gated quick-GeLU MLP, quick_gelu(x1) * (x2 + glu_linear_offset) with quick_gelu(x) =
+    x * sigmoid(1.702 x) (core/fusions/fused_bias_geglu.py; two input projections, as SwiGLU). Fused under
+    ``bias_gelu_fusion`` (Megatron's bias_activation_fusion for a non-SwiGLU model), which only the experts'
+    probability-weighted kernel offers (workload/mlp/activations.py)."""
+
+    activation_func_clamp_value: float | None = None
+    """TransformerConfig ``activation_func_clamp_value`` (no Megatron-LM flag at d98e8a64ddf3; model providers set
+    it, e.g. Megatron-Bridge's GPTOSSProvider 7.0): the gated activation clamps its gate half to <= v and its
+    linear half to [-v, v]. Quick-GeGLU clamps in separate kernels before its fused kernel; SwiGLU inside it."""
+
+    glu_linear_offset: float = 0.0
+    """TransformerConfig ``glu_linear_offset`` (no Megatron-LM flag at d98e8a64ddf3; GPTOSSProvider 1.0): the gated
+    activation multiplies by (x2 + offset). Inside the fused quick-GeGLU kernel; one more kernel unfused."""
 
     apply_rope_fusion: bool = True
     """False is ``--no-rope-fusion``: RoPE as separate elementwise kernels instead of TE's fused one."""
@@ -155,6 +171,44 @@ class LayerFields:
         require(not (self.squared_relu and self.swiglu),  # type: ignore[attr-defined]
                 "`squared_relu` and `swiglu` cannot both be set (argument_utils.py asserts not args.swiglu), "
                 "but got (squared_relu=True, swiglu=True); pick one activation")
+        self._check_gated_activation()
+
+    def _check_gated_activation(self) -> None:
+        """TransformerConfig.__post_init__ / argument_utils.py at d98e8a64ddf3 on quick-GeGLU, the clamp and the
+        linear offset."""
+        swiglu = self.swiglu  # type: ignore[attr-defined]
+        require(not (self.quick_geglu and (swiglu or self.squared_relu)),
+                f"`quick_geglu` excludes `swiglu` and `squared_relu` (argument_utils.py asserts not args.swiglu), but "
+                f"got (quick_geglu=True, swiglu={swiglu}, squared_relu={self.squared_relu}); pick one activation")
+        clamp, offset = self.activation_func_clamp_value, self.glu_linear_offset
+        if clamp is not None:
+            require(isinstance(clamp, (int, float)) and math.isfinite(clamp) and clamp > 0,
+                    f"`activation_func_clamp_value > 0` (finite) must hold, but got (activation_func_clamp_value="
+                    f"{clamp!r}); give a positive limit or leave it unset")
+            require(self.quick_geglu or swiglu,
+                    f"`activation_func_clamp_value` needs a gated activation (quick_geglu or swiglu), but got "
+                    f"(activation_func_clamp_value={clamp}, quick_geglu=False, swiglu=False); add --quick-geglu or "
+                    f"--swiglu, or leave the clamp unset")
+            require(not swiglu or (self.num_experts is not None and offset == 0.0),  # type: ignore[attr-defined]
+                    f"a clamped SwiGLU needs MoE and `glu_linear_offset == 0` (transformer_config.py), but got "
+                    f"(num_experts={self.num_experts}, glu_linear_offset={offset}); use --quick-geglu or drop the clamp")  # type: ignore[attr-defined]
+        dense_mlp = not all(self.moe_pattern) or self.moe_shared_expert_intermediate_size  # type: ignore[attr-defined]
+        require(not (self.quick_geglu and self.bias_gelu_fusion and dense_mlp),
+                "a dense MLP (or shared expert) cannot fuse quick-GeGLU: Megatron's MLP fuses only GeLU and SwiGLU "
+                "without per-token weights (mlp.py: 'Only support fusion of gelu and swiglu'), but got (quick_geglu="
+                "True, bias_gelu_fusion=True) with dense MLPs; add --no-bias-gelu-fusion or make every layer MoE")
+        require(isinstance(offset, (int, float)) and math.isfinite(offset),
+                f"`glu_linear_offset` must be a finite number, but got (glu_linear_offset={offset!r})")
+        if offset != 0.0:
+            require(self.quick_geglu or (swiglu and not self.bias_swiglu_fusion),
+                    f"`glu_linear_offset` needs quick-GeGLU, or an unfused SwiGLU (transformer_config.py: a fused "
+                    f"activation with an offset must be quick_gelu), but got (glu_linear_offset={offset}, "
+                    f"quick_geglu={self.quick_geglu}, swiglu={swiglu}); add --quick-geglu or set the offset to 0")
+
+    @property
+    def gated_linear_unit(self) -> bool:
+        """Whether the MLP's fc1 writes two halves (gate and linear): SwiGLU or quick-GeGLU."""
+        return self.swiglu or self.quick_geglu  # type: ignore[attr-defined]
 
     @property
     def local_spec(self) -> bool:

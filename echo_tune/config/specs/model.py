@@ -212,7 +212,7 @@ class ModelSpec(MoEFields, MLAFields, LayerFields, LinearAttentionFields, Rebuil
             qkv, proj = mla_params(self), a * self.v_head_dim * h + (bias and h)
         if linear:
             qkv, proj = self.gdn_params(), 0
-        fc1_out = 2 * f if self.swiglu else f
+        fc1_out = 2 * f if self.gated_linear_unit else f
         mlp = h * fc1_out + (bias and fc1_out) + f * h + (bias and h)
         if moe:
             mlp = moe_params(self)

@@ -268,12 +268,17 @@ class MLAFields:
 
 
 def moe_params(model) -> int:
-    """Parameters of one MoE block, unsharded: router, routed experts, shared expert (no biases: Megatron's
-    grouped experts and the shared expert are built without them here, as in every MoE preset)."""
-    h, per = model.hidden_size, (3 if model.swiglu else 2)
+    """Parameters of one MoE block, unsharded: router, routed experts, shared expert; with ``add_bias_linear``
+    their biases (Megatron-LM d98e8a64ddf3: the router's ``bias`` [experts] in router.py, each expert's fc1 / fc2
+    biases in TE's GroupedLinear, the shared expert's as a dense MLP's)."""
+    h, per = model.hidden_size, (3 if model.gated_linear_unit else 2)
     shared = model.moe_shared_expert_intermediate_size or 0
     gate = h if model.moe_shared_expert_gate else 0
-    return model.num_experts * h + model.num_experts * per * h * model.moe_ffn_size + per * h * shared + gate
+    biases = 0
+    if model.add_bias_linear:
+        fc1 = (2 if model.gated_linear_unit else 1)
+        biases = model.num_experts * (1 + fc1 * model.moe_ffn_size + h) + (fc1 * shared + h if shared else 0)
+    return model.num_experts * h + model.num_experts * per * h * model.moe_ffn_size + per * h * shared + gate + biases
 
 
 def mla_params(model) -> int:

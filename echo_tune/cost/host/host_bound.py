@@ -8,6 +8,9 @@ kernel costs the host depends on who launches it:
 - a kernel the framework issues from Python (one per traced op; one per local expert and GEMM of a grouped GEMM,
   which Transformer Engine's ``GroupedLinear`` runs expert by expert): ``h``, the Python, PyTorch dispatch,
   Transformer Engine and Megatron code between two such launches;
+- a kernel issued by one bare PyTorch call in a Python loop (GPT-OSS's fc2 bias, ``t + b * p`` per local expert,
+  sub-region ``SINGLE_CALL_SUBREGIONS``): ``HOST_TORCH_CALL_S``, one call's dispatch and launch, not the module
+  call's Python that ``h`` stands for;
 - a kernel TE's C++ launches inside that call (an FP8 GEMM's quantisations: ``HOST_LAUNCH_S``, the CUDA launch
   path alone). Two pairs of published rows measure the difference: FP8 current scaling (three quantisation kernels)
   against MXFP8 (one), same recipe and layout, no synchronisation, no CUDA graphs, 64 / 256 B200
@@ -25,6 +28,10 @@ How the host's time turns into GPU idle time:
   "before_ep_alltoall"; the all-gather dispatcher's ``tokens_per_expert ... .cpu()`` likewise; none with
   drop-and-pad, ``cuda_sync_point = "no_sync"``), so the window from that point to the next layer's is timed
   as a queue from empty;
+- a copy of a host value to the GPU from pageable memory (``torch.tensor(value, device=cuda)``: PyTorch's
+  ``copy_`` without ``non_blocking`` calls ``cudaMemcpyAsync`` and then ``cudaStreamSynchronize``,
+  c10/cuda ``memcpy_and_sync``) empties the queue the same way: the fused quick-GeGLU of GPT-OSS's experts makes
+  one per call (``HOST_SYNC_OP``, workload/mlp/activations.py);
 - elsewhere the host keeps the lead it has, and a pass waits only for what its kernels' host time exceeds its
   GPU time (``steady_wait_s``).
 
@@ -46,6 +53,18 @@ a stream at 3.8 us each, the launch path setting the pace. What a kernel costs t
 launches it inside a call the host already paid for: the quantisations of an FP8 GEMM's operands (``tex.quantize`` /
 ``tex.split_quantize``; current scaling's amax, scale and cast kernels, NVIDIA/TransformerEngine@ad3f651f1dad
 ``transformer_engine/pytorch/csrc/quantizer.cpp`` ``Float8CurrentScalingQuantizer::quantize_impl``)."""
+
+
+HOST_TORCH_CALL_S = 13.5e-6
+"""The host's time for one PyTorch op called from Python on a DGX H100 host, its CUDA launch included: a torch
+``nn.Linear`` forward took 13.48 us of CPU time on a DGX H100 (Xeon Platinum 8480C; NVIDIA/TransformerEngine issue
+2053, BF16, hidden 2048, 8,192 tokens). A module call around one ATen op: an upper bound for a bare tensor op."""
+
+SINGLE_CALL_SUBREGIONS = frozenset({("moe", "expert_bias")})
+"""(region, sub-region) whose every traced op is one bare PyTorch call from Python (workload/mlp/moe.py)."""
+
+HOST_SYNC_OP = "echo_tune.host_scalar_to_device"
+"""The traced op that stands for a synchronising host-to-device copy of one scalar (workload/mlp/fused_elementwise.py)."""
 
 
 def queue_wait_s(kernels: list[tuple[int, float, float]]) -> float:
@@ -74,11 +93,16 @@ def steady_wait_s(kernels: list[tuple[int, float, float]]) -> float:
     return max(0.0, sum(h for _, h, _ in kernels) - sum(t for _, _, t in kernels))
 
 
-def host_wait_s(kernels: list[tuple[int, float, float]], sync_at: int | None) -> float:
-    """The pass's wait on the host: a queue from empty from ``sync_at`` (the index in ``kernels`` of the first op
-    after the host synchronisation; the ops before it close the window, as the next layer's), else steady."""
+def host_wait_s(kernels: list[tuple[int, float, float]], sync_at: int | tuple[int, ...] | None) -> float:
+    """The pass's wait on the host: a queue from empty from each synchronisation (``sync_at``: the index, or
+    indices, in ``kernels`` of the first op after a host synchronisation; each window runs to the next, the ops
+    before the first close the last window, as the next layer's), else steady."""
     if not any(h > 0.0 for _, h, _ in kernels):
         return 0.0
-    if sync_at is None:
+    syncs = sorted(set((sync_at,) if isinstance(sync_at, int) else sync_at or ()))
+    if not syncs:
         return steady_wait_s(kernels)
-    return queue_wait_s(kernels[sync_at:] + kernels[:sync_at])
+    ends = syncs[1:] + [len(kernels)]
+    windows = [kernels[a:b] for a, b in zip(syncs, ends)]
+    windows[-1] = windows[-1] + kernels[:syncs[0]]
+    return sum(queue_wait_s(w) for w in windows)

@@ -67,7 +67,7 @@ def layer_matrices(model: ModelSpec, parallel: ParallelConfig, ep: int, moe: boo
     """The matrices of one transformer layer (dense or MoE MLP) that one rank holds (see the module docstring)."""
     h, d = model.hidden_size, model.head_dim
     q, kv = model.num_attention_heads * d, model.query_groups * d
-    gated = 2 if model.swiglu else 1
+    gated = 2 if model.gated_linear_unit else 1
     gate = (q,) if getattr(model, "attention_output_gate", False) else ()
     qkv = (q, *gate, kv, kv) if parallel.muon_split_qkv else (q + len(gate) * q + 2 * kv,)
     out = [Matrix(rows=rows, cols=h, tp_dim=0) for rows in qkv]

@@ -21,7 +21,8 @@ from echo_tune.cost.kernels.compute import graph_replay_saving_s, is_measured, o
 from echo_tune.cost.kernels.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.collectives.moe_dispatch import MoEKernels
 from echo_tune.cost.kernels.moe_fusion import fuse_memory_runs
-from echo_tune.cost.host.host_bound import HOST_LAUNCH_S, host_wait_s
+from echo_tune.cost.host.host_bound import (HOST_LAUNCH_S, HOST_SYNC_OP, HOST_TORCH_CALL_S, SINGLE_CALL_SUBREGIONS,
+                                            host_wait_s)
 from echo_tune.cost.kernels.fp8 import (TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast,
                                         is_fp8_gemm)
 from echo_tune.config.launch.ub_config import ub_settings
@@ -171,6 +172,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
     h = ctx.profile.host_time_per_kernel_s
     times, sizes, issued = [], [], []  # issued: (kernels the host issues, its time to issue them, their GPU time) per op
     sync_at = None  # index in ``issued`` where the host resumes after the MoE dispatcher's synchronisation
+    syncs = []  # ... and after other host synchronisations (HOST_SYNC_OP)
     compute_s = attention_s = cast_s = 0.0
     cp_comm_s = cp_size = ep_comm_s = 0.0
     # a column-parallel layer's backward collectives run beside a GEMM on NCCL's stream (async_pairs); with
@@ -201,6 +203,8 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             serial = op.group in EXPERT_GROUPS or (not is_cp_ring(op) and not ctx.tp_comm_overlap)
             issued.append((1, h, t if serial else 0.0))
             continue
+        if op.name == HOST_SYNC_OP:
+            syncs.append(len(issued) + 1)  # the host resumes after the copy
         cast = 0.0
         # TE's GroupedLinear: one GEMM (and, under FP8, one quantisation) per local expert (moe_grouped_gemm.py)
         # (the TE op fuser's grouped MLP: one kernel over the group, its tiles scheduled together: moe_grouped_gemm.py)
@@ -215,7 +219,8 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             host_s = groups * h + casts * HOST_LAUNCH_S if h > 0.0 else 0.0
         else:
             t = groups * op_time_s(one, ctx.profile, ctx.gpu, ctx.precision)
-            kernels, host_s = groups, groups * h
+            single_call = h > 0.0 and (op.region, op.subregion) in SINGLE_CALL_SUBREGIONS
+            kernels, host_s = groups, groups * (HOST_TORCH_CALL_S if single_call else h)
         g = -1 if graphs is None else (graph_of(op, graphs) if graphs else None)
         if g is not None:  # replayed from a CUDA graph: a shorter gap behind the kernel before, and the host
             t -= kernels * graph_replay_saving_s(one, ctx.profile)  # issues one launch per graph (none per step's)
@@ -249,7 +254,7 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
         exposed += e
         extra += x
     if ctx.host_bound:  # the GPU idle, waiting on the host
-        compute_s += host_wait_s(issued, sync_at)
+        compute_s += host_wait_s(issued, tuple(i for i in (sync_at, *syncs) if i is not None and i < len(issued)))
     cost = PhaseCost(compute_s=compute_s + cast_s, ep_comm_s=ep_comm_s) + \
         _overlapped(cp_comm_s, attention_s, ctx.profile, cp_size)
     return cost + PhaseCost(comm_exposed_s=exposed, interference_s=extra), sum(host for _, host, _ in issued)

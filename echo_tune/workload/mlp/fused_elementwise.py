@@ -1,4 +1,4 @@
-"""Megatron's jit-fused elementwise kernels: bias + GeLU, and bias + dropout + residual add.
+"""Megatron's jit-fused elementwise kernels: bias + GeLU, quick-GeGLU, and bias + dropout + residual add.
 
 Megatron-LM d98e8a64ddf3:
 - core/fusions/fused_bias_gelu.py ``bias_gelu_impl`` (``bias_activation_fusion``, default on; off with
@@ -9,6 +9,10 @@ Megatron-LM d98e8a64ddf3:
   kernel that also writes the 1-byte dropout mask (kept for backward); backward one kernel scales the
   gradient by the mask (the residual's gradient passes through). Without a bias and with p = 0 both paths
   are one residual add (torch's dropout returns its input at p = 0), traced as that add.
+- core/fusions/fused_bias_geglu.py ``weighted_quick_geglu`` (the experts' ``weighted_bias_quick_geglu_impl``,
+  ``--quick-geglu`` with bias_activation_fusion): one jit-fused kernel y = quick_gelu(x1) * (x2 + offset) over
+  [rows, 2f], saving its input; backward one kernel (``weighted_quick_geglu_back``). The routing probabilities
+  ride in the same kernels (moe.py ``SideGradient``).
 Unfused (the flags off): layers.py traces the separate torch ops Megatron then runs.
 """
 
@@ -34,6 +38,30 @@ def _gelu_backward(ctx, dy):
 
 
 bias_gelu.register_autograd(_gelu_backward, setup_context=_gelu_setup)
+
+quick_geglu = kernels._define("quick_geglu", "(Tensor x, float offset) -> Tensor",
+                              lambda x, o: x.new_empty((*x.shape[:-1], x.shape[-1] // 2)))
+quick_geglu_backward = kernels._define("quick_geglu_backward", "(Tensor dy, Tensor x, float offset) -> Tensor",
+                                       lambda dy, x, o: torch.empty_like(x))
+
+
+def _qgeglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.offset = inputs[1]
+
+
+def _qgeglu_backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return torch.ops.echo_tune.quick_geglu_backward(dy, x, ctx.offset), None
+
+
+quick_geglu.register_autograd(_qgeglu_backward, setup_context=_qgeglu_setup)
+
+# ``weighted_bias_quick_geglu_impl`` builds its offset as ``torch.tensor(linear_offset, dtype, device=input.device)``
+# on every call: a copy from pageable host memory that the host waits for (cost/host/host_bound.py). Traced as this
+# op, on a scalar of the input's dtype and device (``like``), so the cost layer sees where the queue empties.
+host_scalar_to_device = kernels._define("host_scalar_to_device", "(Tensor like, float value) -> Tensor",
+                                        lambda like, v: torch.empty_like(like))
 
 bda = kernels._define("bias_dropout_add", "(Tensor x, Tensor? bias, Tensor residual, float p) -> (Tensor, Tensor)",
                       lambda x, b, r, p: (torch.empty_like(r), torch.empty_like(x, dtype=torch.bool)))
@@ -76,6 +104,18 @@ def _gelu_backward_real(dy, x, b):
     return torch.ops.aten.gelu_backward(dy.float(), xb, approximate="tanh").to(x.dtype)
 
 
+def _qgeglu_real(x, offset):
+    a, b = x.chunk(2, dim=-1)
+    return a * torch.sigmoid(1.702 * a) * (b + offset)  # fused_bias_geglu.py quick_gelu(a) * (b + offset)
+
+
+def _qgeglu_backward_real(dy, x, offset):
+    a, b = x.float().chunk(2, dim=-1)
+    sig = torch.sigmoid(1.702 * a)
+    da = dy.float() * (b + offset) * (sig + 1.702 * a * sig * (1 - sig))
+    return torch.cat([da, dy.float() * a * sig], dim=-1).to(x.dtype)
+
+
 def _bda_real(x, b, r, p):
     x = x + b if b is not None else x
     mask = torch.rand_like(x, dtype=torch.float32) >= p
@@ -83,5 +123,7 @@ def _bda_real(x, b, r, p):
 
 
 for _op, _impl in ((bias_gelu, _gelu_real), (bias_gelu_backward, _gelu_backward_real), (bda, _bda_real),
+                   (quick_geglu, _qgeglu_real), (quick_geglu_backward, _qgeglu_backward_real),
+                   (host_scalar_to_device, lambda like, v: torch.tensor(v, dtype=like.dtype, device=like.device)),
                    (bda_backward, lambda dy, mask, p: dy * mask / (1 - p))):
     _op.register_kernel(("cpu", "cuda"), _impl)

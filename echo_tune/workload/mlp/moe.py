@@ -33,7 +33,7 @@ import math
 import torch
 from torch.autograd import Function
 
-from echo_tune.workload.mlp.activations import activation
+from echo_tune.workload.mlp.activations import activation, experts_quick_geglu
 from echo_tune.workload.recording.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.recording.context import in_subregion
 from echo_tune.workload.mlp.moe_comm import AllToAll, gather, received, scatter, token_rows
@@ -58,15 +58,19 @@ def moe_params(shard) -> dict[str, dict[str, torch.Tensor]]:
     """Router, this rank's local experts (sharded over ETP) and the shared expert (sharded over TP)."""
     m, n = shard.model, local_experts(shard)
     f = m.moe_ffn_size // shard.etp
-    fc1_out = 2 * f if m.swiglu else f
+    fc1_out = 2 * f if m.gated_linear_unit else f
     params = {"router": {"weight": shard.tensor(m.num_experts, m.hidden_size, grad=True),
                          **({"expert_bias": shard.tensor(m.num_experts, dtype=torch.float32)}  # a buffer
                             if m.moe_router_enable_expert_bias else {})},
               "experts": {"fc1": shard.tensor(n, m.hidden_size, fc1_out, grad=True),
                           "fc2": shard.tensor(n, f, m.hidden_size, grad=True)}}
+    if m.add_bias_linear:  # router.py's bias and TE GroupedLinear's per-expert biases (see _expert_bias)
+        params["router"]["bias"] = shard.tensor(m.num_experts, grad=True)
+        params["experts"] |= {"fc1_bias": shard.tensor(n, fc1_out, grad=True),
+                              "fc2_bias": shard.tensor(n, 1, m.hidden_size, grad=True)}
     if m.moe_shared_expert_intermediate_size:
         fs = m.moe_shared_expert_intermediate_size // shard.tp
-        params["shared"] = {"fc1": shard.tensor(2 * fs if m.swiglu else fs, m.hidden_size, grad=True),
+        params["shared"] = {"fc1": shard.tensor(2 * fs if m.gated_linear_unit else fs, m.hidden_size, grad=True),
                             "fc2": shard.tensor(m.hidden_size, fs, grad=True)}
         if m.moe_shared_expert_gate:  # replicated over TP, as the router
             params["shared_gate"] = {"weight": shard.tensor(1, m.hidden_size, grad=True)}
@@ -99,12 +103,19 @@ def _router(tokens, params, shard):
 
 
 def _weighted_act(hidden, shard, probs):
-    act = _activation(hidden, shard)
+    m = shard.model
+    fused = (m.swiglu and m.bias_swiglu_fusion) or (m.quick_geglu and (m.bias_gelu_fusion or m.use_transformer_engine_op_fuser))
+    if m.quick_geglu and fused:  # the op fuser's ScaledClampedQGeGLU: one kernel, clamp inside
+        act = experts_quick_geglu(hidden, m) if not m.use_transformer_engine_op_fuser else \
+            torch.ops.echo_tune.quick_geglu(hidden, float(m.glu_linear_offset))
+    else:
+        act = _activation(hidden, shard)
     if probs is None:
         return act
-    if shard.model.swiglu and shard.model.bias_swiglu_fusion:
+    if fused:
         return SideGradient.apply(act, probs, 0.0)
-    return act * probs  # experts.py bias_act_func, unfused: ``intermediate_parallel * permuted_probs``
+    # experts.py bias_act_func, unfused: ``intermediate_parallel * permuted_probs`` in the probabilities' dtype
+    return (act * probs).to(act.dtype)
 
 
 def _expert_act(hidden, shard, probs=None):
@@ -145,7 +156,8 @@ def _experts(x, params, shard, probs=None):
     if (shard.model.moe_grouped_gemm and not shard.model.local_spec) or n == 1:
         hidden = in_subregion("experts", torch.bmm, x.view(n, rows, -1), fc1)
         weights = probs.view(n, rows, 1) if probs is not None else None
-        return torch.bmm(_expert_act(hidden, shard, weights), fc2).reshape(rows * n, -1)
+        out = in_subregion("experts", torch.bmm, _expert_act(hidden, shard, weights), fc2)  # tagged before the bias
+        return in_subregion("expert_bias", _expert_bias, out, params, shard, weights).reshape(rows * n, -1)
     # SequentialMLP (experts/experts.py): torch.split of the tokens by expert (its backward: one cat), one
     # expert's fc1 / fc2 after another, torch.cat of their outputs
     outs, tokens, fc1s, fc2s = [], x.split(rows), _PerExpertWeights.apply(fc1), _PerExpertWeights.apply(fc2)
@@ -154,6 +166,20 @@ def _experts(x, params, shard, probs=None):
         hidden = in_subregion("experts", torch.mm, tokens[i], fc1s[i])
         outs.append(torch.mm(_expert_act(hidden, shard, splits[i]), fc2s[i]))
     return torch.cat(outs)
+
+
+def _expert_bias(out, params, shard, probs):
+    """fc2's per-expert bias, weighted by each copy's probability (Megatron-LM d98e8a64ddf3 moe/experts.py
+    ``TEGroupedMLP._apply_bias``: fc2 is built with ``skip_bias_add`` and, on the eager path with host token
+    counts, ``torch.cat([t + b * p for each local expert])``: two kernels per expert and a copy of the whole
+    output), issued as bare PyTorch calls from Python (sub-region "expert_bias": cost/host/host_bound.py prices them
+    as such). fc1's bias rides in TE GroupedLinear's GEMM epilogue (none traced); ``out`` [n, rows, h]."""
+    bias = params["experts"].get("fc2_bias")
+    if bias is None:
+        return out
+    if probs is None:  # probabilities applied on the input (top-1): Megatron passes ones
+        probs = out.new_ones(out.shape[0], out.shape[1], 1)
+    return torch.cat([t + b * p for t, b, p in zip(out.unbind(0), bias.unbind(0), probs.unbind(0))]).view(out.shape)
 
 
 def _received_rows(tokens: int, shard) -> int:

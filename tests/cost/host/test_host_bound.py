@@ -52,6 +52,49 @@ def test_a_long_kernel_lets_the_host_catch_up():
     assert steady_wait_s([short, gemm]) == 0.0  # 220 us of host under 1.05 ms
 
 
+def test_each_synchronisation_starts_a_queue_from_empty():
+    # two windows of ten 5 us kernels issued every 20 us, each after a synchronisation: 135 us each (as one window);
+    # one synchronisation alone lets the host keep its lead across the second: the ops run as one queue
+    ops = [(10, 200 * US, 50 * US), (10, 200 * US, 50 * US)]
+    assert host_wait_s(ops, (0, 1)) == pytest.approx(2 * 135 * US)
+    assert host_wait_s(ops, 0) == pytest.approx(queue_wait_s(ops))
+    # a long GEMM in front of the second window: the host issued everything under it before, but the copy it waits
+    # for (the quick-GeGLU offset) throws that lead away
+    gemm = [(1, 20 * US, 1000 * US), (10, 200 * US, 50 * US)]
+    assert host_wait_s(gemm, 0) == 0.0 and host_wait_s(gemm, (0, 1)) == pytest.approx(135 * US)
+
+
+def test_a_host_to_device_copy_empties_the_queue_in_a_phase():
+    from echo_tune.cost.host.host_bound import HOST_SYNC_OP
+    fitted = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 20 * US}})
+    ctx = CostContext(profile=fitted, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups)
+    gemm = _fp8_free_ops(1, (8192, 8192, 8192))  # ~1.7 ms: the host is far ahead when it ends
+    small = _fp8_free_ops(10, (256, 256, 256))
+    copy = (Op(name=HOST_SYNC_OP, kind="memory", phase="fwd", region="mlp", bytes=4.0),)
+    ahead, synced = phase_cost(gemm + small, ctx).compute_s, phase_cost(gemm + copy + small, ctx).compute_s
+    plain = dataclasses.replace(ctx, profile=dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 0.0}}))
+    gpu_only = phase_cost(gemm + copy + small, plain).compute_s
+    # after the copy the queue is empty: the host issues the ten short kernels one per 20 us and the GPU runs each in
+    # per_kernel, so they take 10 x 20 us where the GPU works 10 x per_kernel (the ops before the copy close the
+    # window, as the next layer's would: host_wait_s)
+    per_kernel = phase_cost(small[:1], plain).compute_s
+    assert synced - gpu_only == pytest.approx(10 * 20 * US - 10 * per_kernel, rel=1e-6)
+    assert ahead == pytest.approx(phase_cost(gemm + small, plain).compute_s, rel=1e-9)  # no copy: the GPU's pace
+
+
+def test_a_bare_pytorch_call_costs_the_host_one_call():
+    # GPT-OSS's fc2 bias loop (``t + b * p`` per local expert, sub-region "expert_bias"): one PyTorch call each, not
+    # the host time of a traced module op
+    from echo_tune.cost.host.host_bound import HOST_TORCH_CALL_S
+    from echo_tune.sim.schedule.costing import host_issue_s
+    fitted = dataclasses.replace(PROFILE, fitted={"params": {"host_time_per_kernel_s": 80 * US}})
+    ctx = CostContext(profile=fitted, gpu=H100.gpu, precision="bf16", groups=LAYOUT.groups)
+    ops = tuple(Op(name="aten.add", kind="memory", phase="fwd", region="moe", subregion=sub, bytes=1e6)
+                for sub in ("expert_bias", "combine"))
+    assert host_issue_s(ops[:1], ctx) == pytest.approx(HOST_TORCH_CALL_S)
+    assert host_issue_s(ops[1:], ctx) == pytest.approx(80 * US)
+
+
 def test_kernels_replayed_from_a_cuda_graph_issue_nothing():
     assert queue_wait_s([(0, 0.0, 50 * US)] * 10) == 0.0
 
