@@ -93,6 +93,34 @@ def test_sequential_experts_run_one_gemm_each_and_allgather_dispatcher_gathers()
     assert not collectives(ag, "ep")
 
 
+def test_fp8_experts_pad_their_tokens():
+    # TEGroupedMLP (Megatron-LM d98e8a64ddf3 experts.py) under FP8: Fp8Padding of the tokens and their probabilities
+    # before fc1, Fp8Unpadding of the output after fc2, each a copy forward and one of the gradient backward (TE
+    # fp8_padding.py); HybridEP's dispatch pads the tokens itself, and drop-and-pad leaves them aligned
+    t = trace_moe_layer(SMALL, tensor_model_parallel_size=1, expert_model_parallel_size=2)
+    rows_bytes = 1024 * 2 * 4096 * 2
+    pads = [op for op in t.forward + t.backward if op.subregion == "expert_pad"]
+    assert sorted(op.bytes for op in pads if op.bytes >= rows_bytes) == [2 * rows_bytes] * 4
+    assert len(pads) == 6  # and the probabilities', forward and backward
+
+    from echo_tune.cost.collectives.moe_dispatch import moe_kernels
+    from echo_tune.sim.schedule.costing import CostContext, phase_cost_and_host_s
+    layout = check_compatible(SMALL, H100, 16, et.ParallelConfig(global_batch_size=64, expert_model_parallel_size=2))
+
+    def cost(fp8_recipe, model=SMALL, syncs=True):
+        ctx = CostContext(profile=PROFILE, gpu=H100.gpu, precision="bf16", groups=layout.groups, fp8_recipe=fp8_recipe,
+                          moe=moe_kernels(model, H100), moe_dispatch_syncs=syncs)
+        part, host_s = phase_cost_and_host_s(tuple(pads), ctx)
+        return part.total_s, host_s
+
+    assert cost(None) == (0.0, 0.0)  # BF16: no padding
+    time_s, host_s = cost("tensorwise")
+    assert time_s > 4 * 2 * rows_bytes / (PROFILE.memory_bandwidth_gbyte_s * 1e9)  # four [T k, h] copies read and written
+    assert host_s == pytest.approx(6 * PROFILE.host_time_per_kernel_s)  # six Python module calls
+    hybridep = SMALL.replace(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep")
+    assert cost("tensorwise", hybridep) == (0.0, 0.0) == cost("tensorwise", syncs=False)  # HybridEP; drop-and-pad
+
+
 def test_sequential_experts_move_no_more_memory_than_grouped_ones_but_the_token_split():
     # SequentialMLP (Megatron-LM d98e8a64ddf3 experts.py): torch.split of the tokens (backward: one cat), each
     # expert's own parameters (their gradients written by the weight-gradient GEMMs), torch.cat of the outputs.
@@ -100,7 +128,8 @@ def test_sequential_experts_move_no_more_memory_than_grouped_ones_but_the_token_
     # sums: 4 local experts of SMALL's 3 x 4096 x 14336 weights added ~20 GB of backward traffic per layer.
     def memory_bytes(model):
         t = trace_moe_layer(model, tensor_model_parallel_size=1, expert_model_parallel_size=2)
-        return sum(op.bytes for op in t.forward + t.backward if op.kind == "memory" and op.region == "moe")
+        return sum(op.bytes for op in t.forward + t.backward if op.kind == "memory" and op.region == "moe"
+                   and op.subregion != "expert_pad")  # timed only under FP8 (test_fp8_experts_pad_their_tokens)
 
     tokens = 1024 * 2 * 4096 * 2  # [s b k, h] bf16 copies reaching the experts (balanced)
     extra = memory_bytes(SMALL.replace(moe_grouped_gemm=False)) - memory_bytes(SMALL)

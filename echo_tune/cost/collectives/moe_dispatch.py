@@ -172,6 +172,12 @@ class MoEKernels:
     """The TE op fuser's grouped MLP: a grouped GEMM is one kernel over all local experts (cost/kernels/moe_grouped_gemm.py)."""
 
     @property
+    def experts_pad(self) -> bool:
+        """Whether FP8 / FP4 experts pad their tokens themselves (workload/mlp/expert_padding.py): all but HybridEP,
+        whose dispatch pads them (Megatron-LM d98e8a64ddf3 moe_utils.py ``skip_routed_expert_padding``)."""
+        return self.dispatcher != "hybridep"
+
+    @property
     def flex(self) -> bool:
         return self.dispatcher in FLEX_SMS
 

@@ -22,7 +22,8 @@ expert linears (``explicit_expert_comm`` in transformer_engine.py), and the FP8 
 (transformer_config.py). The shared expert's sequence-parallel all-gather is TE's, so FP8 like the
 dense fc1's. Userbuffer TP overlap is off for expert linears (``is_expert`` disables ``ub_overlap_*``)
 and is not modelled for the shared expert: ``TP_OVERLAP_REGIONS`` stays the dense layer's.
-Assumed: the FP8 alignment padding of each expert's tokens (16 rows) is negligible next to the rows.
+The padding of each expert's tokens to the FP8 alignment adds negligible GEMM rows, but TE's Fp8Padding /
+Fp8Unpadding copy every row when the counts are not aligned: timed as their own ops (workload/mlp/expert_padding.py).
 
 Time of an FP8 GEMM: its FLOPs at the GPU's dense FP8 peak times the profile's
 ``fp8_gemm_max_efficiency`` and the same size saturation as bf16 GEMMs; its operands are one byte.

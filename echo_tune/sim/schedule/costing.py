@@ -161,6 +161,13 @@ def _runs_async(op: Op, ctx: CostContext) -> bool:
                 and ctx.moe.shared_expert_overlap)
 
 
+def _pads(ctx: CostContext) -> bool:
+    """Whether the experts' padding copies run (workload/mlp/expert_padding.py): FP8 or FP4 linears, a dispatcher that
+    leaves the padding to the experts, and dropless routing (drop-and-pad fills every expert to its capacity, aligned:
+    ``moe_dispatch_syncs`` is False exactly then)."""
+    return ctx.fp8_recipe is not None and ctx.moe is not None and ctx.moe.experts_pad and ctx.moe_dispatch_syncs
+
+
 def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str) -> tuple[PhaseCost, float]:
     if region is not None:  # a region, or a tagged sub-region as "region/subregion" (e.g. "moe/expert_act")
         ops = tuple(op for op in ops if op.region == region or (op.subregion and f"{op.region}/{op.subregion}" == region))
@@ -202,6 +209,10 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             # unless overlapped with a GEMM), none where it runs beside compute (CP ring, TP overlap)
             serial = op.group in EXPERT_GROUPS or (not is_cp_ring(op) and not ctx.tp_comm_overlap)
             issued.append((1, h, t if serial else 0.0))
+            continue
+        if op.subregion == "expert_pad" and not _pads(ctx):  # the experts' FP8 padding copies run only under FP8 / FP4
+            times.append(0.0)
+            sizes.append(0)
             continue
         if op.name == HOST_SYNC_OP:
             syncs.append(len(issued) + 1)  # the host resumes after the copy

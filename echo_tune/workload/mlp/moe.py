@@ -34,6 +34,7 @@ import torch
 from torch.autograd import Function
 
 from echo_tune.workload.mlp.activations import activation, experts_quick_geglu
+from echo_tune.workload.mlp.expert_padding import padded
 from echo_tune.workload.recording.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.recording.context import in_subregion
 from echo_tune.workload.mlp.moe_comm import AllToAll, gather, received, scatter, token_rows
@@ -154,10 +155,12 @@ def _experts(x, params, shard, probs=None):
     rows = x.shape[0] // n  # a multiple of n by construction (_received_rows)
     # the local spec always builds SequentialMLP (core/models/backends.py LocalSpecProvider.grouped_mlp_modules)
     if (shard.model.moe_grouped_gemm and not shard.model.local_spec) or n == 1:
+        x, probs = in_subregion("expert_pad", _pad, x, probs)  # the FP8 alignment (expert_padding.py)
         hidden = in_subregion("experts", torch.bmm, x.view(n, rows, -1), fc1)
         weights = probs.view(n, rows, 1) if probs is not None else None
         out = in_subregion("experts", torch.bmm, _expert_act(hidden, shard, weights), fc2)  # tagged before the bias
-        return in_subregion("expert_bias", _expert_bias, out, params, shard, weights).reshape(rows * n, -1)
+        out = in_subregion("expert_bias", _expert_bias, out, params, shard, weights).reshape(rows * n, -1)
+        return in_subregion("expert_pad", padded, out)
     # SequentialMLP (experts/experts.py): torch.split of the tokens by expert (its backward: one cat), one
     # expert's fc1 / fc2 after another, torch.cat of their outputs
     outs, tokens, fc1s, fc2s = [], x.split(rows), _PerExpertWeights.apply(fc1), _PerExpertWeights.apply(fc2)
@@ -166,6 +169,11 @@ def _experts(x, params, shard, probs=None):
         hidden = in_subregion("experts", torch.mm, tokens[i], fc1s[i])
         outs.append(torch.mm(_expert_act(hidden, shard, splits[i]), fc2s[i]))
     return torch.cat(outs)
+
+
+def _pad(x, probs):
+    """Fp8Padding of the tokens and of their probabilities (TEGroupedMLP.forward)."""
+    return padded(x), (padded(probs) if probs is not None else None)
 
 
 def _expert_bias(out, params, shard, probs):
