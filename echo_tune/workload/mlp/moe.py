@@ -6,13 +6,13 @@ shared_experts.py) at NVIDIA/Megatron-LM commit d98e8a64ddf3:
 - router: a replicated [E, h] linear on this rank's tokens (in fp32/fp64 with ``--moe-router-dtype``),
   softmax and top-k over experts;
 - shared expert (``--moe-shared-expert-intermediate-size``): a dense MLP sharded over TP like ``_mlp``;
-- ``alltoall`` dispatcher: permute the top-k token copies by expert, all-to-all over EP, all-gather over
-  ETP when ETP > 1, experts, then the reverse (reduce-scatter over ETP, all-to-all, un-permute with the
-  routing probabilities);
-- ``flex`` (DeepEP / HybridEP): one dispatch and one combine call, each an all-to-all that permutes (sums) the
-  copies inside its kernel, the probabilities sent with the tokens; DeepEP's received tokens are regrouped by
-  local expert and back (a copy each), HybridEP's inside its dispatch and combine calls; the cost layer times the all-to-alls with
-  the flex kernels' de-duplicated traffic and own bandwidth (``cost/collectives/moe_dispatch.py``);
+- dispatchers (``workload/mlp/token_dispatch.py``): ``alltoall``: permute the top-k token copies by expert,
+  all-to-all over EP, all-gather over ETP when ETP > 1, regroup by local expert, experts, then the reverse
+  (restore the order, reduce-scatter over ETP, all-to-all, un-permute as a sum); ``flex`` (DeepEP / HybridEP): one
+  dispatch and one combine call, each an all-to-all that permutes (sums) the copies inside its kernel, the
+  probabilities sent with the tokens; DeepEP's received tokens are regrouped by local expert and back (a copy each),
+  HybridEP's inside its calls; the cost layer times the all-to-alls with the flex kernels' de-duplicated traffic
+  and own bandwidth (``cost/collectives/moe_dispatch.py``);
 - ``--moe-apply-probs-on-input`` (top-1 only): the routing probability weights the permuted tokens before the
   dispatch instead of at the un-permute (experts.py);
 - ``allgather`` dispatcher: all-gather the tokens over the ETP x EP group, each rank gathers the tokens
@@ -28,8 +28,6 @@ with ``--moe-pad-expert-input-to-capacity``.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch.autograd import Function
 
@@ -37,22 +35,12 @@ from echo_tune.workload.mlp.activations import activation, experts_quick_geglu
 from echo_tune.workload.mlp.expert_padding import padded
 from echo_tune.workload.recording.comm import column_parallel_linear, row_parallel_linear
 from echo_tune.workload.recording.context import in_subregion
-from echo_tune.workload.mlp.moe_comm import AllToAll, gather, received, scatter, token_rows
+from echo_tune.workload.mlp.moe_comm import gather, scatter, token_rows
+from echo_tune.workload.mlp.token_dispatch import (combine_alltoall, combine_flex, dispatch_alltoall, dispatch_flex,
+                                                   local_experts, received_rows, scatter_add)
 from echo_tune.workload.mlp.moe_router import SideGradient, route
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
-
-
-def local_experts(shard) -> int:
-    return shard.model.num_experts // shard.ep
-
-
-def busiest_share(model) -> float:
-    """Tokens of the busiest expert relative to a balanced share (see the module docstring)."""
-    capacity, share = model.moe_expert_capacity_factor, model.moe_effective_imbalance  # 1 when force-balanced
-    if capacity is None:
-        return share
-    return capacity if model.moe_pad_expert_input_to_capacity else min(share, capacity)
 
 
 def moe_params(shard) -> dict[str, dict[str, torch.Tensor]]:
@@ -152,7 +140,7 @@ def _experts(x, params, shard, probs=None):
     """The local experts on their tokens x [M, h]: grouped (one batched GEMM) or one GEMM per expert;
     ``probs`` [M, 1] weight the activation (``_expert_act``)."""
     n, fc1, fc2 = local_experts(shard), params["experts"]["fc1"], params["experts"]["fc2"]
-    rows = x.shape[0] // n  # a multiple of n by construction (_received_rows)
+    rows = x.shape[0] // n  # a multiple of n by construction (received_rows)
     # the local spec always builds SequentialMLP (core/models/backends.py LocalSpecProvider.grouped_mlp_modules)
     if (shard.model.moe_grouped_gemm and not shard.model.local_spec) or n == 1:
         x, probs = in_subregion("expert_pad", _pad, x, probs)  # the FP8 alignment (expert_padding.py)
@@ -190,134 +178,6 @@ def _expert_bias(out, params, shard, probs):
     return torch.cat([t + b * p for t, b, p in zip(out.unbind(0), bias.unbind(0), probs.unbind(0))]).view(out.shape)
 
 
-def _received_rows(tokens: int, shard) -> int:
-    """Token copies that reach this rank's experts before the ETP gather: balanced x the busiest share,
-    rounded up to whole local experts."""
-    n = local_experts(shard)
-    return max(1, math.ceil(tokens * shard.model.moe_router_topk * busiest_share(shard.model) / n)) * n
-
-
-class _SortChunks(Function):
-    """Megatron's regrouping of the received tokens (and their probabilities) by local expert, and its reverse
-    before the combine (token_dispatcher.py ``dispatch_postprocess`` / ``combine_preprocess``:
-    ``sort_chunks_by_idxs``, TE's ``moe_sort_chunks_by_index(_with_probs)`` under ``--moe-permute-fusion``; with
-    drop-and-pad a ``transpose().contiguous()``; NVIDIA/Megatron-LM d98e8a64ddf3), only where this rank holds more
-    than one expert: a copy forward, and a copy of the gradient backward (TE's backward sorts by the inverse index;
-    unfused, ``torch.split``'s backward concatenates)."""
-
-    @staticmethod
-    def forward(ctx, *tensors):
-        return tuple(t.clone() for t in tensors)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        return tuple(None if g is None else g.clone() for g in grads)
-
-
-def _sort_chunks(shard, *tensors):
-    return _SortChunks.apply(*tensors) if local_experts(shard) > 1 else tensors
-
-
-def _received(rows, recv: int, shard):
-    """All-to-all over EP, all-gather over ETP."""
-    return gather(AllToAll.apply(rows, "ep", shard.ep, recv), "etp", shard.etp)
-
-
-def _dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool):
-    """Permute the top-k copies by expert and send them to their experts; with them the permuted
-    probabilities (token_dispatcher.py ``MoEAlltoAllTokenDispatcher``: ``permute(..., probs=probs)`` and
-    the probs' own all-to-all), then regroup both by local expert: (expert input, their probabilities [M, 1], or
-    None when applied here)."""
-    permuted = tokens.index_select(0, token_rows(indices.reshape(-1), tokens.shape[0]))  # [T*k, h], by expert
-    if on_input:  # --moe-apply-probs-on-input: weight the copies before the experts
-        (expert_in,) = _sort_chunks(shard, _received(permuted * probs.reshape(-1, 1), recv, shard))
-        return expert_in, None
-    return _sort_chunks(shard, _received(permuted, recv, shard), _received(probs.reshape(-1, 1), recv, shard))
-
-
-class _InKernel(Function):
-    """Rows the flex dispatcher's kernels move inside their dispatch / combine call, with no kernel of their own: the
-    permutation into per-destination copies and the sum of the returned copies (fused_a2a.py; DeepEP's and
-    HybridEP's dispatch / combine kernels). ``received`` gives an empty buffer when tracing (no kernel), the data
-    when run for real."""
-
-    @staticmethod
-    def forward(ctx, x, rows):
-        ctx.rows = x.shape[0]
-        return received(x, rows)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return received(grad, ctx.rows), None
-
-
-def _local_permute(shard, *tensors):
-    """DeepEP's received tokens regrouped by local expert, and back before the combine: a copy each way, as
-    ``_SortChunks`` (Megatron's ``permute`` / ``unpermute``: ``_DeepepManager.get_permuted_hidden_states_by_experts``
-    / ``get_restored_hidden_states_by_experts``). HybridEP's ``dispatch_with_permute`` runs its permute kernel
-    where its plain ``dispatch`` copies the received tokens out of the communication buffer ("dispatch =
-    dispatch_kernel + permute_kernel" against "dispatch_kernel + d2d", deepseek-ai/DeepEP hybrid-ep
-    ``tests/test_hybrid_ep.py``), and the bandwidths echo-tune times it with were measured through that plain call
-    (``cost/data/flex-dispatch-nvlink.yaml``): no copy of its own."""
-    return _SortChunks.apply(*tensors) if shard.model.moe_flex_dispatcher_backend == "deepep" else tensors
-
-
-def _dispatch_flex(tokens, recv: int, shard, probs, on_input: bool):
-    """The flex dispatcher (token_dispatcher.py ``MoEFlexTokenDispatcher``, Megatron-LM d98e8a64ddf3): one
-    dispatch call sends the tokens with their probabilities, permuted inside the kernel; the all-to-all is timed
-    from its de-duplicated traffic (``cost/collectives/moe_dispatch.py``)."""
-    k = shard.model.moe_router_topk
-    copies = _InKernel.apply(tokens, tokens.shape[0] * k)
-    if on_input:  # --moe-apply-probs-on-input (top-1): weighted before the dispatch
-        copies = copies * probs.reshape(-1, 1)
-    expert_in = _received(copies, recv, shard)
-    expert_probs = None if on_input else _InKernel.apply(probs.reshape(-1, 1), recv * shard.etp)
-    if expert_probs is None:
-        (expert_in,) = _local_permute(shard, expert_in)
-        return expert_in, None
-    return _local_permute(shard, expert_in, expert_probs)
-
-
-def _combine_flex(expert_out, tokens, shard):
-    """Back through DeepEP's un-permutation (a copy) or straight into HybridEP's combine, one call that sums each
-    token's returned copies."""
-    (restored,) = _local_permute(shard, expert_out)
-    back = AllToAll.apply(scatter(restored, "etp", shard.etp), "ep", shard.ep,
-                          tokens.shape[0] * shard.model.moe_router_topk)
-    return _InKernel.apply(back, tokens.shape[0])
-
-
-def _combine_alltoall(expert_out, tokens, indices, shard):
-    """Restore the order by source rank (a copy), reduce-scatter over ETP, all-to-all back, un-permute: a plain
-    sum of the copies, already weighted by the experts (token_dispatcher.py ``combine_postprocess`` calls ``unpermute`` without probs)."""
-    flat = token_rows(indices.reshape(-1), tokens.shape[0])
-    (restored,) = _sort_chunks(shard, expert_out)
-    back = AllToAll.apply(scatter(restored, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
-    return _scatter_add(tokens.new_zeros(tokens.shape), flat, back)
-
-
-class _UnpermuteSum(Function):
-    """Megatron's un-permute sum (moe_utils.py ``unpermute``, Megatron-LM d98e8a64ddf3: ``scatter_add_``
-    over the expanded index, or ``index_add_`` under deterministic algorithms; TE's fused un-permute
-    likewise): traced as one ``index_add`` forward and one ``index_select`` of the gradient backward, saving
-    only the index. Autograd's own ``index_add`` would also save ``src``, a [T*k, h] copy Megatron does not
-    keep."""
-
-    @staticmethod
-    def forward(ctx, out, index, src):
-        ctx.save_for_backward(index)
-        return out.index_add(0, index, src)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (index,) = ctx.saved_tensors
-        return grad, None, grad.index_select(0, index)
-
-
-def _scatter_add(out, index, src):
-    return _UnpermuteSum.apply(out, index, src)
-
-
 def _shared(x, params, shard):
     p = params["shared"]
     hidden = column_parallel_linear(x, p["fc1"], None, shard.tp, shard.sequence_parallel)
@@ -334,17 +194,17 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     s, b, h = x.shape
     tokens = x.reshape(s * b, h)
     probs, indices = in_subregion("router", _router, tokens, params, shard)
-    recv = _received_rows(s * b, shard)
+    recv = received_rows(s * b, shard)
     if m.moe_token_dispatcher_type == "alltoall":
-        expert_in, expert_probs = in_subregion("dispatch", _dispatch_alltoall, tokens, indices, recv, shard,
+        expert_in, expert_probs = in_subregion("dispatch", dispatch_alltoall, tokens, indices, recv, shard,
                                                probs, m.moe_apply_probs_on_input)
         expert_out = in_subregion("experts", _experts, expert_in, params, shard, expert_probs)
-        out = in_subregion("combine", _combine_alltoall, expert_out, tokens, indices, shard).view(s, b, h)
+        out = in_subregion("combine", combine_alltoall, expert_out, tokens, indices, shard).view(s, b, h)
     elif m.moe_token_dispatcher_type == "flex":
-        expert_in, expert_probs = in_subregion("dispatch", _dispatch_flex, tokens, recv, shard, probs,
+        expert_in, expert_probs = in_subregion("dispatch", dispatch_flex, tokens, recv, shard, probs,
                                                m.moe_apply_probs_on_input)
         expert_out = in_subregion("experts", _experts, expert_in, params, shard, expert_probs)
-        out = in_subregion("combine", _combine_flex, expert_out, tokens, shard).view(s, b, h)
+        out = in_subregion("combine", combine_flex, expert_out, tokens, shard).view(s, b, h)
     else:  # allgather: every rank of the ETP x EP group sees all of the group's tokens
         group_size = shard.ep * shard.etp
         rows = torch.zeros(recv * shard.etp, dtype=torch.int64, device=x.device)
@@ -352,7 +212,7 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
         rows = token_rows(rows, gathered.shape[0])
         expert_in = in_subregion("dispatch", lambda g: g.index_select(0, rows), gathered)
         expert_out = in_subregion("experts", _experts, expert_in, params, shard)
-        out = in_subregion("combine", lambda g, e: scatter(_scatter_add(g.new_zeros(g.shape), rows, e), "tpep",
+        out = in_subregion("combine", lambda g, e: scatter(scatter_add(g.new_zeros(g.shape), rows, e), "tpep",
                                                              group_size), gathered, expert_out).view(s, b, h)
     if "shared" in params:
         shared = in_subregion("shared", _shared, x, params, shard)
