@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch.autograd import Function
 
 from echo_tune.workload.mlp.moe_comm import AllToAll, gather, received, scatter, token_rows
+from echo_tune.workload.recording import kernels
 
 
 def local_experts(shard) -> int:
@@ -65,7 +67,9 @@ def dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool):
     probabilities (token_dispatcher.py ``MoEAlltoAllTokenDispatcher``: ``permute(..., probs=probs)`` and
     the probs' own all-to-all), then regroup both by local expert: (expert input, their probabilities [M, 1], or
     None when applied here)."""
-    permuted = tokens.index_select(0, token_rows(indices.reshape(-1), tokens.shape[0]))  # [T*k, h], by expert
+    rows = token_rows(indices.reshape(-1), tokens.shape[0])
+    permuted = torch.ops.echo_tune.fused_permute(tokens, rows) if shard.model.moe_permute_fusion \
+        else tokens.index_select(0, rows)  # [T*k, h], by expert
     if on_input:  # --moe-apply-probs-on-input: weight the copies before the experts
         (expert_in,) = _sort_chunks(shard, _received(permuted * probs.reshape(-1, 1), recv, shard))
         return expert_in, None
@@ -130,6 +134,8 @@ def combine_alltoall(expert_out, tokens, indices, shard):
     flat = token_rows(indices.reshape(-1), tokens.shape[0])
     (restored,) = _sort_chunks(shard, expert_out)
     back = AllToAll.apply(scatter(restored, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
+    if shard.model.moe_permute_fusion:
+        return torch.ops.echo_tune.fused_unpermute(back, flat, tokens.shape[0])
     return scatter_add(tokens.new_zeros(tokens.shape), flat, back)
 
 
@@ -153,3 +159,41 @@ class _UnpermuteSum(Function):
 
 def scatter_add(out, index, src):
     return _UnpermuteSum.apply(out, index, src)
+
+
+# TE's fused permutation (``--moe-permute-fusion``: moe_utils.py ``permute`` / ``unpermute`` with fused=True ->
+# transformer_engine.pytorch.permutation ``moe_permute_with_probs`` / ``moe_unpermute``, TE d0067d0da6cb): the permute
+# reads each token once and writes its k copies, the un-permute reads the copies and writes each token's sum once;
+# each one kernel, the backward of each the other. Unfused, Megatron gathers the copies (``index_select``: a row read
+# per copy) and sums them with ``scatter_add`` into zeros (``_UnpermuteSum`` above).
+fused_permute = kernels._define("fused_permute", "(Tensor x, Tensor index) -> Tensor",
+                                lambda x, index: x.new_empty((index.shape[0], *x.shape[1:])))
+fused_unpermute = kernels._define("fused_unpermute", "(Tensor x, Tensor index, int rows) -> Tensor",
+                                  lambda x, index, rows: x.new_empty((rows, *x.shape[1:])))
+
+
+def _permute_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+    ctx.rows = inputs[0].shape[0]
+
+
+def _permute_backward(ctx, dy):
+    (index,) = ctx.saved_tensors
+    return torch.ops.echo_tune.fused_unpermute(dy, index, ctx.rows), None
+
+
+def _unpermute_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _unpermute_backward(ctx, dy):
+    (index,) = ctx.saved_tensors
+    return torch.ops.echo_tune.fused_permute(dy, index), None, None
+
+
+fused_permute.register_autograd(_permute_backward, setup_context=_permute_setup)
+fused_unpermute.register_autograd(_unpermute_backward, setup_context=_unpermute_setup)
+fused_permute.register_kernel(("cpu", "cuda"), lambda x, index: x.index_select(0, index))
+fused_unpermute.register_kernel(("cpu", "cuda"),
+                                lambda x, index, rows: x.new_zeros((rows, *x.shape[1:])).index_add(0, index, x))
+
