@@ -62,6 +62,11 @@ def _received(rows, recv: int, shard):
     return gather(AllToAll.apply(rows, "ep", shard.ep, recv), "etp", shard.etp)
 
 
+def _returned(rows, sent: int, shard):
+    """The reverse of ``_received``: reduce-scatter over ETP, all-to-all back over EP into ``sent`` rows."""
+    return AllToAll.apply(scatter(rows, "etp", shard.etp), "ep", shard.ep, sent)
+
+
 def dispatch_alltoall(tokens, indices, recv: int, shard, probs, on_input: bool):
     """Permute the top-k copies by expert and send them to their experts; with them the permuted
     probabilities (token_dispatcher.py ``MoEAlltoAllTokenDispatcher``: ``permute(..., probs=probs)`` and
@@ -107,44 +112,40 @@ def dispatch_flex(tokens, recv: int, shard, probs, on_input: bool):
     """The flex dispatcher (token_dispatcher.py ``MoEFlexTokenDispatcher``, Megatron-LM d98e8a64ddf3): one
     dispatch call sends the tokens with their probabilities, permuted inside the kernel; the all-to-all is timed
     from its de-duplicated traffic (``cost/collectives/moe_dispatch.py``)."""
-    k = shard.model.moe_router_topk
-    copies = _InKernel.apply(tokens, tokens.shape[0] * k)
+    copies = _InKernel.apply(tokens, tokens.shape[0] * shard.model.moe_router_topk)
     if on_input:  # --moe-apply-probs-on-input (top-1): weighted before the dispatch
-        copies = copies * probs.reshape(-1, 1)
-    expert_in = _received(copies, recv, shard)
-    expert_probs = None if on_input else _InKernel.apply(probs.reshape(-1, 1), recv * shard.etp)
-    if expert_probs is None:
-        (expert_in,) = _local_permute(shard, expert_in)
+        (expert_in,) = _local_permute(shard, _received(copies * probs.reshape(-1, 1), recv, shard))
         return expert_in, None
-    return _local_permute(shard, expert_in, expert_probs)
+    expert_probs = _InKernel.apply(probs.reshape(-1, 1), recv * shard.etp)  # sent with the tokens
+    return _local_permute(shard, _received(copies, recv, shard), expert_probs)
 
 
 def combine_flex(expert_out, tokens, shard):
     """Back through DeepEP's un-permutation (a copy) or straight into HybridEP's combine, one call that sums each
     token's returned copies."""
     (restored,) = _local_permute(shard, expert_out)
-    back = AllToAll.apply(scatter(restored, "etp", shard.etp), "ep", shard.ep,
-                          tokens.shape[0] * shard.model.moe_router_topk)
+    back = _returned(restored, tokens.shape[0] * shard.model.moe_router_topk, shard)
     return _InKernel.apply(back, tokens.shape[0])
 
 
 def combine_alltoall(expert_out, tokens, indices, shard):
     """Restore the order by source rank (a copy), reduce-scatter over ETP, all-to-all back, un-permute: a plain
-    sum of the copies, already weighted by the experts (token_dispatcher.py ``combine_postprocess`` calls ``unpermute`` without probs)."""
+    sum of the copies, already weighted by the experts (token_dispatcher.py ``combine_postprocess`` calls
+    ``unpermute`` without probs)."""
     flat = token_rows(indices.reshape(-1), tokens.shape[0])
     (restored,) = _sort_chunks(shard, expert_out)
-    back = AllToAll.apply(scatter(restored, "etp", shard.etp), "ep", shard.ep, flat.shape[0])
+    back = _returned(restored, flat.shape[0], shard)
     if shard.model.moe_permute_fusion:
         return torch.ops.echo_tune.fused_unpermute(back, flat, tokens.shape[0])
     return scatter_add(tokens.new_zeros(tokens.shape), flat, back)
 
 
 class _UnpermuteSum(Function):
-    """Megatron's un-permute sum (moe_utils.py ``unpermute``, Megatron-LM d98e8a64ddf3: ``scatter_add_``
-    over the expanded index, or ``index_add_`` under deterministic algorithms; TE's fused un-permute
-    likewise): traced as one ``index_add`` forward and one ``index_select`` of the gradient backward, saving
-    only the index. Autograd's own ``index_add`` would also save ``src``, a [T*k, h] copy Megatron does not
-    keep."""
+    """Megatron's unfused un-permute sum (moe_utils.py ``unpermute``, Megatron-LM d98e8a64ddf3: ``scatter_add_``
+    over the expanded index, or ``index_add_`` under deterministic algorithms; TE's fused one is
+    ``fused_unpermute`` below): traced as one ``index_add`` forward and one ``index_select`` of the gradient
+    backward, saving only the index. Autograd's own ``index_add`` would also save ``src``, a [T*k, h] copy
+    Megatron does not keep."""
 
     @staticmethod
     def forward(ctx, out, index, src):
