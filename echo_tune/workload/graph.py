@@ -19,6 +19,10 @@ GROUPS = ("tp", "cp", "dp", "pp", "ep", "etp", "tpep", "cp_a2a", "cp_p2p")
 and cp_p2p the two levels of a2a+p2p context parallelism (``config/rules/cp_comm_rules.py``)."""
 
 
+ROUTER_FUSED_CHAINS = ("router_topk", "router_aux_scores", "router_aux_loss")
+"""Sub-regions of the MoE router (nested in "router") holding the chains Transformer Engine fuses into one kernel
+each under ``--moe-router-fusion`` (workload/mlp/moe_router.py, cost/kernels/moe_fusion.py)."""
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Op:
     """One recorded operation."""

@@ -163,10 +163,11 @@ def test_shipped_bands_keep_each_runs_host_share_beside_its_gpu_side_error():
     pairs = pool["gpu_side_by_host_share"]
     assert len(pairs) == pool["n_runs"]
     assert min(g for _, g in pairs) == pytest.approx(pool["gpu_side_min_signed_error_pct"], abs=1e-3)
-    # the 2025-26 tables' Qwen3-30B-A3B rows (FP8, 16 local experts, MBS 1 and 2), GPT-OSS and the HybridEP + EP
-    # overlap recipe lean on the host time; the other BF16 layouts of the same job on 16 H100 barely do
-    assert max(h for h, _ in pairs) > 0.4 and sum(h > 0.1 for h, _ in pairs) == 4
-    assert sum(h < 0.1 for h, _ in pairs) >= 9
+    # the 2025-26 tables' Qwen3-30B-A3B rows (FP8, 16 local experts, MBS 1 and 2), GPT-OSS and the three EP-overlap
+    # layouts (their layer pairs issue the router's and the dispatcher's metadata kernels from Python) lean on the
+    # host time; the other BF16 layouts of the same job on 16 H100 and Grok-1 barely do
+    assert max(h for h, _ in pairs) > 0.4 and sum(h > 0.1 for h, _ in pairs) == 6
+    assert sum(h < 0.1 for h, _ in pairs) >= 7
 
 
 def test_band_text_and_ratios_share_one_sign_convention():

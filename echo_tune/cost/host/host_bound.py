@@ -63,6 +63,11 @@ HOST_TORCH_CALL_S = 13.5e-6
 SINGLE_CALL_SUBREGIONS = frozenset({("moe", "expert_bias")})
 """(region, sub-region) whose every traced op is one bare PyTorch call from Python (workload/mlp/moe.py)."""
 
+DTOH_OP = "echo_tune.device_to_host"
+"""The traced op that stands for a non-blocking copy of a small tensor to the host on the dispatcher's own
+device-to-host stream (workload/mlp/dispatch_preprocess.py): no time on the compute stream, one Python call on the
+host."""
+
 HOST_SYNC_OP = "echo_tune.host_scalar_to_device"
 """The traced op that stands for a synchronising host-to-device copy of one scalar (workload/mlp/fused_elementwise.py)."""
 

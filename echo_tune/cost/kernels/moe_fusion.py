@@ -7,19 +7,21 @@ Transformer Engine runs each chain as one kernel (megatron/core/transformer/moe/
 ``fused_topk_with_score_function`` / ``fused_permute`` / ``fused_unpermute`` / ``fused_sort_chunks_by_index``,
 NVIDIA/Megatron-LM commit d98e8a64ddf3): one launch, and the intermediate tensors never go through HBM.
 
-Modelled: each maximal run of consecutive memory-bound ops of a fused sub-region ("router"; "dispatch" and
-"combine" for permutation) becomes one kernel whose bytes are those of the run's largest op (a fused kernel
-reads the chain's input and writes its output once, which the largest member already does). A run stops at a
-GEMM or a collective, so the router's casts before its GEMM (``--moe-router-dtype``) form their own run.
+Modelled: each maximal run of consecutive memory-bound ops of a fused sub-region (the router's three chains TE
+fuses, ``workload.graph.ROUTER_FUSED_CHAINS``; "dispatch" and "combine" for permutation) becomes one kernel whose
+bytes are those of the run's largest op (a fused kernel reads the chain's input and writes its output once, which
+the largest member already does). A run stops at a GEMM, a collective or an op of another sub-region, so the
+router's kernels TE does not fuse (random logits, z-loss, the aux loss's count and logging: sub-region "router")
+stay kernels of their own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from echo_tune.workload.graph import Op
+from echo_tune.workload.graph import ROUTER_FUSED_CHAINS, Op
 
-ROUTER_SUBREGIONS = ("router",)
+ROUTER_SUBREGIONS = ROUTER_FUSED_CHAINS
 PERMUTE_SUBREGIONS = ("dispatch", "combine")
 
 

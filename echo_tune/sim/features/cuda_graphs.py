@@ -18,7 +18,7 @@ step, launched once, so no host launch per pass).
   mlp: _forward_mlp of dense layers (pre-MLP norm, MLP, residual); moe: the same on MoE layers;
   moe_router: the pre-MLP norm, the router and the shared expert (not overlapped: echo-tune does not model
   the shared-expert overlap) of MoE layers (``_get_submodules_under_cudagraphs``); moe_preprocess: the
-  dispatcher's metadata step, which the traces do not hold as kernels of their own (no launch saved).
+  dispatcher's metadata step (sub-region "preprocess", workload/mlp/dispatch_preprocess.py), in the router's graph.
 
 Memory (``graph_static_bytes_per_layer``): the activations a captured layer saves for backward live in the
 graph pool but are the same tensors eager mode keeps (counted already); what graphs add is their static
@@ -50,7 +50,9 @@ ATTN_REGIONS = ("input_norm", "qkv", "core_attention", "mla_up_proj", "output_ga
                 "attention_residual")
 MLP_REGIONS = ("mlp_norm", "mlp", "mlp_residual")
 MOE_REGIONS = ("mlp_norm", "moe", "mlp_residual")
-ROUTER_REGIONS = ("mlp_norm", "moe/router", "moe/shared")
+ROUTER_REGIONS = ("mlp_norm", "moe/router", "moe/router_topk", "moe/router_aux_scores", "moe/router_aux_loss",
+                  "moe/shared")
+PREPROCESS_REGIONS = ("moe/preprocess",)
 LAYER_PIECES = ("layer", "moe_layer")
 ALL = "*"
 """Capture spec of the full-iteration graph: every op of every piece, no per-pass graph launch."""
@@ -72,7 +74,7 @@ def _graphs(piece: str, modules: tuple[str, ...]) -> list[tuple[str, ...]]:
     if moe and "moe" in modules:
         graphs.append(MOE_REGIONS)
     elif moe and "moe_router" in modules:
-        graphs.append(ROUTER_REGIONS)
+        graphs.append(ROUTER_REGIONS + (PREPROCESS_REGIONS if "moe_preprocess" in modules else ()))
     return graphs
 
 

@@ -39,6 +39,7 @@ from echo_tune.workload.mlp.moe_comm import gather, scatter, token_rows
 from echo_tune.workload.mlp.token_dispatch import (combine_alltoall, combine_flex, dispatch_alltoall, dispatch_flex,
                                                    local_experts, received_rows, scatter_add)
 from echo_tune.workload.mlp.moe_router import SideGradient, route
+from echo_tune.workload.mlp.dispatch_preprocess import alltoall_preprocess, runs_preprocess
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
@@ -188,13 +189,15 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     """One MoE MLP on this rank; ``x`` is the post-attention-norm hidden [seq_in, b, h].
 
     Each part runs as a sub-region of "moe" (``context.in_subregion``), in forward order: "router",
-    "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP; their activation is
+    "preprocess" (the dropless all-to-all's metadata step), "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP; their activation is
     "expert_act", see ``_expert_act``), "combine" and "shared" (a TE-linear MLP)."""
     m = shard.model
     s, b, h = x.shape
     tokens = x.reshape(s * b, h)
     probs, indices = in_subregion("router", _router, tokens, params, shard)
     recv = received_rows(s * b, shard)
+    if runs_preprocess(m, shard):  # the dropless all-to-all's token counts, to the host (dispatch_preprocess.py)
+        in_subregion("preprocess", alltoall_preprocess, tokens, shard)
     if m.moe_token_dispatcher_type == "alltoall":
         expert_in, expert_probs = in_subregion("dispatch", dispatch_alltoall, tokens, indices, recv, shard,
                                                probs, m.moe_apply_probs_on_input)

@@ -12,15 +12,27 @@ NVIDIA/Megatron-LM d98e8a64ddf3), on [tokens, experts] logits:
   ``switch_load_balancing_loss_func``): scores computed again over all experts, their top-k as a routing map, the
   tokens per expert and the summed scores, multiplied and summed, attached to the probabilities;
 - the expert bias's tokens-per-expert count (no gradient).
-With ``--moe-router-fusion`` TE runs these chains as a few fused kernels (cost/kernels/moe_fusion.py folds the sub-region's
-memory-bound chains). Not traced: the aux loss's small all-reduce of tokens per expert over TP x CP, and the bias
-update after the optimizer step.
+- ``--moe-router-force-load-balancing`` (every benchmark recipe): the logits replaced by random ones
+  (moe_utils.py ``apply_random_logits``: ``logits.clone().normal_()`` forward, the gradient straight through).
+With ``--moe-router-fusion`` TE runs three of these chains as one kernel each (moe_utils.py ``fused=True``:
+``topk_routing_with_score_function``, ``compute_routing_scores_for_aux_loss``, ``switch_load_balancing_loss_func``),
+traced here as the nested sub-regions ``workload.graph.ROUTER_FUSED_CHAINS`` that cost/kernels/moe_fusion.py folds;
+the rest stays PyTorch kernels in "router" whether fused or not: the random logits, the z-loss, the aux loss's
+tokens-per-expert count (``get_tokens_per_expert_and_token_count``), its logged copy (router.py ``attach_and_log_load_balancing_loss``: the
+loss over its coefficient; moe_logging.py ``record``: an add into the layer's slot and a copy) and the expert
+bias's count. Counted in Megatron's own code (``benchmarks/megatron_host_ops.py``, EP 8, aux loss, forced balancing):
+25 forward / 13 backward router kernels, 18 / 8 of them inside the three fused chains, so 10 / 8 with the fusion
+(NVIDIA's DeepSeek-V3 account, Megatron-LM docs/discussions/deepseek-v3-gb200-optimization: "reducing the total
+number of kernels in the router part from 72 to 31"). Not traced: the aux loss's small all-reduce of tokens per
+expert over TP x CP, and the bias update after the optimizer step.
 """
 
 from __future__ import annotations
 
 import torch
 from torch.autograd import Function
+
+from echo_tune.workload.recording.context import in_subregion, tag_current
 
 
 class SideGradient(Function):
@@ -44,6 +56,28 @@ def _attach_loss(x: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
     return SideGradient.apply(x, loss, 1.0)
 
 
+class _RandomLogits(Function):
+    """moe_utils.py ``RandomSTE``: random logits forward (a copy and a random fill), the gradient straight through."""
+
+    @staticmethod
+    def forward(ctx, logits):
+        return logits.clone().normal_()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _logged(loss: torch.Tensor) -> None:
+    """The loss as Megatron logs it per layer: over its coefficient (a division), added into the tracker's slot and
+    copied (moe_logging.py ``record``): three small kernels, no gradient."""
+    with torch.no_grad():
+        value = loss.detach() / 1.0
+        slot = value.new_empty(())
+        slot.copy_(value)
+        slot.add_(value)
+
+
 def _scores(logits: torch.Tensor, function: str) -> torch.Tensor:
     if function == "sigmoid":
         return torch.sigmoid(logits)
@@ -62,13 +96,9 @@ def _group_limited(scores: torch.Tensor, k: int, groups: int, group_topk: int) -
     return scores.masked_fill(~score_mask.bool(), float("-inf"))
 
 
-def route(logits: torch.Tensor, model, expert_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(probabilities [T, k], expert indices [T, k]) of [T, E] router logits, with the losses attached;
-    ``expert_bias``: the router's [E] bias buffer (with ``--moe-router-enable-expert-bias``)."""
+def _topk(logits: torch.Tensor, model, expert_bias: torch.Tensor | None):
+    """moe_utils.py ``topk_routing_with_score_function``: (probabilities [T, k], expert indices [T, k])."""
     k, function = model.moe_router_topk, model.moe_router_score_function
-    if model.moe_z_loss_coeff is not None:
-        z = torch.logsumexp(logits, dim=-1)
-        logits = _attach_loss(logits, (z * z).mean())
     scores = _scores(logits, function)
     ranked = scores + expert_bias if expert_bias is not None else scores
     if model.moe_router_num_groups and model.moe_router_group_topk:
@@ -80,12 +110,40 @@ def route(logits: torch.Tensor, model, expert_bias: torch.Tensor | None = None) 
         probs = probs / (probs.sum(dim=-1, keepdim=True) + 1e-20)
     if model.moe_router_topk_scaling_factor:
         probs = probs * model.moe_router_topk_scaling_factor
+    return probs, indices
+
+
+def _aux_scores(logits: torch.Tensor, model):
+    """moe_utils.py ``compute_routing_scores_for_aux_loss``: (routing map [T, E], scores [T, E]) over all experts."""
+    aux_scores = _scores(logits, model.moe_router_score_function)
+    aux_map = torch.zeros_like(aux_scores).scatter(1, torch.topk(aux_scores, model.moe_router_topk, dim=-1)[1], 1.0)
+    return aux_map, aux_scores
+
+
+def _aux_loss(tokens_per_expert: torch.Tensor, aux_scores: torch.Tensor) -> torch.Tensor:
+    """moe_utils.py ``switch_load_balancing_loss_func``: the summed scores times the tokens per expert, summed."""
+    return (tokens_per_expert * aux_scores.sum(dim=0)).sum()
+
+
+def route(logits: torch.Tensor, model, expert_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(probabilities [T, k], expert indices [T, k]) of [T, E] router logits, with the losses attached;
+    ``expert_bias``: the router's [E] bias buffer (with ``--moe-router-enable-expert-bias``). Runs inside the
+    "router" sub-region; the chains TE fuses run as their own nested sub-regions
+    (``workload.graph.ROUTER_FUSED_CHAINS``)."""
+    if model.moe_router_force_load_balancing:
+        logits = _RandomLogits.apply(logits)
+    if model.moe_z_loss_coeff is not None:
+        z = torch.logsumexp(logits, dim=-1)
+        logits = _attach_loss(logits, (z * z).mean())
+    tag_current(logits)  # the gating GEMM, random logits and z-loss stay "router" in backward
+    probs, indices = in_subregion("router_topk", _topk, logits, model, expert_bias)
     if model.moe_aux_loss_enabled:
-        aux_scores = _scores(logits, function)
-        aux_map = torch.zeros_like(aux_scores).scatter(1, torch.topk(aux_scores, k, dim=-1)[1], 1.0)
-        loss = (aux_map.sum(dim=0) * aux_scores.sum(dim=0)).sum()
+        aux_map, aux_scores = in_subregion("router_aux_scores", _aux_scores, logits, model)
+        tokens_per_expert = aux_map.sum(dim=0)  # get_tokens_per_expert_and_token_count
+        loss = in_subregion("router_aux_loss", _aux_loss, tokens_per_expert, aux_scores)
+        _logged(loss)
         probs = _attach_loss(probs, loss)
     if expert_bias is not None:
         with torch.no_grad():
-            torch.zeros_like(scores).scatter(1, indices, 1.0).sum(dim=0)  # tokens per expert for the bias update
+            torch.zeros_like(logits).scatter(1, indices, 1.0).sum(dim=0)  # tokens per expert for the bias update
     return probs, indices

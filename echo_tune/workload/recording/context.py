@@ -103,6 +103,14 @@ def tag_backward(outputs: Any, name: str, subregion: str = "") -> None:
         stack.extend(next_node for next_node, _ in node.next_functions)
 
 
+def tag_current(outputs: Any) -> None:
+    """Tag the untagged autograd nodes reachable from ``outputs`` with the current region and sub-region: a part
+    whose nested sub-regions (``in_subregion`` inside ``in_subregion``) start from ``outputs`` keeps what came before
+    them as its own."""
+    if _ACTIVE is not None:
+        tag_backward(outputs, _ACTIVE.region, getattr(_ACTIVE, "subregion", ""))
+
+
 def in_region(name: str, fn: Callable, *args: Any) -> Any:
     """Run ``fn(*args)`` with forward region ``name`` and tag its backward nodes with it.
 

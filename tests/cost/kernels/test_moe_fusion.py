@@ -15,14 +15,16 @@ def _mem(sub, nbytes, region="moe"):
 
 def test_runs_of_a_fused_subregion_collapse_to_their_largest_op():
     gemm = Op(name="mm", kind="gemm", phase="fwd", region="moe", subregion="router", flops=1.0)
-    ops = (_mem("router", 10), gemm, _mem("router", 3), _mem("router", 7), _mem("router", 5),
+    ops = (_mem("router", 10), gemm, _mem("router_topk", 3), _mem("router_topk", 7), _mem("router_topk", 5),
+           _mem("router", 2), _mem("router_aux_loss", 4), _mem("router_aux_loss", 1),
            _mem("dispatch", 40), _mem("dispatch", 20), _mem("experts", 9), _mem("", 8, region="mlp_norm"))
     fused = fuse_memory_runs(ops, fused_subregions(router_fusion=True, permute_fusion=False))
-    # the run before the GEMM stays one op; the 3-op run after it becomes one 7-byte kernel; dispatch unfused
-    assert [op.bytes for op in fused] == [10, 0.0, 7, 40, 20, 9, 8]
-    assert fused[2].name == "fused_router" and fused[2].key == ""  # a new kernel: not in an op-time database
+    # the router's own kernels stay (TE fuses none of them); each fused chain becomes one kernel of its largest op's
+    # bytes; dispatch unfused
+    assert [op.bytes for op in fused] == [10, 0.0, 7, 2, 4, 40, 20, 9, 8]
+    assert fused[2].name == "fused_router_topk" and fused[2].key == ""  # a new kernel: not in an op-time database
     both = fuse_memory_runs(ops, fused_subregions(router_fusion=True, permute_fusion=True))
-    assert [op.bytes for op in both] == [10, 0.0, 7, 40, 9, 8]
+    assert [op.bytes for op in both] == [10, 0.0, 7, 2, 4, 40, 9, 8]
     assert fuse_memory_runs(ops, fused_subregions(False, False)) == ops
 
 

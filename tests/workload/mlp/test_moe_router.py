@@ -17,7 +17,7 @@ LAYOUT = et.ParallelConfig(expert_model_parallel_size=8, micro_batch_size=1, glo
 
 def _router_ops(model, phase="fwd"):
     layer = trace_pieces(model, LAYOUT, check_compatible(model, H100, 8, LAYOUT))["moe_layer"]
-    return [op.name for op in (layer.forward if phase == "fwd" else layer.backward) if op.subregion == "router"]
+    return [op.name for op in (layer.forward if phase == "fwd" else layer.backward) if op.subregion.startswith("router")]
 
 
 def test_flags():
@@ -45,6 +45,22 @@ def test_each_option_adds_its_kernels():
     assert sigmoid[:4] == ["aten.mm", "aten.sigmoid", "aten.topk", "aten.gather"] and "aten.div" in sigmoid
     bias = _router_ops(plain.replace(moe_router_enable_expert_bias=True))
     assert bias[:3] == ["aten.mm", "aten._softmax", "aten.add"]  # the bias added before the top-k
+
+
+def test_the_kernels_megatron_keeps_outside_the_fusion():
+    """Megatron-LM d98e8a64 with --moe-router-fusion, aux loss, forced balancing: 10 forward kernels (the gating
+    GEMM, the random logits' copy and fill, TE's three fused chains, the tokens-per-expert count, the logged loss's
+    division, add and copy), counted in Megatron's own code by benchmarks/megatron_host_ops.py (25 unfused, 18 of
+    them inside the three fused chains)."""
+    model = QWEN.replace(moe_router_fusion=True, moe_aux_loss_coeff=1e-3, moe_router_force_load_balancing=True)
+    layer = trace_pieces(model, LAYOUT, check_compatible(model, H100, 8, LAYOUT))["moe_layer"]
+    router = [op for op in layer.forward if op.subregion.startswith("router")]
+    assert [op.subregion for op in router if op.subregion != "router"] and \
+        sorted({op.subregion for op in router}) == ["router", "router_aux_loss", "router_aux_scores", "router_topk"]
+    from echo_tune.cost.kernels.moe_fusion import fuse_memory_runs, fused_subregions
+    fused = [op.name for op in fuse_memory_runs(tuple(router), fused_subregions(True, False))]
+    assert fused == ["aten.mm", "aten.clone", "aten.normal_", "fused_router_topk", "fused_router_aux_scores",
+                     "aten.sum", "fused_router_aux_loss", "aten.div", "aten.copy_", "aten.add_"]
 
 
 def test_unfused_routers_cost_more_with_the_losses():
