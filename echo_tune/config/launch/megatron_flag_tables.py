@@ -91,6 +91,7 @@ MODEL_FLAGS: dict[str, tuple[str, str]] = {
     "moe_shared_expert_gate": ("--moe-shared-expert-gate", "flag"),
     "moe_router_fusion": ("--moe-router-fusion", "flag"),
     "moe_permute_fusion": ("--moe-permute-fusion", "flag"),
+    "enable_experimental": ("--enable-experimental", "flag"),
     "moe_apply_probs_on_input": ("--moe-apply-probs-on-input", "flag"),
     "moe_router_num_groups": ("--moe-router-num-groups", "int"),
     "moe_router_group_topk": ("--moe-router-group-topk", "int"),

@@ -109,6 +109,12 @@ class MoEFields:
     moe_permute_fusion: bool = False
     """``--moe-permute-fusion``: TE's fused permute / un-permute kernels (token rearrangement in one kernel)."""
 
+    enable_experimental: bool = False
+    """``--enable-experimental``: Megatron-Core's experimental code paths (megatron/core/config.py
+    ``set_experimental_flag``). What echo-tune models of it: with ``--moe-permute-fusion``, DeepEP's received top-k
+    indices become the per-expert map in one fused kernel (token_dispatcher.py ``fused_indices_to_multihot``)
+    instead of ``_indices_to_multihot``'s chain of kernels and three host waits (workload/mlp/flex_metadata.py)."""
+
     moe_apply_probs_on_input: bool = False
     """``--moe-apply-probs-on-input``: weight the tokens by their routing probability before the experts
     instead of at the un-permute (experts.py: only with ``moe_router_topk == 1``)."""

@@ -68,6 +68,10 @@ DTOH_OP = "echo_tune.device_to_host"
 device-to-host stream (workload/mlp/dispatch_preprocess.py): no time on the compute stream, one Python call on the
 host."""
 
+HOST_READ_OP = "echo_tune.host_reads"
+"""The traced op that stands for a kernel whose output size the host reads before it goes on (a boolean mask's
+nonzero, ``repeat_interleave``'s total: workload/mlp/flex_metadata.py): the queue empties after it."""
+
 HOST_SYNC_OP = "echo_tune.host_scalar_to_device"
 """The traced op that stands for a synchronising host-to-device copy of one scalar (workload/mlp/fused_elementwise.py)."""
 

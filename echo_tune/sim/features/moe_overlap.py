@@ -137,8 +137,9 @@ def paired_fraction(schedule: str, stage: int, p: int, m: int, v: int) -> float:
 
 
 def _part(op: Op) -> str:
-    """The schedule-plan part of a MoE op: the experts' activation ("expert_act") is part of "experts"."""
-    return "experts" if op.subregion == "expert_act" else op.subregion
+    """The schedule-plan part of a MoE op: the experts' activation ("expert_act") is part of "experts", the flex
+    dispatcher's metadata kernels ("dispatch_metadata") part of "dispatch"."""
+    return {"expert_act": "experts", "dispatch_metadata": "dispatch"}.get(op.subregion, op.subregion)
 
 
 def _parts(ops: tuple[Op, ...], ctx: CostContext) -> tuple[PhaseCost, dict[str, PhaseCost]]:

@@ -21,7 +21,7 @@ from echo_tune.cost.kernels.compute import graph_replay_saving_s, is_measured, o
 from echo_tune.cost.kernels.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.collectives.moe_dispatch import MoEKernels
 from echo_tune.cost.kernels.moe_fusion import fuse_memory_runs
-from echo_tune.cost.host.host_bound import (DTOH_OP, HOST_LAUNCH_S, HOST_SYNC_OP, HOST_TORCH_CALL_S, SINGLE_CALL_SUBREGIONS,
+from echo_tune.cost.host.host_bound import (DTOH_OP, HOST_LAUNCH_S, HOST_READ_OP, HOST_SYNC_OP, HOST_TORCH_CALL_S, SINGLE_CALL_SUBREGIONS,
                                             host_wait_s)
 from echo_tune.cost.kernels.fp8 import (TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast,
                                         is_fp8_gemm)
@@ -219,8 +219,8 @@ def _phase(ops: tuple[Op, ...], ctx: CostContext, region: str | None, piece: str
             sizes.append(0)
             issued.append((1, h, 0.0))
             continue
-        if op.name == HOST_SYNC_OP:
-            syncs.append(len(issued) + 1)  # the host resumes after the copy
+        if op.name in (HOST_SYNC_OP, HOST_READ_OP):
+            syncs.append(len(issued) + 1)  # the host resumes after the copy / the size it reads
         cast = 0.0
         # TE's GroupedLinear: one GEMM (and, under FP8, one quantisation) per local expert (moe_grouped_gemm.py)
         # (the TE op fuser's grouped MLP: one kernel over the group, its tiles scheduled together: moe_grouped_gemm.py)

@@ -40,6 +40,7 @@ from echo_tune.workload.mlp.token_dispatch import (combine_alltoall, combine_fle
                                                    local_experts, received_rows, scatter_add)
 from echo_tune.workload.mlp.moe_router import SideGradient, route
 from echo_tune.workload.mlp.dispatch_preprocess import alltoall_preprocess, runs_preprocess
+from echo_tune.workload.mlp.flex_metadata import deepep_preprocess
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
@@ -198,6 +199,8 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     recv = received_rows(s * b, shard)
     if runs_preprocess(m, shard):  # the dropless all-to-all's token counts, to the host (dispatch_preprocess.py)
         in_subregion("preprocess", alltoall_preprocess, tokens, shard)
+    elif m.moe_token_dispatcher_type == "flex" and m.moe_dispatcher_kernel == "deepep":  # flex_metadata.py
+        in_subregion("preprocess", deepep_preprocess, tokens, shard)
     if m.moe_token_dispatcher_type == "alltoall":
         expert_in, expert_probs = in_subregion("dispatch", dispatch_alltoall, tokens, indices, recv, shard,
                                                probs, m.moe_apply_probs_on_input)

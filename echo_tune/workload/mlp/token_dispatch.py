@@ -13,8 +13,10 @@ import math
 import torch
 from torch.autograd import Function
 
+from echo_tune.workload.mlp.flex_metadata import deepep_layout, deepep_multihot, hybridep_counts
 from echo_tune.workload.mlp.moe_comm import AllToAll, gather, received, scatter, token_rows
 from echo_tune.workload.recording import kernels
+from echo_tune.workload.recording.context import in_subregion
 
 
 def local_experts(shard) -> int:
@@ -112,12 +114,29 @@ def dispatch_flex(tokens, recv: int, shard, probs, on_input: bool):
     """The flex dispatcher (token_dispatcher.py ``MoEFlexTokenDispatcher``, Megatron-LM d98e8a64ddf3): one
     dispatch call sends the tokens with their probabilities, permuted inside the kernel; the all-to-all is timed
     from its de-duplicated traffic (``cost/collectives/moe_dispatch.py``)."""
+    kernel = shard.model.moe_dispatcher_kernel
+    if kernel == "deepep":
+        in_subregion("dispatch_metadata", deepep_layout, tokens, shard)  # flex_metadata.py
     copies = _InKernel.apply(tokens, tokens.shape[0] * shard.model.moe_router_topk)
     if on_input:  # --moe-apply-probs-on-input (top-1): weighted before the dispatch
-        (expert_in,) = _local_permute(shard, _received(copies * probs.reshape(-1, 1), recv, shard))
+        received_rows = _received(copies * probs.reshape(-1, 1), recv, shard)
+        _after_dispatch(tokens, recv, shard)
+        (expert_in,) = _local_permute(shard, received_rows)
         return expert_in, None
     expert_probs = _InKernel.apply(probs.reshape(-1, 1), recv * shard.etp)  # sent with the tokens
-    return _local_permute(shard, _received(copies, recv, shard), expert_probs)
+    received_rows = _received(copies, recv, shard)
+    _after_dispatch(tokens, recv, shard)
+    return _local_permute(shard, received_rows, expert_probs)
+
+
+def _after_dispatch(tokens, recv: int, shard) -> None:
+    """What Megatron runs on the returned metadata before the experts (flex_metadata.py): DeepEP's per-expert map,
+    HybridEP's token counts (dropless); sub-region "dispatch_metadata" of the dispatch, which TE's permute fusion
+    does not touch (cost/kernels/moe_fusion.py folds "dispatch" alone)."""
+    if shard.model.moe_dispatcher_kernel == "deepep":
+        in_subregion("dispatch_metadata", deepep_multihot, tokens, recv * shard.etp, shard)
+    elif shard.model.moe_expert_capacity_factor is None:
+        in_subregion("dispatch_metadata", hybridep_counts, tokens, shard)
 
 
 def combine_flex(expert_out, tokens, shard):

@@ -43,8 +43,10 @@ def test_the_dropless_all_to_all_runs_megatrons_metadata_kernels_forward_only():
 def test_no_metadata_step_where_megatron_skips_it():
     padded = QWEN.replace(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
     assert _preprocess(_layer(padded)) == []  # drop-and-pad: the counts are the capacity, nothing to the host
-    flex = QWEN.replace(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
-    assert _preprocess(_layer(flex)) == []  # DeepEP / HybridEP: their own preprocessing, not traced
+    flex = QWEN.replace(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep")
+    assert _preprocess(_layer(flex)) == []  # HybridEP: its own preprocessing, inside its call
+    deepep = flex.replace(moe_flex_dispatcher_backend="deepep")
+    assert _preprocess(_layer(deepep)) == ["aten.topk"]  # DeepEP's setup_metadata (flex_metadata.py), no counts
     one_rank = LAYOUT.replace(expert_model_parallel_size=1)
     assert _preprocess(_layer(QWEN, one_rank)) == []
 
