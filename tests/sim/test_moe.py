@@ -71,8 +71,12 @@ def test_flex_dispatch_permutes_inside_its_kernels(backend):
     t = trace_moe_layer(SMALL.replace(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=backend),
                         tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=4,
                         expert_tensor_parallel_size=1)
-    a2a = collectives(t, "ep")
+    a2a = [op for op in collectives(t, "ep") if op.collective == "all_to_all"]
     assert len(a2a) == 4 and {op.size_bytes for op in a2a} == {rows_bytes}
+    # HybridEP's metadata step all-gathers the [tokens, experts] routing map inside its dispatch call
+    # (workload/mlp/flex_metadata.py): 512 tokens per rank, bools of 8 experts (SMALL), from 4 ranks
+    gathers = [op.size_bytes for op in collectives(t, "ep") if op.collective == "all_gather"]
+    assert gathers == ([512 * SMALL.num_experts * 4] if backend == "hybridep" else [])
     routed = [op for op in t.forward + t.backward if op.region == "moe" and op.subregion in ("dispatch", "combine")
               and op.kind == "memory" and op.bytes >= rows_bytes]  # the probabilities' own copies are [T k, 1]
     if backend == "hybridep":

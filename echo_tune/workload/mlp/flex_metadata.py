@@ -13,7 +13,11 @@ all-to-alls of token_dispatch.py; what the libraries run inside them is their ow
   repeated by those counts (``repeat_interleave``: its output size read on the host, a second wait), two index-puts
   and the valid probabilities (``probs[mask]``: a third wait), and a cast of the map to bool.
 - HybridEP (``_HybridEPManager.dispatch``, dropless): the tokens per expert the dispatch returns, cast to int64 and
-  summed for the combine's buffer (two kernels).
+  summed for the combine's buffer (two kernels). Inside its dispatch call, before the dispatch kernel, HybridEP's
+  ``metadata_preprocessing`` all-gathers the [tokens, experts] routing map over the EP group
+  (``Executor::allgather_routing_map``: ``torch.distributed.all_gather_into_tensor``) and runs its scan and
+  permute-preprocessing kernels on it (deepseek-ai/DeepEP hybrid-ep ``csrc/hybrid_ep``; its design note: "allgather_
+  routing_map -> scan kernel -> permute_preprocessing -> dispatch kernel").
 
 The host waits are ``HOST_READ_OP`` ops (cost/host/host_bound.py): the queue empties there, as at the dispatcher's
 own synchronisation. Sizes: DeepEP's received rows taken as the received token copies (an upper bound; these kernels
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import torch
 
+from echo_tune.workload.mlp.moe_comm import gather
 from echo_tune.workload.recording import kernels
 
 dispatch_layout = kernels._define(
@@ -35,6 +40,10 @@ fused_indices_to_multihot = kernels._define(
     "fused_indices_to_multihot", "(Tensor idx, Tensor probs, int local) -> (Tensor, Tensor)",
     lambda idx, probs, local: (idx.new_empty((idx.shape[0], local), dtype=torch.bool),
                                probs.new_empty((idx.shape[0], local))))
+hybridep_scan = kernels._define("hybridep_scan", "(Tensor global_map, int local) -> Tensor",
+                                lambda m, local: m.new_empty((m.shape[0],), dtype=torch.int32))
+hybridep_permute_preprocess = kernels._define("hybridep_permute_preprocess", "(Tensor scan, int local) -> Tensor",
+                                              lambda scan, local: scan.new_empty((local,), dtype=torch.int32))
 host_reads = kernels._define("host_reads", "(Tensor x, int n) -> Tensor",
                              lambda x, n: x.new_empty((n,), dtype=torch.int64))
 """A kernel whose output size the host reads before it goes on (a nonzero; ``repeat_interleave``'s total)."""
@@ -51,6 +60,10 @@ fused_indices_to_multihot.register_kernel(
     ("cpu", "cuda"), lambda idx, probs, local: (torch.zeros((idx.shape[0], local), dtype=torch.bool, device=idx.device),
                                                 torch.zeros((idx.shape[0], local), dtype=probs.dtype, device=idx.device)))
 host_reads.register_kernel(("cpu", "cuda"), lambda x, n: torch.zeros((n,), dtype=torch.int64, device=x.device))
+hybridep_scan.register_kernel(("cpu", "cuda"),
+                              lambda m, local: torch.zeros((m.shape[0],), dtype=torch.int32, device=m.device))
+hybridep_permute_preprocess.register_kernel(("cpu", "cuda"),
+                                            lambda scan, local: torch.zeros((local,), dtype=torch.int32, device=scan.device))
 
 
 def deepep_preprocess(tokens: torch.Tensor, shard) -> None:
@@ -100,3 +113,14 @@ def hybridep_counts(tokens: torch.Tensor, shard) -> None:
     counts = tokens.new_empty((local,), dtype=torch.int32)
     with torch.no_grad():
         counts.to(torch.int64).sum()
+
+
+def hybridep_preprocess(tokens: torch.Tensor, shard) -> None:
+    """HybridEP's ``metadata_preprocessing`` inside its dispatch call: the routing map gathered over EP, then its
+    scan and permute-preprocessing kernels."""
+    m = shard.model
+    routing_map = tokens.new_empty((tokens.shape[0], m.num_experts), dtype=torch.bool)
+    with torch.no_grad():
+        global_map = gather(routing_map, "ep", shard.ep)
+        scan = torch.ops.echo_tune.hybridep_scan(global_map, m.num_experts // shard.ep)
+        torch.ops.echo_tune.hybridep_permute_preprocess(scan, m.num_experts // shard.ep)

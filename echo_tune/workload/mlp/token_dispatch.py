@@ -13,7 +13,8 @@ import math
 import torch
 from torch.autograd import Function
 
-from echo_tune.workload.mlp.flex_metadata import deepep_layout, deepep_multihot, hybridep_counts
+from echo_tune.workload.mlp.flex_metadata import (deepep_layout, deepep_multihot, hybridep_counts,
+                                                   hybridep_preprocess)
 from echo_tune.workload.mlp.moe_comm import AllToAll, gather, received, scatter, token_rows
 from echo_tune.workload.recording import kernels
 from echo_tune.workload.recording.context import in_subregion
@@ -117,6 +118,8 @@ def dispatch_flex(tokens, recv: int, shard, probs, on_input: bool):
     kernel = shard.model.moe_dispatcher_kernel
     if kernel == "deepep":
         in_subregion("dispatch_metadata", deepep_layout, tokens, shard)  # flex_metadata.py
+    elif kernel == "hybridep":
+        in_subregion("dispatch_metadata", hybridep_preprocess, tokens, shard)
     copies = _InKernel.apply(tokens, tokens.shape[0] * shard.model.moe_router_topk)
     if on_input:  # --moe-apply-probs-on-input (top-1): weighted before the dispatch
         received_rows = _received(copies * probs.reshape(-1, 1), recv, shard)

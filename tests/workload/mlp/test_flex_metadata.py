@@ -1,7 +1,7 @@
 """The flex dispatcher's kernels around DeepEP's and HybridEP's calls (workload/mlp/flex_metadata.py), as Megatron-LM
 d98e8a64 runs them: DeepEP's top-k of the probabilities, its layout call, and the received indices turned into a
 per-expert map (one fused kernel with --enable-experimental and --moe-permute-fusion, else a chain with three host
-waits); HybridEP's token counts."""
+waits); HybridEP's all-gather of the routing map, its preprocessing kernels and its token counts."""
 
 from collections import Counter
 
@@ -20,7 +20,8 @@ LAYOUT = et.ParallelConfig(expert_model_parallel_size=8, micro_batch_size=1, glo
 
 def _ops(model, subregion, phase="fwd"):
     layer = trace_pieces(model, LAYOUT, check_compatible(model, H100, 8, LAYOUT))["moe_layer"]
-    return [op.name for op in (layer.forward if phase == "fwd" else layer.backward) if op.subregion == subregion]
+    return [op.collective or op.name for op in (layer.forward if phase == "fwd" else layer.backward)
+            if op.subregion == subregion]
 
 
 def test_deepep_without_the_experimental_fusion_runs_the_map_as_a_chain_with_three_host_waits():
@@ -39,11 +40,16 @@ def test_the_experimental_fusion_makes_the_map_one_kernel():
     assert parse_megatron_line("--enable-experimental")[0] == {"enable_experimental": True}
 
 
-def test_hybridep_casts_and_sums_its_token_counts_dropless_only():
+def test_hybridep_gathers_the_routing_map_and_casts_and_sums_its_token_counts():
     hybrid = QWEN.replace(moe_flex_dispatcher_backend="hybridep")
-    assert _ops(hybrid, "dispatch_metadata") == ["aten._to_copy", "aten.sum"] and _ops(hybrid, "preprocess") == []
+    preprocessing = ["all_gather", "echo_tune.hybridep_scan", "echo_tune.hybridep_permute_preprocess"]
+    assert _ops(hybrid, "dispatch_metadata") == preprocessing + ["aten._to_copy", "aten.sum"]
+    assert _ops(hybrid, "preprocess") == []
+    layer = trace_pieces(hybrid, LAYOUT, check_compatible(hybrid, H100, 8, LAYOUT))["moe_layer"]
+    gather = next(op for op in layer.forward if op.subregion == "dispatch_metadata" and op.kind == "collective")
+    assert gather.group == "ep" and gather.size_bytes == 4096 * 128 * 8  # [tokens, experts] bool from 8 ranks
     padded = hybrid.replace(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
-    assert _ops(padded, "dispatch_metadata") == []
+    assert _ops(padded, "dispatch_metadata") == preprocessing  # the counts are the capacity: nothing to sum
 
 
 def test_the_host_waits_slow_a_host_bound_deepep_layer():
