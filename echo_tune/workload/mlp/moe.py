@@ -89,8 +89,8 @@ def _router(tokens, params, shard):
 # core/fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction.forward``: ``save_for_backward(input, weights)``, one
 # kernel forward and one backward that also yields the probabilities' gradient): the activation's input is saved by
 # the activation already, so only the probabilities [rows, 1] are kept, and the product runs inside the activation's
-# own kernels (moe_router.SideGradient with fill 0: a view forward; backward the gradient passes through and the
-# probabilities' [rows, 1] gradient is a negligible fill).
+# own kernels (moe_router.SideGradient with no fill: a view forward; backward the gradient passes through and the
+# probabilities' [rows, 1] gradient comes out of the activation's backward kernel, no kernel of its own).
 
 
 def _weighted_act(hidden, shard, probs):
@@ -104,7 +104,7 @@ def _weighted_act(hidden, shard, probs):
     if probs is None:
         return act
     if fused:
-        return SideGradient.apply(act, probs, 0.0)
+        return SideGradient.apply(act, probs, None)
     # experts.py bias_act_func, unfused: ``intermediate_parallel * permuted_probs`` in the probabilities' dtype
     return (act * probs).to(act.dtype)
 

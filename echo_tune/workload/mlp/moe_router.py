@@ -38,7 +38,8 @@ from echo_tune.workload.recording.context import in_subregion, tag_current
 class SideGradient(Function):
     """Returns ``x`` (a view: no kernel); backward passes ``x``'s gradient through and gives ``side`` a gradient
     filled with ``fill`` (one fill kernel). ``fill`` 1: ``MoEAuxLossAutoScaler`` attaching a loss to a tensor (the
-    loss's backward runs into the router); 0: a tensor whose use sits inside another op's kernels (moe.py)."""
+    loss's backward runs into the router); None: a tensor whose use, and its gradient, sit inside another op's
+    kernels (moe.py: no kernel of its own; zeros when run for real)."""
 
     @staticmethod
     def forward(ctx, x, side, fill):
@@ -49,6 +50,8 @@ class SideGradient(Function):
     @staticmethod
     def backward(ctx, grad):
         (side,) = ctx.saved_tensors
+        if ctx.fill is None:  # computed inside another op's kernel: an allocation when tracing
+            return grad, (torch.empty_like(side) if side.device.type == "meta" else torch.zeros_like(side)), None
         return grad, torch.full_like(side, ctx.fill), None
 
 
