@@ -1,7 +1,8 @@
 """The flex dispatcher's kernels around DeepEP's and HybridEP's calls, as Megatron-Core runs them.
 
 Megatron-LM d98e8a64ddf3 moe/token_dispatcher.py (the calls themselves, dispatch and combine, are the traced
-all-to-alls of token_dispatch.py; what the libraries run inside them is their own):
+all-to-alls of token_dispatch.py; what the libraries run inside them is their own). Both take float32 probabilities
+only: with a router in bf16 the dispatch casts them first (``self.token_probs.float()``; token_dispatch.py).
 
 - DeepEP (``_DeepepManager``): ``setup_metadata`` turns the [tokens, experts] probabilities into top-k indices
   (``torch.topk``, in ``dispatch_preprocess``, which ``--cuda-graph-modules moe_preprocess`` captures); the dispatch

@@ -116,6 +116,9 @@ def dispatch_flex(tokens, recv: int, shard, probs, on_input: bool):
     dispatch call sends the tokens with their probabilities, permuted inside the kernel; the all-to-all is timed
     from its de-duplicated traffic (``cost/collectives/moe_dispatch.py``)."""
     kernel = shard.model.moe_dispatcher_kernel
+    if not on_input and shard.model.moe_router_dtype not in ("fp32", "fp64"):
+        # both take float32 probabilities only: ``self.token_probs.float()`` (and its gradient cast back)
+        probs = in_subregion("dispatch_metadata", lambda p: p.float(), probs)
     if kernel == "deepep":
         in_subregion("dispatch_metadata", deepep_layout, tokens, shard)  # flex_metadata.py
     elif kernel == "hybridep":

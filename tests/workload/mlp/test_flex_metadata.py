@@ -12,7 +12,8 @@ from echo_tune.cost.host.host_bound import HOST_READ_OP
 from echo_tune.sim.schedule.passes import trace_pieces
 
 QWEN = et.load_model("qwen3-30b-a3b").replace(num_layers=2, moe_router_fusion=True, moe_permute_fusion=True,
-                                               moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+                                               moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep",
+                                               moe_router_dtype=None)  # a bf16 router, as the Qwen3 recipes run it
 H100 = et.load_cluster("h100-sxm")
 LAYOUT = et.ParallelConfig(expert_model_parallel_size=8, micro_batch_size=1, global_batch_size=8,
                            use_distributed_optimizer=True)
@@ -26,22 +27,23 @@ def _ops(model, subregion, phase="fwd"):
 
 def test_deepep_without_the_experimental_fusion_runs_the_map_as_a_chain_with_three_host_waits():
     meta = _ops(QWEN, "dispatch_metadata")
-    assert meta[0] == "echo_tune.deepep_dispatch_layout"
+    assert meta[:2] == ["aten._to_copy", "echo_tune.deepep_dispatch_layout"]  # the bf16 probabilities to fp32 first
     assert Counter(meta)[HOST_READ_OP] == 3  # indices[mask], repeat_interleave's size, probs[mask]
     assert Counter(meta)["aten.index_put_"] == 2 and meta[-1] == "aten._to_copy" and len(meta) >= 14
     assert _ops(QWEN, "preprocess") == ["aten.topk"]  # setup_metadata, in the moe_preprocess graph's reach
-    assert _ops(QWEN, "dispatch_metadata", "bwd") == []
+    assert _ops(QWEN, "dispatch_metadata", "bwd") == ["aten._to_copy"]  # their gradient back to bf16
+    assert _ops(QWEN.replace(moe_router_dtype="fp32"), "dispatch_metadata", "bwd") == []  # fp32 router: no casts
 
 
 def test_the_experimental_fusion_makes_the_map_one_kernel():
-    fused = QWEN.replace(enable_experimental=True)
+    fused = QWEN.replace(enable_experimental=True, moe_router_dtype="fp32")
     assert _ops(fused, "dispatch_metadata") == ["echo_tune.deepep_dispatch_layout", "echo_tune.fused_indices_to_multihot"]
     assert _ops(fused.replace(moe_permute_fusion=False), "dispatch_metadata")[-1] == "aten._to_copy"  # needs both
     assert parse_megatron_line("--enable-experimental")[0] == {"enable_experimental": True}
 
 
 def test_hybridep_gathers_the_routing_map_and_casts_and_sums_its_token_counts():
-    hybrid = QWEN.replace(moe_flex_dispatcher_backend="hybridep")
+    hybrid = QWEN.replace(moe_flex_dispatcher_backend="hybridep", moe_router_dtype="fp32")
     preprocessing = ["all_gather", "echo_tune.hybridep_scan", "echo_tune.hybridep_permute_preprocess"]
     assert _ops(hybrid, "dispatch_metadata") == preprocessing + ["aten._to_copy", "aten.sum"]
     assert _ops(hybrid, "preprocess") == []
