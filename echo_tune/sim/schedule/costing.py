@@ -21,8 +21,8 @@ from echo_tune.cost.kernels.compute import graph_replay_saving_s, is_measured, o
 from echo_tune.cost.kernels.moe_grouped_gemm import is_grouped_expert_gemm, per_expert_op
 from echo_tune.cost.collectives.moe_dispatch import MoEKernels
 from echo_tune.cost.kernels.moe_fusion import fuse_memory_runs
-from echo_tune.cost.host.host_bound import (DTOH_OP, HOST_LAUNCH_S, HOST_READ_OP, HOST_SYNC_OP, HOST_TORCH_CALL_S, SINGLE_CALL_SUBREGIONS,
-                                            host_wait_s)
+from echo_tune.cost.host.host_bound import (DTOH_OP, HOST_LAUNCH_S, HOST_READ_OP, HOST_SYNC_OP, HOST_TORCH_CALL_S,
+                                            SINGLE_CALL_SUBREGIONS, host_wait_s)
 from echo_tune.cost.kernels.fp8 import (TP_OVERLAP_REGIONS, fp8_collective_bytes, fp8_gemm_time_s, group_cast,
                                         is_fp8_gemm)
 from echo_tune.config.launch.ub_config import ub_settings

@@ -13,8 +13,7 @@ Counted in Megatron's own code by ``benchmarks/megatron_host_ops.py`` (EP 8, 16 
 (``torch.full``, one fill on the device: not traced, a launch) and nothing goes to the host.
 
 The copies to the host are ``DTOH_OP`` ops: on their own stream, so no time on the compute stream, but a Python call
-each on the host (cost/host/host_bound.py). Not traced: the flex dispatcher's metadata step (DeepEP's and HybridEP's
-own preprocessing kernels, HybridEP's all-gather of the routing map).
+each on the host (cost/host/host_bound.py). The flex dispatcher's metadata kernels: workload/mlp/flex_metadata.py.
 """
 
 from __future__ import annotations

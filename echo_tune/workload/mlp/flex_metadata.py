@@ -33,38 +33,33 @@ import torch
 from echo_tune.workload.mlp.moe_comm import gather
 from echo_tune.workload.recording import kernels
 
-dispatch_layout = kernels._define(
-    "deepep_dispatch_layout", "(Tensor topk_idx, int ranks, int experts) -> (Tensor, Tensor, Tensor)",
-    lambda idx, ranks, experts: (idx.new_empty((idx.shape[0], ranks), dtype=torch.bool),
-                                 idx.new_empty((ranks,), dtype=torch.int32), idx.new_empty((experts,), dtype=torch.int32)))
-fused_indices_to_multihot = kernels._define(
-    "fused_indices_to_multihot", "(Tensor idx, Tensor probs, int local) -> (Tensor, Tensor)",
-    lambda idx, probs, local: (idx.new_empty((idx.shape[0], local), dtype=torch.bool),
-                               probs.new_empty((idx.shape[0], local))))
-hybridep_scan = kernels._define("hybridep_scan", "(Tensor global_map, int local) -> Tensor",
-                                lambda m, local: m.new_empty((m.shape[0],), dtype=torch.int32))
-hybridep_permute_preprocess = kernels._define("hybridep_permute_preprocess", "(Tensor scan, int local) -> Tensor",
-                                              lambda scan, local: scan.new_empty((local,), dtype=torch.int32))
-host_reads = kernels._define("host_reads", "(Tensor x, int n) -> Tensor",
-                             lambda x, n: x.new_empty((n,), dtype=torch.int64))
-"""A kernel whose output size the host reads before it goes on (a nonzero; ``repeat_interleave``'s total)."""
+
+def _metadata_kernel(name: str, schema: str, outputs):
+    """``echo_tune::name``, a metadata kernel whose outputs are ``outputs(*args)``: (tensor on the device, shape, dtype)
+    each; left empty when tracing, zeros when run for real (``emulate``)."""
+    def impl(make):
+        def run(*args):
+            made = tuple(make(like, shape, dtype) for like, shape, dtype in outputs(*args))
+            return made if len(made) > 1 else made[0]
+        return run
+    op = kernels._define(name, schema, impl(lambda like, shape, dtype: like.new_empty(shape, dtype=dtype)))
+    op.register_kernel(("cpu", "cuda"),
+                       impl(lambda like, shape, dtype: torch.zeros(shape, dtype=dtype, device=like.device)))
+    return op
 
 
-def _real_layout(idx, ranks, experts):
-    return (torch.zeros((idx.shape[0], ranks), dtype=torch.bool, device=idx.device),
-            torch.zeros((ranks,), dtype=torch.int32, device=idx.device),
-            torch.zeros((experts,), dtype=torch.int32, device=idx.device))
-
-
-dispatch_layout.register_kernel(("cpu", "cuda"), _real_layout)
-fused_indices_to_multihot.register_kernel(
-    ("cpu", "cuda"), lambda idx, probs, local: (torch.zeros((idx.shape[0], local), dtype=torch.bool, device=idx.device),
-                                                torch.zeros((idx.shape[0], local), dtype=probs.dtype, device=idx.device)))
-host_reads.register_kernel(("cpu", "cuda"), lambda x, n: torch.zeros((n,), dtype=torch.int64, device=x.device))
-hybridep_scan.register_kernel(("cpu", "cuda"),
-                              lambda m, local: torch.zeros((m.shape[0],), dtype=torch.int32, device=m.device))
-hybridep_permute_preprocess.register_kernel(("cpu", "cuda"),
-                                            lambda scan, local: torch.zeros((local,), dtype=torch.int32, device=scan.device))
+_metadata_kernel("deepep_dispatch_layout", "(Tensor topk_idx, int ranks, int experts) -> (Tensor, Tensor, Tensor)",
+                 lambda idx, ranks, experts: ((idx, (idx.shape[0], ranks), torch.bool), (idx, (ranks,), torch.int32),
+                                              (idx, (experts,), torch.int32)))
+_metadata_kernel("fused_indices_to_multihot", "(Tensor idx, Tensor probs, int local) -> (Tensor, Tensor)",
+                 lambda idx, probs, local: ((idx, (idx.shape[0], local), torch.bool),
+                                            (idx, (idx.shape[0], local), probs.dtype)))
+_metadata_kernel("hybridep_scan", "(Tensor global_map, int local) -> Tensor",
+                 lambda m, local: ((m, (m.shape[0],), torch.int32),))
+_metadata_kernel("hybridep_permute_preprocess", "(Tensor scan, int local) -> Tensor",
+                 lambda scan, local: ((scan, (local,), torch.int32),))
+# a kernel whose output size the host reads before it goes on (a nonzero, ``repeat_interleave``'s total): HOST_READ_OP
+_metadata_kernel("host_reads", "(Tensor x, int n) -> Tensor", lambda x, n: ((x, (n,), torch.int64),))
 
 
 def deepep_preprocess(tokens: torch.Tensor, shard) -> None:
@@ -120,8 +115,8 @@ def hybridep_preprocess(tokens: torch.Tensor, shard) -> None:
     """HybridEP's ``metadata_preprocessing`` inside its dispatch call: the routing map gathered over EP, then its
     scan and permute-preprocessing kernels."""
     m = shard.model
+    local = m.num_experts // shard.ep
     routing_map = tokens.new_empty((tokens.shape[0], m.num_experts), dtype=torch.bool)
     with torch.no_grad():
         global_map = gather(routing_map, "ep", shard.ep)
-        scan = torch.ops.echo_tune.hybridep_scan(global_map, m.num_experts // shard.ep)
-        torch.ops.echo_tune.hybridep_permute_preprocess(scan, m.num_experts // shard.ep)
+        torch.ops.echo_tune.hybridep_permute_preprocess(torch.ops.echo_tune.hybridep_scan(global_map, local), local)

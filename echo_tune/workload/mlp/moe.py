@@ -190,8 +190,9 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     """One MoE MLP on this rank; ``x`` is the post-attention-norm hidden [seq_in, b, h].
 
     Each part runs as a sub-region of "moe" (``context.in_subregion``), in forward order: "router",
-    "preprocess" (the dropless all-to-all's metadata step), "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears of SequentialMLP; their activation is
-    "expert_act", see ``_expert_act``), "combine" and "shared" (a TE-linear MLP)."""
+    "preprocess" (the dispatcher's metadata step), "dispatch", "experts" (Megatron's TE GroupedLinear / TE linears
+    of SequentialMLP; their activation is "expert_act", see ``_expert_act``), "combine" and "shared" (a TE-linear
+    MLP)."""
     m = shard.model
     s, b, h = x.shape
     tokens = x.reshape(s * b, h)
@@ -199,7 +200,7 @@ def moe_forward(x: torch.Tensor, params: dict, shard) -> torch.Tensor:
     recv = received_rows(s * b, shard)
     if runs_preprocess(m, shard):  # the dropless all-to-all's token counts, to the host (dispatch_preprocess.py)
         in_subregion("preprocess", alltoall_preprocess, tokens, shard)
-    elif m.moe_token_dispatcher_type == "flex" and m.moe_dispatcher_kernel == "deepep":  # flex_metadata.py
+    elif m.moe_dispatcher_kernel == "deepep":  # its setup_metadata (flex_metadata.py)
         in_subregion("preprocess", deepep_preprocess, tokens, shard)
     if m.moe_token_dispatcher_type == "alltoall":
         expert_in, expert_probs = in_subregion("dispatch", dispatch_alltoall, tokens, indices, recv, shard,

@@ -126,20 +126,20 @@ def dispatch_flex(tokens, recv: int, shard, probs, on_input: bool):
     copies = _InKernel.apply(tokens, tokens.shape[0] * shard.model.moe_router_topk)
     if on_input:  # --moe-apply-probs-on-input (top-1): weighted before the dispatch
         received_rows = _received(copies * probs.reshape(-1, 1), recv, shard)
-        _after_dispatch(tokens, recv, shard)
+        _after_dispatch(kernel, tokens, recv, shard)
         (expert_in,) = _local_permute(shard, received_rows)
         return expert_in, None
     expert_probs = _InKernel.apply(probs.reshape(-1, 1), recv * shard.etp)  # sent with the tokens
     received_rows = _received(copies, recv, shard)
-    _after_dispatch(tokens, recv, shard)
+    _after_dispatch(kernel, tokens, recv, shard)
     return _local_permute(shard, received_rows, expert_probs)
 
 
-def _after_dispatch(tokens, recv: int, shard) -> None:
+def _after_dispatch(kernel: str, tokens, recv: int, shard) -> None:
     """What Megatron runs on the returned metadata before the experts (flex_metadata.py): DeepEP's per-expert map,
     HybridEP's token counts (dropless); sub-region "dispatch_metadata" of the dispatch, which TE's permute fusion
     does not touch (cost/kernels/moe_fusion.py folds "dispatch" alone)."""
-    if shard.model.moe_dispatcher_kernel == "deepep":
+    if kernel == "deepep":
         in_subregion("dispatch_metadata", deepep_multihot, tokens, recv * shard.etp, shard)
     elif shard.model.moe_expert_capacity_factor is None:
         in_subregion("dispatch_metadata", hybridep_counts, tokens, shard)
