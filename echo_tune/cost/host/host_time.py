@@ -18,7 +18,8 @@ and left. What one value stands for: a traced op is a module call, which runs se
 benchmarks/megatron_host_ops.py) at 13.5 us each on a DGX H100 (issue 2053): ~75-140 us per traced op; and the
 one public host-side profile of an MoE layer (github.com/yanring/Megatron-MoE-ModelZoo issue 7, NVTX ranges,
 8 B200 with x86 hosts) took 2.35 ms to issue 16 local experts' two GEMMs and activation: ~73 us per expert and
-GEMM. A profile overrides it with its own ``fitted.params.host_time_per_kernel_s`` (0 turns it off).
+GEMM. The fit moves it only inside 13.5-140 us, a range fixed by those measurements (``calibrate/fit/fit_runs.py
+HOST_TIME_RANGE_S``). A profile overrides it with its own ``fitted.params.host_time_per_kernel_s`` (0 turns it off).
 """
 
 from __future__ import annotations

@@ -186,6 +186,23 @@ def test_fit_recovers_a_known_host_time_per_kernel():
     assert result.in_sample_mape_pct < 0.5
 
 
+def test_the_host_time_moves_only_inside_its_measured_range_whatever_its_start():
+    """The host time per kernel's range is fixed by measurement (13.5-140 us: fit_runs.HOST_TIME_RANGE_S), not by
+    the start: runs made at 300 us pull the fit to 140 us from a start of 13.5 us or of 100 us alike, and the fit
+    says it ended at its range edge (a missing mechanism) instead of following the rows."""
+    from echo_tune.calibrate.fit.fit_runs import HOST_TIME_RANGE_S
+    bridge = RUNS.parent / "runs_bridge.csv"
+    h100 = [c for c in read_runs(bridge) if c.error is None and c.cluster.gpu.name == "h100-sxm"]
+    base = with_params(profile_for(h100[0].cluster), {"host_time_per_kernel_s": 0.0})
+    cases = _with_measured(h100, with_params(base, {"host_time_per_kernel_s": 300e-6}))
+    for start in (0.0, 100e-6):
+        result = fit_runs(cases, with_params(base, {"host_time_per_kernel_s": start}), h100[0].cluster.gpu,
+                          params=("host",))
+        assert result.params["host_time_per_kernel_s"] == pytest.approx(HOST_TIME_RANGE_S[1], rel=1e-6)
+        assert result.profile.fitted["at_range_edge"] == ["host"]
+        assert any("edge of its physical range (host_time_per_kernel_s 1.35e-05-0.00014)" in w for w in result.warnings)
+
+
 def test_a_parameter_no_row_moves_is_reported_unidentified():
     """The A100 rows' passes run kernels far longer than any host time in range: the host time per kernel moves no
     row, so the fit says it is not identified (the published-runs benchmark then drops it)."""
