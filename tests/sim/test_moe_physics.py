@@ -15,7 +15,8 @@ from echo_tune.validate.datasets import published_runs
 CASES = {c.name: c for c in read_runs(published_runs("runs_bridge.csv"))}
 LINES = {"qwen3-30b-a3b": "mb2511-qwen3-30b-a3b-fp8cs-16xh100", "gpt-oss-120b": "mb2511-gpt-oss-120b-bf16-64xh100",
          "deepseek-v3": "mb2509-deepseek-v3-fp8-1024xh100"}
-HOST_BOUND = "the fitted host time per kernel issued from Python binds this line on H100 and B200 alike"
+HOST_BOUND = ("the fitted host time per kernel issued from Python binds this line on H100 and B200 alike; the published "
+              "rows ask 1.45x more per kernel on DGX H100 than on DGX B200 (benchmarks/host_wanted.py, docs/moe.md)")
 
 
 def _step(name: str, cluster: str, **changes) -> float:
@@ -25,7 +26,7 @@ def _step(name: str, cluster: str, **changes) -> float:
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param("qwen3-30b-a3b", marks=pytest.mark.xfail(strict=True, reason=HOST_BOUND + " (1.04x)")),
+    pytest.param("qwen3-30b-a3b", marks=pytest.mark.xfail(strict=True, reason=HOST_BOUND + " (1.02x)")),
     pytest.param("gpt-oss-120b", marks=pytest.mark.xfail(strict=True, reason=HOST_BOUND + " (1.08x)")),
     "deepseek-v3"])
 def test_the_same_line_is_1_5_to_2_6_times_faster_on_b200(name):
