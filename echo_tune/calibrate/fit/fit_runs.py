@@ -48,21 +48,19 @@ PARAMETERS = {"clock": "sustained_clock_mhz", "comm": "comm_time_factor", "launc
 # physical ranges: a clock between half and 1.1x the peak clock (max boost is ~1.08x the tensor-core peak
 # clock on H100 SXM: 1,980 vs 1,830 MHz); network time 0.3x..3.3x the modelled; launch time per kernel 0.1x..10x;
 # host time per kernel issued from Python: a fixed range, whatever the start (``HOST_TIME_RANGE_S``)
-HOST_TIME_RANGE_S = (13.5e-6, 140e-6)
-"""The host's time per kernel issued from Python, physically (each end from measurement, not from the rows):
-low, one Python-level torch call that launches one kernel: 13.5 us, a torch ``nn.Linear`` forward's CPU time on a DGX
-H100's Xeon 8480C (NVIDIA/TransformerEngine issue 2053, BF16, hidden 2048, 8,192 tokens); high, the most Python-level
-torch calls Megatron makes per traced op, ~10 in its MoE layer's forward (counted in Megatron-LM d98e8a64's own code
-by benchmarks/megatron_host_ops.py; cost/host/host_time.py), at those 13.5 us each: 135 us, rounded up to 140. A fit that ends at
+HOST_TIME_START_S = 13.5e-6
+"""Where the host time per kernel starts when neither the profile nor the shipped default (cost/host/host_time.py)
+gives one: a torch ``nn.Linear`` forward's CPU time (one cuBLAS kernel) on a DGX H100's Xeon 8480C,
+NVIDIA/TransformerEngine issue 2053 (BF16, hidden 2048, 8,192 tokens)."""
+HOST_TIME_RANGE_S = (HOST_TIME_START_S, 140e-6)
+"""The host time per kernel issued from Python, physically (each end from measurement, not from the rows): at least
+one Python-level torch call that launches a kernel (``HOST_TIME_START_S``); at most the ~10 Python-level torch calls
+Megatron makes per traced op in its MoE layer's forward (counted in Megatron-LM d98e8a64's own code by
+benchmarks/megatron_host_ops.py; cost/host/host_time.py) at that cost each, 135 us, rounded up. A fit that ends at
 either end is reported at its range edge (a missing mechanism), not shipped (tests/cost/host/test_host_bound.py)."""
 BOUNDS = {"sustained_clock_mhz": ("peak", 0.5, 1.1), "comm_time_factor": ("start", 0.3, 3.3),
           "kernel_launch_overhead_s": ("start", 0.1, 10.0),
           "host_time_per_kernel_s": ("absolute", *HOST_TIME_RANGE_S)}
-# Start of the host time per kernel where neither the profile nor the shipped default (cost/host/host_time.py) gives
-# one: 13.5 us, the host time of one PyTorch
-# nn.Linear forward (one cuBLAS kernel) on a DGX H100's Xeon 8480C (NVIDIA/TransformerEngine issue 2053, CPU vs
-# GPU time per Linear forward); TE's modules take ~2.7x torch's there, Megatron's MoE path more Python per kernel.
-HOST_TIME_START_S = 13.5e-6
 PUBLISHED_RUNS_DIR = Path(__file__).resolve().parents[3] / "calibration" / "published-runs"
 
 
